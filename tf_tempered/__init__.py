@@ -1,0 +1,28 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""tf_tempered: tempered sigmoid activations for differentially private Keras training.
+
+The tempered sigmoid of Papernot et al. (AAAI 2021) is
+
+    φ(x) = s / (1 + exp(-T·x)) - o
+
+with scale ``s``, inverse temperature ``T`` and offset ``o``; (s, T, o) = (2, 2, 1) is tanh.
+Importing this package first binds ``tf.keras`` to Keras 2 (tf-keras) and makes
+TensorFlow Privacy importable on current TensorFlow (see ``tf_tempered._compat``).
+"""
+
+from tf_tempered import _compat  # noqa: F401  (must run before anything touches tf.keras)
+from tf_tempered.version import __version__
+
+__all__ = ["__version__"]
