@@ -13,4 +13,6 @@
 # limitations under the License.
 """Differentially private training: fast DP-SGD engine, accounting, sampling."""
 
-__all__ = []
+from tf_tempered.privacy.engine import DPConfig, UnsupportedLayerError, dp_config, is_private, make_private
+
+__all__ = ["DPConfig", "UnsupportedLayerError", "dp_config", "is_private", "make_private"]

@@ -1,0 +1,235 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The fast DP engine against TF Privacy's own DPKerasSGDOptimizer (the reference)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tf_tempered._compat import keras, tf
+from tensorflow_privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer,
+                                VectorizedDPKerasSGDOptimizer)
+from tf_tempered.layers import TemperedSigmoid
+from tf_tempered.privacy import UnsupportedLayerError, dp_config, make_private
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+BATCH = 16
+
+
+def _cnn_learnable():
+    return _cnn(learnable=True)
+
+
+def _cnn(learnable=False):
+    return keras.Sequential([
+        keras.Input((12, 12, 2)),
+        keras.layers.Conv2D(4, 3, strides=2, padding="same"),  # depthwise per-example path
+        TemperedSigmoid(scale=1.5, inverse_temperature=2.0, offset=0.5, learnable=learnable),
+        keras.layers.MaxPool2D(2, strides=1),
+        keras.layers.Conv2D(16, 3, padding="valid", activation="tanh"),  # patches path
+        keras.layers.AveragePooling2D(2),
+        keras.layers.Flatten(),
+        keras.layers.Dropout(0.0),
+        keras.layers.Dense(8, activation=TemperedSigmoid(learnable=learnable)),
+        keras.layers.Dense(3),
+    ])
+
+
+def _sequence_model():
+    # Dense on a [B, T, d] input: several rows per example (ghost norm with R > 1).
+    return keras.Sequential([keras.Input((5, 6)), keras.layers.Dense(7, activation="tanh"),
+                             keras.layers.LayerNormalization(), keras.layers.Flatten(),
+                             keras.layers.Dense(3)])
+
+
+def _data(model, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(BATCH,) + tuple(model.input_shape[1:])).astype("float32")
+    return x, rng.integers(0, 3, BATCH)
+
+
+_INITIAL_WEIGHTS = {}
+
+
+def _fresh(model_fn):
+    """A new model with the same initial weights every time for this builder."""
+    model = model_fn()
+    key = (model_fn.__name__, tuple(w.shape for w in model.weights))
+    model.set_weights(_INITIAL_WEIGHTS.setdefault(key, model.get_weights()))
+    return model
+
+
+def _update(model_fn, optimizer_fn, private, x, y):
+    model = _fresh(model_fn)
+    if private:
+        make_private(model)
+    model.compile(optimizer=optimizer_fn(), loss=LOSS)
+    before = [w.copy() for w in model.get_weights()]
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    return [a - b for a, b in zip(model.get_weights(), before)], model
+
+
+@pytest.mark.parametrize("model_fn", [_cnn, _cnn_learnable, _sequence_model],
+                         ids=["cnn", "cnn-learnable", "sequence"])
+@pytest.mark.parametrize("num_microbatches", [None, BATCH, 4, 1])
+def test_update_equals_tf_privacy(model_fn, num_microbatches):
+    x, y = _data(model_fn())
+    opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0,
+                                      num_microbatches=num_microbatches, learning_rate=1.0)
+    reference, _ = _update(model_fn, opt, False, x, y)
+    ours, model = _update(model_fn, opt, True, x, y)
+    scale = max(np.abs(r).max() for r in reference)
+    assert scale > 0
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
+
+
+def test_adam_and_vectorized_optimizers_match():
+    x, y = _data(_cnn())
+    for opt in (lambda: DPKerasAdamOptimizer(l2_norm_clip=0.5, noise_multiplier=0.0,
+                                             learning_rate=0.01),
+                lambda: VectorizedDPKerasSGDOptimizer(l2_norm_clip=0.5, noise_multiplier=0.0,
+                                                      learning_rate=1.0)):
+        reference, _ = _update(_cnn, opt, False, x, y)
+        ours, _ = _update(_cnn, opt, True, x, y)
+        scale = max(np.abs(r).max() for r in reference)
+        for r, o in zip(reference, ours):
+            np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
+
+
+def test_noise_has_std_sigma_times_clip():
+    # A zero-gradient model (inputs all zero, no bias) isolates the noise: update = -lr·noise/B.
+    model = make_private(keras.Sequential([keras.Input((50,)),
+                                           keras.layers.Dense(40, use_bias=False)]))
+    clip, sigma = 0.7, 1.3
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=sigma,
+                                                learning_rate=1.0), loss=LOSS)
+    before = model.get_weights()[0].copy()
+    model.fit(np.zeros((BATCH, 50), "float32"), np.zeros(BATCH), batch_size=BATCH, verbose=0)
+    noise = -(model.get_weights()[0] - before).ravel() * BATCH
+    assert noise.size == 2000
+    # Kolmogorov–Smirnov against N(0, (σC)²): fails for a wrong scale or a missing factor.
+    assert stats.kstest(noise, "norm", args=(0.0, sigma * clip)).pvalue > 1e-3
+    assert abs(noise.std() / (sigma * clip) - 1) < 0.06
+
+
+def test_history_reports_clipping_statistics():
+    model = make_private(_cnn())
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1e-3, noise_multiplier=0.0,
+                                                learning_rate=0.1), loss=LOSS)
+    x, y = _data(model)
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0).history
+    assert history["dp_clipped_fraction"] == [1.0, 1.0]
+    assert all(n > 1e-3 for n in history["dp_grad_norm"])
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1e6, noise_multiplier=0.0,
+                                                learning_rate=0.1), loss=LOSS)
+    assert model.fit(x, y, batch_size=BATCH, verbose=0).history["dp_clipped_fraction"] == [0.0]
+
+
+def test_nonfinite_example_contributes_zero_and_is_counted():
+    x, y = _data(_cnn())
+    opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
+    clean, _ = _update(_cnn, opt, True, x[1:], y[1:])
+    x_bad = x.copy()
+    x_bad[0, 0, 0, 0] = np.nan
+    model = make_private(_fresh(_cnn))
+    model.compile(optimizer=opt(), loss=LOSS)
+    before = model.get_weights()
+    history = model.fit(x_bad, y, batch_size=BATCH, shuffle=False, verbose=0).history
+    assert history["dp_nonfinite"] == [1.0]
+    for c, after, b in zip(clean, model.get_weights(), before):
+        assert np.all(np.isfinite(after))
+        # Same clipped sum, divided by 16 microbatches instead of 15.
+        np.testing.assert_allclose((after - b) * BATCH, c * (BATCH - 1), atol=1e-5)
+
+
+def test_plain_optimizer_trains_non_privately():
+    x, y = _data(_cnn())
+    opt = lambda: keras.optimizers.legacy.SGD(learning_rate=0.5)
+    reference, _ = _update(_cnn, opt, False, x, y)
+    ours, _ = _update(_cnn, opt, True, x, y)
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, atol=1e-6)
+
+
+def test_poisson_padding_rows_do_not_change_the_update():
+    x, y = _data(_cnn())
+    opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
+
+    def run(xs, ys, mask):
+        model = make_private(_fresh(_cnn))
+        model.compile(optimizer=opt(), loss=LOSS)
+        before = model.get_weights()
+        weights = {"mask": tf.constant(mask, tf.float32),
+                   "expected_batch_size": tf.constant(10.0)}
+        ds = tf.data.Dataset.from_tensors((xs, ys, weights))
+        model.fit(ds, verbose=0)
+        return [a - b for a, b in zip(model.get_weights(), before)]
+
+    real = run(x[:8], y[:8], np.ones(8))
+    padded = run(np.concatenate([x[:8], np.zeros_like(x[:8])]), np.concatenate([y[:8], y[:8]]),
+                 np.r_[np.ones(8), np.zeros(8)])
+    for r, p in zip(real, padded):
+        np.testing.assert_allclose(p, r, atol=1e-6)
+    # Normalized by the expected batch size (10), not by the 8 real or 16 padded rows.
+    reference, _ = _update(_cnn, opt, False, x[:8], y[:8])
+    for r, ours in zip(reference, real):
+        np.testing.assert_allclose(ours * 10, r * 8, atol=1e-5)
+
+
+def test_reduced_loss_is_refused():
+    model = make_private(_cnn())
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                num_microbatches=1, learning_rate=0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match="one loss per example.*reduction"):
+        model.fit(*_data(model), batch_size=BATCH, verbose=0)
+
+
+def test_indivisible_microbatches_are_refused_with_the_fix():
+    model = make_private(_cnn())
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                num_microbatches=5, learning_rate=0.1), loss=LOSS)
+    x, y = _data(model)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=True)
+    with pytest.raises(ValueError, match="num_microbatches=5 does not divide 16.*drop_remainder"):
+        model.fit(ds, verbose=0)
+
+
+def test_batch_normalization_is_refused():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
+                              keras.layers.BatchNormalization()])
+    with pytest.raises(UnsupportedLayerError, match="GroupNormalization"):
+        make_private(model)
+    model.layers[-1].trainable = False
+    make_private(model)  # frozen BN uses moving statistics: no mixing
+
+
+def test_shared_layer_is_refused():
+    inputs = keras.Input((4,))
+    dense = keras.layers.Dense(4)
+    model = make_private(keras.Model(inputs, dense(dense(inputs))))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                learning_rate=0.1), loss=LOSS)
+    with pytest.raises(UnsupportedLayerError, match="more than once"):
+        model.fit(np.zeros((4, 4)), np.zeros(4), verbose=0)
+
+
+def test_dp_config_reads_tf_privacy_optimizers():
+    config = dp_config(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=0.5,
+                                           num_microbatches=8))
+    assert (config.l2_norm_clip, config.noise_multiplier, config.num_microbatches) == (2.0, 0.5, 8)
+    config = dp_config(VectorizedDPKerasSGDOptimizer(l2_norm_clip=3.0, noise_multiplier=1.5))
+    assert (config.l2_norm_clip, config.noise_multiplier, config.num_microbatches) == (3.0, 1.5, None)
+    assert dp_config(keras.optimizers.legacy.SGD()) is None

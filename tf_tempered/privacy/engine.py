@@ -1,0 +1,291 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Fast, exact DP-SGD for Keras models compiled with TF Privacy's DP optimizers.
+
+`make_private(model)` hooks the model's training step. When the model is compiled
+with one of TF Privacy's Keras DP optimizers (DPKeras*, GenericDP* with a Gaussian
+query, VectorizedDPKeras*), each step computes per-microbatch gradient norms with
+one backward pass (see `tf_tempered.privacy.clipping`), clips them to the
+optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum, divides by the number of
+microbatches, and hands the result to the optimizer's own update rule (SGD, Adam,
+...), exactly as the optimizer's own slow `_compute_gradients` would. With any
+other optimizer the model trains as usual (non-privately).
+
+Example:
+
+>>> from tf_tempered._compat import keras
+>>> from tensorflow_privacy import DPKerasSGDOptimizer
+>>> from tf_tempered.privacy import make_private
+>>> model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
+>>> model.compile(
+...     optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1,
+...                                   learning_rate=0.1),
+...     loss=keras.losses.SparseCategoricalCrossentropy(
+...         from_logits=True, reduction=keras.losses.Reduction.NONE))
+>>> history = model.fit(np.zeros((8, 4)), np.zeros(8), batch_size=4, verbose=0)
+>>> sorted(k for k in history.history if k.startswith("dp_"))
+['dp_clipped_fraction', 'dp_grad_norm', 'dp_nonfinite']
+"""
+
+import types
+
+import numpy as np  # noqa: F401  (used by the doctest)
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import clipping
+
+__all__ = ["DPConfig", "dp_config", "make_private", "is_private", "UnsupportedLayerError"]
+
+UnsupportedLayerError = clipping.UnsupportedLayerError
+
+_LOSS_FIX = (
+    "compile with a per-example loss, e.g. loss=keras.losses.SparseCategoricalCrossentropy("
+    "from_logits=True, reduction=keras.losses.Reduction.NONE)")
+
+
+class DPConfig:
+    """The DP-SGD settings read off a TF Privacy optimizer."""
+
+    def __init__(self, l2_norm_clip, noise_stddev, num_microbatches):
+        self.l2_norm_clip = float(l2_norm_clip)
+        self.noise_stddev = float(noise_stddev)
+        self.num_microbatches = num_microbatches
+
+    @property
+    def noise_multiplier(self):
+        return self.noise_stddev / self.l2_norm_clip
+
+    def __repr__(self):
+        return (f"DPConfig(l2_norm_clip={self.l2_norm_clip}, noise_multiplier="
+                f"{self.noise_multiplier}, num_microbatches={self.num_microbatches})")
+
+
+def dp_config(optimizer):
+    """DPConfig of a TF Privacy Keras DP optimizer; None for a non-private optimizer.
+
+    Raises ValueError for a DP optimizer this engine cannot reproduce exactly
+    (a non-Gaussian DP query), rather than training with different privacy.
+    """
+    if not hasattr(optimizer, "_was_dp_gradients_called"):
+        return None
+    num_microbatches = getattr(optimizer, "_num_microbatches", None)
+    if num_microbatches is not None:
+        num_microbatches = int(num_microbatches)
+        if num_microbatches <= 0:
+            raise ValueError(f"num_microbatches must be positive, got {num_microbatches}.")
+    if hasattr(optimizer, "_noise_multiplier"):  # Vectorized* optimizers
+        clip = float(optimizer._l2_norm_clip)  # pylint: disable=protected-access
+        stddev = clip * float(optimizer._noise_multiplier)  # pylint: disable=protected-access
+    else:
+        query = getattr(optimizer, "_dp_sum_query", None)
+        if type(query).__name__ != "GaussianSumQuery":
+            raise ValueError(
+                f"The optimizer {type(optimizer).__name__} uses the DP query "
+                f"{type(query).__name__}; the fast DP engine reproduces the Gaussian "
+                "sum query only (DPKeras*/GenericDP* with GaussianSumQuery, "
+                "VectorizedDPKeras*). Use one of those, or train without "
+                "tf_tempered.privacy.make_private to use TF Privacy's own path.")
+        clip = float(query._l2_norm_clip)  # pylint: disable=protected-access
+        stddev = float(query._stddev)  # pylint: disable=protected-access
+    if not clip > 0:
+        raise ValueError(f"l2_norm_clip must be positive, got {clip}.")
+    if not stddev >= 0:
+        raise ValueError(f"noise_multiplier must be non-negative, got {stddev / clip}.")
+    return DPConfig(clip, stddev, num_microbatches)
+
+
+def is_private(model):
+    """True if `make_private` has prepared `model` for the fast DP engine."""
+    return getattr(model, "_tf_tempered_private", False)
+
+
+def make_private(model):
+    """Prepares a Keras model for fast, exact DP-SGD and returns it (the same object).
+
+    Works for Sequential, Functional and subclassed models whose trainable layers
+    treat examples independently. Compile it afterwards (or again) with a TF
+    Privacy DP optimizer and a per-example loss (`reduction=NONE`); `fit` then
+    runs DP-SGD with the optimizer's clip norm, noise multiplier, microbatches and
+    update rule. Training history gains `dp_clipped_fraction` (fraction of
+    microbatches whose gradient was clipped), `dp_grad_norm` (their mean
+    gradient norm before clipping) and `dp_nonfinite` (microbatches dropped for a
+    NaN/inf gradient; they contribute zero).
+
+    Raises UnsupportedLayerError (a ValueError) for layers that mix examples,
+    such as a trainable BatchNormalization.
+    """
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"make_private expects a keras.Model (tf-keras), got {type(model).__name__}.")
+    clipping.instrument(model)
+    if not is_private(model):
+        object.__setattr__(model, "_tf_tempered_private", True)
+        metrics = _DPMetrics()
+        object.__setattr__(model, "_dp_metrics", metrics)
+        # Keras reports and resets (each epoch) the metrics in `model._metrics`,
+        # the list `add_metric` uses; no layer is added to the model.
+        model._metrics.extend(metrics.all())  # pylint: disable=protected-access
+        model.train_step = types.MethodType(_train_step, model)
+        model.train_function = None  # drop a step compiled before this call
+    return model
+
+
+class _DPMetrics:
+    """The DP training metrics reported in the history."""
+
+    def __init__(self):
+        self.clipped_fraction = keras.metrics.Mean(name="dp_clipped_fraction")
+        self.grad_norm = keras.metrics.Mean(name="dp_grad_norm")
+        self.nonfinite = keras.metrics.Sum(name="dp_nonfinite")
+
+    def all(self):
+        return [self.clipped_fraction, self.grad_norm, self.nonfinite]
+
+
+def _unpack_sample_weight(sample_weight):
+    """(weights for the loss, normalizer override) from a plain or Poisson sample weight."""
+    if isinstance(sample_weight, dict):
+        if set(sample_weight) != {"mask", "expected_batch_size"}:
+            raise ValueError(
+                "A dict sample weight must be the Poisson-batch structure "
+                "{'mask', 'expected_batch_size'} from tf_tempered.privacy.poisson_batches; "
+                f"got keys {sorted(sample_weight)}.")
+        return sample_weight["mask"], sample_weight["expected_batch_size"]
+    return sample_weight, None
+
+
+# Not autograph-converted: the step has no data-dependent Python control flow, and
+# conversion would re-wrap our own exception types in StagingError.
+@tf.autograph.experimental.do_not_convert
+def _train_step(self, data):
+    config = dp_config(self.optimizer)
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    sample_weight, normalizer = _unpack_sample_weight(sample_weight)
+    poisson_mask = sample_weight if normalizer is not None else None
+    if config is None:
+        return type(self).train_step(self, (x, y, sample_weight) if sample_weight is not None else (x, y))
+    if self.losses:
+        raise ValueError(
+            "The model has regularization losses (e.g. kernel_regularizer); the fast "
+            "DP engine does not fold data-independent penalties into per-example "
+            "gradients. Remove the regularizers (use weight decay in the optimizer, "
+            "or rely on clipping and noise), or train without make_private.")
+    recorder = clipping.Recorder()
+    with tf.GradientTape() as tape:
+        with recorder.active():
+            y_pred = self(x, training=True)
+        losses = self.compute_loss(x, y, y_pred, sample_weight)
+        num_microbatches, examples_per_microbatch = _microbatching(
+            losses, config.num_microbatches, poisson=normalizer is not None)
+        microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
+        total = tf.reduce_sum(microbatch_losses)
+
+    records = recorder.records
+    _check_coverage(self, records)
+    outputs = [r.output for r in records]
+    grad_outputs = tape.gradient(total, outputs,
+                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    for record, g in zip(records, grad_outputs):
+        record.grad_output = g
+
+    sq_norm = tf.zeros([num_microbatches], tf.float32)
+    for record in records:
+        sq_norm += tf.cast(clipping.layer_sq_norms(record, num_microbatches,
+                                                   examples_per_microbatch), tf.float32)
+    norm = tf.sqrt(sq_norm)
+    finite = tf.cast(tf.math.is_finite(norm), tf.float32)
+    clip = tf.constant(config.l2_norm_clip, tf.float32)
+    # TF Privacy's clip_by_global_norm: scale = C / max(‖g‖, C).
+    scale = tf.where(finite > 0, clip / tf.maximum(tf.where(finite > 0, norm, clip), clip), 0.0)
+
+    summed = {}
+    for record in records:
+        for ref, grad in clipping.layer_clipped_grads(record, scale, finite).items():
+            summed[ref] = summed[ref] + grad if ref in summed else grad
+
+    if normalizer is None:
+        normalizer = num_microbatches
+    grads_and_vars = []
+    for var in self.trainable_variables:
+        grad = summed.get(var.ref())
+        if grad is None:  # not used in this forward pass: TF Privacy's zero gradient
+            grad = tf.zeros_like(var)
+        noise = tf.random.normal(tf.shape(grad), stddev=config.noise_stddev, dtype=grad.dtype)
+        grads_and_vars.append(((grad + noise) / tf.cast(normalizer, grad.dtype), var))
+
+    self.optimizer._was_dp_gradients_called = True  # pylint: disable=protected-access
+    self.optimizer.apply_gradients(grads_and_vars)
+
+    metrics = self._dp_metrics
+    real = finite
+    if poisson_mask is not None:  # padded rows are not examples: leave them out
+        real *= tf.cast(poisson_mask, tf.float32)
+    metrics.clipped_fraction.update_state(tf.cast(norm > clip, tf.float32), sample_weight=real)
+    metrics.grad_norm.update_state(tf.where(finite > 0, norm, 0.0), sample_weight=real)
+    metrics.nonfinite.update_state(tf.reduce_sum(1.0 - finite))
+    return self.compute_metrics(x, y, y_pred, sample_weight)
+
+
+def _microbatching(losses, num_microbatches, *, poisson):
+    """(number of microbatches, examples per microbatch or None if not static)."""
+    if losses.shape.rank == 0:
+        raise ValueError(
+            "DP-SGD needs one loss per example, but the compiled loss reduces the "
+            "batch to a scalar (TF Privacy would then clip the batch-mean gradient, "
+            f"which is not differentially private per example): {_LOSS_FIX}.")
+    batch_size = tf.shape(losses)[0]
+    if num_microbatches is None:
+        return batch_size, 1
+    if poisson:
+        raise ValueError(
+            "Poisson-sampled batches need one example per microbatch: create the "
+            "DP optimizer with num_microbatches=None.")
+    static_batch = losses.shape[0]
+    if static_batch is not None:
+        if static_batch % num_microbatches:
+            raise ValueError(_microbatch_message(static_batch, num_microbatches))
+        return num_microbatches, static_batch // num_microbatches
+    tf.debugging.assert_equal(batch_size % num_microbatches, 0,
+                              message=_microbatch_message("this", num_microbatches))
+    return num_microbatches, None
+
+
+def _microbatch_message(batch, num_microbatches):
+    return (f"num_microbatches={num_microbatches} does not divide {batch} batch size; "
+            "each microbatch must hold the same number of examples. Use a batch size "
+            "that is a multiple of num_microbatches and drop the short last batch "
+            "(tf.data: .batch(batch_size, drop_remainder=True)), or set "
+            "num_microbatches=None (one example per microbatch).")
+
+
+def _check_coverage(model, records):
+    """Every trainable variable must belong to a layer whose gradients we compute."""
+    recorded = set()
+    for record in records:
+        if id(record.layer) in recorded:
+            raise UnsupportedLayerError(
+                f"Layer {record.layer.name!r} is called more than once per step (shared "
+                "weights); the fast DP engine needs each trainable layer called once. "
+                "Use separate layers, or train without make_private.")
+        recorded.add(id(record.layer))
+    owned = set()
+    for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
+        if getattr(layer, "_tf_tempered_instrumented", False):
+            owned.update(v.ref() for v in clipping._own_trainable_weights(layer))  # pylint: disable=protected-access
+    for var in model.trainable_variables:
+        if var.ref() not in owned:
+            raise UnsupportedLayerError(
+                f"Trainable variable {var.name!r} does not belong to a layer the DP engine "
+                "instruments (it must be created by a keras Layer with add_weight and used "
+                "in that layer's call). Call make_private(model) after building the model, "
+                "or move the variable into a layer.")
