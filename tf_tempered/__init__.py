@@ -25,4 +25,28 @@ TensorFlow Privacy importable on current TensorFlow (see ``tf_tempered._compat``
 from tf_tempered import _compat  # noqa: F401  (must run before anything touches tf.keras)
 from tf_tempered.version import __version__
 
-__all__ = ["__version__"]
+# Importing these registers the activation and layer with Keras 2, so saved models
+# reload without custom_objects after a plain `import tf_tempered`.
+from tf_tempered import activations, layers  # noqa: E402
+from tf_tempered import data, models, privacy  # noqa: E402
+from tf_tempered.activations import tempered_sigmoid  # noqa: E402
+from tf_tempered.layers import TemperedSigmoid  # noqa: E402
+from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation  # noqa: E402
+from tf_tempered.privacy import make_private  # noqa: E402
+from tf_tempered.swap import swap_activations  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "activations",
+    "cifar10_cnn",
+    "data",
+    "layers",
+    "make_private",
+    "mnist_cnn",
+    "models",
+    "privacy",
+    "resolve_activation",
+    "swap_activations",
+    "tempered_sigmoid",
+    "TemperedSigmoid",
+]

@@ -1,0 +1,141 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Side-by-side DP-SGD step time and peak memory, all paths in ONE process.
+
+Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
+  nonprivate      plain SGD, mean loss (the baseline of every ratio)
+  tf_tempered     tf_tempered.privacy.make_private + TF Privacy's DPKerasSGDOptimizer
+  dpsequential    TF Privacy's DPSequential (vectorized per-example grads, XLA)
+  stock_optimizer TF Privacy's DPKerasSGDOptimizer alone, num_microbatches = batch
+
+Rounds interleave the paths so machine noise hits all of them alike; the table
+reports the median ms/step per path, its ratio to nonprivate and the peak of TF's
+CPU allocator during that path's steps (tf.config.experimental.get_memory_info).
+
+    python benchmarks/dp_step.py                       # the README table
+    python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered
+    python benchmarks/dp_step.py --batch_size=4096 --paths=nonprivate,tf_tempered
+"""
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import numpy as np
+
+import tf_tempered
+from tf_tempered._compat import keras, tf
+from tf_tempered import models
+import tensorflow_privacy
+
+PATHS = ("nonprivate", "tf_tempered", "dpsequential", "stock_optimizer")
+
+
+def _model(kind, activation="tanh"):
+    return models.mnist_cnn(activation) if kind == "mnist" else models.cifar10_cnn(activation)
+
+
+def _compiled(path, kind, batch_size):
+    per_example = keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction=keras.losses.Reduction.NONE)
+    dp = dict(l2_norm_clip=1.0, noise_multiplier=1.1)
+    if path == "nonprivate":
+        model = _model(kind)
+        model.compile(keras.optimizers.legacy.SGD(0.15),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    elif path == "tf_tempered":
+        model = _model(kind)
+        model.compile(tensorflow_privacy.DPKerasSGDOptimizer(**dp, learning_rate=0.15),
+                      loss=per_example)
+    elif path == "dpsequential":
+        layers = [layer for layer in _model(kind).layers
+                  if not isinstance(layer, keras.layers.InputLayer)]
+        model = tensorflow_privacy.DPSequential(**dp, layers=layers, use_xla=True)
+        model.build((None,) + _input_shape(kind))
+        model.compile(keras.optimizers.legacy.SGD(0.15),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    elif path == "stock_optimizer":
+        model = _model(kind)
+        object.__setattr__(model, "_tf_tempered_private", False)  # keep TF Privacy's own step
+        model.train_step = type(model).train_step.__get__(model)
+        model.compile(tensorflow_privacy.DPKerasSGDOptimizer(
+            **dp, num_microbatches=batch_size, learning_rate=0.15), loss=per_example)
+    else:
+        raise ValueError(f"unknown path {path!r}; choose from {PATHS}")
+    return model
+
+
+def _input_shape(kind):
+    return (28, 28, 1) if kind == "mnist" else (32, 32, 3)
+
+
+def _dataset(kind, batch_size):
+    rng = np.random.default_rng(0)
+    x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
+    y = rng.integers(0, 10, batch_size)
+    return tf.data.Dataset.from_tensors((x, y)).repeat()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("mnist", "cifar10"), default="mnist")
+    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--stock_steps", type=int, default=1,
+                        help="timed steps per round for the (very slow) stock optimizer")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    paths = args.paths.split(",")
+    data = _dataset(args.model, args.batch_size)
+    compiled = {p: _compiled(p, args.model, args.batch_size) for p in paths}
+    times = {p: [] for p in paths}
+    peaks = {p: 0 for p in paths}
+    for p, model in compiled.items():  # trace and warm up outside the timed rounds
+        model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
+    for _ in range(args.rounds):
+        for p, model in compiled.items():
+            steps = args.stock_steps if p == "stock_optimizer" else args.steps
+            tf.config.experimental.reset_memory_stats("CPU:0")
+            start = time.perf_counter()
+            model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+            times[p].append((time.perf_counter() - start) / steps * 1000)
+            peaks[p] = max(peaks[p], tf.config.experimental.get_memory_info("CPU:0")["peak"])
+    base = statistics.median(times["nonprivate"]) if "nonprivate" in times else None
+    rows = []
+    print(f"\n{args.model} CNN, batch {args.batch_size}, {platform.processor() or platform.machine()}, "
+          f"TF {tf.__version__}, tf_tempered {tf_tempered.__version__}")
+    print("| path | ms/step | × non-private | peak MiB | × non-private |")
+    print("|---|---:|---:|---:|---:|")
+    for p in paths:
+        ms = statistics.median(times[p])
+        row = {"path": p, "ms_per_step": ms, "peak_bytes": peaks[p],
+               "time_ratio": ms / base if base else None,
+               "memory_ratio": peaks[p] / peaks["nonprivate"] if base else None}
+        rows.append(row)
+        print(f"| {p} | {ms:.1f} | {row['time_ratio'] or float('nan'):.2f} | "
+              f"{peaks[p] / 2**20:.0f} | {row['memory_ratio'] or float('nan'):.2f} |")
+    if "tf_tempered" in times and "stock_optimizer" in times:
+        print(f"\ntf_tempered is {statistics.median(times['stock_optimizer']) / statistics.median(times['tf_tempered']):.0f}× "
+              "faster than the stock DPKerasSGDOptimizer.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": rows, "times": times}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
