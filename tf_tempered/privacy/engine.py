@@ -130,12 +130,11 @@ def make_private(model):
     clipping.instrument(model)
     if not is_private(model):
         object.__setattr__(model, "_tf_tempered_private", True)
-        metrics = _DPMetrics()
-        object.__setattr__(model, "_dp_metrics", metrics)
-        # Keras reports and resets (each epoch) the metrics in `model._metrics`,
-        # the list `add_metric` uses; no layer is added to the model.
-        model._metrics.extend(metrics.all())  # pylint: disable=protected-access
+        # Kept out of model.metrics so evaluate() does not report them; reset
+        # with the model's own metrics at the start of every epoch.
+        object.__setattr__(model, "_dp_metrics", _DPMetrics())
         model.train_step = types.MethodType(_train_step, model)
+        model.reset_metrics = types.MethodType(_reset_metrics, model)
         model.train_function = None  # drop a step compiled before this call
     return model
 
@@ -150,6 +149,12 @@ class _DPMetrics:
 
     def all(self):
         return [self.clipped_fraction, self.grad_norm, self.nonfinite]
+
+
+def _reset_metrics(self):
+    type(self).reset_metrics(self)
+    for metric in self._dp_metrics.all():
+        metric.reset_state()
 
 
 def _unpack_sample_weight(sample_weight):
@@ -233,7 +238,9 @@ def _train_step(self, data):
     metrics.clipped_fraction.update_state(tf.cast(norm > clip, tf.float32), sample_weight=real)
     metrics.grad_norm.update_state(tf.where(finite > 0, norm, 0.0), sample_weight=real)
     metrics.nonfinite.update_state(tf.reduce_sum(1.0 - finite))
-    return self.compute_metrics(x, y, y_pred, sample_weight)
+    logs = self.compute_metrics(x, y, y_pred, sample_weight)
+    logs.update({m.name: m.result() for m in metrics.all()})
+    return logs
 
 
 def _microbatching(losses, num_microbatches, *, poisson):

@@ -1,0 +1,86 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The compat bootstrap: Keras 2 bound, TF Privacy importable, a clear error otherwise."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import tensorflow_privacy
+
+from tf_tempered import _compat
+from tf_tempered._compat import keras, tf
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _run(code, **env):
+    full_env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=full_env, timeout=300)
+
+
+def test_tf_keras_is_keras_2():
+    assert tf.keras.__name__.startswith("tf_keras")
+    assert keras.__version__.startswith("2.")
+
+
+def test_tf_privacy_public_names_work_after_import():
+    for name in ("DPKerasSGDOptimizer", "DPKerasAdamOptimizer", "VectorizedDPKerasSGDOptimizer",
+                 "DPSequential", "DPModel", "compute_dp_sgd_privacy_statement",
+                 "GaussianSumQuery"):
+        assert hasattr(tensorflow_privacy, name), name
+    opt = tensorflow_privacy.DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1)
+    assert isinstance(opt, keras.optimizers.legacy.SGD)
+    statement = tensorflow_privacy.compute_dp_sgd_privacy_statement(
+        number_of_examples=60000, batch_size=256, num_epochs=1, noise_multiplier=1.1,
+        delta=1e-5)
+    assert "Epsilon" in statement or "epsilon" in statement
+
+
+def test_import_first_then_tensorflow_works_in_fresh_process():
+    result = _run("import tf_tempered, tensorflow as tf; "
+                  "from tensorflow_privacy.privacy.keras_models.dp_keras_model import DPSequential; "
+                  "print(tf.keras.__name__)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("tf_keras.api._v2.keras") or "tf_keras" in result.stdout
+
+
+def test_tensorflow_imported_but_keras_unbound_is_fine():
+    result = _run("import tensorflow as tf; import tf_tempered; print(tf.keras.__name__)")
+    assert result.returncode == 0, result.stderr
+    assert "tf_keras" in result.stdout
+
+
+def test_keras3_already_bound_raises_with_the_fix():
+    result = _run("import tensorflow as tf; tf.keras.layers; import tf_tempered")
+    assert result.returncode != 0
+    assert "ImportError" in result.stderr
+    message = result.stderr[result.stderr.index("ImportError"):]
+    assert "TF_USE_LEGACY_KERAS=1" in message and "restart" in message
+
+
+def test_bootstrap_is_idempotent():
+    assert _compat.bootstrap()[0] is tf
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    commands = re.findall(r"^(python -m pytest[^\n]*)$", readme, flags=re.M)
+    assert commands, "README.md must show the test command"
+    assert any(c in ci for c in commands), "'.ci/run' must run README.md's test command"
