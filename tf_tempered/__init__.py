@@ -28,7 +28,8 @@ from tf_tempered.version import __version__
 # Importing these registers the activation and layer with Keras 2, so saved models
 # reload without custom_objects after a plain `import tf_tempered`.
 from tf_tempered import activations, layers  # noqa: E402
-from tf_tempered import data, models, privacy  # noqa: E402
+from tf_tempered import callbacks, data, models, privacy  # noqa: E402
+from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget  # noqa: E402
 from tf_tempered.activations import tempered_sigmoid  # noqa: E402
 from tf_tempered.layers import TemperedSigmoid  # noqa: E402
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation  # noqa: E402
@@ -37,7 +38,10 @@ from tf_tempered.swap import swap_activations  # noqa: E402
 
 __all__ = [
     "__version__",
+    "ActivationNormMonitor",
+    "PrivacyBudget",
     "activations",
+    "callbacks",
     "cifar10_cnn",
     "data",
     "layers",

@@ -13,6 +13,26 @@
 # limitations under the License.
 """Differentially private training: fast DP-SGD engine, accounting, sampling."""
 
-from tf_tempered.privacy.engine import DPConfig, UnsupportedLayerError, dp_config, is_private, make_private
+from tf_tempered.privacy.accounting import (compute_epsilon, make_dp_event,
+                                            noise_multiplier_for_epsilon, num_steps)
+from tf_tempered.privacy.engine import (DPConfig, UnsupportedLayerError, dp_config, is_private,
+                                        make_private)
+from tf_tempered.privacy.sampling import (default_max_batch_size, poisson_batches,
+                                          poisson_steps_per_epoch)
 
-__all__ = ["DPConfig", "UnsupportedLayerError", "dp_config", "is_private", "make_private"]
+# `tf_tempered.privacy.epsilon` (the CLI) is not imported here, so that
+# `python -m tf_tempered.privacy.epsilon` runs it as a fresh module.
+__all__ = [
+    "DPConfig",
+    "UnsupportedLayerError",
+    "compute_epsilon",
+    "default_max_batch_size",
+    "dp_config",
+    "is_private",
+    "make_dp_event",
+    "make_private",
+    "noise_multiplier_for_epsilon",
+    "num_steps",
+    "poisson_batches",
+    "poisson_steps_per_epoch",
+]

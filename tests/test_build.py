@@ -1,0 +1,382 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Checks that the top-level Bazel BUILD file covers every module and test file.
+
+Bazel itself is not needed: the BUILD file's Starlark (calls, lists, list
+comprehensions, string formatting) is also valid Python, so it is evaluated here
+with stand-ins for the rules that record each target, and a glob() that follows
+Bazel's rules (`**` spans any number of directories, `*` stays within one, the
+search stops at directories holding their own BUILD file). The recorded targets
+are then checked against the files on disk: every tf_tempered/**/*.py must be in
+a py_library, every tests/test_*.py must have its own py_test, and every file a
+target names must exist.
+"""
+
+import builtins
+import pathlib
+import re
+import shutil
+
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+BUILD_FILE_NAMES = ("BUILD", "BUILD.bazel")
+PACKAGE_DIR = "tf_tempered"
+TESTS_DIR = "tests"
+CONFTEST = "tests/conftest.py"
+SKIP_DIRS = {"__pycache__", ".git"}
+
+LICENSE_HEADER = (REPO_ROOT / "tf_tempered" / "version.py").read_text(
+    encoding="utf-8").splitlines()[:13]
+
+_PY_RULES = ("py_library", "py_binary", "py_test")
+_RECORDED_RULES = _PY_RULES + ("genrule", "filegroup", "alias", "sh_binary", "sh_test")
+_IGNORED_CALLS = ("package", "licenses", "exports_files", "load", "workspace")
+# Builtins a BUILD file may use (a subset of Starlark's; `fail` is added below).
+_SAFE_BUILTINS = {name: getattr(builtins, name)
+                  for name in ("all", "any", "bool", "dict", "enumerate", "getattr", "hasattr",
+                               "int", "len", "list", "max", "min", "print", "range", "reversed",
+                               "sorted", "str", "tuple", "type", "zip")}
+
+
+class BuildError(Exception):
+    """The BUILD file cannot be evaluated."""
+
+
+def _fail(*args):
+    raise BuildError(" ".join(str(a) for a in args))
+
+
+# --------------------------------------------------------------------------- glob
+
+
+def _glob_regex(pattern):
+    """A regex for one Bazel glob pattern (relative to the package directory)."""
+    if pattern.startswith("/") or pattern.endswith("/") or "//" in pattern:
+        raise BuildError(f"bad glob pattern {pattern!r}")
+    parts = []
+    segments = pattern.split("/")
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment == "**":
+            parts.append(".*" if last else "(?:[^/]+/)*")
+            continue
+        if "**" in segment:
+            raise BuildError(f"'**' must be a whole path segment in {pattern!r}")
+        regex = "".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c)
+                        for c in segment)
+        parts.append(regex if last else regex + "/")
+    return re.compile("".join(parts) + r"\Z")
+
+
+def _is_subpackage(directory, root):
+    return directory != root and any((directory / n).is_file() for n in BUILD_FILE_NAMES)
+
+
+def _package_files(root, start=".", stop_at_packages=True):
+    """Files under root/start (relative, '/'-separated), sorted.
+
+    With stop_at_packages (as Bazel's glob does), directories holding their own
+    BUILD file are left out.
+    """
+    found = []
+    base = root / start
+    if not base.is_dir():
+        return found
+    stack = [base]
+    while stack:
+        directory = stack.pop()
+        for entry in directory.iterdir():
+            if entry.is_dir():
+                if (entry.name not in SKIP_DIRS and not entry.name.startswith("bazel-")
+                        and not (stop_at_packages and _is_subpackage(entry, root))):
+                    stack.append(entry)
+            elif entry.is_file():
+                found.append(entry.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def bazel_glob(root, include, exclude=(), exclude_directories=1, allow_empty=True):
+    """Files matched like Bazel's glob() in the package rooted at `root`."""
+    del exclude_directories, allow_empty  # only files are matched here
+    if isinstance(include, str) or isinstance(exclude, str):
+        raise BuildError("glob() takes lists of patterns")
+    matched = set()
+    for pattern in include:
+        # Walk only below the pattern's literal leading directories.
+        literal = []
+        for segment in pattern.split("/")[:-1]:
+            if any(c in segment for c in "*?["):
+                break
+            literal.append(segment)
+        regex = _glob_regex(pattern)
+        matched.update(f for f in _package_files(root, "/".join(literal) or ".")
+                       if regex.match(f))
+    for pattern in exclude:
+        regex = _glob_regex(pattern)
+        matched = {f for f in matched if not regex.match(f)}
+    return sorted(matched)
+
+
+# ---------------------------------------------------------------------- evaluation
+
+
+def evaluate_build(text, root):
+    """Evaluates BUILD text against the tree at `root`: {target name: (rule, attrs)}."""
+    targets = {}
+
+    def recorder(kind):
+        def rule(name, **attrs):
+            if name in targets:
+                raise BuildError(f"duplicate target {name!r}")
+            targets[name] = (kind, attrs)
+        return rule
+
+    namespace = {"__builtins__": dict(_SAFE_BUILTINS, fail=_fail)}
+    namespace.update({kind: recorder(kind) for kind in _RECORDED_RULES})
+    namespace.update({call: (lambda *a, **k: None) for call in _IGNORED_CALLS})
+    namespace["glob"] = lambda include, exclude=(), **kw: bazel_glob(root, include,
+                                                                     exclude, **kw)
+    try:
+        exec(compile(text, "BUILD", "exec"), namespace)  # pylint: disable=exec-used
+    except BuildError:
+        raise
+    except Exception as err:  # NameError for an unknown rule, SyntaxError, ...
+        raise BuildError(f"cannot evaluate BUILD: {type(err).__name__}: {err}") from err
+    return targets
+
+
+def _label_to_path(label):
+    """'//:a/b.py', ':a/b.py' or 'a/b.py' -> 'a/b.py'; None for other packages."""
+    if label.startswith("@"):
+        return None
+    if label.startswith("//"):
+        package, _, name = label[2:].partition(":")
+        if package:
+            return None
+        return name
+    return label[1:] if label.startswith(":") else label
+
+
+def coverage_problems(root, targets):
+    """Everything wrong with how `targets` cover the tree at `root` (empty if fine)."""
+    problems = []
+    generated = {out for kind, attrs in targets.values() if kind == "genrule"
+                 for out in attrs.get("outs", [])}
+
+    def resolves(label):
+        path = _label_to_path(label)
+        return path is None or path in targets or path in generated or (root / path).is_file()
+
+    # Every file or label a target names exists.
+    for name, (kind, attrs) in sorted(targets.items()):
+        labels = [attrs[a] for a in ("main",) if a in attrs]
+        for attr in ("srcs", "data", "deps"):
+            labels.extend(attrs.get(attr, []))
+        for label in labels:
+            if not resolves(label):
+                problems.append(f"{kind} {name!r} names {label!r}, which does not exist")
+
+    # Every module is in exactly one py_library (binaries may repeat them).
+    owners = {}
+    for name, (kind, attrs) in targets.items():
+        if kind == "py_library":
+            for src in attrs.get("srcs", []):
+                owners.setdefault(_label_to_path(src), []).append(name)
+    modules = [f for f in _package_files(root, PACKAGE_DIR, stop_at_packages=False)
+               if f.endswith(".py")]
+    for module in modules:
+        libraries = owners.get(module, [])
+        if not libraries:
+            problems.append(f"{module} is in no py_library")
+        elif len(libraries) > 1:
+            problems.append(f"{module} is in several py_library targets: {sorted(libraries)}")
+
+    # Every test file has its own py_test that runs it.
+    test_files = [f for f in _package_files(root, TESTS_DIR, stop_at_packages=False)
+                  if re.fullmatch(r"tests/test_[^/]*\.py", f)]
+    tested = {}
+    for name, (kind, attrs) in targets.items():
+        if kind != "py_test":
+            continue
+        srcs = [_label_to_path(s) for s in attrs.get("srcs", [])]
+        own = [s for s in srcs if s and re.fullmatch(r"tests/test_[^/]*\.py", s)]
+        if len(own) != 1:
+            problems.append(f"py_test {name!r} should have one tests/test_*.py in srcs, has {own}")
+            continue
+        test_file = own[0]
+        tested.setdefault(test_file, []).append(name)
+        if name != test_file[len("tests/"):-len(".py")]:
+            problems.append(f"py_test {name!r} runs {test_file}; name it after the file")
+        if CONFTEST not in srcs:
+            problems.append(f"py_test {name!r} lacks {CONFTEST} in srcs")
+        main = _label_to_path(attrs.get("main", name + ".py"))
+        if main not in srcs:
+            problems.append(f"py_test {name!r}: main {main!r} is not in srcs")
+        elif main != test_file and not any(test_file in arg for arg in attrs.get("args", [])):
+            problems.append(f"py_test {name!r}: main {main!r} is not given {test_file} in args")
+        deps = attrs.get("deps", [])
+        if not any(targets.get(_label_to_path(d), ("",))[0] == "py_library" for d in deps):
+            problems.append(f"py_test {name!r} depends on no py_library")
+    for test_file in test_files:
+        if test_file not in tested:
+            problems.append(f"{test_file} has no py_test")
+        elif len(tested[test_file]) > 1:
+            problems.append(f"{test_file} is run by several py_test targets: "
+                            f"{sorted(tested[test_file])}")
+    return problems
+
+
+def nested_build_files(root):
+    """BUILD files below the top level, which would cut their directory out of globs."""
+    return sorted(p.relative_to(root).as_posix()
+                  for d in (PACKAGE_DIR, TESTS_DIR) for n in BUILD_FILE_NAMES
+                  for p in (root / d).rglob(n))
+
+
+# --------------------------------------------------------------- the real BUILD
+
+
+@pytest.fixture(scope="module")
+def build_text():
+    return (REPO_ROOT / "BUILD").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def targets(build_text):
+    return evaluate_build(build_text, REPO_ROOT)
+
+
+def test_build_covers_every_module_and_test_file(targets):
+    assert coverage_problems(REPO_ROOT, targets) == []
+
+
+def test_build_has_the_expected_targets(targets):
+    kinds = {name: kind for name, (kind, _) in targets.items()}
+    assert kinds["tf_tempered"] == "py_library"
+    assert kinds["test_build"] == "py_test"
+    for test_file in sorted((REPO_ROOT / "tests").glob("test_*.py")):
+        assert kinds.get(test_file.stem) == "py_test", test_file.name
+
+
+def test_no_nested_build_files():
+    assert nested_build_files(REPO_ROOT) == []
+
+
+@pytest.mark.parametrize("name", ["BUILD", "WORKSPACE", ".bazelrc"])
+def test_bazel_files_have_the_license_header(name):
+    path = REPO_ROOT / name
+    if not path.is_file():
+        pytest.skip(f"no {name}")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[:len(LICENSE_HEADER)] == LICENSE_HEADER
+
+
+# ------------------------------------------------------------ the checker itself
+
+
+def _write(root, files):
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+_EXPLICIT_BUILD = """
+py_library(
+    name = "tf_tempered",
+    srcs = ["tf_tempered/__init__.py", "tf_tempered/core.py"],
+)
+py_test(
+    name = "test_core",
+    srcs = ["tests/test_core.py", "tests/conftest.py"],
+    main = "tests/test_core.py",
+    deps = [":tf_tempered"],
+)
+"""
+
+_TREE = {
+    "tf_tempered/__init__.py": "",
+    "tf_tempered/core.py": "",
+    "tests/conftest.py": "",
+    "tests/test_core.py": "",
+}
+
+
+def test_glob_follows_bazel_semantics(tmp_path):
+    _write(tmp_path, {"a/x.py": "", "a/b/y.py": "", "a/b/c/z.py": "", "a/b/w.txt": "",
+                      "a/__pycache__/x.cpython-311.pyc": "", "sub/BUILD": "",
+                      "sub/s.py": "", "a/sub/BUILD.bazel": "", "a/sub/t.py": ""})
+    assert bazel_glob(tmp_path, ["a/**/*.py"]) == ["a/b/c/z.py", "a/b/y.py", "a/x.py"]
+    assert bazel_glob(tmp_path, ["a/*.py"]) == ["a/x.py"]
+    assert bazel_glob(tmp_path, ["a/**"]) == ["a/b/c/z.py", "a/b/w.txt", "a/b/y.py", "a/x.py"]
+    assert bazel_glob(tmp_path, ["a/**/*.py"], exclude=["a/b/**"]) == ["a/x.py"]
+    assert bazel_glob(tmp_path, ["a/?.py", "**/s.py"]) == ["a/x.py"]  # sub/ is a package
+
+
+def test_checker_accepts_a_complete_explicit_build(tmp_path):
+    _write(tmp_path, _TREE)
+    assert coverage_problems(tmp_path, evaluate_build(_EXPLICIT_BUILD, tmp_path)) == []
+
+
+def test_checker_flags_a_new_module_and_test_file(tmp_path):
+    _write(tmp_path, dict(_TREE, **{"tf_tempered/sub/new.py": "", "tests/test_new.py": ""}))
+    problems = coverage_problems(tmp_path, evaluate_build(_EXPLICIT_BUILD, tmp_path))
+    assert problems == ["tf_tempered/sub/new.py is in no py_library",
+                        "tests/test_new.py has no py_test"]
+
+
+def test_checker_flags_missing_files_and_bad_tests(tmp_path):
+    _write(tmp_path, _TREE)
+    text = _EXPLICIT_BUILD.replace('"tf_tempered/core.py"', '"tf_tempered/gone.py"')
+    text += """
+py_library(name = "again", srcs = ["tf_tempered/__init__.py"])
+py_test(name = "test_other", srcs = ["tests/test_core.py"], deps = ["//:tf_tempered"])
+"""
+    problems = coverage_problems(tmp_path, evaluate_build(text, tmp_path))
+    assert problems == [
+        "py_library 'tf_tempered' names 'tf_tempered/gone.py', which does not exist",
+        "tf_tempered/__init__.py is in several py_library targets: ['again', 'tf_tempered']",
+        "tf_tempered/core.py is in no py_library",
+        "py_test 'test_other' runs tests/test_core.py; name it after the file",
+        "py_test 'test_other' lacks tests/conftest.py in srcs",
+        "py_test 'test_other': main 'test_other.py' is not in srcs",
+        "tests/test_core.py is run by several py_test targets: ['test_core', 'test_other']",
+    ]
+
+
+def test_checker_rejects_unknown_rules_and_duplicates(tmp_path):
+    with pytest.raises(BuildError, match="cc_library"):
+        evaluate_build('cc_library(name = "x")', tmp_path)
+    with pytest.raises(BuildError, match="duplicate"):
+        evaluate_build('py_library(name = "x")\npy_library(name = "x")', tmp_path)
+
+
+def test_real_build_picks_up_new_modules_and_tests(tmp_path, build_text):
+    """The repository's BUILD (globs) covers files added after it was written."""
+    for relative in _package_files(REPO_ROOT, PACKAGE_DIR) + _package_files(REPO_ROOT, TESTS_DIR):
+        if relative.endswith(".py"):
+            _write(tmp_path, {relative: ""})
+    for name in ("setup.cfg", "LICENSE"):
+        shutil.copy(REPO_ROOT / name, tmp_path / name)
+    _write(tmp_path, {"tf_tempered/brand_new.py": "", "tf_tempered/privacy/newer.py": "",
+                      "tf_tempered/newpkg/__init__.py": "", "tests/test_brand_new.py": ""})
+    targets = evaluate_build(build_text, tmp_path)
+    assert coverage_problems(tmp_path, targets) == []
+    assert targets["test_brand_new"][0] == "py_test"
+    # ...while a nested BUILD file would cut a directory out of the globs.
+    _write(tmp_path, {"tf_tempered/newpkg/BUILD": ""})
+    assert nested_build_files(tmp_path) == ["tf_tempered/newpkg/BUILD"]
+    assert ("tf_tempered/newpkg/__init__.py is in no py_library"
+            in coverage_problems(tmp_path, evaluate_build(build_text, tmp_path)))

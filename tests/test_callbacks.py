@@ -1,0 +1,213 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Tests for tf_tempered.callbacks: PrivacyBudget and ActivationNormMonitor."""
+
+import numpy as np
+import pytest
+from tensorflow_privacy import DPKerasSGDOptimizer, VectorizedDPKerasSGDOptimizer
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget, plot_activation_norms
+from tf_tempered.privacy.accounting import compute_epsilon
+
+N, BATCH, DELTA = 64, 16, 1e-3  # 4 steps per epoch
+
+
+def _data(n=N, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, size=n)
+
+
+def _model(optimizer):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction=keras.losses.Reduction.NONE))
+    return model
+
+
+def _expected(epochs, sigma, microbatch_size=1, steps_per_epoch=N // BATCH):
+    return [compute_epsilon(num_examples=N, batch_size=BATCH, noise_multiplier=sigma,
+                            steps=k * steps_per_epoch, delta=DELTA,
+                            microbatch_size=microbatch_size) for k in range(1, epochs + 1)]
+
+
+def test_epsilon_in_history_from_dp_keras_optimizer():
+    x, y = _data()
+    model = _model(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+                                       learning_rate=0.1))
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    history = model.fit(x, y, batch_size=BATCH, epochs=3, callbacks=[budget], verbose=0)
+    expected = _expected(3, 2.0)
+    assert history.history["epsilon"] == pytest.approx(expected, rel=1e-12)
+    assert budget.epsilons == history.history["epsilon"]
+    assert expected[0] < expected[1] < expected[2]
+    assert budget.stopped_epoch is None
+
+
+def test_vectorized_optimizer_microbatches_double_sensitivity():
+    x, y = _data()
+    model = _model(VectorizedDPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+                                                 num_microbatches=8, learning_rate=0.1))
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
+    # 16 examples in 8 microbatches: microbatch size 2, accounted as σ/2.
+    assert history.history["epsilon"] == pytest.approx(_expected(2, 2.0, 2), rel=1e-12)
+    assert history.history["epsilon"][0] > 1.5 * _expected(1, 2.0)[0]
+
+
+def test_stops_before_exceeding_target():
+    x, y = _data()
+    eps = _expected(3, 2.0)
+    target = (eps[1] + eps[2]) / 2  # two epochs fit, three do not
+    model = _model(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+                                       learning_rate=0.1))
+    budget = PrivacyBudget(target_epsilon=target, delta=DELTA, num_examples=N,
+                           batch_size=BATCH)
+    with pytest.warns(UserWarning, match="stopping after epoch 2"):
+        history = model.fit(x, y, batch_size=BATCH, epochs=10, callbacks=[budget], verbose=0)
+    assert history.history["epsilon"] == pytest.approx(eps[:2], rel=1e-12)
+    assert len(history.history["loss"]) == 2 and budget.stopped_epoch == 1
+    assert max(history.history["epsilon"]) <= target
+
+
+def test_no_step_when_one_epoch_exceeds_target():
+    x, y = _data()
+    model = _model(keras.optimizers.SGD(learning_rate=0.5))
+    before = [w.copy() for w in model.get_weights()]
+    budget = PrivacyBudget(target_epsilon=0.01, delta=DELTA, num_examples=N, batch_size=BATCH,
+                           noise_multiplier=1.0)
+    with pytest.warns(UserWarning, match="not training"):
+        history = model.fit(x, y, batch_size=BATCH, epochs=3, callbacks=[budget], verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)  # not a single step was taken
+    assert "epsilon" not in history.history and budget.stopped_epoch == -1
+    # The model trains normally afterwards.
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    assert not np.array_equal(model.get_weights()[0], before[0])
+
+
+def test_explicit_noise_multiplier_and_shuffle():
+    x, y = _data()
+    model = _model(keras.optimizers.SGD(learning_rate=0.1))
+    budget = PrivacyBudget(target_epsilon=1000.0, delta=DELTA, num_examples=N, batch_size=BATCH,
+                           noise_multiplier=1.5, sampling="shuffle", microbatch_size=1)
+    with pytest.warns(UserWarning, match="WITHOUT privacy amplification"):
+        history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
+    with pytest.warns(UserWarning):
+        expected = [compute_epsilon(num_examples=N, batch_size=BATCH, noise_multiplier=1.5,
+                                    epochs=k, delta=DELTA, sampling="shuffle")
+                    for k in (1, 2)]
+    assert history.history["epsilon"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_clear_errors():
+    x, y = _data()
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        _model(keras.optimizers.SGD()).fit(x, y, batch_size=BATCH, verbose=0, callbacks=[
+            PrivacyBudget(target_epsilon=1.0, delta=DELTA, num_examples=N, batch_size=BATCH)])
+    with pytest.raises(ValueError, match="batch_size"):
+        _model(keras.optimizers.SGD()).fit(x, y, batch_size=BATCH, verbose=0, callbacks=[
+            PrivacyBudget(target_epsilon=1.0, delta=DELTA, num_examples=N,
+                          noise_multiplier=1.0)])
+    with pytest.raises(ValueError, match="target_epsilon"):
+        PrivacyBudget(target_epsilon=0, delta=DELTA, num_examples=N)
+    with pytest.raises(ValueError, match="sampling"):
+        PrivacyBudget(target_epsilon=1.0, delta=DELTA, num_examples=N, sampling="fixed")
+
+
+def _known_model():
+    model = keras.Sequential([
+        keras.Input((3,)),
+        keras.layers.Dense(4, activation="tanh", name="hidden"),
+        keras.layers.Dense(2, name="logits"),
+    ])
+    hidden = model.get_layer("hidden")
+    hidden.set_weights([np.arange(12, dtype=np.float32).reshape(3, 4) / 10 - 0.5,
+                        np.array([0.1, -0.2, 0.3, 0.0], np.float32)])
+    return model
+
+
+def _numpy_norm(weights, x):
+    kernel, bias = weights
+    return float(np.mean(np.linalg.norm(np.tanh(x @ kernel + bias), axis=1)))
+
+
+def test_activation_norm_matches_numpy_each_epoch():
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(32, 3)).astype(np.float32), rng.integers(0, 2, size=32)
+    held_out = rng.normal(size=(10, 3)).astype(np.float32)
+    model = _known_model()
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    by_name = ActivationNormMonitor("hidden", held_out)
+    by_name.set_model(model)
+    before = _numpy_norm(model.get_layer("hidden").get_weights(), held_out)
+    assert by_name.compute() == pytest.approx(before, rel=1e-6)
+    by_layer = ActivationNormMonitor(model.get_layer("hidden"),
+                                     tf.data.Dataset.from_tensor_slices(
+                                         (held_out, np.zeros(10))).batch(3), every=2)
+    weights = []
+    snapshot = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: weights.append(model.get_layer("hidden").get_weights()))
+    history = model.fit(x, y, batch_size=8, epochs=4, verbose=0,
+                        callbacks=[by_name, by_layer, snapshot])
+    expected = [_numpy_norm(w, held_out) for w in weights]
+    assert len(set(np.round(expected, 6))) == 4  # training moved the weights
+    assert by_name.epochs == [1, 2, 3, 4]
+    assert by_name.history == pytest.approx(expected, rel=1e-6)
+    assert history.history["activation_norm/hidden"][:4] == pytest.approx(expected, rel=1e-6)
+    assert by_layer.epochs == [2, 4]
+    assert by_layer.history == pytest.approx(expected[1::2], rel=1e-6)
+
+
+def test_activation_norm_plot_writes_png(tmp_path):
+    held_out = np.ones((5, 3), np.float32)
+    model = _known_model()
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.1), loss="mse")
+    auto = tmp_path / "auto.png"
+    monitor = ActivationNormMonitor("hidden", held_out, plot_path=str(auto))
+    model.fit(np.ones((8, 3)), np.ones((8, 2)), epochs=2, verbose=0, callbacks=[monitor])
+    for path in (auto, monitor.plot(str(tmp_path / "explicit.png")),
+                 plot_activation_norms({"a": monitor, "b": monitor}, tmp_path / "both.png")):
+        data = open(path, "rb").read()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+
+
+def test_activation_norm_errors():
+    with pytest.raises(ValueError, match="every"):
+        ActivationNormMonitor("hidden", np.ones((2, 3)), every=0)
+    monitor = ActivationNormMonitor("hidden", np.ones((2, 3)))
+    with pytest.raises(ValueError, match="path"):
+        monitor.plot()
+
+
+def test_settings_from_dp_model_and_unsupported_optimizers():
+    from tensorflow_privacy import DPSequential  # pylint: disable=g-import-not-at-top
+    from tf_tempered.callbacks import dp_optimizer_settings  # pylint: disable=g-import-not-at-top
+
+    model = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.3, num_microbatches=4,
+                         layers=[keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(), loss="mse")
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    budget.set_model(model)
+    budget.set_params({"steps": 4, "epochs": 1, "verbose": 0})
+    budget.on_train_begin()
+    assert budget.epsilon_after(1, steps_per_epoch=4) == _expected(1, 1.3, microbatch_size=4)[0]
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        dp_optimizer_settings(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                  gradient_accumulation_steps=2))
+    optimizer = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0)
+    optimizer._dp_sum_query = object()  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match="reproduces the Gaussian sum query only"):
+        dp_optimizer_settings(optimizer)

@@ -1,0 +1,311 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Keras 2 callbacks: a privacy budget that stops training, and an activation-norm monitor.
+
+* :class:`PrivacyBudget` writes ``epsilon`` (ε spent so far, from
+  :func:`tf_tempered.privacy.accounting.compute_epsilon`) into the epoch logs, hence
+  into ``History``, and stops training before an epoch that would exceed
+  ``target_epsilon``.
+* :class:`ActivationNormMonitor` records the mean per-example L2 norm of a layer's
+  outputs on held-out data after each epoch (Papernot et al. 2021, Figure 4: tempered
+  sigmoids keep activations bounded while ReLU activations grow) and plots it.
+"""
+
+import math
+import numbers
+import warnings
+
+import numpy as np
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import accounting, engine
+
+__all__ = ["PrivacyBudget", "ActivationNormMonitor", "plot_activation_norms",
+           "dp_optimizer_settings"]
+
+
+def dp_optimizer_settings(optimizer):
+    """(noise_multiplier, num_microbatches) of a TF Privacy Keras DP optimizer, or None.
+
+    GenericDP*/DPKeras* optimizers keep σ as ``_dp_sum_query._stddev /
+    _dp_sum_query._l2_norm_clip``; VectorizedDPKeras* ones as ``_noise_multiplier``.
+    ``num_microbatches`` is None when each example is its own microbatch.
+
+    >>> from tensorflow_privacy import DPKerasSGDOptimizer
+    >>> dp_optimizer_settings(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=1.1,
+    ...                                           num_microbatches=4))
+    (1.1, 4)
+    >>> dp_optimizer_settings(keras.optimizers.SGD()) is None
+    True
+    """
+    if optimizer is None:
+        return None
+    if getattr(optimizer, "gradient_accumulation_steps", 1) > 1:
+        raise ValueError(
+            f"gradient_accumulation_steps={optimizer.gradient_accumulation_steps} > 1 is not "
+            f"accounted for (the batch and the noise per update change); account for it "
+            f"yourself with tf_tempered.privacy.accounting.compute_epsilon.")
+    config = engine.dp_config(optimizer)  # the one reader of TF Privacy's optimizer settings
+    return None if config is None else (config.noise_multiplier, config.num_microbatches)
+
+
+def _model_dp_settings(model):
+    """Like dp_optimizer_settings, also for TF Privacy's DPModel/DPSequential (σ on the model)."""
+    settings = dp_optimizer_settings(getattr(model, "optimizer", None))
+    if settings is None and getattr(model, "_noise_multiplier", None) is not None:
+        sigma = model._noise_multiplier  # pylint: disable=protected-access
+        return float(sigma), getattr(model, "_num_microbatches", None)
+    return settings
+
+
+class PrivacyBudget(keras.callbacks.Callback):
+    """Logs ``epsilon`` after each epoch; stops before an epoch that would exceed the target.
+
+    After epoch k, ``logs["epsilon"] = compute_epsilon(steps=k · steps_per_epoch, ...)``
+    (``steps_per_epoch = params["steps"]``; with ``sampling="shuffle"``, or when Keras
+    does not know the steps, ``epochs=k``). If ε after epoch k + 1 would exceed
+    ``target_epsilon``, training stops after epoch k. If even one epoch exceeds it,
+    no step is trained at all (a warning says so). σ and the microbatch size
+    (``batch_size / num_microbatches``) default to the model's TF Privacy optimizer.
+
+    >>> budget = PrivacyBudget(target_epsilon=3.0, delta=1e-5, num_examples=60000,
+    ...                        batch_size=256, noise_multiplier=1.1)
+    >>> round(budget.epsilon_after(60, steps_per_epoch=None), 3)
+    2.597
+    """
+
+    def __init__(self, *, target_epsilon, delta, num_examples, batch_size=None,
+                 noise_multiplier=None, sampling="poisson", accountant="rdp",
+                 microbatch_size=None):
+        super().__init__()
+        if (isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real)
+                or not target_epsilon > 0):
+            raise ValueError(f"target_epsilon must be a positive number, got "
+                             f"{target_epsilon!r}; pass e.g. target_epsilon=3.0.")
+        if sampling not in accounting.SAMPLINGS:
+            raise ValueError(f"sampling must be one of {accounting.SAMPLINGS}, got "
+                             f"{sampling!r}.")
+        if accountant not in accounting.ACCOUNTANTS:
+            raise ValueError(f"accountant must be one of {accounting.ACCOUNTANTS}, got "
+                             f"{accountant!r}.")
+        self.target_epsilon = float(target_epsilon)
+        self.delta = delta
+        self.num_examples = num_examples
+        self.batch_size = batch_size
+        self.noise_multiplier = noise_multiplier
+        self.sampling = sampling
+        self.accountant = accountant
+        self.microbatch_size = microbatch_size
+        # Resolved at on_train_begin (from the optimizer where not given).
+        self._noise_multiplier, self._microbatch_size = noise_multiplier, microbatch_size
+        self.epsilons = []  # ε after each completed epoch of the last fit()
+        self.stopped_epoch = None  # epoch index after which training was stopped
+        self._blocked_train_function = None
+
+    def _resolve(self):
+        """Fills in batch size, σ and microbatch size; validates them with compute_epsilon."""
+        if self.batch_size is None:
+            raise ValueError(
+                "PrivacyBudget needs batch_size= (Keras does not tell callbacks the batch "
+                "size): pass the batch size, or the expected batch size under Poisson "
+                "sampling, e.g. PrivacyBudget(..., batch_size=256).")
+        settings = _model_dp_settings(self.model) if self.model is not None else None
+        self._noise_multiplier = self.noise_multiplier
+        if self._noise_multiplier is None:
+            if settings is None:
+                raise ValueError(
+                    "PrivacyBudget found no noise_multiplier: the model is not compiled with "
+                    "a TF Privacy DP optimizer (DPKeras*/GenericDP*/VectorizedDPKeras*). "
+                    "Pass noise_multiplier= explicitly.")
+            self._noise_multiplier = settings[0]
+        self._microbatch_size = self.microbatch_size
+        if self._microbatch_size is None:
+            num_microbatches = settings[1] if settings is not None else None
+            self._microbatch_size = (
+                1 if num_microbatches is None
+                else max(1, math.ceil(self.batch_size / int(num_microbatches))))
+        self.epsilon_after(1, steps_per_epoch=None)  # raises ValueError on bad settings
+
+    def epsilon_after(self, epochs, *, steps_per_epoch):
+        """ε after ``epochs`` epochs of ``steps_per_epoch`` steps (None: TF Privacy's count)."""
+        kwargs = dict(num_examples=self.num_examples, batch_size=self.batch_size,
+                      noise_multiplier=self._noise_multiplier, delta=self.delta,
+                      sampling=self.sampling, accountant=self.accountant,
+                      microbatch_size=self._microbatch_size or 1)
+        if steps_per_epoch is None or self.sampling == "shuffle":
+            return accounting.compute_epsilon(epochs=epochs, **kwargs)
+        return accounting.compute_epsilon(steps=epochs * steps_per_epoch, **kwargs)
+
+    def _steps_per_epoch(self):
+        return (self.params or {}).get("steps")
+
+    def on_train_begin(self, logs=None):
+        self._resolve()
+        self.epsilons = []
+        self.stopped_epoch = None
+        first = self.epsilon_after(1, steps_per_epoch=self._steps_per_epoch())
+        if first > self.target_epsilon:
+            warnings.warn(
+                f"PrivacyBudget: one epoch already spends epsilon={first:.4g} > "
+                f"target_epsilon={self.target_epsilon:g}; not training. Raise "
+                f"noise_multiplier (see noise_multiplier_for_epsilon) or lower the sampling "
+                f"rate.", UserWarning, stacklevel=2)
+            self.model.stop_training = True
+            self.stopped_epoch = -1
+            # Keras runs one step before it looks at stop_training: make that a no-op.
+            self._blocked_train_function = self.model.train_function
+            self.model.train_function = lambda iterator: {}
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._blocked_train_function is not None:
+            return
+        steps_per_epoch = self._steps_per_epoch()
+        epsilon = self.epsilon_after(epoch + 1, steps_per_epoch=steps_per_epoch)
+        self.epsilons.append(epsilon)
+        if logs is not None:
+            logs["epsilon"] = epsilon
+        following = self.epsilon_after(epoch + 2, steps_per_epoch=steps_per_epoch)
+        if following > self.target_epsilon:
+            self.model.stop_training = True
+            self.stopped_epoch = epoch
+            if epoch + 1 < (self.params or {}).get("epochs", math.inf):
+                warnings.warn(
+                    f"PrivacyBudget: stopping after epoch {epoch + 1} at epsilon="
+                    f"{epsilon:.4g}; one more epoch would spend {following:.4g} > "
+                    f"target_epsilon={self.target_epsilon:g}.", UserWarning, stacklevel=2)
+
+    def on_train_end(self, logs=None):
+        if self._blocked_train_function is not None:
+            self.model.train_function = self._blocked_train_function
+            self._blocked_train_function = None
+
+
+class ActivationNormMonitor(keras.callbacks.Callback):
+    """Mean per-example L2 norm of a layer's outputs on held-out data, every few epochs.
+
+    ``norm = mean_i ||flatten(layer(x_i))||_2`` over ``data`` (a NumPy array of inputs,
+    or a batched tf.data.Dataset of inputs or of (inputs, labels, ...) tuples, whose
+    first item is used). Logged as ``activation_norm/<layer name>`` after each
+    ``every``-th epoch and kept in ``.epochs`` / ``.history``.
+
+    >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(
+    ...     2, use_bias=False, kernel_initializer="identity", name="hidden")])
+    >>> monitor = ActivationNormMonitor("hidden", np.array([[3.0, 4.0], [0.0, 1.0]]))
+    >>> monitor.set_model(model)
+    >>> monitor.compute()
+    3.0
+    """
+
+    def __init__(self, layer, data, *, every=1, plot_path=None):
+        super().__init__()
+        if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
+            raise ValueError(f"every must be a positive integer, got {every!r}; e.g. every=1.")
+        if not isinstance(layer, (str, keras.layers.Layer)):
+            raise ValueError(f"layer must be a Keras layer or a layer name, got {layer!r}.")
+        self.layer = layer
+        self.every = int(every)
+        self.plot_path = plot_path
+        if isinstance(data, tf.data.Dataset):
+            spec = data.element_spec
+            if isinstance(spec, (tuple, list)):
+                data = data.map(lambda *items: items[0])
+            self._dataset = data
+        else:
+            self._dataset = tf.data.Dataset.from_tensor_slices(np.asarray(data)).batch(256)
+        self.epochs = []
+        self.history = []
+        self._probe = None
+        self._probe_model = None
+
+    @property
+    def layer_name(self):
+        return self.layer if isinstance(self.layer, str) else self.layer.name
+
+    @property
+    def key(self):
+        """The log key, ``activation_norm/<layer name>``."""
+        return f"activation_norm/{self.layer_name}"
+
+    def _build_probe(self):
+        layer = self.model.get_layer(self.layer) if isinstance(self.layer, str) else self.layer
+        try:
+            sub_model = keras.Model(self.model.inputs, layer.output)
+        except (AttributeError, ValueError, TypeError) as e:
+            raise ValueError(
+                f"ActivationNormMonitor cannot read the outputs of layer {layer.name!r}: the "
+                f"model must be a built Sequential or functional model containing it "
+                f"({e}).") from e
+
+        @tf.function(reduce_retracing=True)
+        def norms(inputs):
+            outputs = tf.cast(sub_model(inputs, training=False), tf.float64)
+            return tf.norm(tf.reshape(outputs, [tf.shape(outputs)[0], -1]), axis=1)
+
+        self._probe, self._probe_model = norms, self.model
+
+    def compute(self):
+        """The mean per-example L2 norm of the layer's outputs on the data, now."""
+        if self._probe is None or self._probe_model is not self.model:
+            self._build_probe()
+        total, count = 0.0, 0
+        for inputs in self._dataset:
+            norms = self._probe(inputs).numpy()
+            total += float(norms.sum())
+            count += norms.shape[0]
+        if count == 0:
+            raise ValueError("ActivationNormMonitor: data is empty; pass held-out inputs.")
+        return total / count
+
+    def on_epoch_end(self, epoch, logs=None):
+        if (epoch + 1) % self.every:
+            return
+        value = self.compute()
+        self.epochs.append(epoch + 1)
+        self.history.append(value)
+        if logs is not None:
+            logs[self.key] = value
+
+    def on_train_end(self, logs=None):
+        if self.plot_path is not None and self.history:
+            self.plot(self.plot_path)
+
+    def plot(self, path=None, *, label=None):
+        """Saves the norm per epoch as a PNG (matplotlib, Agg); returns the path."""
+        path = path if path is not None else self.plot_path
+        if path is None:
+            raise ValueError("plot needs a path: plot('norms.png') or plot_path= at init.")
+        return plot_activation_norms({label or self.layer_name: self}, path)
+
+
+def plot_activation_norms(monitors, path, *, title="Mean L2 norm of activations"):
+    """Saves one PNG comparing several monitors, e.g. {"ReLU": m1, "tempered sigmoid": m2}.
+
+    Uses matplotlib's Agg canvas directly, so the global backend is left alone.
+    """
+    # pylint: disable=g-import-not-at-top
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(5, 3.5))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    for label, monitor in monitors.items():
+        axes.plot(monitor.epochs, monitor.history, marker="o", label=label)
+    axes.set_xlabel("epoch")
+    axes.set_ylabel("mean per-example L2 norm")
+    axes.set_title(title)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, format="png")
+    return path

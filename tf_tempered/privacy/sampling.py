@@ -1,0 +1,213 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Poisson sampling for DP-SGD, the sampling that the Poisson ε of accounting assumes.
+
+At every step each of the N examples is included independently with probability
+``q``, so a batch has Binomial(N, q) examples, ``q·N`` on average. To keep shapes
+static (no retracing, XLA-friendly), each batch is padded with zero rows to a fixed
+``max_batch_size`` and carries a mask. Every element of the dataset is::
+
+    (x_batch, y_batch, {"mask": mask, "expected_batch_size": e})
+
+with ``x_batch`` [max_batch_size, ...] (zero padding), ``y_batch`` [max_batch_size, ...],
+``mask`` float32 [max_batch_size] (1.0 real row, 0.0 padding) and ``e = q·N`` a
+float32 scalar. The matching ε is ``compute_epsilon(num_examples=N, batch_size=q·N,
+steps=<number of steps>, sampling="poisson", ...)``.
+"""
+
+import math
+import numbers
+import secrets
+
+import numpy as np  # noqa: F401  (used by the doctests)
+from scipy import stats
+
+from tf_tempered._compat import tf
+
+__all__ = [
+    "OVERFLOW_PROBABILITY",
+    "poisson_sampling_probability",
+    "poisson_steps_per_epoch",
+    "default_max_batch_size",
+    "poisson_batches",
+]
+
+# Default bound on the probability that any step of a run samples more than
+# max_batch_size examples.
+OVERFLOW_PROBABILITY = 1e-10
+
+
+def poisson_sampling_probability(*, num_examples, expected_batch_size=None,
+                                 sampling_probability=None):
+    """q from exactly one of ``expected_batch_size`` (q = expected_batch_size / N) and q.
+
+    >>> poisson_sampling_probability(num_examples=60000, expected_batch_size=256)
+    0.004266666666666667
+    """
+    if (isinstance(num_examples, bool) or not isinstance(num_examples, numbers.Integral)
+            or num_examples <= 0):
+        raise ValueError(f"num_examples must be a positive integer, got {num_examples!r}; "
+                         f"the dataset needs at least one example.")
+    if (expected_batch_size is None) == (sampling_probability is None):
+        raise ValueError(
+            f"Give exactly one of expected_batch_size and sampling_probability (got "
+            f"expected_batch_size={expected_batch_size!r}, sampling_probability="
+            f"{sampling_probability!r}); e.g. expected_batch_size=256.")
+    if expected_batch_size is not None:
+        if (isinstance(expected_batch_size, bool)
+                or not isinstance(expected_batch_size, numbers.Real)
+                or not 0 < expected_batch_size <= num_examples):
+            raise ValueError(f"expected_batch_size must be in (0, num_examples={num_examples}]"
+                             f", got {expected_batch_size!r}; use a smaller batch size.")
+        return float(expected_batch_size) / num_examples
+    if (isinstance(sampling_probability, bool)
+            or not isinstance(sampling_probability, numbers.Real)
+            or not 0 < sampling_probability <= 1):
+        raise ValueError(f"sampling_probability must be in (0, 1], got "
+                         f"{sampling_probability!r}; e.g. sampling_probability=0.01.")
+    return float(sampling_probability)
+
+
+def poisson_steps_per_epoch(*, num_examples, expected_batch_size=None,
+                            sampling_probability=None):
+    """Steps of one "epoch" of Poisson sampling: round(N / (q·N)) = round(1/q), at least 1.
+
+    Halves round up. On average an epoch then touches each example about once.
+
+    >>> poisson_steps_per_epoch(num_examples=60000, expected_batch_size=256)
+    234
+    >>> poisson_steps_per_epoch(num_examples=100, sampling_probability=0.4)
+    3
+    """
+    q = poisson_sampling_probability(num_examples=num_examples,
+                                     expected_batch_size=expected_batch_size,
+                                     sampling_probability=sampling_probability)
+    return max(1, int(math.floor(1.0 / q + 0.5)))
+
+
+def default_max_batch_size(*, num_examples, sampling_probability, total_steps,
+                           overflow_probability=OVERFLOW_PROBABILITY):
+    """Smallest k with ``total_steps · P[Binomial(N, q) > k] < overflow_probability``.
+
+    By the union bound, no step of the run overflows k except with probability below
+    ``overflow_probability`` (default 1e-10).
+
+    >>> default_max_batch_size(num_examples=60000, sampling_probability=256 / 60000,
+    ...                        total_steps=14040)
+    388
+    """
+    _check_positive_int("total_steps", total_steps)
+    if not 0 < sampling_probability <= 1:
+        raise ValueError(f"sampling_probability must be in (0, 1], got "
+                         f"{sampling_probability!r}.")
+    if not 0 < overflow_probability < 1:
+        raise ValueError(f"overflow_probability must be in (0, 1), got "
+                         f"{overflow_probability!r}; e.g. 1e-10.")
+    per_step = overflow_probability / total_steps
+    k = int(stats.binom.isf(per_step, num_examples, sampling_probability))
+    k = max(k, 0)
+    while k < num_examples and stats.binom.sf(k, num_examples, sampling_probability) >= per_step:
+        k += 1
+    return max(1, min(k, num_examples))
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}; pass e.g. "
+                         f"{name}=1 or larger.")
+
+
+def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None, epochs=None,
+                    steps=None, max_batch_size=None, seed=None):
+    """tf.data.Dataset of Poisson-sampled, zero-padded batches of (x, y) with a mask.
+
+    Each step includes each example independently with probability q (a Bernoulli
+    draw per example per step from stateless random ops keyed on ``seed`` and the
+    step; a fixed seed, with the same global TF seed, reproduces the run, and each
+    new iteration over the dataset draws fresh batches). Give exactly one of
+    ``expected_batch_size`` (q = expected_batch_size / N) and ``sampling_probability``,
+    and exactly one of ``epochs`` (steps = epochs · round(1/q)) and ``steps``. Batches
+    are padded to ``max_batch_size`` (default: see ``default_max_batch_size``); a step
+    that samples more raises ``InvalidArgumentError`` naming max_batch_size, never
+    drops examples. Account with ``compute_epsilon(num_examples=N, batch_size=q·N,
+    steps=<steps>)``.
+
+    >>> ds = poisson_batches(np.ones((10, 2)), np.arange(10), expected_batch_size=5,
+    ...                      steps=3, max_batch_size=10, seed=0)
+    >>> x_batch, y_batch, info = next(iter(ds))
+    >>> x_batch.shape, y_batch.shape, info["mask"].shape, float(info["expected_batch_size"])
+    (TensorShape([10, 2]), TensorShape([10]), TensorShape([10]), 5.0)
+    >>> float(tf.reduce_sum(x_batch[:, 0])) == float(tf.reduce_sum(info["mask"]))
+    True
+    """
+    x = tf.convert_to_tensor(x)
+    y = tf.convert_to_tensor(y)
+    if x.shape.rank == 0 or x.shape[0] is None:
+        raise ValueError(f"x must have a leading example dimension, got shape {x.shape}.")
+    num_examples = int(x.shape[0])
+    if y.shape.rank == 0 or y.shape[0] != num_examples:
+        raise ValueError(f"y must have one row per example of x ({num_examples}), got shape "
+                         f"{y.shape}; pass labels aligned with x.")
+    q = poisson_sampling_probability(num_examples=num_examples,
+                                     expected_batch_size=expected_batch_size,
+                                     sampling_probability=sampling_probability)
+    if (epochs is None) == (steps is None):
+        raise ValueError(f"Give exactly one of epochs and steps (got epochs={epochs!r}, "
+                         f"steps={steps!r}); e.g. epochs=10.")
+    if steps is None:
+        _check_positive_int("epochs", epochs)
+        steps = int(epochs) * poisson_steps_per_epoch(num_examples=num_examples,
+                                                      sampling_probability=q)
+    _check_positive_int("steps", steps)
+    steps = int(steps)
+    if max_batch_size is None:
+        max_batch_size = default_max_batch_size(num_examples=num_examples,
+                                                sampling_probability=q, total_steps=steps)
+    _check_positive_int("max_batch_size", max_batch_size)
+    max_batch_size = int(max_batch_size)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}.")
+    if seed is None:  # Still keyed per run, so that runs are not all alike.
+        seed = secrets.randbits(62)
+
+    q64 = tf.constant(q, tf.float64)
+    expected = tf.constant(q * num_examples, tf.float32)
+    overflow_message = (
+        f"poisson_batches: a step sampled more examples than max_batch_size="
+        f"{max_batch_size} (N={num_examples}, q={q:.6g}, expected {q * num_examples:.6g}); "
+        f"pass a larger max_batch_size, or leave it None for a size that overflows with "
+        f"probability < {OVERFLOW_PROBABILITY:g} over the run. Sampled count:")
+
+    def pad(tensor, count):
+        paddings = [[0, max_batch_size - count]] + [[0, 0]] * (tensor.shape.rank - 1)
+        padded = tf.pad(tensor, paddings)
+        return tf.ensure_shape(padded, [max_batch_size] + tensor.shape.as_list()[1:])
+
+    def draw(step, step_key):
+        uniform = tf.random.stateless_uniform([num_examples], seed=tf.stack([step_key, step]),
+                                              dtype=tf.float64)
+        index = tf.where(uniform < q64)[:, 0]
+        count = tf.size(index)
+        check = tf.debugging.assert_less_equal(count, max_batch_size, message=overflow_message)
+        with tf.control_dependencies([check]):
+            count = tf.identity(count)
+        mask = pad(tf.ones([count], tf.float32), count)
+        return (pad(tf.gather(x, index), count), pad(tf.gather(y, index), count),
+                {"mask": mask, "expected_batch_size": expected})
+
+    # One random key per step, re-drawn (deterministically given seed) per iteration.
+    keys = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(steps)
+    dataset = tf.data.Dataset.zip((tf.data.Dataset.range(steps), keys))
+    dataset = dataset.map(draw, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
