@@ -46,6 +46,13 @@ def _cnn(learnable=False):
     ])
 
 
+def _cnn_first_conv_frozen():
+    model = _cnn()
+    make_private(model)  # instrumented first, frozen after: the engine must notice
+    model.layers[0].trainable = False
+    return model
+
+
 def _sequence_model():
     # Dense on a [B, T, d] input: several rows per example (ghost norm with R > 1).
     return keras.Sequential([keras.Input((5, 6)), keras.layers.Dense(7, activation="tanh"),
@@ -80,8 +87,9 @@ def _update(model_fn, optimizer_fn, private, x, y):
     return [a - b for a, b in zip(model.get_weights(), before)], model
 
 
-@pytest.mark.parametrize("model_fn", [_cnn, _cnn_learnable, _sequence_model],
-                         ids=["cnn", "cnn-learnable", "sequence"])
+@pytest.mark.parametrize("model_fn", [_cnn, _cnn_learnable, _cnn_first_conv_frozen,
+                                      _sequence_model],
+                         ids=["cnn", "cnn-learnable", "cnn-frozen", "sequence"])
 @pytest.mark.parametrize("num_microbatches", [None, BATCH, 4, 1])
 def test_update_equals_tf_privacy(model_fn, num_microbatches):
     x, y = _data(model_fn())

@@ -144,7 +144,8 @@ def _wrap_call(layer):
     @tf.autograph.experimental.do_not_convert
     def call(inputs, *args, **kwargs):
         recorder = _active_recorder()
-        if recorder is None:
+        # Frozen since make_private (layer.trainable = False): nothing to clip.
+        if recorder is None or not _own_trainable_weights(layer):
             return original_call(inputs, *args, **kwargs)
         if not isinstance(inputs, (tf.Tensor, tf.Variable)) or isinstance(
                 inputs, tf.SparseTensor):
@@ -299,7 +300,11 @@ def layer_clipped_grads(record, scale, finite):
             grads[var.ref()] = tf.reduce_sum(tf.math.multiply_no_nan(p, s), 0)
         return grads
     s = tf.cast(scale, record.cache["g"].dtype)[:, None, None]
-    if record.cache["ghost"]:
+    if record.cache["ghost"] and record.kind == "conv2d":
+        # Σ_b c_b ∂ℓ_b/∂kernel is the ordinary kernel gradient of the batch with
+        # the output gradients rescaled per example: TF's own conv backprop op.
+        kernel_grad = _conv_kernel_grad(record, scale, finite)
+    elif record.cache["ghost"]:
         a = tf.math.multiply_no_nan(record.cache["a"], tf.cast(finite, s.dtype)[:, None, None])
         g = tf.math.multiply_no_nan(record.cache["g"], s)
         kernel_grad = tf.einsum("mri,mro->io", a, g)
@@ -310,6 +315,23 @@ def layer_clipped_grads(record, scale, finite):
         grads[layer.bias.ref()] = tf.reduce_sum(
             tf.math.multiply_no_nan(record.cache["bias"], s[:, :, 0]), 0)
     return grads
+
+
+def _per_example(per_microbatch, like):
+    """Repeats a [M] vector to one entry per example of `like` ([B, ...]), shaped to broadcast."""
+    repeats = tf.shape(like)[0] // tf.shape(per_microbatch)[0]
+    values = tf.repeat(tf.cast(per_microbatch, like.dtype), repeats)
+    return tf.reshape(values, [-1] + [1] * (like.shape.rank - 1))
+
+
+def _conv_kernel_grad(record, scale, finite):
+    layer = record.layer
+    g = tf.math.multiply_no_nan(record.grad_output, _per_example(scale, record.grad_output))
+    x = tf.cast(record.inputs, g.dtype)
+    x = tf.math.multiply_no_nan(x, _per_example(finite, x))
+    return tf.compat.v1.nn.conv2d_backprop_filter(
+        x, tf.constant(layer.kernel.shape.as_list()), g, strides=[1, *layer.strides, 1],
+        padding=layer.padding.upper(), dilations=[1, *layer.dilation_rate, 1])
 
 
 def _generic_per_example_grads(record):
