@@ -179,16 +179,23 @@ def test_poisson_padding_rows_do_not_change_the_update():
 
     def run(xs, ys, mask):
         model = make_private(_fresh(_cnn))
-        model.compile(optimizer=opt(), loss=LOSS)
+        model.compile(optimizer=opt(), loss=LOSS, metrics=["accuracy"])
         before = model.get_weights()
         weights = {"mask": tf.constant(mask, tf.float32),
                    "expected_batch_size": tf.constant(10.0)}
         ds = tf.data.Dataset.from_tensors((xs, ys, weights))
-        model.fit(ds, verbose=0)
+        history = model.fit(ds, verbose=0).history
+        # Accuracy over the real rows only (padded rows would count as examples).
+        predicted = np.argmax(before_model.predict(xs[:8], verbose=0), 1)
+        np.testing.assert_allclose(history["accuracy"][0], np.mean(predicted == ys[:8]))
+        # The reported loss is the mean over real rows only.
+        expected_loss = LOSS(ys[:8], before_model.predict(xs[:8], verbose=0)).numpy().mean()
+        np.testing.assert_allclose(history["loss"][0], expected_loss, rtol=1e-5)
         return [a - b for a, b in zip(model.get_weights(), before)]
 
+    before_model = _fresh(_cnn)
     real = run(x[:8], y[:8], np.ones(8))
-    padded = run(np.concatenate([x[:8], np.zeros_like(x[:8])]), np.concatenate([y[:8], y[:8]]),
+    padded = run(np.concatenate([x[:8], np.zeros_like(x[:8])]), np.concatenate([y[:8], (y[:8] + 1) % 3]),
                  np.r_[np.ones(8), np.zeros(8)])
     for r, p in zip(real, padded):
         np.testing.assert_allclose(p, r, atol=1e-6)

@@ -146,9 +146,11 @@ class _DPMetrics:
         self.clipped_fraction = keras.metrics.Mean(name="dp_clipped_fraction")
         self.grad_norm = keras.metrics.Mean(name="dp_grad_norm")
         self.nonfinite = keras.metrics.Sum(name="dp_nonfinite")
+        # Keras' loss tracker averages over all rows, padded Poisson rows included.
+        self.masked_loss = keras.metrics.Mean(name="loss")
 
     def all(self):
-        return [self.clipped_fraction, self.grad_norm, self.nonfinite]
+        return [self.clipped_fraction, self.grad_norm, self.nonfinite, self.masked_loss]
 
 
 def _reset_metrics(self):
@@ -238,8 +240,19 @@ def _train_step(self, data):
     metrics.clipped_fraction.update_state(tf.cast(norm > clip, tf.float32), sample_weight=real)
     metrics.grad_norm.update_state(tf.where(finite > 0, norm, 0.0), sample_weight=real)
     metrics.nonfinite.update_state(tf.reduce_sum(1.0 - finite))
-    logs = self.compute_metrics(x, y, y_pred, sample_weight)
-    logs.update({m.name: m.result() for m in metrics.all()})
+    if poisson_mask is None:
+        logs = self.compute_metrics(x, y, y_pred, sample_weight)
+    else:
+        # Padded rows are not examples. Keras applies sample weights to
+        # `weighted_metrics` only, so drop the rows for the compiled metrics, and
+        # replace Keras' loss mean (over all rows) with one over the real rows.
+        keep = tf.greater(poisson_mask, 0)
+        real_rows = lambda t: tf.boolean_mask(t, keep)
+        logs = self.compute_metrics(x, tf.nest.map_structure(real_rows, y),
+                                    tf.nest.map_structure(real_rows, y_pred), None)
+        metrics.masked_loss.update_state(losses, sample_weight=poisson_mask)
+        logs["loss"] = metrics.masked_loss.result()
+    logs.update({m.name: m.result() for m in metrics.all() if m is not metrics.masked_loss})
     return logs
 
 

@@ -1,0 +1,170 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The train script: metrics.json, model.keras, ε, flag validation, the CLI."""
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from tf_tempered._compat import keras
+from tf_tempered.experiments import common
+from tf_tempered.experiments import train as train_lib
+from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
+from tf_tempered.privacy.accounting import compute_epsilon
+from tf_tempered.privacy.sampling import poisson_steps_per_epoch
+
+DIGITS_TRAIN = 1438
+TINY = TrainConfig(dataset="digits", epochs=2, batch_size=128, learning_rate=0.5)
+
+
+def _read(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_train_writes_metrics_and_a_model_that_reproduces_them(tmp_path):
+    config = TINY.replace(output_dir=str(tmp_path))
+    returned = train_lib.run_training(config, verbose=0)
+    metrics = _read(tmp_path / "metrics.json")
+
+    for key in ("test_accuracy", "epsilon", "delta", "epsilon_label", "accountant", "sampling",
+                "noise_multiplier", "steps", "flags", "wall_time_s", "history", "versions",
+                "dataset"):
+        assert key in metrics, key
+    assert metrics["flags"] == config.to_dict()
+    assert metrics["dataset"]["source"] == "sklearn.datasets.load_digits"
+    assert set(metrics["versions"]) >= {"tensorflow", "tf-keras", "tensorflow-privacy",
+                                        "tf_tempered"}
+    assert metrics["wall_time_s"] > 0
+    assert metrics["test_accuracy"] == pytest.approx(returned["test_accuracy"])
+    assert [h["epoch"] for h in metrics["history"]] == [1, 2]
+    for h in metrics["history"]:
+        assert 0 <= h["test_accuracy"] <= 1 and h["epsilon"] > 0
+    assert metrics["history"][-1]["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
+
+    # ε is exactly the accountant's for these settings, after each epoch and at the end.
+    steps_per_epoch = poisson_steps_per_epoch(num_examples=DIGITS_TRAIN, expected_batch_size=128)
+    expected = [compute_epsilon(num_examples=DIGITS_TRAIN, batch_size=128, noise_multiplier=1.1,
+                                steps=e * steps_per_epoch, delta=1e-5, sampling="poisson")
+                for e in (1, 2)]
+    assert [h["epsilon"] for h in metrics["history"]] == pytest.approx(expected, rel=1e-12)
+    assert metrics["epsilon"] == pytest.approx(expected[-1], rel=1e-12)
+    assert metrics["steps"] == 2 * steps_per_epoch
+    assert "Poisson sampling (as trained)" in metrics["epsilon_label"]
+
+    model = keras.models.load_model(tmp_path / "model.keras", compile=False)
+    model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    from tf_tempered import data  # pylint: disable=import-outside-toplevel
+    x_test, y_test = data.load("digits").test
+    _, accuracy = model.evaluate(x_test, y_test, verbose=0)
+    assert accuracy == pytest.approx(metrics["test_accuracy"], abs=1e-6)
+
+
+def test_shuffle_with_target_epsilon_labels_the_poisson_assumption(tmp_path):
+    config = TINY.replace(epochs=1, sampling="shuffle", microbatches=64, target_epsilon=2.0,
+                          output_dir=str(tmp_path), save_model=False)
+    train_lib.run_training(config, verbose=0)
+    metrics = _read(tmp_path / "metrics.json")
+    assert not (tmp_path / "model.keras").exists()
+    # σ is calibrated so the (Poisson-assumed) ε lands just under the target.
+    assert 1.95 <= metrics["epsilon"] <= 2.0
+    assert metrics["steps"] == DIGITS_TRAIN // 128
+    assert "ASSUMING Poisson sampling" in metrics["epsilon_label"]
+    # The proven bound for shuffled batches (no amplification) is reported too, and larger.
+    assert metrics["epsilon_no_amplification"] > metrics["epsilon"]
+    expected = compute_epsilon(num_examples=DIGITS_TRAIN, batch_size=128,
+                               noise_multiplier=metrics["noise_multiplier"],
+                               steps=metrics["steps"], delta=1e-5, microbatch_size=2)
+    assert metrics["epsilon"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_non_private_run_reports_infinite_epsilon(tmp_path):
+    config = TINY.replace(epochs=1, dpsgd=False, optimizer="adam", learning_rate=0.01,
+                          output_dir=str(tmp_path), save_model=False)
+    result = train_lib.run_training(config, verbose=0)
+    metrics = _read(tmp_path / "metrics.json")  # strict JSON: inf is the string "inf"
+    assert math.isinf(result["epsilon"]) and math.isinf(float(metrics["epsilon"]))
+    assert math.isinf(float(metrics["history"][0]["epsilon"]))
+    assert metrics["test_accuracy"] > 0.5
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(microbatches=7, sampling="shuffle"), "--microbatches=7 does not divide --batch_size"),
+    (dict(microbatches=64), "--sampling=poisson needs one example per microbatch"),
+    (dict(noise_multiplier=1.0, target_epsilon=3.0), "mutually exclusive"),
+    (dict(learning_rate=0.0), "--learning_rate=0.0 is invalid"),
+    (dict(l2_norm_clip=-1.0), "--l2_norm_clip=-1.0 is invalid"),
+    (dict(batch_size=0), "--batch_size=0 is invalid"),
+    (dict(epochs=1.5), "--epochs=1.5 is invalid"),
+    (dict(noise_multiplier=0.0), "--noise_multiplier=0.0 is invalid"),
+    (dict(target_epsilon=-1.0), "--target_epsilon=-1.0 is invalid"),
+    (dict(delta=1.0), "--delta=1.0 is invalid"),
+    (dict(dataset="svhn"), "--dataset='svhn' is invalid"),
+    (dict(sampling="fixed"), "--sampling='fixed' is invalid"),
+    (dict(activation="relu", scale=3.0), "--scale only applies to --activation=tempered_sigmoid"),
+    (dict(scale=0.0), "--scale=0.0 is invalid"),
+    (dict(dpsgd=False, noise_multiplier=1.0), "--noise_multiplier has no effect with --nodpsgd"),
+    (dict(num_train=0), "--num_train=0 is invalid"),
+])
+def test_validation_names_the_flag(changes, message):
+    with pytest.raises(ConfigError, match="Fix:|choose one of|must be") as info:
+        validate_config(TINY.replace(**changes))
+    assert message in str(info.value)
+
+
+def test_bad_config_fails_before_loading_data(monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("data loaded before validation")
+    monkeypatch.setattr(train_lib.data_lib, "load", no_loading)
+    with pytest.raises(ConfigError, match="mutually exclusive"):
+        train_lib.run_training(TINY.replace(noise_multiplier=1.0, target_epsilon=1.0), verbose=0)
+
+
+def test_batch_larger_than_the_data_fails_before_training(monkeypatch):
+    monkeypatch.setattr(train_lib.common, "build_model",
+                        lambda *a: pytest.fail("model built before validation"))
+    with pytest.raises(ConfigError, match=r"--batch_size=256 is larger than the 100 training"):
+        train_lib.run_training(TINY.replace(batch_size=256, num_train=100), verbose=0)
+
+
+def test_flags_cover_every_setting_and_parse_into_a_config():
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    values = flags.FlagValues()
+    common.define_training_flags(values)
+    assert {f.name for f in dataclasses.fields(TrainConfig)} <= set(values)
+    values(["prog", "--dataset=digits", "--activation=tanh", "--nodpsgd", "--epochs=3",
+            "--microbatches=32", "--sampling=shuffle"])
+    config = common.config_from_flags(values, output_dir="/tmp/x")
+    assert config == TrainConfig(dataset="digits", activation="tanh", dpsgd=False, epochs=3,
+                                 microbatches=32, sampling="shuffle", output_dir="/tmp/x")
+
+
+def test_cli_rejects_a_bad_flag_combination_with_a_clear_message(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tf_tempered.experiments.train", "--dataset=digits",
+         "--noise_multiplier=1.0", "--target_epsilon=3", f"--output_dir={tmp_path}"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode != 0
+    assert "--noise_multiplier=1.0 and --target_epsilon=3.0 are mutually exclusive" in proc.stderr
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_alias_module_runs_the_same_entry_point():
+    import tf_tempered.train  # pylint: disable=import-outside-toplevel
+    assert tf_tempered.train.cli is train_lib.cli

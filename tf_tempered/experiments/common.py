@@ -1,0 +1,287 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What the experiment scripts share: the run config and its validation, flags, models.
+
+>>> config = validate_config(TrainConfig(dataset="digits", microbatches=7, sampling="shuffle"))
+Traceback (most recent call last):
+...
+tf_tempered.experiments.common.ConfigError: --microbatches=7 does not divide --batch_size=256...
+"""
+
+import dataclasses
+import math
+import numbers
+
+from tf_tempered._compat import keras
+from tf_tempered.layers import TemperedSigmoid
+from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation
+
+__all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples",
+           "define_training_flags", "config_from_flags", "parse_floats", "digits_cnn",
+           "build_model", "first_activation_layer", "DEFAULT_NOISE_MULTIPLIER"]
+
+DATASETS = ("mnist", "fashion_mnist", "cifar10", "digits")
+ACTIVATIONS = ("relu", "tanh", "tempered_sigmoid")
+OPTIMIZERS = ("sgd", "adam")
+SAMPLINGS = ("poisson", "shuffle")
+ACCOUNTANTS = ("rdp", "pld")
+# TF Privacy's MNIST tutorial; used when neither noise_multiplier nor target_epsilon is given.
+DEFAULT_NOISE_MULTIPLIER = 1.1
+_TEMPERED_DEFAULTS = {"scale": 2.0, "inverse_temperature": 2.0, "offset": 1.0,
+                      "learnable": False}
+
+
+class ConfigError(ValueError):
+    """An invalid setting or combination; the message names the flag and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Every setting of one training run; field names are the train script's flag names.
+
+    ``noise_multiplier=None`` means 1.1, unless ``target_epsilon`` is given (then σ is
+    calibrated to it). ``microbatches=None`` means one example per microbatch.
+    ``output_dir=None`` writes no files.
+    """
+
+    dataset: str = "mnist"
+    data_dir: str = None
+    num_train: int = None
+    num_test: int = None
+    activation: str = "tempered_sigmoid"
+    scale: float = 2.0
+    inverse_temperature: float = 2.0
+    offset: float = 1.0
+    learnable: bool = False
+    dpsgd: bool = True
+    optimizer: str = "sgd"
+    learning_rate: float = 0.15
+    l2_norm_clip: float = 1.0
+    noise_multiplier: float = None
+    target_epsilon: float = None
+    batch_size: int = 256
+    microbatches: int = None
+    epochs: int = 60
+    sampling: str = "poisson"
+    accountant: str = "rdp"
+    delta: float = 1e-5
+    seed: int = 0
+    output_dir: str = None
+    save_model: bool = True
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+def _fail(message):
+    raise ConfigError(message)
+
+
+def _is_number(value, integer=False):
+    kind = numbers.Integral if integer else numbers.Real
+    return isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_positive(config, name, integer=False, optional=False):
+    value = getattr(config, name)
+    if value is None and optional:
+        return
+    if not _is_number(value, integer) or value <= 0:
+        kind = "a positive integer" if integer else "a positive finite number"
+        _fail(f"--{name}={value!r} is invalid: it must be {kind}. Fix: e.g. "
+              f"--{name}={getattr(TrainConfig, name) or 1}.")
+
+
+def _check_choice(config, name, choices):
+    value = getattr(config, name)
+    if value not in choices:
+        _fail(f"--{name}={value!r} is invalid: choose one of {', '.join(choices)}.")
+
+
+def validate_config(config):
+    """Checks every setting of ``config`` (a TrainConfig) and returns it; raises ConfigError.
+
+    Checks that need the dataset size are in :func:`check_num_examples`.
+    """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"expected a TrainConfig, got {type(config).__name__}.")
+    _check_choice(config, "dataset", DATASETS)
+    _check_choice(config, "activation", ACTIVATIONS)
+    _check_choice(config, "optimizer", OPTIMIZERS)
+    _check_choice(config, "sampling", SAMPLINGS)
+    _check_choice(config, "accountant", ACCOUNTANTS)
+    for name in ("learning_rate", "l2_norm_clip"):
+        _check_positive(config, name)
+    for name in ("batch_size", "epochs"):
+        _check_positive(config, name, integer=True)
+    for name in ("num_train", "num_test", "microbatches"):
+        _check_positive(config, name, integer=True, optional=True)
+    for name in ("noise_multiplier", "target_epsilon"):
+        _check_positive(config, name, optional=True)
+    if config.activation == "tempered_sigmoid":
+        for name in ("scale", "inverse_temperature"):
+            _check_positive(config, name)
+        if not _is_number(config.offset):
+            _fail(f"--offset={config.offset!r} is invalid: it must be a finite number.")
+    else:
+        changed = [n for n, d in _TEMPERED_DEFAULTS.items() if getattr(config, n) != d]
+        if changed:
+            _fail(f"--{changed[0]} only applies to --activation=tempered_sigmoid, but "
+                  f"--activation={config.activation}. Fix: drop --{changed[0]}, or use "
+                  "--activation=tempered_sigmoid.")
+    if not _is_number(config.delta) or not 0 < config.delta < 1:
+        _fail(f"--delta={config.delta!r} is invalid: it must be in (0, 1). Fix: e.g. "
+              "--delta=1e-5 (below 1/number of training examples).")
+    if config.seed is not None and not _is_number(config.seed, integer=True):
+        _fail(f"--seed={config.seed!r} is invalid: it must be an integer.")
+    if config.noise_multiplier is not None and config.target_epsilon is not None:
+        _fail(f"--noise_multiplier={config.noise_multiplier} and --target_epsilon="
+              f"{config.target_epsilon} are mutually exclusive: --target_epsilon calibrates "
+              "the noise multiplier. Fix: give only one of them.")
+    if not config.dpsgd:
+        for name in ("noise_multiplier", "target_epsilon", "microbatches"):
+            if getattr(config, name) is not None:
+                _fail(f"--{name} has no effect with --nodpsgd (non-private training). Fix: "
+                      f"drop --{name}, or train with --dpsgd.")
+    if config.microbatches is not None:
+        if config.batch_size % config.microbatches:
+            _fail(f"--microbatches={config.microbatches} does not divide --batch_size="
+                  f"{config.batch_size}; every microbatch must hold the same number of "
+                  f"examples. Fix: use a divisor of {config.batch_size} (e.g. "
+                  f"--microbatches={config.batch_size}) or drop --microbatches.")
+        if config.sampling == "poisson" and config.microbatches != config.batch_size:
+            _fail(f"--sampling=poisson needs one example per microbatch, but --microbatches="
+                  f"{config.microbatches} with --batch_size={config.batch_size} puts "
+                  f"{config.batch_size // config.microbatches} in each (Poisson batches vary "
+                  "in size). Fix: drop --microbatches, or use --sampling=shuffle.")
+    return config
+
+
+def check_num_examples(config, num_examples):
+    """Checks the settings that depend on the number of training examples."""
+    if num_examples < config.batch_size:
+        _fail(f"--batch_size={config.batch_size} is larger than the {num_examples} training "
+              f"examples of --dataset={config.dataset}"
+              f"{f' (--num_train={config.num_train})' if config.num_train else ''}. Fix: use "
+              f"--batch_size={num_examples} or less, or more training data.")
+
+
+def define_training_flags(flag_values, exclude=()):
+    """Defines the train script's flags on ``flag_values`` (absl), except ``exclude``.
+
+    Called from each script's ``main`` entry point, never at import time.
+    """
+    from absl import flags  # pylint: disable=g-import-not-at-top
+
+    d = TrainConfig()
+    specs = [
+        ("enum", "dataset", d.dataset, "Dataset.", DATASETS),
+        ("string", "data_dir", None, "Folder with the dataset files (see tf_tempered.data)."),
+        ("integer", "num_train", None, "Keep only the first so many training examples."),
+        ("integer", "num_test", None, "Keep only the first so many test examples."),
+        ("enum", "activation", d.activation, "Activation of every hidden layer.", ACTIVATIONS),
+        ("float", "scale", d.scale, "Tempered sigmoid scale s."),
+        ("float", "inverse_temperature", d.inverse_temperature, "Tempered sigmoid T."),
+        ("float", "offset", d.offset, "Tempered sigmoid offset o."),
+        ("bool", "learnable", d.learnable, "Learn (s, T, o) per layer."),
+        ("bool", "dpsgd", d.dpsgd, "Train with DP-SGD; --nodpsgd trains non-privately "
+                                   "(shuffled batches, ε = inf)."),
+        ("enum", "optimizer", d.optimizer, "Update rule.", OPTIMIZERS),
+        ("float", "learning_rate", d.learning_rate, "Learning rate."),
+        ("float", "l2_norm_clip", d.l2_norm_clip, "Clipping norm C."),
+        ("float", "noise_multiplier", None,
+         f"Noise multiplier σ (default {DEFAULT_NOISE_MULTIPLIER} unless --target_epsilon)."),
+        ("float", "target_epsilon", None, "Calibrate σ to reach this ε after --epochs."),
+        ("integer", "batch_size", d.batch_size, "(Expected) batch size."),
+        ("integer", "microbatches", None, "Microbatches per batch (default: one per "
+                                          "example); must divide --batch_size."),
+        ("integer", "epochs", d.epochs, "Epochs."),
+        ("enum", "sampling", d.sampling, "poisson: Poisson-sampled batches (the ε "
+                                         "accounting assumes); shuffle: shuffled fixed-size "
+                                         "batches.", SAMPLINGS),
+        ("enum", "accountant", d.accountant, "Privacy accountant.", ACCOUNTANTS),
+        ("float", "delta", d.delta, "δ of the (ε, δ) guarantee."),
+        ("integer", "seed", d.seed, "Random seed."),
+        ("string", "output_dir", None, "Where to write results (default: write nothing)."),
+        ("bool", "save_model", d.save_model, "Also save model.keras into --output_dir."),
+    ]
+    for kind, name, default, help_text, *choices in specs:
+        if name in exclude or name in flag_values:
+            continue
+        define = getattr(flags, f"DEFINE_{kind}")
+        define(name, default, *choices, help_text, flag_values=flag_values)
+
+
+def config_from_flags(flag_values, **overrides):
+    """A TrainConfig from parsed absl flags (those defined), then ``overrides``."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    values = {n: flag_values[n].value for n in names if n in flag_values}
+    values.update(overrides)
+    return TrainConfig(**values)
+
+
+def parse_floats(name, values):
+    """Floats from an absl list flag (strings); ConfigError naming ``--name`` if one is not."""
+    try:
+        parsed = [float(v) for v in values]
+    except (TypeError, ValueError):
+        _fail(f"--{name}={','.join(map(str, values))} is invalid: give comma-separated numbers, "
+              f"e.g. --{name}=1,2,4.")
+    if not parsed or not all(math.isfinite(v) for v in parsed):
+        _fail(f"--{name} must list at least one finite number, e.g. --{name}=1,2,4.")
+    return parsed
+
+
+def digits_cnn(activation="tempered_sigmoid", *, input_shape=(8, 8, 1), num_classes=10,
+               name="digits_cnn"):
+    """A small CNN for scikit-learn's 8×8 digits, where the paper's 8×8-kernel CNN does not fit.
+
+    Conv2D 16, 3×3 + act → Flatten → Dense 32 + act → Dense num_classes (logits);
+    ``activation`` takes any form :func:`tf_tempered.models.resolve_activation` accepts.
+
+    >>> digits_cnn("relu").count_params()
+    18954
+    """
+    make_activation = resolve_activation(activation)
+    inputs = keras.Input(shape=tuple(input_shape), name="image")
+    x = keras.layers.Conv2D(16, 3, name="conv1")(inputs)
+    x = make_activation()(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    x = keras.layers.Dense(32, name="dense1")(x)
+    x = make_activation()(x)
+    outputs = keras.layers.Dense(num_classes, name="logits")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def build_model(config, dataset):
+    """The paper's CNN for ``dataset`` (digits: :func:`digits_cnn`) with config's activation."""
+    if config.activation == "tempered_sigmoid":
+        activation = {"scale": config.scale, "inverse_temperature": config.inverse_temperature,
+                      "offset": config.offset, "learnable": config.learnable}
+    else:
+        activation = config.activation
+    builder = {"digits": digits_cnn, "cifar10": cifar10_cnn}.get(config.dataset, mnist_cnn)
+    return builder(activation, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
+
+
+def first_activation_layer(model):
+    """The model's first activation layer (Activation or TemperedSigmoid)."""
+    for layer in model.layers:
+        if isinstance(layer, (keras.layers.Activation, TemperedSigmoid)):
+            return layer
+    raise ValueError(f"model {model.name!r} has no activation layer.")

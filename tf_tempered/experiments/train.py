@@ -1,0 +1,304 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Trains one model with DP-SGD (or without), as in the paper and TF Privacy's tutorials.
+
+    python -m tf_tempered.experiments.train --dataset=mnist --activation=tanh \\
+        --epochs=60 --output_dir=/tmp/mnist_tanh
+
+Prints a progress bar and, each epoch, the test accuracy and ε (with δ, the
+accountant and the sampling it assumes); writes ``metrics.json`` (final test
+accuracy and ε, every flag, the per-epoch history, package versions, wall time)
+and ``model.keras`` (load it with ``keras.models.load_model(path, compile=False)``)
+into ``--output_dir``.
+
+Sampling: ``poisson`` (default) trains on Poisson-sampled batches, the sampling the
+reported ε assumes. ``shuffle`` trains on shuffled fixed-size batches; ε is then
+reported as TF Privacy does, *assuming* Poisson sampling, and labelled so, next to
+the bound actually proven for shuffling (no amplification by subsampling).
+"""
+
+import math
+import pathlib
+import time
+import warnings
+
+from tf_tempered import data as data_lib
+from tf_tempered._compat import keras, tf
+from tf_tempered.callbacks import PrivacyBudget
+from tf_tempered.experiments import common, results
+from tf_tempered.privacy import accounting, make_private, sampling
+
+__all__ = ["PrivacyPlan", "plan_privacy", "run_training", "define_flags", "main", "cli"]
+
+
+class PrivacyPlan:
+    """Steps, σ and the ε accounting of one run (``noise_multiplier=None``: non-private)."""
+
+    def __init__(self, config, num_examples, steps_per_epoch, noise_multiplier):
+        self.config = config
+        self.num_examples = num_examples
+        self.steps_per_epoch = steps_per_epoch
+        self.total_steps = steps_per_epoch * config.epochs
+        self.noise_multiplier = noise_multiplier
+        self.microbatch_size = _microbatch_size(config)
+
+    def _epsilon(self, steps, sampling_assumed):
+        with warnings.catch_warnings():  # the shuffle note is said once, in the label
+            warnings.filterwarnings("ignore", message="sampling='shuffle'", category=UserWarning)
+            return accounting.compute_epsilon(
+                num_examples=self.num_examples, batch_size=self.config.batch_size,
+                noise_multiplier=self.noise_multiplier, steps=steps, delta=self.config.delta,
+                sampling=sampling_assumed, accountant=self.config.accountant,
+                microbatch_size=self.microbatch_size)
+
+    def epsilon(self, steps):
+        """ε after ``steps`` steps, with Poisson sampling assumed (TF Privacy's figure)."""
+        if self.noise_multiplier is None:
+            return math.inf
+        return self._epsilon(steps, "poisson") if steps else 0.0
+
+    def epsilon_no_amplification(self, steps):
+        """ε proven for shuffled batches (no amplification); None unless sampling=shuffle."""
+        if self.noise_multiplier is None or self.config.sampling != "shuffle":
+            return None
+        return self._epsilon(steps, "shuffle") if steps else 0.0
+
+    def label(self):
+        """What the reported ε means, in words."""
+        c = self.config
+        if self.noise_multiplier is None:
+            return "non-private training: ε = inf"
+        where = (f"at δ={c.delta:g}, {c.accountant.upper()} accountant, σ="
+                 f"{self.noise_multiplier:.4g}, q={c.batch_size / self.num_examples:.4g}")
+        if c.sampling == "poisson":
+            return f"ε {where}, Poisson sampling (as trained)"
+        return (f"ε {where}, ASSUMING Poisson sampling as TF Privacy reports it, but this "
+                f"run used shuffled fixed-size batches; the bound proven for those (no "
+                f"amplification by subsampling) is epsilon_no_amplification")
+
+
+def _microbatch_size(config):
+    """Examples per microbatch (accounting doubles the sensitivity above one)."""
+    return config.batch_size // (config.microbatches or config.batch_size)
+
+
+def plan_privacy(config, num_examples):
+    """The PrivacyPlan of ``config`` on ``num_examples`` examples (calibrates σ if asked)."""
+    if not config.dpsgd or config.sampling == "shuffle":
+        steps_per_epoch = num_examples // config.batch_size  # drop_remainder batches
+    else:
+        steps_per_epoch = sampling.poisson_steps_per_epoch(
+            num_examples=num_examples, expected_batch_size=config.batch_size)
+    if not config.dpsgd:
+        return PrivacyPlan(config, num_examples, steps_per_epoch, None)
+    sigma = config.noise_multiplier
+    if config.target_epsilon is not None:
+        try:
+            sigma = accounting.noise_multiplier_for_epsilon(
+                target_epsilon=config.target_epsilon, num_examples=num_examples,
+                batch_size=config.batch_size, steps=steps_per_epoch * config.epochs,
+                delta=config.delta, sampling="poisson", accountant=config.accountant,
+                microbatch_size=_microbatch_size(config))
+        except ValueError as e:
+            raise common.ConfigError(f"--target_epsilon={config.target_epsilon}: {e}") from e
+    elif sigma is None:
+        sigma = common.DEFAULT_NOISE_MULTIPLIER
+    return PrivacyPlan(config, num_examples, steps_per_epoch, float(sigma))
+
+
+class _EpochReport(keras.callbacks.Callback):
+    """Records each epoch (accuracies, ε, DP metrics, time) and prints accuracy and ε."""
+
+    def __init__(self, plan, verbose):
+        super().__init__()
+        self.plan, self.verbose, self.records = plan, verbose, []
+        self._start = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = time.monotonic()
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs if logs is not None else {}
+        steps = (epoch + 1) * self.plan.steps_per_epoch
+        # PrivacyBudget, which runs before this callback, has put ε into the logs.
+        eps = logs["epsilon"] if "epsilon" in logs else self.plan.epsilon(steps)
+        eps_shuffle = self.plan.epsilon_no_amplification(steps)
+        record = {"epoch": epoch + 1, "steps": steps, "epsilon": eps,
+                  "time_s": time.monotonic() - self._start}
+        if eps_shuffle is not None:
+            record["epsilon_no_amplification"] = eps_shuffle
+        for key, value in logs.items():
+            # val_dp_* are the DP training metrics, idle (zero) in evaluation.
+            if key != "epsilon" and not key.startswith("val_dp_"):
+                name = key.replace("val_", "test_", 1) if key.startswith("val_") else (
+                    key if key.startswith("dp_") else f"train_{key}")
+                record[name] = float(value)
+        self.records.append(record)
+        if self.verbose:
+            extra = "" if eps_shuffle is None else (
+                f" [assumes Poisson sampling; shuffled batches: ε ≤ {eps_shuffle:.4g}]")
+            delta = "" if math.isinf(eps) else f" at δ={self.plan.config.delta:g} " \
+                f"({self.plan.config.accountant.upper()})"
+            print(f"Epoch {epoch + 1}/{self.plan.config.epochs}: train accuracy "
+                  f"{record.get('train_accuracy', math.nan):.4f}, test accuracy "
+                  f"{record.get('test_accuracy', math.nan):.4f}, ε = {eps:.4g}{delta}{extra}",
+                  flush=True)
+
+
+def _make_optimizer(config, plan):
+    lr = config.learning_rate
+    if not config.dpsgd:
+        cls = {"sgd": keras.optimizers.legacy.SGD, "adam": keras.optimizers.legacy.Adam}
+        return cls[config.optimizer](learning_rate=lr)
+    from tensorflow_privacy import DPKerasAdamOptimizer, DPKerasSGDOptimizer  # pylint: disable=g-import-not-at-top
+    cls = {"sgd": DPKerasSGDOptimizer, "adam": DPKerasAdamOptimizer}[config.optimizer]
+    # Poisson batches vary in size: one example per microbatch (None) is the only fit.
+    microbatches = None if config.sampling == "poisson" else config.microbatches
+    return cls(l2_norm_clip=config.l2_norm_clip, noise_multiplier=plan.noise_multiplier,
+               num_microbatches=microbatches, learning_rate=lr)
+
+
+def _train_dataset(config, plan, x, y):
+    if config.dpsgd and config.sampling == "poisson":
+        q = config.batch_size / len(x)
+        max_batch = sampling.default_max_batch_size(
+            num_examples=len(x), sampling_probability=q, total_steps=plan.total_steps)
+        # One epoch's steps; every new iteration (epoch) draws fresh batches.
+        return sampling.poisson_batches(x, y, expected_batch_size=config.batch_size,
+                                        steps=plan.steps_per_epoch, max_batch_size=max_batch,
+                                        seed=config.seed)
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    ds = ds.shuffle(len(x), seed=config.seed, reshuffle_each_iteration=True)
+    # Fixed-size batches: microbatches must divide every batch.
+    return ds.batch(config.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def run_training(config, *, verbose=1, extra_callbacks=None):
+    """Trains as ``config`` (a TrainConfig) says; returns the metrics dict (also written).
+
+    Args:
+        config: the run's settings; validated before anything else happens.
+        verbose: 0 silent, 1 progress bar and a line per epoch, 2 a line per epoch.
+        extra_callbacks: optional ``f(model, dataset) -> list of Keras callbacks``.
+
+    Raises:
+        ConfigError: for invalid settings, before any data is loaded or model trained.
+    """
+    common.validate_config(config)
+    start = time.monotonic()
+    out = pathlib.Path(config.output_dir) if config.output_dir else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)  # fail now, not after training
+    if config.seed is not None:
+        keras.utils.set_random_seed(config.seed)
+    dataset = data_lib.load(config.dataset, data_dir=config.data_dir,
+                            num_train=config.num_train, num_test=config.num_test)
+    common.check_num_examples(config, len(dataset.y_train))
+    plan = plan_privacy(config, len(dataset.y_train))
+
+    model = common.build_model(config, dataset)
+    if config.dpsgd:
+        make_private(model)
+        reduction = keras.losses.Reduction.NONE  # per-example losses for DP-SGD
+    else:
+        reduction = keras.losses.Reduction.AUTO
+    model.compile(optimizer=_make_optimizer(config, plan),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction=reduction),
+                  metrics=["accuracy"])
+    train_ds = _train_dataset(config, plan, dataset.x_train, dataset.y_train)
+    test_ds = tf.data.Dataset.from_tensor_slices(dataset.test).batch(1024)
+    report = _EpochReport(plan, verbose)
+    callbacks = [keras.callbacks.ProgbarLogger(count_mode="steps")] if verbose else []
+    if config.dpsgd:
+        # Logs ε each epoch, and with --target_epsilon stops before exceeding it (a
+        # safety net: the calibrated σ already keeps the last epoch within it).
+        callbacks.append(PrivacyBudget(
+            target_epsilon=config.target_epsilon or math.inf, delta=config.delta,
+            num_examples=plan.num_examples, batch_size=config.batch_size,
+            noise_multiplier=plan.noise_multiplier, sampling="poisson",
+            accountant=config.accountant, microbatch_size=plan.microbatch_size))
+    callbacks.append(report)
+    if extra_callbacks is not None:
+        callbacks.extend(extra_callbacks(model, dataset))
+    model.fit(train_ds, epochs=config.epochs, validation_data=test_ds, callbacks=callbacks,
+              verbose=verbose)
+    final_metrics = model.evaluate(test_ds, verbose=0, return_dict=True)
+
+    # The steps actually taken (PrivacyBudget may stop early).
+    final = report.records[-1]["steps"] if report.records else 0
+    result = {
+        "test_accuracy": float(final_metrics["accuracy"]),
+        "test_loss": float(final_metrics["loss"]),
+        "epsilon": plan.epsilon(final),
+        "delta": config.delta,
+        "epsilon_label": plan.label(),
+        "accountant": config.accountant if config.dpsgd else None,
+        "sampling": config.sampling if config.dpsgd else "shuffle (non-private)",
+        "noise_multiplier": plan.noise_multiplier,
+        "steps": final,
+        "steps_per_epoch": plan.steps_per_epoch,
+        "flags": config.to_dict(),
+        "dataset": {"name": dataset.name, "source": dataset.source,
+                    "num_train": len(dataset.y_train), "num_test": len(dataset.y_test),
+                    "input_shape": list(dataset.input_shape)},
+        "model": {"name": model.name, "params": int(model.count_params())},
+        "history": report.records,
+        "versions": results.package_versions(),
+    }
+    if config.dpsgd and config.sampling == "shuffle":
+        result["epsilon_no_amplification"] = plan.epsilon_no_amplification(final)
+    result["wall_time_s"] = time.monotonic() - start
+    if out is not None:
+        if config.save_model:
+            model.save(out / "model.keras")
+        results.write_json(out / "metrics.json", result)
+    if verbose:
+        shuffled = result.get("epsilon_no_amplification")
+        print(f"Test accuracy {result['test_accuracy']:.4f}; ε = {result['epsilon']:.4g} "
+              f"({plan.label()}"
+              + (f" = {shuffled:.4g}" if shuffled is not None else "")
+              + f"); wall time {result['wall_time_s']:.1f} s"
+              + (f"; wrote {out}/metrics.json" if out else "")
+              + (" and model.keras" if out and config.save_model else ""), flush=True)
+    return result
+
+
+def define_flags():
+    """Defines this script's absl flags (call once, from the entry point)."""
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    common.define_training_flags(flags.FLAGS)
+
+
+def main(argv):
+    """absl main: runs :func:`run_training` with the parsed flags."""
+    from absl import app, flags  # pylint: disable=g-import-not-at-top
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        config = common.validate_config(common.config_from_flags(flags.FLAGS))
+        run_training(config, verbose=1)
+    except common.ConfigError as e:
+        raise app.UsageError(str(e)) from e
+
+
+def cli():
+    """Console entry point ``tf-tempered-train``."""
+    from absl import app  # pylint: disable=g-import-not-at-top
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    cli()
