@@ -82,6 +82,6 @@ def test_bootstrap_is_idempotent():
 def test_readme_test_command_is_what_ci_runs():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
-    commands = re.findall(r"^(python -m pytest[^\n]*)$", readme, flags=re.M)
+    commands = re.findall(r"(python -m pytest[^\n`]*)$", readme, flags=re.M)
     assert commands, "README.md must show the test command"
     assert any(c in ci for c in commands), "'.ci/run' must run README.md's test command"

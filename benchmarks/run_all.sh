@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Regenerates benchmarks/results/*.md|json (the README's tables). CPU-only; ~15 min on 2 cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+out=benchmarks/results
+$PY benchmarks/dp_step.py --model=mnist --batch_size=256 --json=$out/mnist_b256.json | tee $out/mnist_b256.md
+$PY benchmarks/dp_step.py --model=mnist --batch_size=4096 --paths=nonprivate,tf_tempered --steps=3 --json=$out/mnist_b4096.json | tee $out/mnist_b4096.md
+$PY benchmarks/dp_step.py --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --steps=3 --json=$out/cifar10_b256.json | tee $out/cifar10_b256.md
