@@ -22,8 +22,7 @@ gradients rely on this).
 """
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.activations import check_tempered_sigmoid_args
-from tf_tempered.activations import inverse_softplus
+from tf_tempered._tempered_layer import TemperedSigmoidMixin
 from tf_tempered.activations import smallest_normal
 from tf_tempered.activations import tempered_sigmoid
 
@@ -31,7 +30,7 @@ __all__ = ["TemperedSigmoid"]
 
 
 @keras.utils.register_keras_serializable(package="tf_tempered")
-class TemperedSigmoid(keras.layers.Layer):
+class TemperedSigmoid(TemperedSigmoidMixin, keras.layers.Layer):
     """Tempered sigmoid layer: φ(x) = s·σ(T·x) - o, elementwise.
 
     Args:
@@ -62,72 +61,15 @@ class TemperedSigmoid(keras.layers.Layer):
     3
     """
 
-    def __init__(self, scale=2.0, inverse_temperature=2.0, offset=1.0, learnable=False,
-                 **kwargs):
-        scale, inverse_temperature, offset = check_tempered_sigmoid_args(
-            scale, inverse_temperature, offset, learnable=learnable, where="TemperedSigmoid")
-        super().__init__(**kwargs)
-        self.supports_masking = True
-        self._initial = (scale, inverse_temperature, offset)
-        self.learnable = bool(learnable)
-        self._raw_scale = None
-        self._raw_inverse_temperature = None
-        self._offset_weight = None
+    _where = "TemperedSigmoid"
+    _constant_initializer = keras.initializers.Constant
+    _activation = staticmethod(tempered_sigmoid)
+    _to_tensor = staticmethod(tf.convert_to_tensor)
 
-    def build(self, input_shape):
-        if self.learnable:
-            scale, inverse_temperature, offset = self._initial
-            self._raw_scale = self._scalar_weight("scale_raw", inverse_softplus(scale))
-            self._raw_inverse_temperature = self._scalar_weight(
-                "inverse_temperature_raw", inverse_softplus(inverse_temperature))
-            self._offset_weight = self._scalar_weight("offset", offset)
-        super().build(input_shape)
-
-    def _scalar_weight(self, name, value):
-        return self.add_weight(name=name, shape=(), trainable=True,
-                               initializer=keras.initializers.Constant(value))
-
-    @property
-    def scale(self):
-        """Current s: a scalar tensor once a learnable layer is built, else a float."""
-        if self._raw_scale is None:
-            return self._initial[0]
-        return _positive(self._raw_scale)
-
-    @property
-    def inverse_temperature(self):
-        """Current T: a scalar tensor once a learnable layer is built, else a float."""
-        if self._raw_inverse_temperature is None:
-            return self._initial[1]
-        return _positive(self._raw_inverse_temperature)
-
-    @property
-    def offset(self):
-        """Current o: a scalar tensor once a learnable layer is built, else a float."""
-        if self._offset_weight is None:
-            return self._initial[2]
-        return tf.convert_to_tensor(self._offset_weight)
-
-    def call(self, inputs):
-        # Keras has already cast floating inputs to the compute dtype, and reads
-        # the weights in it under a mixed-precision policy; tempered_sigmoid casts
-        # the parameters to the dtype of `inputs`.
-        return tempered_sigmoid(inputs, self.scale, self.inverse_temperature, self.offset)
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        scale, inverse_temperature, offset = self._initial
-        config.update(scale=scale, inverse_temperature=inverse_temperature, offset=offset,
-                      learnable=self.learnable)
-        return config
-
-
-def _positive(raw):
-    value = tf.nn.softplus(raw)
-    return tf.maximum(value, tf.constant(smallest_normal(value.dtype), value.dtype))
+    @staticmethod
+    def _positive(raw):
+        value = tf.nn.softplus(raw)
+        return tf.maximum(value, tf.constant(smallest_normal(value.dtype), value.dtype))
 
 
 # Loading HDF5 (and SavedModel) looks a Dense's activation up by its bare class

@@ -120,25 +120,13 @@ def define_flags():
     flags.DEFINE_list("runs", list(DEFAULT_RUNS), f"Runs, among {', '.join(RUNS)}.")
 
 
-def main(argv):
-    """absl main: runs :func:`run_activation_norms` with the parsed flags."""
-    from absl import app, flags  # pylint: disable=g-import-not-at-top
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    f = flags.FLAGS
-    try:
-        config = common.config_from_flags(f, activation="relu", output_dir=None)
-        run_activation_norms(config, runs=f.runs, output_dir=f.output_dir, verbose=2)
-    except common.ConfigError as e:
-        raise app.UsageError(str(e)) from e
+def _run_from_flags(f):
+    config = common.config_from_flags(f, activation="relu", output_dir=None)
+    run_activation_norms(config, runs=f.runs, output_dir=f.output_dir, verbose=2)
 
 
-def cli():
-    """Console entry point ``tf-tempered-activation-norms``."""
-    from absl import app  # pylint: disable=g-import-not-at-top
-    define_flags()
-    app.run(main)
-
+# `cli` is the console entry point tf-tempered-activation-norms.
+main, cli = common.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

@@ -285,3 +285,28 @@ def first_activation_layer(model):
         if isinstance(layer, (keras.layers.Activation, TemperedSigmoid)):
             return layer
     raise ValueError(f"model {model.name!r} has no activation layer.")
+
+
+def absl_entry_point(define_flags, run_from_flags):
+    """(main, cli) for a script: ``cli`` defines its flags and runs ``main`` under absl.
+
+    ``run_from_flags(FLAGS)`` does the work; a ConfigError it raises becomes absl's
+    UsageError, so a bad flag prints the message and exits non-zero.
+    """
+
+    def main(argv):
+        from absl import app, flags  # pylint: disable=g-import-not-at-top
+        if len(argv) > 1:
+            raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+        try:
+            run_from_flags(flags.FLAGS)
+        except ConfigError as e:
+            raise app.UsageError(str(e)) from e
+
+    def cli():
+        from absl import app  # pylint: disable=g-import-not-at-top
+        define_flags()
+        app.run(main)
+
+    return main, cli
+

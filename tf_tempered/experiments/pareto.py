@@ -135,32 +135,20 @@ def define_flags():
     flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; accuracy is averaged over them.")
 
 
-def main(argv):
-    """absl main: runs :func:`run_pareto` with the parsed flags."""
-    from absl import app, flags  # pylint: disable=g-import-not-at-top
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    f = flags.FLAGS
+def _run_from_flags(f):
     try:
-        try:
-            seeds = [int(s) for s in f.seeds]
-        except ValueError as e:
-            raise common.ConfigError(f"--seeds={','.join(f.seeds)} is invalid: give "
-                                     "comma-separated integers, e.g. --seeds=0,1,2.") from e
-        # The tempered sigmoid's (s, T, o) flags apply only if it is among --activations.
-        config = common.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
-        run_pareto(config, activations=f.activations, seeds=seeds, output_dir=f.output_dir,
-                   verbose=2)
-    except common.ConfigError as e:
-        raise app.UsageError(str(e)) from e
+        seeds = [int(s) for s in f.seeds]
+    except ValueError as e:
+        raise common.ConfigError(f"--seeds={','.join(f.seeds)} is invalid: give "
+                                 "comma-separated integers, e.g. --seeds=0,1,2.") from e
+    # The tempered sigmoid's (s, T, o) flags apply only if it is among --activations.
+    config = common.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
+    run_pareto(config, activations=f.activations, seeds=seeds, output_dir=f.output_dir,
+               verbose=2)
 
 
-def cli():
-    """Console entry point ``tf-tempered-pareto``."""
-    from absl import app  # pylint: disable=g-import-not-at-top
-    define_flags()
-    app.run(main)
-
+# `cli` is the console entry point tf-tempered-pareto.
+main, cli = common.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

@@ -158,27 +158,15 @@ def define_flags():
     flags.DEFINE_list("offsets", ["0", "0.5", "1", "2"], "Offsets o.")
 
 
-def main(argv):
-    """absl main: runs :func:`run_sweep` with the parsed flags."""
-    from absl import app, flags  # pylint: disable=g-import-not-at-top
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    f = flags.FLAGS
-    try:
-        grid = {name: common.parse_floats(name, f[name].value)
-                for name in ("scales", "inverse_temperatures", "offsets")}
-        config = common.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
-        run_sweep(config, output_dir=f.output_dir, verbose=2, **grid)
-    except common.ConfigError as e:
-        raise app.UsageError(str(e)) from e
+def _run_from_flags(f):
+    grid = {name: common.parse_floats(name, f[name].value)
+            for name in ("scales", "inverse_temperatures", "offsets")}
+    config = common.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
+    run_sweep(config, output_dir=f.output_dir, verbose=2, **grid)
 
 
-def cli():
-    """Console entry point ``tf-tempered-sweep``."""
-    from absl import app  # pylint: disable=g-import-not-at-top
-    define_flags()
-    app.run(main)
-
+# `cli` is the console entry point tf-tempered-sweep.
+main, cli = common.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

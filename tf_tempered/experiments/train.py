@@ -281,24 +281,12 @@ def define_flags():
     common.define_training_flags(flags.FLAGS)
 
 
-def main(argv):
-    """absl main: runs :func:`run_training` with the parsed flags."""
-    from absl import app, flags  # pylint: disable=g-import-not-at-top
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    try:
-        config = common.validate_config(common.config_from_flags(flags.FLAGS))
-        run_training(config, verbose=1)
-    except common.ConfigError as e:
-        raise app.UsageError(str(e)) from e
+def _run_from_flags(f):
+    run_training(common.validate_config(common.config_from_flags(f)), verbose=1)
 
 
-def cli():
-    """Console entry point ``tf-tempered-train``."""
-    from absl import app  # pylint: disable=g-import-not-at-top
-    define_flags()
-    app.run(main)
-
+# `cli` is the console entry point tf-tempered-train.
+main, cli = common.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()
