@@ -96,14 +96,13 @@ def format_report(audits):
 
 def plot_rocs(audits, output_dir):
     """Saves ``roc_linear.png`` and ``roc_loglog.png`` (every attack on every model)."""
-    import matplotlib  # pylint: disable=g-import-not-at-top
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+    # An Agg figure of its own: the global pyplot backend stays as the caller set it.
+    from tf_tempered.experiments.results import agg_figure  # pylint: disable=g-import-not-at-top
 
     os.makedirs(output_dir, exist_ok=True)
     paths = []
     for scale in ("linear", "loglog"):
-        fig, ax = plt.subplots(figsize=(5.5, 5))
+        fig, (ax,) = agg_figure(figsize=(5.5, 5))
         floor = 1.0
         for audit in audits:
             style = "-" if audit.name == "non-private" else "--"
@@ -123,10 +122,8 @@ def plot_rocs(audits, output_dir):
         ax.set_ylabel("true positive rate")
         ax.set_title(f"Membership inference ROC ({scale})")
         ax.legend(fontsize=7, loc="lower right")
-        fig.tight_layout()
         path = os.path.join(output_dir, f"roc_{scale}.png")
         fig.savefig(path, dpi=120)
-        plt.close(fig)
         paths.append(path)
     return paths
 
