@@ -250,3 +250,32 @@ def test_dp_config_reads_tf_privacy_optimizers():
     config = dp_config(VectorizedDPKerasSGDOptimizer(l2_norm_clip=3.0, noise_multiplier=1.5))
     assert (config.l2_norm_clip, config.noise_multiplier, config.num_microbatches) == (3.0, 1.5, None)
     assert dp_config(keras.optimizers.legacy.SGD()) is None
+
+
+def test_update_with_active_dropout_equals_tf_privacy():
+    # A seeded Dropout draws the same mask in both models once the global seed is reset.
+    def build(rate):
+        return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                                 keras.layers.Dropout(rate, seed=3), keras.layers.Dense(3)])
+
+    x = np.random.default_rng(0).normal(size=(BATCH, 6)).astype("float32")
+    y = np.arange(BATCH) % 3
+    initial = build(0.5).get_weights()
+
+    def update(rate, private):
+        keras.utils.set_random_seed(7)
+        model = build(rate)
+        model.set_weights(initial)
+        if private:
+            make_private(model)
+        model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0,
+                                                    learning_rate=1.0), loss=LOSS)
+        model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+        return [a - b for a, b in zip(model.get_weights(), initial)]
+
+    reference, ours, without_dropout = update(0.5, False), update(0.5, True), update(0.0, False)
+    scale = max(np.abs(r).max() for r in reference)
+    # Dropout is active: it changes the update far beyond the tolerance below.
+    assert max(np.abs(r - w).max() for r, w in zip(reference, without_dropout)) > 0.1 * scale
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
