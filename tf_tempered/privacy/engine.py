@@ -181,6 +181,14 @@ def _train_step(self, data):
     poisson_mask = sample_weight if normalizer is not None else None
     if config is None:
         return type(self).train_step(self, (x, y, sample_weight) if sample_weight is not None else (x, y))
+    if self.distribute_strategy.num_replicas_in_sync > 1:
+        # Each replica would clip, noise and normalize its own shard, then Keras
+        # would sum across replicas: not the noise and scale the optimizer promises.
+        raise NotImplementedError(
+            "The fast DP engine runs on one replica; this model was built under a "
+            f"strategy with {self.distribute_strategy.num_replicas_in_sync} replicas. "
+            "Build and train it outside the tf.distribute strategy scope (one GPU or "
+            "CPU).")
     if self.losses:
         raise ValueError(
             "The model has regularization losses (e.g. kernel_regularizer); the fast "
