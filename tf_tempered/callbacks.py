@@ -293,19 +293,14 @@ def plot_activation_norms(monitors, path, *, title="Mean L2 norm of activations"
 
     Uses matplotlib's Agg canvas directly, so the global backend is left alone.
     """
-    # pylint: disable=g-import-not-at-top
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from tf_tempered._plotting import agg_figure  # pylint: disable=g-import-not-at-top
 
-    figure = Figure(figsize=(5, 3.5))
-    FigureCanvasAgg(figure)
-    axes = figure.add_subplot(1, 1, 1)
+    figure, (axes,) = agg_figure(figsize=(5, 3.5))
     for label, monitor in monitors.items():
         axes.plot(monitor.epochs, monitor.history, marker="o", label=label)
     axes.set_xlabel("epoch")
     axes.set_ylabel("mean per-example L2 norm")
     axes.set_title(title)
     axes.legend()
-    figure.tight_layout()
     figure.savefig(path, format="png")
     return path

@@ -97,7 +97,7 @@ def format_report(audits):
 def plot_rocs(audits, output_dir):
     """Saves ``roc_linear.png`` and ``roc_loglog.png`` (every attack on every model)."""
     # An Agg figure of its own: the global pyplot backend stays as the caller set it.
-    from tf_tempered.experiments.results import agg_figure  # pylint: disable=g-import-not-at-top
+    from tf_tempered._plotting import agg_figure  # pylint: disable=g-import-not-at-top
 
     os.makedirs(output_dir, exist_ok=True)
     paths = []

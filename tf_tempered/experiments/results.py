@@ -25,6 +25,7 @@ import pathlib
 
 import numpy as np  # noqa: F401  (used by the doctest)
 
+from tf_tempered._plotting import agg_figure  # re-exported for the scripts
 from tf_tempered.experiments.common import ConfigError, validate_config
 
 __all__ = ["package_versions", "write_json", "read_json", "write_csv", "run_all", "agg_figure"]
@@ -108,19 +109,6 @@ def run_all(runs_dir, runs, run, *, verbose=1):
         write_json(path, dict(run(config)))
         done[name] = read_json(path)  # the stored form, as a resumed call sees it
     return {name: done[name] for name in names}, len(todo)
-
-
-def agg_figure(nrows=1, ncols=1, *, figsize=(5, 3.5)):
-    """(figure, axes list) on matplotlib's Agg canvas, constrained layout.
-
-    The global pyplot backend is left alone (scripts may run inside notebooks).
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
-    from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-    figure = Figure(figsize=figsize, constrained_layout=True)
-    FigureCanvasAgg(figure)
-    axes = [figure.add_subplot(nrows, ncols, i + 1) for i in range(nrows * ncols)]
-    return figure, axes
 
 
 def write_csv(path, rows, columns):
