@@ -21,7 +21,7 @@ from tf_tempered._compat import keras, tf
 from tensorflow_privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer,
                                 VectorizedDPKerasSGDOptimizer)
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import UnsupportedLayerError, dp_config, make_private
+from tf_tempered.privacy import UnsupportedLayerError, clipping, dp_config, make_private
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 BATCH = 16
@@ -77,13 +77,17 @@ def _fresh(model_fn):
     return model
 
 
-def _update(model_fn, optimizer_fn, private, x, y):
+def _update(model_fn, optimizer_fn, private, x, y, static_batch=False):
     model = _fresh(model_fn)
     if private:
         make_private(model)
     model.compile(optimizer=optimizer_fn(), loss=LOSS)
     before = [w.copy() for w in model.get_weights()]
-    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    if static_batch:  # the traced step then knows the batch size
+        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x), drop_remainder=True)
+        model.fit(data, epochs=1, verbose=0)
+    else:
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
     return [a - b for a, b in zip(model.get_weights(), before)], model
 
 
@@ -99,6 +103,38 @@ def test_update_equals_tf_privacy(model_fn, num_microbatches):
     ours, model = _update(model_fn, opt, True, x, y)
     scale = max(np.abs(r).max() for r in reference)
     assert scale > 0
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@pytest.mark.parametrize("strategy", ["ghost", "materialize", "auto-no-memory"])
+def test_every_norm_strategy_equals_tf_privacy(monkeypatch, strategy, static_batch):
+    # All Conv2D layers through patches (no depthwise shortcut), every Dense/Conv2D
+    # layer through one strategy; "auto-no-memory" lets the cost rule choose but
+    # leaves no memory to materialize in (with a dynamic batch: decided per step).
+    monkeypatch.setattr(clipping, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
+    if strategy == "auto-no-memory":
+        monkeypatch.setattr(clipping, "_MATERIALIZE_MAX_BYTES", 0)
+    else:
+        monkeypatch.setattr(clipping, "_FORCED_STRATEGY", strategy)
+    x, y = _data(_cnn())
+    opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
+    reference, _ = _update(_cnn, opt, False, x, y)
+    ours, _ = _update(_cnn, opt, True, x, y, static_batch=static_batch)
+    scale = max(np.abs(r).max() for r in reference)
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
+
+
+def test_depthwise_path_in_chunks_equals_tf_privacy(monkeypatch):
+    # 16 examples in chunks of 5 (the last one short), static batch.
+    monkeypatch.setattr(clipping, "_DEPTHWISE_CHUNK", 5)
+    x, y = _data(_cnn())
+    opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
+    reference, _ = _update(_cnn, opt, False, x, y)
+    ours, _ = _update(_cnn, opt, True, x, y, static_batch=True)
+    scale = max(np.abs(r).max() for r in reference)
     for r, o in zip(reference, ours):
         np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
 
@@ -147,7 +183,9 @@ def test_history_reports_clipping_statistics():
     assert model.fit(x, y, batch_size=BATCH, verbose=0).history["dp_clipped_fraction"] == [0.0]
 
 
-def test_nonfinite_example_contributes_zero_and_is_counted():
+@pytest.mark.parametrize("strategy", ["ghost", "materialize"])
+def test_nonfinite_example_contributes_zero_and_is_counted(monkeypatch, strategy):
+    monkeypatch.setattr(clipping, "_FORCED_STRATEGY", strategy)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
     clean, _ = _update(_cnn, opt, True, x[1:], y[1:])

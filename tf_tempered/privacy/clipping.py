@@ -25,13 +25,18 @@ A layer's weight gradient is then a sum of per-row outer products,
 
 (Dense rows: examples of the microbatch × any sequence positions; Conv2D rows: the
 same × output pixels, with a_r the input patch of pixel r). Its squared norm is
-computed per layer by the cheaper of
+computed per layer in one of two ways:
 
-* ghost norm: ‖Σ_r a_r g_rᵀ‖² = Σ_{r,s} (a_r·a_s)(g_r·g_s), cost ∝ R²(d_in + d_out);
-* materialization: form the d_in×d_out matrix per microbatch, cost ∝ R·d_in·d_out;
+* materialization: form the d_in×d_out matrix of every microbatch (a batched
+  matmul; for Conv2D with few channels, one depthwise-conv backprop); the norm
+  and the clipped sum Σ_m c_m·g_m (a matrix-vector product) are then cheap, and
+  nothing heavy waits for the clip factors;
+* ghost norm: ‖Σ_r a_r g_rᵀ‖² = Σ_{r,s} (a_r·a_s)(g_r·g_s), cost ∝ R²(d_in + d_out),
+  when materializing would cost more (few rows, e.g. a Dense layer) or take
+  more memory than _MATERIALIZE_MAX_BYTES. The clipped sum is then
+  Σ_r a_r (c_{m(r)} g_r)ᵀ: the usual weight-gradient product with rescaled output
+  gradients ("book-keeping"; no second backward pass).
 
-and the clipped sum is Σ_r a_r (c_{m(r)} g_r)ᵀ: the usual weight-gradient
-product with rescaled output gradients ("book-keeping"; no second backward pass).
 Other trainable layers (learnable TemperedSigmoid, LayerNormalization, Embedding,
 ...) get per-example gradients of their own weights from a vectorized VJP of that
 layer alone, which is cheap because it does not go through the rest of the net.
@@ -45,7 +50,7 @@ import numpy as np
 
 from tf_tempered._compat import keras, tf
 
-__all__ = ["LayerRecord", "Recorder", "instrument", "UnsupportedLayerError",
+__all__ = ["ClipWeights", "LayerRecord", "Recorder", "instrument", "UnsupportedLayerError",
            "layer_sq_norms", "layer_clipped_grads"]
 
 
@@ -179,35 +184,113 @@ def _wrap_call(layer):
 
 
 # ---------------------------------------------------------------------------
-# Per-layer norms and clipped sums. Every function takes the microbatch count M
-# and works on tensors grouped as [M, rows, features].
+# Per-layer norms and clipped sums. M is the number of microbatches, E the
+# examples per microbatch (None when the batch size is not static).
 
-
-def _group_rows(t, num_microbatches):
-    return tf.reshape(t, [num_microbatches, -1, t.shape[-1]])
-
-
-def _conv_patches(record):
-    layer = record.layer
-    kh, kw = layer.kernel_size
-    sh, sw = layer.strides
-    dh, dw = layer.dilation_rate
-    return tf.image.extract_patches(
-        record.inputs, sizes=[1, kh, kw, 1], strides=[1, sh, sw, 1],
-        rates=[1, dh, dw, 1], padding=layer.padding.upper())
-
+# A Dense/Conv2D layer's per-microbatch gradients are materialized (one batched
+# matmul, then a cheap norm and a matrix-vector clipped sum that needs nothing
+# after the clip factors are known) unless they would take more than this many
+# bytes; then the ghost norm and the book-keeping sum (no per-example tensor of
+# the weights' size) keep memory at the size of the activations.
+_MATERIALIZE_MAX_BYTES = 64 * 2**20
 
 # Below this many (input channel, output channel) pairs a Conv2D's per-example
 # kernel gradients come from one depthwise-conv backprop (batch folded into
 # channels), which on CPU is several times faster than extracting patches.
 _DEPTHWISE_MAX_CHANNEL_PAIRS = 64
 
+# Tests set this to "ghost" or "materialize" to exercise one strategy everywhere.
+_FORCED_STRATEGY = None
+
+
+class ClipWeights:
+    """Per-microbatch clip factors: scale [M] (0 where not finite), finite [M] in {0, 1}."""
+
+    def __init__(self, scale, finite):
+        self.scale = scale
+        self.finite = finite
+        self.all_finite = tf.reduce_all(finite > 0)
+
+    def zero_nonfinite(self, t, per_example=False):
+        """`t` ([M or B, ...]) with the rows of non-finite microbatches set to zero.
+
+        A zero clip factor does not remove NaN/inf (0·NaN = NaN), so those rows are
+        zeroed; tf.cond skips the pass in the usual all-finite case.
+        """
+        def zeroed():
+            keep = _per_example(self.finite, t) if per_example else tf.reshape(
+                tf.cast(self.finite, t.dtype), [-1] + [1] * (t.shape.rank - 1))
+            return tf.where(keep > 0, t, tf.zeros_like(t))
+
+        return tf.cond(self.all_finite, lambda: tf.identity(t), zeroed)
+
+
+def _group_rows(t, num_microbatches):
+    return tf.reshape(t, [num_microbatches, -1, t.shape[-1]])
+
+
+def _sum_microbatches(per_example, num_microbatches, examples_per_microbatch):
+    """[B, ...] → [M, ...] summed over each microbatch's examples."""
+    if examples_per_microbatch == 1:
+        return per_example
+    return tf.reduce_sum(tf.reshape(per_example, [num_microbatches, -1]
+                                    + per_example.shape[1:].as_list()), 1)
+
+
+def _conv_patches(record):
+    """Input patches of a Conv2D as [B, output pixels, kh·kw·cin] (the kernel's row order)."""
+    layer = record.layer
+    x = record.inputs
+    (kh, kw), (sh, sw), (dh, dw) = layer.kernel_size, layer.strides, layer.dilation_rate
+    height, width, cin = x.shape[1:]
+    if height is None or width is None:
+        patches = tf.image.extract_patches(
+            x, sizes=[1, kh, kw, 1], strides=[1, sh, sw, 1], rates=[1, dh, dw, 1],
+            padding=layer.padding.upper())
+        return tf.reshape(patches, [tf.shape(x)[0], -1, patches.shape[-1]])
+    # One gather of whole pixels (cin values each) from the padded image: several
+    # times faster on CPU than tf.image.extract_patches, same result.
+    rows_out, pad_h = _conv_axis(height, kh, sh, dh, layer.padding)
+    cols_out, pad_w = _conv_axis(width, kw, sw, dw, layer.padding)
+    if any(pad_h + pad_w):
+        x = tf.pad(x, [[0, 0], list(pad_h), list(pad_w), [0, 0]])
+    padded_width = width + sum(pad_w)
+    i, j, a, b = np.meshgrid(np.arange(rows_out), np.arange(cols_out), np.arange(kh),
+                             np.arange(kw), indexing="ij")
+    index = ((i * sh + a * dh) * padded_width + j * sw + b * dw).reshape(-1).astype(np.int32)
+    flat = tf.reshape(x, [-1, (height + sum(pad_h)) * padded_width, cin])
+    return tf.reshape(tf.gather(flat, index, axis=1), [-1, rows_out * cols_out, kh * kw * cin])
+
+
+def _conv_axis(size, kernel, stride, dilation, padding):
+    """(output size, (pad before, pad after)) of one spatial axis, as TF computes them."""
+    extent = (kernel - 1) * dilation + 1
+    if padding == "valid":
+        return (size - extent) // stride + 1, (0, 0)
+    out = -(-size // stride)
+    total = max((out - 1) * stride + extent - size, 0)
+    return out, (total // 2, total - total // 2)
+
+
+# The depthwise backprop's cost per example grows with the folded channel count
+# (measured on CPU: 2.4 ms for 256 examples at once, 13.8 ms for 512), so a
+# static batch goes through it in chunks of this many examples.
+_DEPTHWISE_CHUNK = 128
+
 
 def _conv_per_example_kernel_grads(record):
-    """Per-example ∂ℓ_b/∂kernel of a Conv2D as [B, kh·kw·cin, cout], no patches."""
-    layer = record.layer
+    """Per-example ∂ℓ_b/∂kernel of a Conv2D as [B, kh·kw·cin·cout], no patches."""
     x = tf.cast(record.inputs, record.grad_output.dtype)
     g = record.grad_output
+    batch = x.shape[0]
+    if batch is None or batch <= _DEPTHWISE_CHUNK:
+        return _depthwise_per_example(record.layer, x, g)
+    return tf.concat([_depthwise_per_example(record.layer, x[i:i + _DEPTHWISE_CHUNK],
+                                             g[i:i + _DEPTHWISE_CHUNK])
+                      for i in range(0, batch, _DEPTHWISE_CHUNK)], 0)
+
+
+def _depthwise_per_example(layer, x, g):
     batch = tf.shape(x)[0]
     height, width, cin = x.shape[1], x.shape[2], x.shape[3]
     oh, ow, cout = g.shape[1], g.shape[2], g.shape[3]
@@ -215,15 +298,16 @@ def _conv_per_example_kernel_grads(record):
     # Input channel (b, c) of a depthwise conv with multiplier cout yields output
     # channels (b, c, o); the backprop filter then holds per-example gradients.
     x_folded = tf.reshape(tf.transpose(x, [1, 2, 0, 3]), [1, height, width, batch * cin])
-    g_folded = tf.broadcast_to(tf.transpose(g, [1, 2, 0, 3])[:, :, :, None, :],
-                               [oh, ow, batch, cin, cout])
+    g_folded = tf.transpose(g, [1, 2, 0, 3])[:, :, :, None, :]
+    if cin > 1:
+        g_folded = tf.broadcast_to(g_folded, [oh, ow, batch, cin, cout])
     g_folded = tf.reshape(g_folded, [1, oh, ow, batch * cin * cout])
     filters = tf.compat.v1.nn.depthwise_conv2d_native_backprop_filter(
         x_folded, tf.stack([kh, kw, batch * cin, cout]), g_folded,
         strides=[1, *layer.strides, 1], padding=layer.padding.upper(),
         dilations=[1, *layer.dilation_rate, 1])
     per_example = tf.reshape(filters, [kh, kw, batch, cin, cout])
-    return tf.reshape(tf.transpose(per_example, [2, 0, 1, 3, 4]), [batch, kh * kw * cin, cout])
+    return tf.reshape(tf.transpose(per_example, [2, 0, 1, 3, 4]), [batch, kh * kw * cin * cout])
 
 
 def _static_rows(t, examples_per_microbatch):
@@ -232,89 +316,144 @@ def _static_rows(t, examples_per_microbatch):
 
 
 def _prepare_linear(record, num_microbatches, examples_per_microbatch):
-    """Groups A and G of a Dense/Conv2D record and picks ghost or materialized norms."""
-    layer = record.layer
+    """Chooses how a Dense/Conv2D layer gets its norms and fills record.cache.
+
+    cache["materialize"] is True, False (ghost), or a boolean tensor when the
+    choice depends on a batch size unknown while tracing (decided per step).
+    """
+    layer, g = record.layer, record.grad_output
+    cache = record.cache
+    g_rows = _static_rows(g, examples_per_microbatch)
+    cache["g"] = _group_rows(g, num_microbatches)
+    if layer.use_bias:
+        cache["bias"] = (tf.reshape(g, [num_microbatches, -1]) if g_rows == 1
+                         else tf.reduce_sum(cache["g"], 1))
     if record.kind == "conv2d" and (
             record.inputs.shape[-1] * layer.filters <= _DEPTHWISE_MAX_CHANNEL_PAIRS):
-        per_example = _conv_per_example_kernel_grads(record)
-        record.cache["per_microbatch"] = tf.reduce_sum(
-            tf.reshape(per_example, [num_microbatches, -1] + per_example.shape[1:].as_list()), 1)
-        record.cache["g"] = _group_rows(record.grad_output, num_microbatches)
-        record.cache["ghost"] = False
+        cache["materialize"] = True
+        cache["per_microbatch"] = _sum_microbatches(
+            _conv_per_example_kernel_grads(record), num_microbatches, examples_per_microbatch)
         return
     a = _conv_patches(record) if record.kind == "conv2d" else record.inputs
-    rows = _static_rows(a, examples_per_microbatch)
-    a = _group_rows(tf.cast(a, record.grad_output.dtype), num_microbatches)
-    g = _group_rows(record.grad_output, num_microbatches)
-    d_in, d_out = a.shape[-1], g.shape[-1]
-    record.cache.update(a=a, g=g)
-    # Unknown microbatch size (dynamic batch with a fixed microbatch count): the
-    # ghost cost grows with its square, so materialize.
-    ghost = examples_per_microbatch is not None and rows * rows * (d_in + d_out) < rows * d_in * d_out
-    record.cache["ghost"] = ghost
+    cache["a"] = _group_rows(tf.cast(a, g.dtype), num_microbatches)
+    d_in, d_out = cache["a"].shape[-1], g.shape[-1]
+    # Per microbatch the ghost norm costs rows²·(d_in + d_out) multiply-adds and
+    # materializing rows·d_in·d_out: take the cheaper. Unknown rows (dynamic
+    # batch, fixed microbatch count) make the ghost cost unbounded: materialize.
+    cheaper = examples_per_microbatch is None or d_in * d_out <= g_rows * (d_in + d_out)
+    fits = num_microbatches * (d_in * d_out * g.dtype.size) <= _MATERIALIZE_MAX_BYTES
+    if _FORCED_STRATEGY:
+        cache["materialize"] = _FORCED_STRATEGY == "materialize"
+    elif examples_per_microbatch is None:
+        cache["materialize"] = True  # num_microbatches is then a static count
+    else:
+        cache["materialize"] = cheaper and fits
+
+
+def _materialized_kernel_grads(cache):
+    a, g = cache["a"], cache["g"]
+    return tf.reshape(tf.matmul(a, g, transpose_a=True), [tf.shape(a)[0], a.shape[-1] * g.shape[-1]])
+
+
+def _ghost_sq_norms(cache):
+    a, g = cache["a"], cache["g"]
+    if a.shape[1] == 1:
+        return tf.reduce_sum(tf.square(a), [1, 2]) * tf.reduce_sum(tf.square(g), [1, 2])
+    return tf.reduce_sum(tf.matmul(a, a, transpose_b=True) * tf.matmul(g, g, transpose_b=True),
+                         [1, 2])
+
+
+def _sq_row_norms(rows):
+    return tf.reduce_sum(tf.square(rows), 1)
 
 
 def layer_sq_norms(record, num_microbatches, examples_per_microbatch):
     """Squared L2 norm of each microbatch's gradient of this layer's own weights: [M]."""
     if record.kind == "generic":
         per_example = _generic_per_example_grads(record)
-        grouped = [tf.reduce_sum(tf.reshape(p, [num_microbatches, -1] + p.shape[1:].as_list()), 1)
+        grouped = [_sum_microbatches(p, num_microbatches, examples_per_microbatch)
                    for p in per_example]
         record.cache["per_microbatch"] = grouped
-        return tf.add_n([tf.reduce_sum(tf.reshape(tf.square(p), [num_microbatches, -1]), 1)
-                         for p in grouped])
+        return tf.add_n([_sq_row_norms(tf.reshape(p, [num_microbatches, -1])) for p in grouped])
     _prepare_linear(record, num_microbatches, examples_per_microbatch)
-    g = record.cache["g"]
-    if "per_microbatch" in record.cache:
-        sq = tf.reduce_sum(tf.square(record.cache["per_microbatch"]), [1, 2])
-    elif record.cache["ghost"]:
-        a = record.cache["a"]
-        if a.shape[1] == 1:
-            sq = tf.reduce_sum(tf.square(a), [1, 2]) * tf.reduce_sum(tf.square(g), [1, 2])
+    cache = record.cache
+    materialize = cache["materialize"]
+    if "per_microbatch" in cache:
+        sq = _sq_row_norms(cache["per_microbatch"])
+    elif isinstance(materialize, bool):
+        if materialize:
+            cache["per_microbatch"] = _materialized_kernel_grads(cache)
+            sq = _sq_row_norms(cache["per_microbatch"])
         else:
-            sq = tf.reduce_sum(tf.einsum("mri,msi->mrs", a, a) * tf.einsum("mro,mso->mrs", g, g),
-                               [1, 2])
+            sq = _ghost_sq_norms(cache)
     else:
-        per_microbatch = tf.einsum("mri,mro->mio", record.cache["a"], g)
-        record.cache["per_microbatch"] = per_microbatch
-        sq = tf.reduce_sum(tf.square(per_microbatch), [1, 2])
-    if record.layer.use_bias:
-        bias_grad = tf.reduce_sum(g, 1)
-        record.cache["bias"] = bias_grad
-        sq += tf.reduce_sum(tf.square(bias_grad), 1)
+        def materialized():
+            per_microbatch = _materialized_kernel_grads(cache)
+            return _sq_row_norms(per_microbatch), per_microbatch
+
+        def ghost():  # an empty stand-in keeps both branches' outputs alike
+            return _ghost_sq_norms(cache), tf.zeros([0, cache["a"].shape[-1] * cache["g"].shape[-1]],
+                                                    cache["g"].dtype)
+
+        sq, cache["per_microbatch"] = tf.cond(materialize, materialized, ghost)
+    if "bias" in cache:
+        sq += _sq_row_norms(cache["bias"])
     return sq
 
 
-def layer_clipped_grads(record, scale, finite):
+def layer_clipped_grads(record, weights):
     """Σ_m scale_m · (gradient of microbatch m) for each of the layer's own weights.
 
-    `scale` is [M] (zero for microbatches whose gradient is not finite) and
-    `finite` is [M] in {0, 1}; multiply_no_nan keeps NaN/inf from a dropped
-    microbatch out of the sum. Returns {variable ref: gradient}.
+    `weights` is a ClipWeights; microbatches whose gradient is not finite add
+    nothing. Returns {variable ref: gradient}.
     """
-    layer = record.layer
+    layer, cache = record.layer, record.cache
     if record.kind == "generic":
         grads = {}
-        for var, p in zip(_own_trainable_weights(layer), record.cache["per_microbatch"]):
-            s = tf.reshape(tf.cast(scale, p.dtype), [-1] + [1] * (p.shape.rank - 1))
-            grads[var.ref()] = tf.reduce_sum(tf.math.multiply_no_nan(p, s), 0)
+        for var, p in zip(_own_trainable_weights(layer), cache["per_microbatch"]):
+            flat = weights.zero_nonfinite(tf.reshape(p, [tf.shape(p)[0], -1]))
+            grads[var.ref()] = tf.reshape(_weighted_sum(flat, weights.scale), var.shape)
         return grads
-    s = tf.cast(scale, record.cache["g"].dtype)[:, None, None]
-    if record.cache["ghost"] and record.kind == "conv2d":
-        # Σ_b c_b ∂ℓ_b/∂kernel is the ordinary kernel gradient of the batch with
-        # the output gradients rescaled per example: TF's own conv backprop op.
-        kernel_grad = _conv_kernel_grad(record, scale, finite)
-    elif record.cache["ghost"]:
-        a = tf.math.multiply_no_nan(record.cache["a"], tf.cast(finite, s.dtype)[:, None, None])
-        g = tf.math.multiply_no_nan(record.cache["g"], s)
-        kernel_grad = tf.einsum("mri,mro->io", a, g)
+
+    def materialized():
+        return _weighted_sum(weights.zero_nonfinite(cache["per_microbatch"]), weights.scale)
+
+    def book_keeping():
+        return tf.reshape(_book_keeping_kernel_grad(record, weights), [-1, layer.kernel.shape[-1]])
+
+    materialize = cache["materialize"]
+    if isinstance(materialize, bool):
+        kernel_grad = materialized() if materialize else book_keeping()
     else:
-        kernel_grad = tf.reduce_sum(tf.math.multiply_no_nan(record.cache["per_microbatch"], s), 0)
+        kernel_grad = tf.cond(materialize, materialized,
+                              lambda: tf.reshape(book_keeping(), [-1]))
     grads = {layer.kernel.ref(): tf.reshape(kernel_grad, layer.kernel.shape)}
     if layer.use_bias:
-        grads[layer.bias.ref()] = tf.reduce_sum(
-            tf.math.multiply_no_nan(record.cache["bias"], s[:, :, 0]), 0)
+        grads[layer.bias.ref()] = _weighted_sum(weights.zero_nonfinite(cache["bias"]),
+                                                weights.scale)
     return grads
+
+
+def _book_keeping_kernel_grad(record, weights):
+    """Σ_r a_r (c_{m(r)} g_r)ᵀ: the batch's ordinary weight gradient, output gradients rescaled."""
+    if record.kind == "conv2d":
+        # For a convolution that product is TF's own conv backprop-filter op.
+        layer = record.layer
+        g = weights.zero_nonfinite(record.grad_output, per_example=True)
+        g *= _per_example(weights.scale, g)
+        x = weights.zero_nonfinite(tf.cast(record.inputs, g.dtype), per_example=True)
+        return tf.compat.v1.nn.conv2d_backprop_filter(
+            x, tf.constant(layer.kernel.shape.as_list()), g, strides=[1, *layer.strides, 1],
+            padding=layer.padding.upper(), dilations=[1, *layer.dilation_rate, 1])
+    a = weights.zero_nonfinite(record.cache["a"])
+    g = weights.zero_nonfinite(record.cache["g"]) * tf.cast(weights.scale, a.dtype)[:, None, None]
+    return tf.matmul(tf.reshape(a, [-1, a.shape[-1]]), tf.reshape(g, [-1, g.shape[-1]]),
+                     transpose_a=True)
+
+
+def _weighted_sum(rows, scale):
+    """Σ_m scale_m · rows_m for rows [M, D]: one matrix-vector product."""
+    return tf.linalg.matvec(rows, tf.cast(scale, rows.dtype), transpose_a=True)
 
 
 def _per_example(per_microbatch, like):
@@ -322,16 +461,6 @@ def _per_example(per_microbatch, like):
     repeats = tf.shape(like)[0] // tf.shape(per_microbatch)[0]
     values = tf.repeat(tf.cast(per_microbatch, like.dtype), repeats)
     return tf.reshape(values, [-1] + [1] * (like.shape.rank - 1))
-
-
-def _conv_kernel_grad(record, scale, finite):
-    layer = record.layer
-    g = tf.math.multiply_no_nan(record.grad_output, _per_example(scale, record.grad_output))
-    x = tf.cast(record.inputs, g.dtype)
-    x = tf.math.multiply_no_nan(x, _per_example(finite, x))
-    return tf.compat.v1.nn.conv2d_backprop_filter(
-        x, tf.constant(layer.kernel.shape.as_list()), g, strides=[1, *layer.strides, 1],
-        padding=layer.padding.upper(), dilations=[1, *layer.dilation_rate, 1])
 
 
 def _generic_per_example_grads(record):
