@@ -38,7 +38,7 @@ def _conv(filters, kernel, strides, padding, dilation, channels, size=(11, 9)):
 def test_conv_patches_equal_extract_patches(kernel, strides, padding, dilation):
     layer = _conv(4, kernel, strides, padding, dilation, channels=3)
     x = tf.constant(np.random.default_rng(0).normal(size=(2, 11, 9, 3)), tf.float32)
-    ours = clipping._conv_patches(_Record(layer, x))  # pylint: disable=protected-access
+    ours = clipping._conv_patches(layer, x)  # pylint: disable=protected-access
     kh, kw = layer.kernel_size
     reference = tf.image.extract_patches(
         x, [1, kh, kw, 1], [1, *layer.strides, 1], [1, *layer.dilation_rate, 1], padding.upper())
@@ -52,7 +52,7 @@ def test_conv_patches_equal_extract_patches(kernel, strides, padding, dilation):
 def test_conv_patches_with_unknown_spatial_size():
     layer = _conv(4, 3, 2, "same", 1, channels=2)
     x = np.random.default_rng(1).normal(size=(3, 11, 9, 2)).astype("float32")
-    patches = tf.function(lambda t: clipping._conv_patches(_Record(layer, t)),  # pylint: disable=protected-access
+    patches = tf.function(lambda t: clipping._conv_patches(layer, t),  # pylint: disable=protected-access
                           input_signature=[tf.TensorSpec([None, None, None, 2])])
     reference = tf.image.extract_patches(x, [1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], "SAME")
     np.testing.assert_array_equal(patches(x).numpy(), reference.numpy().reshape(3, -1, 18))

@@ -127,6 +127,23 @@ def test_every_norm_strategy_equals_tf_privacy(monkeypatch, strategy, static_bat
         np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
 
 
+@pytest.mark.parametrize("strategy", ["ghost", "materialize"])
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+def test_patches_in_chunks_equal_tf_privacy(monkeypatch, strategy, num_microbatches):
+    # A tiny chunk budget: every chunk is one microbatch (16 chunks, or 4 of 4 examples).
+    monkeypatch.setattr(clipping, "_PATCH_CHUNK_BYTES", 1)
+    monkeypatch.setattr(clipping, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
+    monkeypatch.setattr(clipping, "_FORCED_STRATEGY", strategy)
+    x, y = _data(_cnn())
+    opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0,
+                                      num_microbatches=num_microbatches)
+    reference, _ = _update(_cnn, opt, False, x, y)
+    ours, _ = _update(_cnn, opt, True, x, y, static_batch=True)
+    scale = max(np.abs(r).max() for r in reference)
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
+
+
 def test_depthwise_path_in_chunks_equals_tf_privacy(monkeypatch):
     # 16 examples in chunks of 5 (the last one short), static batch.
     monkeypatch.setattr(clipping, "_DEPTHWISE_CHUNK", 5)

@@ -237,10 +237,8 @@ def _sum_microbatches(per_example, num_microbatches, examples_per_microbatch):
                                     + per_example.shape[1:].as_list()), 1)
 
 
-def _conv_patches(record):
+def _conv_patches(layer, x):
     """Input patches of a Conv2D as [B, output pixels, kh·kw·cin] (the kernel's row order)."""
-    layer = record.layer
-    x = record.inputs
     (kh, kw), (sh, sw), (dh, dw) = layer.kernel_size, layer.strides, layer.dilation_rate
     height, width, cin = x.shape[1:]
     if height is None or width is None:
@@ -315,6 +313,12 @@ def _static_rows(t, examples_per_microbatch):
     return per_example * (examples_per_microbatch or 1)
 
 
+# Larger batches of a Conv2D's input patches are made and used in consecutive
+# chunks of examples, so the patches of the whole batch (kh·kw times the input)
+# never exist at once.
+_PATCH_CHUNK_BYTES = 32 * 2**20
+
+
 def _prepare_linear(record, num_microbatches, examples_per_microbatch):
     """Chooses how a Dense/Conv2D layer gets its norms and fills record.cache.
 
@@ -324,19 +328,23 @@ def _prepare_linear(record, num_microbatches, examples_per_microbatch):
     layer, g = record.layer, record.grad_output
     cache = record.cache
     g_rows = _static_rows(g, examples_per_microbatch)
-    cache["g"] = _group_rows(g, num_microbatches)
-    if layer.use_bias:
-        cache["bias"] = (tf.reshape(g, [num_microbatches, -1]) if g_rows == 1
-                         else tf.reduce_sum(cache["g"], 1))
     if record.kind == "conv2d" and (
             record.inputs.shape[-1] * layer.filters <= _DEPTHWISE_MAX_CHANNEL_PAIRS):
         cache["materialize"] = True
         cache["per_microbatch"] = _sum_microbatches(
             _conv_per_example_kernel_grads(record), num_microbatches, examples_per_microbatch)
-        return
-    a = _conv_patches(record) if record.kind == "conv2d" else record.inputs
-    cache["a"] = _group_rows(tf.cast(a, g.dtype), num_microbatches)
-    d_in, d_out = cache["a"].shape[-1], g.shape[-1]
+    else:
+        _choose_strategy(record, num_microbatches, examples_per_microbatch, g_rows)
+    # A ghost norm takes the bias in as an input column of ones, and its clipped
+    # sum comes out of the book-keeping; otherwise per-microbatch bias gradients.
+    if layer.use_bias and cache["materialize"] is not False:
+        cache["bias"] = (tf.reshape(g, [num_microbatches, -1]) if g_rows == 1
+                         else tf.reduce_sum(_group_rows(g, num_microbatches), 1))
+
+
+def _choose_strategy(record, num_microbatches, examples_per_microbatch, g_rows):
+    cache, g = record.cache, record.grad_output
+    d_in, d_out = _input_width(record), g.shape[-1]
     # Per microbatch the ghost norm costs rows²·(d_in + d_out) multiply-adds and
     # materializing rows·d_in·d_out: take the cheaper. Unknown rows (dynamic
     # batch, fixed microbatch count) make the ghost cost unbounded: materialize.
@@ -350,17 +358,54 @@ def _prepare_linear(record, num_microbatches, examples_per_microbatch):
         cache["materialize"] = cheaper and fits
 
 
-def _materialized_kernel_grads(cache):
-    a, g = cache["a"], cache["g"]
-    return tf.reshape(tf.matmul(a, g, transpose_a=True), [tf.shape(a)[0], a.shape[-1] * g.shape[-1]])
+def _input_width(record):
+    if record.kind == "conv2d":
+        kh, kw = record.layer.kernel_size
+        return kh * kw * record.inputs.shape[-1]
+    return record.inputs.shape[-1]
 
 
-def _ghost_sq_norms(cache):
-    a, g = cache["a"], cache["g"]
+def _input_rows(record, x, num_microbatches):
+    """A of the docstring for examples x, grouped as [microbatches, rows, d_in]."""
+    a = _conv_patches(record.layer, x) if record.kind == "conv2d" else x
+    return _group_rows(tf.cast(a, record.grad_output.dtype), num_microbatches)
+
+
+def _materialized_kernel_grads(record, x, g, num_microbatches):
+    a, g = _input_rows(record, x, num_microbatches), _group_rows(g, num_microbatches)
+    return tf.reshape(tf.matmul(a, g, transpose_a=True), [-1, a.shape[-1] * g.shape[-1]])
+
+
+def _ghost_sq_norms(record, x, g, num_microbatches, with_bias=False):
+    """Σ_{r,s} (a_r·a_s + [bias])(g_r·g_s) per microbatch: kernel (and bias) squared norms."""
+    a, g = _input_rows(record, x, num_microbatches), _group_rows(g, num_microbatches)
+    ones = 1.0 if with_bias else 0.0
     if a.shape[1] == 1:
-        return tf.reduce_sum(tf.square(a), [1, 2]) * tf.reduce_sum(tf.square(g), [1, 2])
-    return tf.reduce_sum(tf.matmul(a, a, transpose_b=True) * tf.matmul(g, g, transpose_b=True),
-                         [1, 2])
+        return (tf.reduce_sum(tf.square(a), [1, 2]) + ones) * tf.reduce_sum(tf.square(g), [1, 2])
+    a_gram = tf.matmul(a, a, transpose_b=True)
+    if with_bias:
+        a_gram += 1.0
+    return tf.reduce_sum(a_gram * tf.matmul(g, g, transpose_b=True), [1, 2])
+
+
+def _over_chunks(fn, record, num_microbatches, examples_per_microbatch):
+    """fn(record, x, g, microbatches) over the batch, in consecutive chunks where patches are large."""
+    x, g = record.inputs, record.grad_output
+    batch = x.shape[0]
+    per_example = int(np.prod(g.shape[1:-1])) * _input_width(record) * g.dtype.size
+    if (record.kind != "conv2d" or batch is None or examples_per_microbatch is None
+            or batch * per_example <= _PATCH_CHUNK_BYTES):
+        return fn(record, x, g, num_microbatches)
+    step = max(1, _PATCH_CHUNK_BYTES // (per_example * examples_per_microbatch))
+    step *= examples_per_microbatch
+    outputs = []
+    for start in range(0, batch, step):
+        # Each chunk starts once the previous one is done, so its patches are freed.
+        with tf.control_dependencies(outputs[-1:]):
+            x_chunk = tf.identity(x[start:start + step])
+        outputs.append(fn(record, x_chunk, g[start:start + step],
+                          x_chunk.shape[0] // examples_per_microbatch))
+    return tf.concat(outputs, 0)
 
 
 def _sq_row_norms(rows):
@@ -382,18 +427,22 @@ def layer_sq_norms(record, num_microbatches, examples_per_microbatch):
         sq = _sq_row_norms(cache["per_microbatch"])
     elif isinstance(materialize, bool):
         if materialize:
-            cache["per_microbatch"] = _materialized_kernel_grads(cache)
+            cache["per_microbatch"] = _over_chunks(_materialized_kernel_grads, record,
+                                                   num_microbatches, examples_per_microbatch)
             sq = _sq_row_norms(cache["per_microbatch"])
         else:
-            sq = _ghost_sq_norms(cache)
+            sq = _over_chunks(functools.partial(_ghost_sq_norms, with_bias=record.layer.use_bias),
+                              record, num_microbatches, examples_per_microbatch)
     else:
+        x, g = record.inputs, record.grad_output
+
         def materialized():
-            per_microbatch = _materialized_kernel_grads(cache)
+            per_microbatch = _materialized_kernel_grads(record, x, g, num_microbatches)
             return _sq_row_norms(per_microbatch), per_microbatch
 
         def ghost():  # an empty stand-in keeps both branches' outputs alike
-            return _ghost_sq_norms(cache), tf.zeros([0, cache["a"].shape[-1] * cache["g"].shape[-1]],
-                                                    cache["g"].dtype)
+            return (_ghost_sq_norms(record, x, g, num_microbatches),
+                    tf.zeros([0, _input_width(record) * g.shape[-1]], g.dtype))
 
         sq, cache["per_microbatch"] = tf.cond(materialize, materialized, ghost)
     if "bias" in cache:
@@ -418,24 +467,26 @@ def layer_clipped_grads(record, weights):
     def materialized():
         return _weighted_sum(weights.zero_nonfinite(cache["per_microbatch"]), weights.scale)
 
-    def book_keeping():
-        return tf.reshape(_book_keeping_kernel_grad(record, weights), [-1, layer.kernel.shape[-1]])
-
     materialize = cache["materialize"]
-    if isinstance(materialize, bool):
-        kernel_grad = materialized() if materialize else book_keeping()
+    if materialize is False:
+        kernel_grad, scaled_g = _book_keeping(record, weights)
+        bias_grad = tf.reduce_sum(tf.reshape(scaled_g, [-1, scaled_g.shape[-1]]), 0)
+    elif materialize is True:
+        kernel_grad = materialized()
     else:
         kernel_grad = tf.cond(materialize, materialized,
-                              lambda: tf.reshape(book_keeping(), [-1]))
+                              lambda: tf.reshape(_book_keeping(record, weights)[0], [-1]))
+    if materialize is not False and layer.use_bias:
+        bias_grad = _weighted_sum(weights.zero_nonfinite(cache["bias"]), weights.scale)
     grads = {layer.kernel.ref(): tf.reshape(kernel_grad, layer.kernel.shape)}
     if layer.use_bias:
-        grads[layer.bias.ref()] = _weighted_sum(weights.zero_nonfinite(cache["bias"]),
-                                                weights.scale)
+        grads[layer.bias.ref()] = bias_grad
     return grads
 
 
-def _book_keeping_kernel_grad(record, weights):
-    """Σ_r a_r (c_{m(r)} g_r)ᵀ: the batch's ordinary weight gradient, output gradients rescaled."""
+def _book_keeping(record, weights):
+    """(Σ_r a_r (c_{m(r)} g_r)ᵀ, the rescaled c·g): the batch's ordinary weight
+    gradient with the output gradients rescaled; the bias gradient is Σ_r c·g_r."""
     if record.kind == "conv2d":
         # For a convolution that product is TF's own conv backprop-filter op.
         layer = record.layer
@@ -444,11 +495,13 @@ def _book_keeping_kernel_grad(record, weights):
         x = weights.zero_nonfinite(tf.cast(record.inputs, g.dtype), per_example=True)
         return tf.compat.v1.nn.conv2d_backprop_filter(
             x, tf.constant(layer.kernel.shape.as_list()), g, strides=[1, *layer.strides, 1],
-            padding=layer.padding.upper(), dilations=[1, *layer.dilation_rate, 1])
-    a = weights.zero_nonfinite(record.cache["a"])
-    g = weights.zero_nonfinite(record.cache["g"]) * tf.cast(weights.scale, a.dtype)[:, None, None]
+            padding=layer.padding.upper(), dilations=[1, *layer.dilation_rate, 1]), g
+    num_microbatches = tf.shape(weights.scale)[0]
+    a = weights.zero_nonfinite(_input_rows(record, record.inputs, num_microbatches))
+    g = weights.zero_nonfinite(_group_rows(record.grad_output, num_microbatches))
+    g *= tf.cast(weights.scale, g.dtype)[:, None, None]
     return tf.matmul(tf.reshape(a, [-1, a.shape[-1]]), tf.reshape(g, [-1, g.shape[-1]]),
-                     transpose_a=True)
+                     transpose_a=True), g
 
 
 def _weighted_sum(rows, scale):
