@@ -66,6 +66,11 @@ def test_depthwise_per_example_kernel_grads_equal_per_example_tapes(monkeypatch,
     x = tf.constant(rng.normal(size=(7, 11, 9, 2)), tf.float32)
     g = tf.constant(rng.normal(size=(7, 6, 5, 3)), tf.float32)
     ours = clipping._conv_per_example_kernel_grads(_Record(layer, x, g))  # pylint: disable=protected-access
+    # The same with the batch size unknown while tracing (chunks zero-padded).
+    dynamic = tf.function(
+        lambda xs, gs: clipping._conv_per_example_kernel_grads(_Record(layer, xs, gs)),  # pylint: disable=protected-access
+        input_signature=[tf.TensorSpec([None, 11, 9, 2]), tf.TensorSpec([None, 6, 5, 3])])
+    np.testing.assert_allclose(dynamic(x, g).numpy(), ours.numpy(), atol=1e-6)
     for b in range(7):
         with tf.GradientTape() as tape:
             z = layer.convolution_op(x[b:b + 1], layer.kernel)

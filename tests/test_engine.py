@@ -141,12 +141,13 @@ def test_patches_in_chunks_equal_tf_privacy(monkeypatch, strategy, num_microbatc
     _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=True)
 
 
-def test_depthwise_path_in_chunks_equals_tf_privacy(monkeypatch):
-    # 16 examples in chunks of 5 (the last one short), static batch.
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+def test_depthwise_path_in_chunks_equals_tf_privacy(monkeypatch, static_batch):
+    # 16 examples in chunks of 5 (the last one short or zero-padded).
     monkeypatch.setattr(clipping, "_DEPTHWISE_CHUNK", 5)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
-    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=True)
+    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)
 
 
 def test_adam_and_vectorized_optimizers_match():
