@@ -71,11 +71,12 @@ def test_depthwise_per_example_kernel_grads_equal_per_example_tapes(monkeypatch,
         lambda xs, gs: clipping._conv_per_example_kernel_grads(_Record(layer, xs, gs)),  # pylint: disable=protected-access
         input_signature=[tf.TensorSpec([None, 11, 9, 2]), tf.TensorSpec([None, 6, 5, 3])])
     np.testing.assert_allclose(dynamic(x, g).numpy(), ours.numpy(), atol=1e-6)
+    assert ours.shape == (16, 7, 6)  # [kh·kw, B, cin·cout]
     for b in range(7):
         with tf.GradientTape() as tape:
             z = layer.convolution_op(x[b:b + 1], layer.kernel)
         expected = tape.gradient(z, layer.kernel, output_gradients=g[b:b + 1])
-        np.testing.assert_allclose(ours[b].numpy(), expected.numpy().ravel(), atol=1e-5)
+        np.testing.assert_allclose(ours[:, b].numpy(), expected.numpy().reshape(16, 6), atol=1e-5)
 
 
 def test_clip_weights_zero_only_nonfinite_rows():

@@ -211,15 +211,19 @@ class ClipWeights:
         self.finite = finite
         self.all_finite = tf.reduce_all(finite > 0)
 
-    def zero_nonfinite(self, t, per_example=False):
-        """`t` ([M or B, ...]) with the rows of non-finite microbatches set to zero.
+    def zero_nonfinite(self, t, per_example=False, axis=0):
+        """`t` ([M or B, ...] for axis 0) with the rows of non-finite microbatches set to zero.
 
         A zero clip factor does not remove NaN/inf (0·NaN = NaN), so those rows are
         zeroed; tf.cond skips the pass in the usual all-finite case.
         """
         def zeroed():
-            keep = _per_example(self.finite, t) if per_example else tf.reshape(
-                tf.cast(self.finite, t.dtype), [-1] + [1] * (t.shape.rank - 1))
+            if per_example:
+                keep = _per_example(self.finite, t)
+            else:
+                shape = [1] * t.shape.rank
+                shape[axis] = -1
+                keep = tf.reshape(tf.cast(self.finite, t.dtype), shape)
             return tf.where(keep > 0, t, tf.zeros_like(t))
 
         return tf.cond(self.all_finite, lambda: tf.identity(t), zeroed)
@@ -277,23 +281,28 @@ _DEPTHWISE_CHUNK = 128
 
 
 def _conv_per_example_kernel_grads(record):
-    """Per-example ∂ℓ_b/∂kernel of a Conv2D as [B, kh·kw·cin·cout], no patches."""
+    """Per-example ∂ℓ_b/∂kernel of a Conv2D as [kh·kw, B, cin·cout], no patches.
+
+    Examples on the middle axis is the layout the depthwise backprop produces:
+    norms and the clipped sum need no transpose of it.
+    """
     layer, chunk = record.layer, _DEPTHWISE_CHUNK
     x = tf.cast(record.inputs, record.grad_output.dtype)
     g = record.grad_output
     batch = x.shape[0]
     if batch is not None:
         return tf.concat([_depthwise_per_example(layer, x[i:i + chunk], g[i:i + chunk])
-                          for i in range(0, batch, chunk)], 0)
+                          for i in range(0, batch, chunk)], 1)
 
-    def in_chunks():  # zero-padded to whole chunks; padded rows are dropped after
+    def in_chunks():  # zero-padded to whole chunks; padded examples are dropped after
         batch = tf.shape(x)[0]
         padding = -batch % chunk
-        chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * 3), [-1, chunk] + t.shape[1:].as_list())
-                   for t in (x, g)]
+        chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * 3),
+                              [-1, chunk] + t.shape[1:].as_list()) for t in (x, g)]
         grads = tf.map_fn(lambda xg: _depthwise_per_example(layer, *xg), chunked,
                           fn_output_signature=g.dtype, parallel_iterations=2)
-        return tf.reshape(grads, [-1, grads.shape[-1]])[:batch]
+        grads = tf.transpose(grads, [1, 0, 2, 3])
+        return tf.reshape(grads, [grads.shape[0], -1, grads.shape[-1]])[:, :batch]
 
     return tf.cond(tf.shape(x)[0] <= chunk, lambda: _depthwise_per_example(layer, x, g), in_chunks)
 
@@ -314,8 +323,7 @@ def _depthwise_per_example(layer, x, g):
         x_folded, tf.stack([kh, kw, batch * cin, cout]), g_folded,
         strides=[1, *layer.strides, 1], padding=layer.padding.upper(),
         dilations=[1, *layer.dilation_rate, 1])
-    per_example = tf.reshape(filters, [kh, kw, batch, cin, cout])
-    return tf.reshape(tf.transpose(per_example, [2, 0, 1, 3, 4]), [batch, kh * kw * cin * cout])
+    return tf.reshape(filters, [kh * kw, batch, cin * cout])
 
 
 def _static_rows(t, examples_per_microbatch):
@@ -341,8 +349,11 @@ def _prepare_linear(record, num_microbatches, examples_per_microbatch):
     if record.kind == "conv2d" and (
             record.inputs.shape[-1] * layer.filters <= _DEPTHWISE_MAX_CHANNEL_PAIRS):
         cache["materialize"] = True
-        cache["per_microbatch"] = _sum_microbatches(
-            _conv_per_example_kernel_grads(record), num_microbatches, examples_per_microbatch)
+        per_example = _conv_per_example_kernel_grads(record)  # [kh·kw, B, cin·cout]
+        if examples_per_microbatch != 1:
+            per_example = tf.reduce_sum(tf.reshape(
+                per_example, [per_example.shape[0], num_microbatches, -1, per_example.shape[-1]]), 2)
+        cache["per_microbatch_middle"] = per_example
     else:
         _choose_strategy(record, num_microbatches, examples_per_microbatch, g_rows)
     # A ghost norm takes the bias in as an input column of ones, and its clipped
@@ -433,8 +444,8 @@ def layer_sq_norms(record, num_microbatches, examples_per_microbatch):
     _prepare_linear(record, num_microbatches, examples_per_microbatch)
     cache = record.cache
     materialize = cache["materialize"]
-    if "per_microbatch" in cache:
-        sq = _sq_row_norms(cache["per_microbatch"])
+    if "per_microbatch_middle" in cache:
+        sq = tf.reduce_sum(tf.square(cache["per_microbatch_middle"]), [0, 2])
     elif isinstance(materialize, bool):
         if materialize:
             cache["per_microbatch"] = _over_chunks(_materialized_kernel_grads, record,
@@ -475,6 +486,9 @@ def layer_clipped_grads(record, weights):
         return grads
 
     def materialized():
+        if "per_microbatch_middle" in cache:  # [kh·kw, M, cin·cout]
+            rows = weights.zero_nonfinite(cache["per_microbatch_middle"], axis=1)
+            return tf.matmul(tf.cast(weights.scale, rows.dtype)[None, None, :], rows)
         return _weighted_sum(weights.zero_nonfinite(cache["per_microbatch"]), weights.scale)
 
     materialize = cache["materialize"]
