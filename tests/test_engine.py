@@ -21,7 +21,8 @@ from tf_tempered._compat import keras, tf
 from tensorflow_privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer,
                                 VectorizedDPKerasSGDOptimizer)
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import UnsupportedLayerError, clipping, dp_config, make_private
+from tf_tempered.privacy import (UnsupportedLayerError, clipping, conv_grads, dp_config,
+                                  make_private)
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 BATCH = 16
@@ -144,7 +145,7 @@ def test_patches_in_chunks_equal_tf_privacy(monkeypatch, strategy, num_microbatc
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 def test_depthwise_path_in_chunks_equals_tf_privacy(monkeypatch, static_batch):
     # 16 examples in chunks of 5 (the last one short or zero-padded).
-    monkeypatch.setattr(clipping, "_DEPTHWISE_CHUNK", 5)
+    monkeypatch.setattr(conv_grads, "_DEPTHWISE_CHUNK", 5)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
     _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)

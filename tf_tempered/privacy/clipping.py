@@ -42,145 +42,15 @@ Other trainable layers (learnable TemperedSigmoid, LayerNormalization, Embedding
 layer alone, which is cheap because it does not go through the rest of the net.
 """
 
-import contextlib
 import functools
-import threading
 
 import numpy as np
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import tf
+from tf_tempered.privacy import conv_grads
+from tf_tempered.privacy.recording import own_trainable_weights
 
-__all__ = ["ClipWeights", "LayerRecord", "Recorder", "instrument", "UnsupportedLayerError",
-           "layer_sq_norms", "layer_clipped_grads"]
-
-
-class UnsupportedLayerError(ValueError):
-    """A layer whose per-example gradients the DP engine cannot compute exactly."""
-
-    # Raised while Keras traces the train step; autograph re-raises an error as
-    # its own type only if its constructor is Exception's (else StagingError).
-    __init__ = Exception.__init__
-
-
-_STATE = threading.local()
-
-
-def _active_recorder():
-    return getattr(_STATE, "recorder", None)
-
-
-class LayerRecord:
-    """What one call of an instrumented layer left for the backward pass."""
-
-    def __init__(self, layer, kind, inputs, output, call_args, call_kwargs, call_fn):
-        self.layer = layer
-        self.kind = kind  # "dense", "conv2d" or "generic"
-        self.inputs = inputs
-        self.output = output  # Z (pre-activation) for dense/conv2d, the output otherwise
-        self.call_args = call_args
-        self.call_kwargs = call_kwargs
-        self.call_fn = call_fn  # the layer's own, uninstrumented call
-        self.grad_output = None  # ∂(Σ ℓ_m)/∂output, filled after the backward pass
-        self.cache = {}
-
-
-class Recorder:
-    """Collects LayerRecords while active (a context manager, per thread)."""
-
-    def __init__(self):
-        self.records = []
-
-    @contextlib.contextmanager
-    def active(self):
-        previous = _active_recorder()
-        _STATE.recorder = self
-        try:
-            yield self
-        finally:
-            _STATE.recorder = previous
-
-
-def _layer_kind(layer):
-    if isinstance(layer, keras.layers.Dense) and type(layer).call is keras.layers.Dense.call:
-        return "dense"
-    if (isinstance(layer, keras.layers.Conv2D)
-            and type(layer).call is keras.layers.Conv2D.call
-            and getattr(layer, "groups", 1) == 1
-            and layer.data_format == "channels_last"
-            and layer.padding in ("same", "valid")):
-        return "conv2d"
-    return "generic"
-
-
-def _own_trainable_weights(layer):
-    # Weights created by the layer itself, not by its sub-layers.
-    return list(getattr(layer, "_trainable_weights", [])) if layer.trainable else []
-
-
-def instrument(model):
-    """Installs recording hooks on every layer of `model` that owns trainable weights.
-
-    Idempotent. Returns the instrumented layers. The hook is a no-op unless a
-    Recorder is active, so inference, evaluation and saving are unaffected.
-    """
-    layers = []
-    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
-        if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
-            raise UnsupportedLayerError(
-                f"Layer {layer.name!r} is a BatchNormalization layer: in training it "
-                "normalizes with statistics of the whole batch, so one example's "
-                "gradient depends on the others and per-example clipping no longer "
-                "bounds its influence (DP-SGD's guarantee fails). Replace it with "
-                "keras.layers.GroupNormalization or keras.layers.LayerNormalization, "
-                "or freeze it (layer.trainable = False) so it uses its moving statistics.")
-        if not _own_trainable_weights(layer):
-            continue
-        if not getattr(layer, "_tf_tempered_instrumented", False):
-            _wrap_call(layer)
-        layers.append(layer)
-    return layers
-
-
-def _wrap_call(layer):
-    original_call = layer.call
-    kind = _layer_kind(layer)
-
-    @functools.wraps(original_call)
-    @tf.autograph.experimental.do_not_convert
-    def call(inputs, *args, **kwargs):
-        recorder = _active_recorder()
-        # Frozen since make_private (layer.trainable = False): nothing to clip.
-        if recorder is None or not _own_trainable_weights(layer):
-            return original_call(inputs, *args, **kwargs)
-        if not isinstance(inputs, (tf.Tensor, tf.Variable)) or isinstance(
-                inputs, tf.SparseTensor):
-            raise UnsupportedLayerError(
-                f"Layer {layer.name!r} received {type(inputs).__name__} inputs; the DP "
-                "engine computes per-example gradients for layers called on one dense "
-                "tensor. Pass dense tensors (or wrap the layer's logic in one).")
-        if kind in ("dense", "conv2d"):
-            activation = layer.activation
-            # Record the pre-activation output: bypass Keras attribute tracking so
-            # the layer's weight order and sub-layer list stay untouched.
-            object.__setattr__(layer, "activation", keras.activations.linear)
-            try:
-                z = original_call(inputs, *args, **kwargs)
-            finally:
-                object.__setattr__(layer, "activation", activation)
-            recorder.records.append(
-                LayerRecord(layer, kind, inputs, z, args, kwargs, original_call))
-            return activation(z) if activation is not None else z
-        outputs = original_call(inputs, *args, **kwargs)
-        if not isinstance(outputs, tf.Tensor):
-            raise UnsupportedLayerError(
-                f"Layer {layer.name!r} returns {type(outputs).__name__}; the DP engine "
-                "supports trainable layers with one tensor output.")
-        recorder.records.append(
-            LayerRecord(layer, "generic", inputs, outputs, args, kwargs, original_call))
-        return outputs
-
-    object.__setattr__(layer, "call", call)
-    object.__setattr__(layer, "_tf_tempered_instrumented", True)
+__all__ = ["ClipWeights", "layer_sq_norms", "layer_clipped_grads"]
 
 
 # ---------------------------------------------------------------------------
@@ -241,91 +111,6 @@ def _sum_microbatches(per_example, num_microbatches, examples_per_microbatch):
                                     + per_example.shape[1:].as_list()), 1)
 
 
-def _conv_patches(layer, x):
-    """Input patches of a Conv2D as [B, output pixels, kh·kw·cin] (the kernel's row order)."""
-    (kh, kw), (sh, sw), (dh, dw) = layer.kernel_size, layer.strides, layer.dilation_rate
-    height, width, cin = x.shape[1:]
-    if height is None or width is None:
-        patches = tf.image.extract_patches(
-            x, sizes=[1, kh, kw, 1], strides=[1, sh, sw, 1], rates=[1, dh, dw, 1],
-            padding=layer.padding.upper())
-        return tf.reshape(patches, [tf.shape(x)[0], -1, patches.shape[-1]])
-    # One gather of whole pixels (cin values each) from the padded image: several
-    # times faster on CPU than tf.image.extract_patches, same result.
-    rows_out, pad_h = _conv_axis(height, kh, sh, dh, layer.padding)
-    cols_out, pad_w = _conv_axis(width, kw, sw, dw, layer.padding)
-    if any(pad_h + pad_w):
-        x = tf.pad(x, [[0, 0], list(pad_h), list(pad_w), [0, 0]])
-    padded_width = width + sum(pad_w)
-    i, j, a, b = np.meshgrid(np.arange(rows_out), np.arange(cols_out), np.arange(kh),
-                             np.arange(kw), indexing="ij")
-    index = ((i * sh + a * dh) * padded_width + j * sw + b * dw).reshape(-1).astype(np.int32)
-    flat = tf.reshape(x, [-1, (height + sum(pad_h)) * padded_width, cin])
-    return tf.reshape(tf.gather(flat, index, axis=1), [-1, rows_out * cols_out, kh * kw * cin])
-
-
-def _conv_axis(size, kernel, stride, dilation, padding):
-    """(output size, (pad before, pad after)) of one spatial axis, as TF computes them."""
-    extent = (kernel - 1) * dilation + 1
-    if padding == "valid":
-        return (size - extent) // stride + 1, (0, 0)
-    out = -(-size // stride)
-    total = max((out - 1) * stride + extent - size, 0)
-    return out, (total // 2, total - total // 2)
-
-
-# The depthwise backprop's cost per example grows with the folded channel count
-# (measured on CPU: 2.4 ms for 256 examples at once, 13.8 ms for 512), so the
-# batch goes through it in chunks of this many examples.
-_DEPTHWISE_CHUNK = 128
-
-
-def _conv_per_example_kernel_grads(record):
-    """Per-example ∂ℓ_b/∂kernel of a Conv2D as [kh·kw, B, cin·cout], no patches.
-
-    Examples on the middle axis is the layout the depthwise backprop produces:
-    norms and the clipped sum need no transpose of it.
-    """
-    layer, chunk = record.layer, _DEPTHWISE_CHUNK
-    x = tf.cast(record.inputs, record.grad_output.dtype)
-    g = record.grad_output
-    batch = x.shape[0]
-    if batch is not None:
-        return tf.concat([_depthwise_per_example(layer, x[i:i + chunk], g[i:i + chunk])
-                          for i in range(0, batch, chunk)], 1)
-
-    def in_chunks():  # zero-padded to whole chunks; padded examples are dropped after
-        batch = tf.shape(x)[0]
-        padding = -batch % chunk
-        chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * 3),
-                              [-1, chunk] + t.shape[1:].as_list()) for t in (x, g)]
-        grads = tf.map_fn(lambda xg: _depthwise_per_example(layer, *xg), chunked,
-                          fn_output_signature=g.dtype, parallel_iterations=2)
-        grads = tf.transpose(grads, [1, 0, 2, 3])
-        return tf.reshape(grads, [grads.shape[0], -1, grads.shape[-1]])[:, :batch]
-
-    return tf.cond(tf.shape(x)[0] <= chunk, lambda: _depthwise_per_example(layer, x, g), in_chunks)
-
-
-def _depthwise_per_example(layer, x, g):
-    batch = tf.shape(x)[0]
-    height, width, cin = x.shape[1], x.shape[2], x.shape[3]
-    oh, ow, cout = g.shape[1], g.shape[2], g.shape[3]
-    kh, kw = layer.kernel_size
-    # Input channel (b, c) of a depthwise conv with multiplier cout yields output
-    # channels (b, c, o); the backprop filter then holds per-example gradients.
-    x_folded = tf.reshape(tf.transpose(x, [1, 2, 0, 3]), [1, height, width, batch * cin])
-    g_folded = tf.transpose(g, [1, 2, 0, 3])[:, :, :, None, :]
-    if cin > 1:
-        g_folded = tf.broadcast_to(g_folded, [oh, ow, batch, cin, cout])
-    g_folded = tf.reshape(g_folded, [1, oh, ow, batch * cin * cout])
-    filters = tf.compat.v1.nn.depthwise_conv2d_native_backprop_filter(
-        x_folded, tf.stack([kh, kw, batch * cin, cout]), g_folded,
-        strides=[1, *layer.strides, 1], padding=layer.padding.upper(),
-        dilations=[1, *layer.dilation_rate, 1])
-    return tf.reshape(filters, [kh * kw, batch, cin * cout])
-
-
 def _static_rows(t, examples_per_microbatch):
     per_example = int(np.prod(t.shape[1:-1])) if len(t.shape) > 2 else 1
     return per_example * (examples_per_microbatch or 1)
@@ -349,7 +134,8 @@ def _prepare_linear(record, num_microbatches, examples_per_microbatch):
     if record.kind == "conv2d" and (
             record.inputs.shape[-1] * layer.filters <= _DEPTHWISE_MAX_CHANNEL_PAIRS):
         cache["materialize"] = True
-        per_example = _conv_per_example_kernel_grads(record)  # [kh·kw, B, cin·cout]
+        per_example = conv_grads.per_example_kernel_grads(  # [kh·kw, B, cin·cout]
+            layer, record.inputs, record.grad_output)
         if examples_per_microbatch != 1:
             per_example = tf.reduce_sum(tf.reshape(
                 per_example, [per_example.shape[0], num_microbatches, -1, per_example.shape[-1]]), 2)
@@ -388,7 +174,7 @@ def _input_width(record):
 
 def _input_rows(record, x, num_microbatches):
     """A of the docstring for examples x, grouped as [microbatches, rows, d_in]."""
-    a = _conv_patches(record.layer, x) if record.kind == "conv2d" else x
+    a = conv_grads.patches(record.layer, x) if record.kind == "conv2d" else x
     return _group_rows(tf.cast(a, record.grad_output.dtype), num_microbatches)
 
 
@@ -480,7 +266,7 @@ def layer_clipped_grads(record, weights):
     layer, cache = record.layer, record.cache
     if record.kind == "generic":
         grads = {}
-        for var, p in zip(_own_trainable_weights(layer), cache["per_microbatch"]):
+        for var, p in zip(own_trainable_weights(layer), cache["per_microbatch"]):
             flat = weights.zero_nonfinite(tf.reshape(p, [tf.shape(p)[0], -1]))
             grads[var.ref()] = tf.reshape(_weighted_sum(flat, weights.scale), var.shape)
         return grads
@@ -542,7 +328,7 @@ def _per_example(per_microbatch, like):
 
 def _generic_per_example_grads(record):
     """Per-example gradients of a layer's own weights, by a VJP of that layer alone."""
-    variables = _own_trainable_weights(record.layer)
+    variables = own_trainable_weights(record.layer)
 
     def one_example(args):
         x, gy = args

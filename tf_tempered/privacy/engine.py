@@ -43,11 +43,11 @@ import types
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clipping
+from tf_tempered.privacy import clipping, recording
 
 __all__ = ["DPConfig", "dp_config", "make_private", "is_private", "UnsupportedLayerError"]
 
-UnsupportedLayerError = clipping.UnsupportedLayerError
+UnsupportedLayerError = recording.UnsupportedLayerError
 
 _LOSS_FIX = (
     "compile with a per-example loss, e.g. loss=keras.losses.SparseCategoricalCrossentropy("
@@ -127,7 +127,7 @@ def make_private(model):
     """
     if not isinstance(model, keras.Model):
         raise TypeError(f"make_private expects a keras.Model (tf-keras), got {type(model).__name__}.")
-    clipping.instrument(model)
+    recording.instrument(model)
     if not is_private(model):
         object.__setattr__(model, "_tf_tempered_private", True)
         # Kept out of model.metrics so evaluate() does not report them; reset
@@ -195,7 +195,7 @@ def _train_step(self, data):
             "DP engine does not fold data-independent penalties into per-example "
             "gradients. Remove the regularizers (use weight decay in the optimizer, "
             "or rely on clipping and noise), or train without make_private.")
-    recorder = clipping.Recorder()
+    recorder = recording.Recorder()
     with tf.GradientTape() as tape:
         with recorder.active():
             y_pred = self(x, training=True)
@@ -331,7 +331,7 @@ def _check_coverage(model, records):
     owned = set()
     for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
         if getattr(layer, "_tf_tempered_instrumented", False):
-            owned.update(v.ref() for v in clipping._own_trainable_weights(layer))  # pylint: disable=protected-access
+            owned.update(v.ref() for v in recording.own_trainable_weights(layer))
     for var in model.trainable_variables:
         if var.ref() not in owned:
             raise UnsupportedLayerError(

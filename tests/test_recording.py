@@ -1,0 +1,63 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Recording hooks: inputs and pre-activation outputs of trainable layers, only while active."""
+
+import numpy as np
+import pytest
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import recording
+
+
+def _model():
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, activation="tanh"),
+                             keras.layers.Dropout(0.5), keras.layers.Dense(2)])
+
+
+def test_records_input_and_pre_activation_output_while_active():
+    model = _model()
+    layers = recording.instrument(model)
+    assert [layer.name for layer in layers] == [model.layers[0].name, model.layers[2].name]
+    assert recording.instrument(model) == layers  # idempotent: no second wrapper
+    x = tf.constant(np.random.default_rng(0).normal(size=(5, 4)), tf.float32)
+    recorder = recording.Recorder()
+    with recorder.active():
+        y = model(x)
+    first, second = recorder.records
+    assert (first.kind, second.kind) == ("dense", "dense")
+    np.testing.assert_allclose(first.inputs.numpy(), x.numpy())
+    pre_activation = x @ model.layers[0].kernel + model.layers[0].bias
+    np.testing.assert_allclose(first.output.numpy(), pre_activation.numpy(), atol=1e-6)
+    np.testing.assert_allclose(second.output.numpy(), y.numpy(), atol=1e-6)
+    # The activation is back in place, and nothing is recorded outside `active()`.
+    assert model.layers[0].activation is keras.activations.tanh
+    model(x)
+    assert len(recorder.records) == 2
+
+
+def test_trainable_batch_normalization_is_refused_with_the_fix():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
+                              keras.layers.BatchNormalization()])
+    with pytest.raises(recording.UnsupportedLayerError, match="LayerNormalization"):
+        recording.instrument(model)
+    model.layers[1].trainable = False
+    assert len(recording.instrument(model)) == 1
+
+
+def test_own_trainable_weights_excludes_frozen_layers():
+    layer = keras.layers.Dense(2)
+    layer.build((None, 3))
+    assert len(recording.own_trainable_weights(layer)) == 2
+    layer.trainable = False
+    assert recording.own_trainable_weights(layer) == []

@@ -1,0 +1,111 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Per-example building blocks for Conv2D layers: input patches and kernel gradients.
+
+A Conv2D's gradient for one example is Σ_r a_r g_rᵀ over its output pixels r, with
+a_r the input patch under pixel r (kh·kw·cin values, the kernel's row order) and
+g_r the output gradient there. `patches` gives the a_r of a batch; for layers
+with few channels `per_example_kernel_grads` gives the per-example sums directly
+from one depthwise-conv backprop, without patches.
+"""
+
+import numpy as np
+
+from tf_tempered._compat import tf
+
+__all__ = ["patches", "per_example_kernel_grads"]
+
+
+def patches(layer, x):
+    """Input patches of a Conv2D as [B, output pixels, kh·kw·cin] (the kernel's row order)."""
+    (kh, kw), (sh, sw), (dh, dw) = layer.kernel_size, layer.strides, layer.dilation_rate
+    height, width, cin = x.shape[1:]
+    if height is None or width is None:
+        patches = tf.image.extract_patches(
+            x, sizes=[1, kh, kw, 1], strides=[1, sh, sw, 1], rates=[1, dh, dw, 1],
+            padding=layer.padding.upper())
+        return tf.reshape(patches, [tf.shape(x)[0], -1, patches.shape[-1]])
+    # One gather of whole pixels (cin values each) from the padded image: several
+    # times faster on CPU than tf.image.extract_patches, same result.
+    rows_out, pad_h = _axis(height, kh, sh, dh, layer.padding)
+    cols_out, pad_w = _axis(width, kw, sw, dw, layer.padding)
+    if any(pad_h + pad_w):
+        x = tf.pad(x, [[0, 0], list(pad_h), list(pad_w), [0, 0]])
+    padded_width = width + sum(pad_w)
+    i, j, a, b = np.meshgrid(np.arange(rows_out), np.arange(cols_out), np.arange(kh),
+                             np.arange(kw), indexing="ij")
+    index = ((i * sh + a * dh) * padded_width + j * sw + b * dw).reshape(-1).astype(np.int32)
+    flat = tf.reshape(x, [-1, (height + sum(pad_h)) * padded_width, cin])
+    return tf.reshape(tf.gather(flat, index, axis=1), [-1, rows_out * cols_out, kh * kw * cin])
+
+
+def _axis(size, kernel, stride, dilation, padding):
+    """(output size, (pad before, pad after)) of one spatial axis, as TF computes them."""
+    extent = (kernel - 1) * dilation + 1
+    if padding == "valid":
+        return (size - extent) // stride + 1, (0, 0)
+    out = -(-size // stride)
+    total = max((out - 1) * stride + extent - size, 0)
+    return out, (total // 2, total - total // 2)
+
+
+# The depthwise backprop's cost per example grows with the folded channel count
+# (measured on CPU: 2.4 ms for 256 examples at once, 13.8 ms for 512), so the
+# batch goes through it in chunks of this many examples.
+_DEPTHWISE_CHUNK = 128
+
+
+def per_example_kernel_grads(layer, x, g):
+    """Per-example ∂ℓ_b/∂kernel of a Conv2D as [kh·kw, B, cin·cout], no patches.
+
+    Examples on the middle axis is the layout the depthwise backprop produces:
+    norms and the clipped sum need no transpose of it.
+    """
+    chunk = _DEPTHWISE_CHUNK
+    x = tf.cast(x, g.dtype)
+    batch = x.shape[0]
+    if batch is not None:
+        return tf.concat([_depthwise_per_example(layer, x[i:i + chunk], g[i:i + chunk])
+                          for i in range(0, batch, chunk)], 1)
+
+    def in_chunks():  # zero-padded to whole chunks; padded examples are dropped after
+        batch = tf.shape(x)[0]
+        padding = -batch % chunk
+        chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * 3),
+                              [-1, chunk] + t.shape[1:].as_list()) for t in (x, g)]
+        grads = tf.map_fn(lambda xg: _depthwise_per_example(layer, *xg), chunked,
+                          fn_output_signature=g.dtype, parallel_iterations=2)
+        grads = tf.transpose(grads, [1, 0, 2, 3])
+        return tf.reshape(grads, [grads.shape[0], -1, grads.shape[-1]])[:, :batch]
+
+    return tf.cond(tf.shape(x)[0] <= chunk, lambda: _depthwise_per_example(layer, x, g), in_chunks)
+
+
+def _depthwise_per_example(layer, x, g):
+    batch = tf.shape(x)[0]
+    height, width, cin = x.shape[1], x.shape[2], x.shape[3]
+    oh, ow, cout = g.shape[1], g.shape[2], g.shape[3]
+    kh, kw = layer.kernel_size
+    # Input channel (b, c) of a depthwise conv with multiplier cout yields output
+    # channels (b, c, o); the backprop filter then holds per-example gradients.
+    x_folded = tf.reshape(tf.transpose(x, [1, 2, 0, 3]), [1, height, width, batch * cin])
+    g_folded = tf.transpose(g, [1, 2, 0, 3])[:, :, :, None, :]
+    if cin > 1:
+        g_folded = tf.broadcast_to(g_folded, [oh, ow, batch, cin, cout])
+    g_folded = tf.reshape(g_folded, [1, oh, ow, batch * cin * cout])
+    filters = tf.compat.v1.nn.depthwise_conv2d_native_backprop_filter(
+        x_folded, tf.stack([kh, kw, batch * cin, cout]), g_folded,
+        strides=[1, *layer.strides, 1], padding=layer.padding.upper(),
+        dilations=[1, *layer.dilation_rate, 1])
+    return tf.reshape(filters, [kh * kw, batch, cin * cout])

@@ -1,0 +1,159 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Recording hooks: what each trainable layer saw and produced in the forward pass.
+
+`instrument(model)` wraps the `call` of every layer that owns trainable weights.
+While a `Recorder` is active (the DP training step), each call leaves a
+`LayerRecord` with the layer's input and its output (pre-activation for plain
+Dense/Conv2D, whose activation is applied after recording); otherwise the hook
+does nothing, so inference, evaluation and saving are unaffected.
+"""
+
+import contextlib
+import functools
+import threading
+
+from tf_tempered._compat import keras, tf
+
+__all__ = ["LayerRecord", "Recorder", "UnsupportedLayerError", "instrument",
+           "own_trainable_weights"]
+
+
+class UnsupportedLayerError(ValueError):
+    """A layer whose per-example gradients the DP engine cannot compute exactly."""
+
+    # Raised while Keras traces the train step; autograph re-raises an error as
+    # its own type only if its constructor is Exception's (else StagingError).
+    __init__ = Exception.__init__
+
+
+_STATE = threading.local()
+
+
+def _active_recorder():
+    return getattr(_STATE, "recorder", None)
+
+
+class LayerRecord:
+    """What one call of an instrumented layer left for the backward pass."""
+
+    def __init__(self, layer, kind, inputs, output, call_args, call_kwargs, call_fn):
+        self.layer = layer
+        self.kind = kind  # "dense", "conv2d" or "generic"
+        self.inputs = inputs
+        self.output = output  # Z (pre-activation) for dense/conv2d, the output otherwise
+        self.call_args = call_args
+        self.call_kwargs = call_kwargs
+        self.call_fn = call_fn  # the layer's own, uninstrumented call
+        self.grad_output = None  # ∂(Σ ℓ_m)/∂output, filled after the backward pass
+        self.cache = {}
+
+
+class Recorder:
+    """Collects LayerRecords while active (a context manager, per thread)."""
+
+    def __init__(self):
+        self.records = []
+
+    @contextlib.contextmanager
+    def active(self):
+        previous = _active_recorder()
+        _STATE.recorder = self
+        try:
+            yield self
+        finally:
+            _STATE.recorder = previous
+
+
+def _layer_kind(layer):
+    if isinstance(layer, keras.layers.Dense) and type(layer).call is keras.layers.Dense.call:
+        return "dense"
+    if (isinstance(layer, keras.layers.Conv2D)
+            and type(layer).call is keras.layers.Conv2D.call
+            and getattr(layer, "groups", 1) == 1
+            and layer.data_format == "channels_last"
+            and layer.padding in ("same", "valid")):
+        return "conv2d"
+    return "generic"
+
+
+def own_trainable_weights(layer):
+    # Weights created by the layer itself, not by its sub-layers.
+    return list(getattr(layer, "_trainable_weights", [])) if layer.trainable else []
+
+
+def instrument(model):
+    """Installs recording hooks on every layer of `model` that owns trainable weights.
+
+    Idempotent. Returns the instrumented layers. The hook is a no-op unless a
+    Recorder is active, so inference, evaluation and saving are unaffected.
+    """
+    layers = []
+    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+        if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
+            raise UnsupportedLayerError(
+                f"Layer {layer.name!r} is a BatchNormalization layer: in training it "
+                "normalizes with statistics of the whole batch, so one example's "
+                "gradient depends on the others and per-example clipping no longer "
+                "bounds its influence (DP-SGD's guarantee fails). Replace it with "
+                "keras.layers.GroupNormalization or keras.layers.LayerNormalization, "
+                "or freeze it (layer.trainable = False) so it uses its moving statistics.")
+        if not own_trainable_weights(layer):
+            continue
+        if not getattr(layer, "_tf_tempered_instrumented", False):
+            _wrap_call(layer)
+        layers.append(layer)
+    return layers
+
+
+def _wrap_call(layer):
+    original_call = layer.call
+    kind = _layer_kind(layer)
+
+    @functools.wraps(original_call)
+    @tf.autograph.experimental.do_not_convert
+    def call(inputs, *args, **kwargs):
+        recorder = _active_recorder()
+        # Frozen since make_private (layer.trainable = False): nothing to clip.
+        if recorder is None or not own_trainable_weights(layer):
+            return original_call(inputs, *args, **kwargs)
+        if not isinstance(inputs, (tf.Tensor, tf.Variable)) or isinstance(
+                inputs, tf.SparseTensor):
+            raise UnsupportedLayerError(
+                f"Layer {layer.name!r} received {type(inputs).__name__} inputs; the DP "
+                "engine computes per-example gradients for layers called on one dense "
+                "tensor. Pass dense tensors (or wrap the layer's logic in one).")
+        if kind in ("dense", "conv2d"):
+            activation = layer.activation
+            # Record the pre-activation output: bypass Keras attribute tracking so
+            # the layer's weight order and sub-layer list stay untouched.
+            object.__setattr__(layer, "activation", keras.activations.linear)
+            try:
+                z = original_call(inputs, *args, **kwargs)
+            finally:
+                object.__setattr__(layer, "activation", activation)
+            recorder.records.append(
+                LayerRecord(layer, kind, inputs, z, args, kwargs, original_call))
+            return activation(z) if activation is not None else z
+        outputs = original_call(inputs, *args, **kwargs)
+        if not isinstance(outputs, tf.Tensor):
+            raise UnsupportedLayerError(
+                f"Layer {layer.name!r} returns {type(outputs).__name__}; the DP engine "
+                "supports trainable layers with one tensor output.")
+        recorder.records.append(
+            LayerRecord(layer, "generic", inputs, outputs, args, kwargs, original_call))
+        return outputs
+
+    object.__setattr__(layer, "call", call)
+    object.__setattr__(layer, "_tf_tempered_instrumented", True)
