@@ -27,6 +27,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py                       # the README table
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --batch_size=4096 --paths=nonprivate,tf_tempered
+    python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered --dynamic_batch
 """
 
 import argparse
@@ -83,7 +84,7 @@ def _input_shape(kind):
     return (28, 28, 1) if kind == "mnist" else (32, 32, 3)
 
 
-def _dataset(kind, batch_size):
+def _dataset(kind, batch_size, dynamic_batch=False):
     rng = np.random.default_rng(0)
     x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
     y = rng.integers(0, 10, batch_size)
@@ -93,7 +94,10 @@ def _dataset(kind, batch_size):
     # differences measured here. The data is one in-memory batch: nothing to tune.
     options = tf.data.Options()
     options.autotune.enabled = False
-    return tf.data.Dataset.from_tensors((x, y)).repeat().with_options(options)
+    data = tf.data.Dataset.from_tensors((x, y)).repeat()
+    if dynamic_batch:  # batch size unknown while tracing, as in model.fit(x, y, batch_size=...)
+        data = data.unbatch().batch(batch_size)
+    return data.with_options(options)
 
 
 def main():
@@ -105,10 +109,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--stock_steps", type=int, default=1,
                         help="timed steps per round for the (very slow) stock optimizer")
+    parser.add_argument("--dynamic_batch", action="store_true",
+                        help="hide the batch size from tracing (the path of model.fit on arrays)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     paths = args.paths.split(",")
-    data = _dataset(args.model, args.batch_size)
+    data = _dataset(args.model, args.batch_size, args.dynamic_batch)
     compiled = {p: _compiled(p, args.model, args.batch_size) for p in paths}
     times = {p: [] for p in paths}
     cpu_times = {p: [] for p in paths}  # all threads: less sensitive to scheduling noise
@@ -126,7 +132,8 @@ def main():
             peaks[p] = max(peaks[p], tf.config.experimental.get_memory_info("CPU:0")["peak"])
     base = statistics.median(times["nonprivate"]) if "nonprivate" in times else None
     rows = []
-    print(f"\n{args.model} CNN, batch {args.batch_size}, {platform.processor() or platform.machine()}, "
+    print(f"\n{args.model} CNN, batch {args.batch_size}{' (dynamic)' if args.dynamic_batch else ''}, "
+          f"{platform.processor() or platform.machine()}, "
           f"TF {tf.__version__}, tf_tempered {tf_tempered.__version__}")
     cpu_base = statistics.median(cpu_times["nonprivate"]) if base else None
     print("| path | ms/step | × non-private | CPU ms/step | × non-private | peak MiB | × non-private |")

@@ -129,17 +129,20 @@ def test_every_norm_strategy_equals_tf_privacy(monkeypatch, strategy, static_bat
     _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)
 
 
-@pytest.mark.parametrize("strategy", ["ghost", "materialize"])
-@pytest.mark.parametrize("num_microbatches", [None, 4])
-def test_patches_in_chunks_equal_tf_privacy(monkeypatch, strategy, num_microbatches):
-    # A tiny chunk budget: every chunk is one microbatch (16 chunks, or 4 of 4 examples).
+@pytest.mark.parametrize("strategy", ["ghost", "materialize", "auto"])
+@pytest.mark.parametrize("num_microbatches,static_batch", [(None, True), (4, True), (None, False)],
+                         ids=["static", "static-4-microbatches", "dynamic"])
+def test_patches_in_chunks_equal_tf_privacy(monkeypatch, strategy, num_microbatches, static_batch):
+    # A tiny chunk budget: every chunk is one microbatch (16 chunks, or 4 of 4
+    # examples); with a dynamic batch "auto" decides per step (tf.cond), then chunks.
     monkeypatch.setattr(clipping, "_PATCH_CHUNK_BYTES", 1)
     monkeypatch.setattr(clipping, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
-    monkeypatch.setattr(clipping, "_FORCED_STRATEGY", strategy)
+    if strategy != "auto":
+        monkeypatch.setattr(clipping, "_FORCED_STRATEGY", strategy)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0,
                                       num_microbatches=num_microbatches)
-    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=True)
+    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)
 
 
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])

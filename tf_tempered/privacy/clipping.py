@@ -200,11 +200,15 @@ def _over_chunks(fn, record, num_microbatches, examples_per_microbatch):
     x, g = record.inputs, record.grad_output
     batch = x.shape[0]
     per_example = int(np.prod(g.shape[1:-1])) * _input_width(record) * g.dtype.size
-    if (record.kind != "conv2d" or batch is None or examples_per_microbatch is None
-            or batch * per_example <= _PATCH_CHUNK_BYTES):
+    if (record.kind != "conv2d" or examples_per_microbatch is None
+            or (batch is not None and batch * per_example <= _PATCH_CHUNK_BYTES)):
         return fn(record, x, g, num_microbatches)
     step = max(1, _PATCH_CHUNK_BYTES // (per_example * examples_per_microbatch))
     step *= examples_per_microbatch
+    if batch is None:  # then one example per microbatch (a static count would fix the batch)
+        return tf.cond(tf.shape(x)[0] * per_example <= _PATCH_CHUNK_BYTES,
+                       lambda: fn(record, x, g, num_microbatches),
+                       lambda: _over_padded_chunks(fn, record, step))
     outputs = []
     for start in range(0, batch, step):
         # Each chunk starts once the previous one is done, so its patches are freed.
@@ -213,6 +217,18 @@ def _over_chunks(fn, record, num_microbatches, examples_per_microbatch):
         outputs.append(fn(record, x_chunk, g[start:start + step],
                           x_chunk.shape[0] // examples_per_microbatch))
     return tf.concat(outputs, 0)
+
+
+def _over_padded_chunks(fn, record, step):
+    """fn over zero-padded chunks of `step` examples, one after the other (tf.map_fn)."""
+    x, g = record.inputs, record.grad_output
+    batch = tf.shape(x)[0]
+    padding = -batch % step
+    chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * (t.shape.rank - 1)),
+                          [-1, step] + t.shape[1:].as_list()) for t in (x, g)]
+    out = tf.map_fn(lambda xg: fn(record, xg[0], xg[1], step), chunked,
+                    fn_output_signature=g.dtype, parallel_iterations=1)
+    return tf.reshape(out, [-1] + out.shape[2:].as_list())[:batch]
 
 
 def _sq_row_norms(rows):
@@ -244,11 +260,12 @@ def layer_sq_norms(record, num_microbatches, examples_per_microbatch):
         x, g = record.inputs, record.grad_output
 
         def materialized():
-            per_microbatch = _materialized_kernel_grads(record, x, g, num_microbatches)
+            per_microbatch = _over_chunks(_materialized_kernel_grads, record,
+                                          num_microbatches, examples_per_microbatch)
             return _sq_row_norms(per_microbatch), per_microbatch
 
         def ghost():  # an empty stand-in keeps both branches' outputs alike
-            return (_ghost_sq_norms(record, x, g, num_microbatches),
+            return (_over_chunks(_ghost_sq_norms, record, num_microbatches, examples_per_microbatch),
                     tf.zeros([0, _input_width(record) * g.shape[-1]], g.dtype))
 
         sq, cache["per_microbatch"] = tf.cond(materialize, materialized, ghost)
