@@ -155,13 +155,14 @@ def _choose_strategy(record, num_microbatches, examples_per_microbatch, g_rows):
     # Per microbatch the ghost norm costs rows²·(d_in + d_out) multiply-adds and
     # materializing rows·d_in·d_out: take the cheaper. Unknown rows (dynamic
     # batch, fixed microbatch count) make the ghost cost unbounded: materialize.
-    cheaper = examples_per_microbatch is None or d_in * d_out <= g_rows * (d_in + d_out)
-    fits = num_microbatches * (d_in * d_out * g.dtype.size) <= _MATERIALIZE_MAX_BYTES
     if _FORCED_STRATEGY:
         cache["materialize"] = _FORCED_STRATEGY == "materialize"
     elif examples_per_microbatch is None:
         cache["materialize"] = True  # num_microbatches is then a static count
     else:
+        cheaper = d_in * d_out <= g_rows * (d_in + d_out)
+        # A tensor when the microbatch count is not static: decided per step.
+        fits = num_microbatches * (d_in * d_out * g.dtype.size) <= _MATERIALIZE_MAX_BYTES
         cache["materialize"] = cheaper and fits
 
 
@@ -220,15 +221,11 @@ def _over_chunks(fn, record, num_microbatches, examples_per_microbatch):
 
 
 def _over_padded_chunks(fn, record, step):
-    """fn over zero-padded chunks of `step` examples, one after the other (tf.map_fn)."""
+    """fn over zero-padded chunks of `step` examples, one after the other."""
     x, g = record.inputs, record.grad_output
-    batch = tf.shape(x)[0]
-    padding = -batch % step
-    chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * (t.shape.rank - 1)),
-                          [-1, step] + t.shape[1:].as_list()) for t in (x, g)]
-    out = tf.map_fn(lambda xg: fn(record, xg[0], xg[1], step), chunked,
-                    fn_output_signature=g.dtype, parallel_iterations=1)
-    return tf.reshape(out, [-1] + out.shape[2:].as_list())[:batch]
+    out = conv_grads.map_padded_chunks(lambda xc, gc: fn(record, xc, gc, step), x, g, step,
+                                       parallel_iterations=1)
+    return tf.reshape(out, [-1] + out.shape[2:].as_list())[:tf.shape(x)[0]]
 
 
 def _sq_row_norms(rows):
@@ -257,7 +254,7 @@ def layer_sq_norms(record, num_microbatches, examples_per_microbatch):
             sq = _over_chunks(functools.partial(_ghost_sq_norms, with_bias=record.layer.use_bias),
                               record, num_microbatches, examples_per_microbatch)
     else:
-        x, g = record.inputs, record.grad_output
+        g = record.grad_output
 
         def materialized():
             per_microbatch = _over_chunks(_materialized_kernel_grads, record,

@@ -24,7 +24,7 @@ import numpy as np
 
 from tf_tempered._compat import tf
 
-__all__ = ["patches", "per_example_kernel_grads"]
+__all__ = ["map_padded_chunks", "patches", "per_example_kernel_grads"]
 
 
 def patches(layer, x):
@@ -79,17 +79,27 @@ def per_example_kernel_grads(layer, x, g):
         return tf.concat([_depthwise_per_example(layer, x[i:i + chunk], g[i:i + chunk])
                           for i in range(0, batch, chunk)], 1)
 
-    def in_chunks():  # zero-padded to whole chunks; padded examples are dropped after
-        batch = tf.shape(x)[0]
-        padding = -batch % chunk
-        chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * 3),
-                              [-1, chunk] + t.shape[1:].as_list()) for t in (x, g)]
-        grads = tf.map_fn(lambda xg: _depthwise_per_example(layer, *xg), chunked,
-                          fn_output_signature=g.dtype, parallel_iterations=2)
-        grads = tf.transpose(grads, [1, 0, 2, 3])
-        return tf.reshape(grads, [grads.shape[0], -1, grads.shape[-1]])[:, :batch]
+    def in_chunks():
+        grads = map_padded_chunks(lambda xc, gc: _depthwise_per_example(layer, xc, gc),
+                                  x, g, chunk, parallel_iterations=2)
+        grads = tf.transpose(grads, [1, 0, 2, 3])  # [kh·kw, chunks, chunk, cin·cout]
+        return tf.reshape(grads, [grads.shape[0], -1, grads.shape[-1]])[:, :tf.shape(x)[0]]
 
     return tf.cond(tf.shape(x)[0] <= chunk, lambda: _depthwise_per_example(layer, x, g), in_chunks)
+
+
+def map_padded_chunks(fn, x, g, chunk, parallel_iterations):
+    """tf.map_fn of fn(x_chunk, g_chunk) over chunks of `chunk` examples: [chunks, ...].
+
+    For a batch size unknown while tracing: x and g are zero-padded to whole chunks
+    (zero inputs and output gradients give zero gradients); callers drop the
+    padded examples from the result.
+    """
+    padding = -tf.shape(x)[0] % chunk
+    chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * (t.shape.rank - 1)),
+                          [-1, chunk] + t.shape[1:].as_list()) for t in (x, g)]
+    return tf.map_fn(lambda xg: fn(*xg), chunked, fn_output_signature=g.dtype,
+                     parallel_iterations=parallel_iterations)
 
 
 def _depthwise_per_example(layer, x, g):
