@@ -16,6 +16,8 @@
 Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
   nonprivate      plain SGD, mean loss (the baseline of every ratio)
   tf_tempered     tf_tempered.privacy.make_private + TF Privacy's DPKerasSGDOptimizer
+  tf_tempered_tf_ops  the same with TF ops only (no native conv op: the fallback
+                  without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
   dpsequential    TF Privacy's DPSequential (vectorized per-example grads, XLA)
   stock_optimizer TF Privacy's DPKerasSGDOptimizer alone, num_microbatches = batch
 
@@ -31,6 +33,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
 """
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -41,9 +44,10 @@ import numpy as np
 import tf_tempered
 from tf_tempered._compat import keras, tf
 from tf_tempered import models
+from tf_tempered.privacy import clipping
 import tensorflow_privacy
 
-PATHS = ("nonprivate", "tf_tempered", "dpsequential", "stock_optimizer")
+PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "dpsequential", "stock_optimizer")
 
 
 def _model(kind, activation="tanh"):
@@ -58,7 +62,7 @@ def _compiled(path, kind, batch_size):
         model = _model(kind)
         model.compile(keras.optimizers.legacy.SGD(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    elif path == "tf_tempered":
+    elif path in ("tf_tempered", "tf_tempered_tf_ops"):
         model = _model(kind)
         model.compile(tensorflow_privacy.DPKerasSGDOptimizer(**dp, learning_rate=0.15),
                       loss=per_example)
@@ -78,6 +82,16 @@ def _compiled(path, kind, batch_size):
     else:
         raise ValueError(f"unknown path {path!r}; choose from {PATHS}")
     return model
+
+
+@contextlib.contextmanager
+def _tf_ops_only():
+    """The engine picks its per-layer paths while tracing: trace without the native op."""
+    clipping._USE_NATIVE = False  # pylint: disable=protected-access
+    try:
+        yield
+    finally:
+        clipping._USE_NATIVE = True  # pylint: disable=protected-access
 
 
 def _input_shape(kind):
@@ -120,7 +134,8 @@ def main():
     cpu_times = {p: [] for p in paths}  # all threads: less sensitive to scheduling noise
     peaks = {p: 0 for p in paths}
     for p, model in compiled.items():  # trace and warm up outside the timed rounds
-        model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
+        with _tf_ops_only() if p == "tf_tempered_tf_ops" else contextlib.nullcontext():
+            model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
     for _ in range(args.rounds):
         for p, model in compiled.items():
             steps = args.stock_steps if p == "stock_optimizer" else args.steps

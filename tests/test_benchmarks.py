@@ -19,16 +19,17 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "dpsequential", "stock_optimizer")
 
 
 def test_dp_step_benchmark_runs_all_paths(tmp_path):
     out = tmp_path / "result.json"
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "dp_step.py"), "--batch_size=8", "--steps=1",
-         "--rounds=1", "--paths=nonprivate,tf_tempered,dpsequential,stock_optimizer",
+         "--rounds=1", "--paths=" + ",".join(PATHS),
          f"--json={out}"], check=True, capture_output=True, timeout=600)
     rows = {row["path"]: row for row in json.loads(out.read_text())["rows"]}
-    assert set(rows) == {"nonprivate", "tf_tempered", "dpsequential", "stock_optimizer"}
+    assert set(rows) == set(PATHS)
     assert rows["nonprivate"]["time_ratio"] == 1.0
     for row in rows.values():
         assert row["ms_per_step"] > 0 and row["cpu_ms_per_step"] > 0 and row["peak_bytes"] > 0

@@ -24,7 +24,7 @@ import numpy as np
 
 from tf_tempered._compat import tf
 
-__all__ = ["map_padded_chunks", "patches", "per_example_kernel_grads"]
+__all__ = ["map_padded_chunks", "padding_before", "patches", "per_example_kernel_grads"]
 
 
 def patches(layer, x):
@@ -48,6 +48,13 @@ def patches(layer, x):
     index = ((i * sh + a * dh) * padded_width + j * sw + b * dw).reshape(-1).astype(np.int32)
     flat = tf.reshape(x, [-1, (height + sum(pad_h)) * padded_width, cin])
     return tf.reshape(tf.gather(flat, index, axis=1), [-1, rows_out * cols_out, kh * kw * cin])
+
+
+def padding_before(layer, x):
+    """(top, left) zero padding TF adds for this Conv2D and input (static spatial size)."""
+    (kh, kw), (sh, sw), (dh, dw) = layer.kernel_size, layer.strides, layer.dilation_rate
+    return (_axis(x.shape[1], kh, sh, dh, layer.padding)[1][0],
+            _axis(x.shape[2], kw, sw, dw, layer.padding)[1][0])
 
 
 def _axis(size, kernel, stride, dilation, padding):

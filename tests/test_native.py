@@ -1,0 +1,228 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The native per-group Conv2D kernel gradient op against per-example tapes, and its build.
+
+The reference is the gradient of Σ conv(x_e)·g_e w.r.t. a real Conv2D's kernel,
+one tape per example e, summed over each group of consecutive examples.
+"""
+
+import logging
+
+import numpy as np
+import pytest
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import native
+
+# Without a compiler the op cannot exist: skip. With one, a failed build fails.
+needs_op = pytest.mark.skipif(native._compiler() is None,
+                              reason="no C++ compiler ($CXX, c++, g++, clang++) to build the op")
+
+# Max abs error allowed, relative to the reference's max abs value.
+_RTOL = {"float32": 1e-5, "float64": 1e-12}
+
+# padding, kernel, strides, dilation, (H, W), cin, cout, batch, num_groups
+_CASES = [
+    ("valid", 3, 1, 1, (7, 6), 1, 5, 6, 6),
+    ("same", 3, 1, 1, (7, 6), 3, 7, 6, 2),
+    ("valid", 3, 2, 1, (9, 8), 5, 16, 4, 1),
+    ("same", 3, 3, 1, (10, 8), 3, 33, 12, 3),
+    ("valid", 5, 3, 1, (12, 11), 1, 32, 4, 2),
+    ("same", (3, 2), (2, 1), 1, (9, 7), 5, 7, 4, 4),
+    ("valid", 2, (1, 3), 1, (6, 10), 3, 7, 6, 3),
+    ("valid", (3, 2), 1, (1, 2), (8, 9), 3, 16, 6, 3),
+    ("same", 3, 1, (2, 2), (9, 9), 1, 32, 4, 2),
+    ("valid", 3, 1, (2, 2), (9, 8), 5, 5, 12, 12),
+    ("same", (2, 3), 1, (1, 2), (7, 8), 3, 33, 4, 1),
+    ("same", 5, 1, 1, (3, 4), 3, 5, 2, 1),  # kernel larger than the image
+    ("valid", 1, 2, 1, (5, 5), 5, 7, 3, 3),
+    ("same", 8, 2, 1, (28, 28), 1, 16, 4, 2),  # MNIST conv1
+    ("same", 4, 2, 1, (7, 7), 16, 32, 6, 3),  # MNIST conv2
+]
+
+
+def _case_id(case):
+    padding, kernel, strides, dilation, hw, cin, cout, batch, groups = case
+    return f"{padding}-k{kernel}-s{strides}-d{dilation}-{hw}-c{cin}x{cout}-b{batch}g{groups}"
+
+
+def _setup(case, dtype, seed=0):
+    padding, kernel, strides, dilation, (h, w), cin, cout, batch, groups = case
+    layer = keras.layers.Conv2D(cout, kernel, strides=strides, padding=padding,
+                                dilation_rate=dilation, dtype=dtype)
+    layer.build((None, h, w, cin))
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(batch, h, w, cin)), dtype)
+    g = tf.constant(rng.normal(size=layer(x).shape), dtype)
+    return layer, x, g, groups
+
+
+def _reference(layer, x, g, groups):
+    """Per-example tape gradients w.r.t. layer.kernel, flattened, summed per group."""
+    per_example = []
+    for e in range(x.shape[0]):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x[e:e + 1]) * g[e:e + 1])
+        per_example.append(tf.reshape(tape.gradient(loss, layer.kernel), [-1]).numpy())
+    per_example = np.stack(per_example)
+    return per_example.reshape(groups, -1, per_example.shape[-1]).sum(axis=1)
+
+
+@pytest.fixture
+def op(monkeypatch):
+    """A fresh load of the op; with TF_TEMPERED_NATIVE=1 a failed build raises, not falls back."""
+    monkeypatch.setenv("TF_TEMPERED_NATIVE", "1")
+    monkeypatch.setitem(native._state, "loaded", False)
+    monkeypatch.setitem(native._state, "module", None)
+    assert native.available()
+
+
+@needs_op
+@pytest.mark.parametrize("output_grads", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", _CASES, ids=_case_id)
+def test_group_kernel_grads_equal_per_example_tapes(op, case, dtype, output_grads):
+    layer, x, g, groups = _setup(case, dtype)
+    sq_norms, grads = native.conv2d_kernel_grads(layer, x, g, groups, output_grads)
+    reference = _reference(layer, x, g, groups)
+    size = int(np.prod(layer.kernel.shape))
+    assert reference.shape == (groups, size)
+    assert sq_norms.dtype == grads.dtype == tf.as_dtype(dtype)
+    scale = np.abs(reference).max()
+    assert scale > 0
+    if output_grads:
+        assert grads.shape == (groups, size)
+        error = np.abs(grads.numpy() - reference).max()
+        assert error <= _RTOL[dtype] * scale, (error, scale)
+    else:
+        assert grads.shape == (0, size)
+    expected_sq = np.square(reference.astype(np.float64)).sum(axis=1)
+    assert sq_norms.shape == (groups,)
+    np.testing.assert_allclose(sq_norms.numpy(), expected_sq, rtol=2 * _RTOL[dtype])
+
+
+@needs_op
+def test_group_kernel_grads_in_tf_function(op):
+    layer, x, g, groups = _setup(_CASES[3], "float32", seed=1)
+    size = int(np.prod(layer.kernel.shape))
+    fn = tf.function(lambda x, g: native.conv2d_kernel_grads(layer, x, g, groups, True))
+    sq_norms, grads = fn(x, g)
+    reference = _reference(layer, x, g, groups)
+    graph_out = fn.get_concrete_function(x, g).structured_outputs
+    assert graph_out[1].shape.as_list() == [None, size]
+    assert np.abs(grads.numpy() - reference).max() <= 1e-5 * np.abs(reference).max()
+    np.testing.assert_allclose(sq_norms.numpy(), np.square(reference).sum(axis=1), rtol=2e-5)
+
+
+@needs_op
+def test_float32_layer_takes_float64_input(op):
+    # x is cast to g's dtype: a float64 input with a float32 output gradient computes in float32.
+    layer, x, g, groups = _setup(_CASES[1], "float32", seed=2)
+    sq_norms, grads = native.conv2d_kernel_grads(layer, tf.cast(x, tf.float64), g, groups, True)
+    reference = _reference(layer, x, g, groups)
+    assert grads.dtype == tf.float32
+    assert np.abs(grads.numpy() - reference).max() <= 1e-5 * np.abs(reference).max()
+
+
+@needs_op
+@pytest.mark.parametrize("batch,num_groups", [(10, 3), (4, 0), (3, 6)])
+def test_batch_not_divisible_by_num_groups_is_rejected(op, batch, num_groups):
+    layer, x, g, _ = _setup(("same", 3, 1, 1, (5, 5), 2, 4, batch, 1), "float32")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="num_groups"):
+        native.conv2d_kernel_grads(layer, x, g, num_groups, True)
+
+
+@needs_op
+def test_non_scalar_num_groups_is_rejected(op):
+    layer, x, g, _ = _setup(("same", 3, 1, 1, (5, 5), 2, 4, 4, 1), "float32")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="num_groups must be a scalar"):
+        native._load().tf_tempered_conv2d_group_kernel_grads(
+            x, g, tf.constant([2, 2]), kernel_size=[3, 3], strides=[1, 1], dilations=[1, 1],
+            pads=[1, 1], output_grads=False)
+
+
+@needs_op
+def test_build_returns_the_cached_library():
+    path = native.build()
+    assert path.exists() and path == native.library_path()
+    assert native.build() == path  # cached: no rebuild
+
+
+def test_library_path_follows_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("TF_TEMPERED_CACHE_DIR", str(tmp_path / "a"))
+    first = native.library_path()
+    assert first.parent == tmp_path / "a"
+    assert first.name.startswith("conv_kernel_grads-") and first.suffix == ".so"
+    monkeypatch.setenv("TF_TEMPERED_CACHE_DIR", str(tmp_path / "b"))
+    assert native.library_path() == tmp_path / "b" / first.name
+    monkeypatch.delenv("TF_TEMPERED_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert native.library_path() == tmp_path / "xdg" / "tf_tempered" / first.name
+    assert not any(tmp_path.iterdir())  # only paths, nothing built
+
+
+@pytest.fixture
+def failing_build(monkeypatch, tmp_path):
+    """No compiler and no cached library: build() must fail."""
+    missing = tmp_path / "cache" / "conv_kernel_grads-missing.so"
+    monkeypatch.setattr(native, "_compiler", lambda: None)
+    monkeypatch.setattr(native, "library_path", lambda: missing)
+    return missing
+
+
+def test_build_without_compiler_says_how_to_fix(failing_build):
+    with pytest.raises(native.NativeBuildError) as info:
+        native.build()
+    message = str(info.value)
+    assert "no C++ compiler" in message and "install" in message
+    assert "TF_TEMPERED_NATIVE=0" in message
+    assert not failing_build.parent.exists()
+
+
+@pytest.fixture
+def fresh_state(monkeypatch):
+    monkeypatch.setitem(native._state, "loaded", False)
+    monkeypatch.setitem(native._state, "module", None)
+
+
+def test_switch_off_builds_nothing(monkeypatch, fresh_state, failing_build):
+    monkeypatch.setenv("TF_TEMPERED_NATIVE", "0")
+    monkeypatch.setattr(native, "build", lambda: pytest.fail("build() called with the switch off"))
+    assert native.available() is False
+    assert native._state == {"loaded": True, "module": None}
+
+
+def test_switch_on_makes_a_failed_build_an_error(monkeypatch, fresh_state, failing_build):
+    monkeypatch.setenv("TF_TEMPERED_NATIVE", "1")
+    with pytest.raises(native.NativeBuildError, match="TF_TEMPERED_NATIVE=1.*no C\\+\\+ compiler"):
+        native.available()
+    assert native._state["loaded"] is False  # a later call tries again
+
+
+def test_switch_unset_falls_back_with_a_warning(monkeypatch, caplog, fresh_state, failing_build):
+    monkeypatch.delenv("TF_TEMPERED_NATIVE", raising=False)
+    with caplog.at_level(logging.WARNING, logger=native.__name__):
+        assert native.available() is False
+        assert native.available() is False  # cached: warned once
+    warnings = [r for r in caplog.records if r.name == native.__name__]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+    assert "using TF ops" in warnings[0].getMessage()
+    assert "no C++ compiler" in warnings[0].getMessage()
+
+
+@needs_op
+def test_main_builds_and_reports(capsys):
+    assert native.main() == 0
+    out = capsys.readouterr().out
+    assert "native op ready" in out and str(native.build()) in out
