@@ -83,15 +83,16 @@ _USE_NATIVE = True
 
 # Tiny Gram matrices run far below the machine's speed, so for the choice between
 # the native op and a ghost norm a microbatch counts at least this many rows
-# (measured on CPU: MNIST conv2, 16 rows, native 0.5 ms vs ghost 1.8 ms; a
-# CIFAR-10 conv with 64 rows, native 21 ms vs ghost 12 ms).
+# (measured on CPU, batch 256: MNIST conv2, 16 rows, native 0.5 ms vs ghost
+# 1.2-1.9 ms; a CIFAR-10 conv with 64 rows and 576x128 kernel, native 21 ms vs
+# ghost 12 ms).
 _NATIVE_MIN_GHOST_ROWS = 32
 
 # With the native op, a Conv2D with at least this many output rows per
 # microbatch has its per-microbatch gradients materialized (memory permitting);
 # fewer rows make the book-keeping sum cheaper (measured on CPU, MNIST CNN,
-# batch 256: conv1's 196 rows materialized and conv2's 16 not, 1.16-1.19x the
-# non-private step; conv2 materialized too, 1.22-1.23x).
+# batch 256: conv1's 196 rows materialized and conv2's 16 not, 1.16-1.21x the
+# non-private step; conv2 materialized too, 1.22-1.23x; neither, 1.26-1.30x).
 _NATIVE_MATERIALIZE_MIN_ROWS = 64
 
 

@@ -16,11 +16,13 @@
 For each microbatch m it computes G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ (a_r the input patch
 under output pixel r, g_r the output gradient there) and ‖G_m‖², reading the
 patches straight from the image: see cc/conv_kernel_grads.cc. On the paper's
-MNIST CNN this is 2–3× faster than the best TF-ops formulation.
+MNIST CNN, batch 256, CPU, it is 2.5–5× faster per layer than the best TF-ops
+formulation (conv1 0.59 ms vs 2.4–3.1 ms; conv2 0.52 ms vs 1.2–1.9 ms), about
+the cost of the batch's ordinary filter gradient.
 
 The op is compiled with the machine's C++ compiler against the installed
-TensorFlow the first time it is needed (about a minute, once per machine and
-TensorFlow version) and cached under ``$TF_TEMPERED_CACHE_DIR`` (default
+TensorFlow the first time it is needed (10–50 s measured here, once per machine
+and TensorFlow version) and cached under ``$TF_TEMPERED_CACHE_DIR`` (default
 ``~/.cache/tf_tempered``). ``python -m tf_tempered.privacy.native`` builds it
 ahead of time and says where it is. Without a compiler the engine falls back to
 TF ops with a warning (same results, slower); ``TF_TEMPERED_NATIVE=0`` chooses
@@ -118,7 +120,7 @@ def build():
             return path
         compile_flags, link_flags = _flags()
         _LOG.warning("tf_tempered: compiling its native per-example conv gradient op "
-                     "(once per machine and TensorFlow version, about a minute) into %s", path)
+                     "(once per machine and TensorFlow version, up to a minute) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
             command = [compiler, *compile_flags, str(_SOURCE), "-o", str(out), *link_flags]
