@@ -44,7 +44,7 @@ import numpy as np
 import tf_tempered
 from tf_tempered._compat import keras, tf
 from tf_tempered import models
-from tf_tempered.privacy import clipping
+from tf_tempered.privacy import strategy
 import tensorflow_privacy
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "dpsequential", "stock_optimizer")
@@ -87,11 +87,11 @@ def _compiled(path, kind, batch_size):
 @contextlib.contextmanager
 def _tf_ops_only():
     """The engine picks its per-layer paths while tracing: trace without the native op."""
-    clipping._USE_NATIVE = False  # pylint: disable=protected-access
+    strategy._USE_NATIVE = False  # pylint: disable=protected-access
     try:
         yield
     finally:
-        clipping._USE_NATIVE = True  # pylint: disable=protected-access
+        strategy._USE_NATIVE = True  # pylint: disable=protected-access
 
 
 def _input_shape(kind):

@@ -22,7 +22,7 @@ from tensorflow_privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer,
                                 VectorizedDPKerasSGDOptimizer)
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import (UnsupportedLayerError, clipping, conv_grads, dp_config,
-                                  make_private, native)
+                                  make_private, native, strategy)
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 BATCH = 16
@@ -114,34 +114,34 @@ def test_update_equals_tf_privacy(model_fn, num_microbatches):
 
 
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
-@pytest.mark.parametrize("strategy", ["ghost", "materialize", "auto-no-memory"])
-def test_every_norm_strategy_equals_tf_privacy(monkeypatch, strategy, static_batch):
+@pytest.mark.parametrize("forced", ["ghost", "materialize", "auto-no-memory"])
+def test_every_norm_strategy_equals_tf_privacy(monkeypatch, forced, static_batch):
     # TF ops only (the fallback without the native op). All Conv2D layers through
     # patches (no depthwise shortcut), every Dense/Conv2D layer through one strategy;
     # "auto-no-memory" lets the cost rule choose but leaves no memory to
     # materialize in (with a dynamic batch: decided per step).
-    monkeypatch.setattr(clipping, "_USE_NATIVE", False)
-    monkeypatch.setattr(clipping, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
-    if strategy == "auto-no-memory":
-        monkeypatch.setattr(clipping, "_MATERIALIZE_MAX_BYTES", 0)
+    monkeypatch.setattr(strategy, "_USE_NATIVE", False)
+    monkeypatch.setattr(strategy, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
+    if forced == "auto-no-memory":
+        monkeypatch.setattr(strategy, "_MATERIALIZE_MAX_BYTES", 0)
     else:
-        monkeypatch.setattr(clipping, "_FORCED_STRATEGY", strategy)
+        monkeypatch.setattr(strategy, "_FORCED_STRATEGY", forced)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
     _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)
 
 
-@pytest.mark.parametrize("strategy", ["ghost", "materialize", "auto"])
+@pytest.mark.parametrize("forced", ["ghost", "materialize", "auto"])
 @pytest.mark.parametrize("num_microbatches,static_batch", [(None, True), (4, True), (None, False)],
                          ids=["static", "static-4-microbatches", "dynamic"])
-def test_patches_in_chunks_equal_tf_privacy(monkeypatch, strategy, num_microbatches, static_batch):
+def test_patches_in_chunks_equal_tf_privacy(monkeypatch, forced, num_microbatches, static_batch):
     # A tiny chunk budget: every chunk is one microbatch (16 chunks, or 4 of 4
     # examples); with a dynamic batch "auto" decides per step (tf.cond), then chunks.
     monkeypatch.setattr(clipping, "_PATCH_CHUNK_BYTES", 1)
-    monkeypatch.setattr(clipping, "_USE_NATIVE", False)
-    monkeypatch.setattr(clipping, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
-    if strategy != "auto":
-        monkeypatch.setattr(clipping, "_FORCED_STRATEGY", strategy)
+    monkeypatch.setattr(strategy, "_USE_NATIVE", False)
+    monkeypatch.setattr(strategy, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
+    if forced != "auto":
+        monkeypatch.setattr(strategy, "_FORCED_STRATEGY", forced)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0,
                                       num_microbatches=num_microbatches)
@@ -151,7 +151,7 @@ def test_patches_in_chunks_equal_tf_privacy(monkeypatch, strategy, num_microbatc
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 def test_depthwise_path_in_chunks_equals_tf_privacy(monkeypatch, static_batch):
     # 16 examples in chunks of 5 (the last one short or zero-padded).
-    monkeypatch.setattr(clipping, "_USE_NATIVE", False)
+    monkeypatch.setattr(strategy, "_USE_NATIVE", False)
     monkeypatch.setattr(conv_grads, "_DEPTHWISE_CHUNK", 5)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
@@ -179,11 +179,11 @@ def test_native_op_paths_equal_tf_privacy(monkeypatch, gradients, num_microbatch
     # with norms only and the book-keeping clipped sum, or as the rules choose.
     if not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
-    monkeypatch.setattr(clipping, "_FORCED_STRATEGY", "native")
+    monkeypatch.setattr(strategy, "_FORCED_STRATEGY", "native")
     if gradients == "materialized":
-        monkeypatch.setattr(clipping, "_NATIVE_MATERIALIZE_MIN_ROWS", 0)
+        monkeypatch.setattr(strategy, "_NATIVE_MATERIALIZE_MIN_ROWS", 0)
     elif gradients == "norms-only":
-        monkeypatch.setattr(clipping, "_MATERIALIZE_MAX_BYTES", 0)
+        monkeypatch.setattr(strategy, "_MATERIALIZE_MAX_BYTES", 0)
     calls = _count_native_calls(monkeypatch)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0,
@@ -269,13 +269,13 @@ def test_history_reports_clipping_statistics():
     assert model.fit(x, y, batch_size=BATCH, verbose=0).history["dp_clipped_fraction"] == [0.0]
 
 
-@pytest.mark.parametrize("strategy", ["ghost", "materialize", "native", "native-materialized"])
-def test_nonfinite_example_contributes_zero_and_is_counted(monkeypatch, strategy):
-    if strategy.startswith("native") and not native.available():
+@pytest.mark.parametrize("forced", ["ghost", "materialize", "native", "native-materialized"])
+def test_nonfinite_example_contributes_zero_and_is_counted(monkeypatch, forced):
+    if forced.startswith("native") and not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
-    if strategy == "native-materialized":
-        monkeypatch.setattr(clipping, "_NATIVE_MATERIALIZE_MIN_ROWS", 0)
-    monkeypatch.setattr(clipping, "_FORCED_STRATEGY", strategy.split("-")[0])
+    if forced == "native-materialized":
+        monkeypatch.setattr(strategy, "_NATIVE_MATERIALIZE_MIN_ROWS", 0)
+    monkeypatch.setattr(strategy, "_FORCED_STRATEGY", forced.split("-")[0])
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
     clean, _ = _update(_cnn, opt, True, x[1:], y[1:])

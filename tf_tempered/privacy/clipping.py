@@ -36,7 +36,7 @@ computed per layer in one of three ways:
   nothing heavy waits for the clip factors;
 * ghost norm: ‖Σ_r a_r g_rᵀ‖² = Σ_{r,s} (a_r·a_s)(g_r·g_s), cost ∝ R²(d_in + d_out),
   when materializing would cost more (few rows, e.g. a Dense layer) or take
-  more memory than _MATERIALIZE_MAX_BYTES. The clipped sum is then
+  more memory than strategy.py allows. The clipped sum is then
   Σ_r a_r (c_{m(r)} g_r)ᵀ: the usual weight-gradient product with rescaled output
   gradients ("book-keeping"; no second backward pass).
 
@@ -52,6 +52,7 @@ import numpy as np
 from tf_tempered._compat import tf
 from tf_tempered.privacy import conv_grads
 from tf_tempered.privacy import native
+from tf_tempered.privacy import strategy
 from tf_tempered.privacy.recording import own_trainable_weights
 
 __all__ = ["ClipWeights", "layer_sq_norms", "layer_clipped_grads"]
@@ -59,42 +60,8 @@ __all__ = ["ClipWeights", "layer_sq_norms", "layer_clipped_grads"]
 
 # ---------------------------------------------------------------------------
 # Per-layer norms and clipped sums. M is the number of microbatches, E the
-# examples per microbatch (None when the batch size is not static).
-
-# A Dense/Conv2D layer's per-microbatch gradients are materialized (one batched
-# matmul, then a cheap norm and a matrix-vector clipped sum that needs nothing
-# after the clip factors are known) unless they would take more than this many
-# bytes; then the ghost norm and the book-keeping sum (no per-example tensor of
-# the weights' size) keep memory at the size of the activations.
-_MATERIALIZE_MAX_BYTES = 64 * 2**20
-
-# Below this many (input channel, output channel) pairs a Conv2D's per-example
-# kernel gradients come from one depthwise-conv backprop (batch folded into
-# channels), which on CPU is several times faster than extracting patches.
-_DEPTHWISE_MAX_CHANNEL_PAIRS = 64
-
-# Tests set this to "ghost" or "materialize" to exercise one TF-ops strategy
-# everywhere (the native op is then not used), or to "native".
-_FORCED_STRATEGY = None
-
-# Tests set this to False to exercise the TF-ops paths the engine falls back on
-# where the native op cannot be built.
-_USE_NATIVE = True
-
-# Tiny Gram matrices run far below the machine's speed, so for the choice between
-# the native op and a ghost norm a microbatch counts at least this many rows
-# (measured on CPU, batch 256: MNIST conv2, 16 rows, native 0.5 ms vs ghost
-# 1.2-1.9 ms; a CIFAR-10 conv with 64 rows and 576x128 kernel, native 21 ms vs
-# ghost 12 ms).
-_NATIVE_MIN_GHOST_ROWS = 32
-
-# With the native op, a Conv2D with at least this many output rows per
-# microbatch has its per-microbatch gradients materialized (memory permitting);
-# fewer rows make the book-keeping sum cheaper (measured on CPU, MNIST CNN,
-# batch 256: conv1's 196 rows materialized and conv2's 16 not, 1.16-1.21x the
-# non-private step; conv2 materialized too, 1.22-1.23x; neither, 1.26-1.30x).
-_NATIVE_MATERIALIZE_MIN_ROWS = 64
-
+# examples per microbatch (None when the batch size is not static). Which path a
+# Dense/Conv2D layer takes is strategy.py's choice.
 
 class ClipWeights:
     """Per-microbatch clip factors: scale [M] (0 where not finite), finite [M] in {0, 1}."""
@@ -134,11 +101,6 @@ def _sum_microbatches(per_example, num_microbatches, examples_per_microbatch):
                                     + per_example.shape[1:].as_list()), 1)
 
 
-def _static_rows(t, examples_per_microbatch):
-    per_example = int(np.prod(t.shape[1:-1])) if len(t.shape) > 2 else 1
-    return per_example * (examples_per_microbatch or 1)
-
-
 # Larger batches of a Conv2D's input patches are made and used in consecutive
 # chunks of examples, so the patches of the whole batch (kh·kw times the input)
 # never exist at once.
@@ -146,81 +108,22 @@ _PATCH_CHUNK_BYTES = 32 * 2**20
 
 
 def _prepare_linear(record, num_microbatches, examples_per_microbatch):
-    """Chooses how a Dense/Conv2D layer gets its norms and fills record.cache.
-
-    cache["materialize"] is True, False (ghost), or a boolean tensor when the
-    choice depends on a batch size unknown while tracing (decided per step).
-    """
+    """Chooses a Dense/Conv2D layer's path (strategy.choose) and fills record.cache."""
     layer, g = record.layer, record.grad_output
     cache = record.cache
-    g_rows = _static_rows(g, examples_per_microbatch)
-    cache["native"] = _use_native(record, g_rows)
-    if cache["native"]:
-        # Materialized gradients (for a matrix-vector clipped sum) cost memory
-        # traffic; the book-keeping sum instead costs the batch's filter gradient,
-        # rows·d_in·d_out per microbatch: worth avoiding only for many rows.
-        cache["materialize"] = (g_rows >= _NATIVE_MATERIALIZE_MIN_ROWS
-                                and _fits(record, num_microbatches))
-    elif record.kind == "conv2d" and _FORCED_STRATEGY is None and (
-            record.inputs.shape[-1] * layer.filters <= _DEPTHWISE_MAX_CHANNEL_PAIRS):
-        cache["materialize"] = True
+    g_rows = strategy.choose(record, num_microbatches, examples_per_microbatch)
+    if cache["depthwise"]:
         per_example = conv_grads.per_example_kernel_grads(  # [kh·kw, B, cin·cout]
             layer, record.inputs, record.grad_output)
         if examples_per_microbatch != 1:
             per_example = tf.reduce_sum(tf.reshape(
                 per_example, [per_example.shape[0], num_microbatches, -1, per_example.shape[-1]]), 2)
         cache["per_microbatch_middle"] = per_example
-    else:
-        _choose_strategy(record, num_microbatches, examples_per_microbatch, g_rows)
     # A ghost norm takes the bias in as an input column of ones, and its clipped
     # sum comes out of the book-keeping; otherwise per-microbatch bias gradients.
     if layer.use_bias and (cache["materialize"] is not False or cache["native"]):
         cache["bias"] = (tf.reshape(g, [num_microbatches, -1]) if g_rows == 1
                          else tf.reduce_sum(_group_rows(g, num_microbatches), 1))
-
-
-def _use_native(record, g_rows):
-    """Whether the native op gives this Conv2D's norms (and maybe its gradients)."""
-    if (record.kind != "conv2d" or not _USE_NATIVE
-            or _FORCED_STRATEGY in ("ghost", "materialize")):
-        return False
-    if not native.supports(record):
-        return False
-    if _FORCED_STRATEGY == "native":
-        return True
-    # Its cost per microbatch is rows·d_in·d_out multiply-adds, the ghost norm's rows²·(d_in + d_out).
-    d_in, d_out = _input_width(record), record.grad_output.shape[-1]
-    return d_in * d_out <= max(g_rows, _NATIVE_MIN_GHOST_ROWS) * (d_in + d_out)
-
-
-def _fits(record, num_microbatches):
-    """Whether per-microbatch kernel gradients fit in _MATERIALIZE_MAX_BYTES (a tensor if M is)."""
-    g = record.grad_output
-    return num_microbatches * (_input_width(record) * g.shape[-1] * g.dtype.size) <= (
-        _MATERIALIZE_MAX_BYTES)
-
-
-def _choose_strategy(record, num_microbatches, examples_per_microbatch, g_rows):
-    cache, g = record.cache, record.grad_output
-    d_in, d_out = _input_width(record), g.shape[-1]
-    # Per microbatch the ghost norm costs rows²·(d_in + d_out) multiply-adds and
-    # materializing rows·d_in·d_out: take the cheaper. Unknown rows (dynamic
-    # batch, fixed microbatch count) make the ghost cost unbounded: materialize.
-    if _FORCED_STRATEGY:
-        cache["materialize"] = _FORCED_STRATEGY == "materialize"
-    elif examples_per_microbatch is None:
-        cache["materialize"] = True  # num_microbatches is then a static count
-    else:
-        cheaper = d_in * d_out <= g_rows * (d_in + d_out)
-        # A tensor when the microbatch count is not static: decided per step.
-        cache["materialize"] = cheaper and _fits(record, num_microbatches)
-
-
-def _input_width(record):
-    if record.kind == "conv2d":
-        kh, kw = record.layer.kernel_size
-        return kh * kw * record.inputs.shape[-1]
-    return record.inputs.shape[-1]
 
 
 def _input_rows(record, x, num_microbatches):
@@ -250,7 +153,7 @@ def _over_chunks(fn, record, num_microbatches, examples_per_microbatch):
     """fn(record, x, g, microbatches) over the batch, in consecutive chunks where patches are large."""
     x, g = record.inputs, record.grad_output
     batch = x.shape[0]
-    per_example = int(np.prod(g.shape[1:-1])) * _input_width(record) * g.dtype.size
+    per_example = int(np.prod(g.shape[1:-1])) * strategy.input_width(record) * g.dtype.size
     if (record.kind != "conv2d" or examples_per_microbatch is None
             or (batch is not None and batch * per_example <= _PATCH_CHUNK_BYTES)):
         return fn(record, x, g, num_microbatches)
@@ -325,7 +228,7 @@ def layer_sq_norms(record, num_microbatches, examples_per_microbatch):
 
         def ghost():  # an empty stand-in keeps both branches' outputs alike
             return (_over_chunks(_ghost_sq_norms, record, num_microbatches, examples_per_microbatch),
-                    tf.zeros([0, _input_width(record) * g.shape[-1]], g.dtype))
+                    tf.zeros([0, strategy.input_width(record) * g.shape[-1]], g.dtype))
 
         sq, cache["per_microbatch"] = tf.cond(materialize, materialized, ghost)
     if "bias" in cache:
