@@ -298,7 +298,50 @@ def test_tfds_failure_is_listed(no_local, monkeypatch):
     assert "second line" not in str(info.value) and "cifar-10-python.tar.gz" in str(info.value)
 
 
-@pytest.mark.parametrize("name, shape", [("mnist", (28, 28, 1)), ("cifar10", (32, 32, 3))])
+class _FetchAttempted(Exception):
+    """Raised where requests would send an HTTP request: TFDS got as far as the network."""
+
+
+_TFDS_URLS = {
+    "mnist": {f"https://storage.googleapis.com/cvdf-datasets/mnist/{stem}.gz" for stem in IDX},
+    "fashion_mnist": {f"http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/{stem}.gz"
+                      for stem in IDX},
+    "cifar10": {"https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TFDS_URLS))
+def test_tfds_download_path_reaches_the_network(no_local, tmp_path, monkeypatch, name):
+    """TFDS's real download code runs (no mocked tfds.load) until it would send a request.
+
+    This is the path a fresh install takes when no local files exist; it failed with
+    "No module named 'importlib_resources'" before setup.cfg declared that module.
+    """
+    import requests  # pylint: disable=import-outside-toplevel  (a tensorflow-datasets dependency)
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    # TFDS reads $TFDS_DATA_DIR once, at import, into constants.DATA_DIR: patch both so
+    # nothing lands in ~/tensorflow_datasets whichever test imported TFDS first.
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "tfds"))
+    monkeypatch.setattr(tfds.core.constants, "DATA_DIR", str(tmp_path / "tfds"))
+    sent = []
+
+    def send(self, request, **kwargs):  # requests.adapters.HTTPAdapter.send, the last step
+        del self, kwargs
+        sent.append(request.url)
+        raise _FetchAttempted(request.url)
+    monkeypatch.setattr(requests.adapters.HTTPAdapter, "send", send)
+    with pytest.raises(data.DataNotFoundError) as info:
+        data.load(name)
+    assert sent and set(sent) <= _TFDS_URLS[name], sent
+    message = str(info.value)
+    assert f"tfds.load({name!r}): _FetchAttempted: http" in message, message
+    assert "ModuleNotFoundError" not in message
+    # TFDS prepared its download under TFDS_DATA_DIR, not the user's ~/tensorflow_datasets.
+    assert (tmp_path / "tfds" / "downloads").is_dir()
+
+
+@pytest.mark.parametrize("name, shape", [("mnist", (28, 28, 1)), ("fashion_mnist", (28, 28, 1)),
+                                         ("cifar10", (32, 32, 3))])
 def test_tfds_mock(no_local, name, shape):
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=6):
