@@ -492,3 +492,15 @@ def test_requirement_checker_flags_undeclared_and_unused(tmp_path):
         "install_requires has 'pandas', which tf_tempered never imports; drop it or say why "
         "in INDIRECT_REQUIREMENTS",
     ]
+
+
+def test_license_is_an_spdx_expression_without_classifier():
+    """setuptools >= 77 deprecates `License ::` classifiers next to a license expression."""
+    parser = configparser.ConfigParser()
+    parser.read_string((REPO_ROOT / "setup.cfg").read_text(encoding="utf-8"))
+    assert parser.get("metadata", "license_expression") == "Apache-2.0"
+    assert not parser.has_option("metadata", "license")
+    classifiers = parser.get("metadata", "classifiers").splitlines()
+    assert [c for c in classifiers if c.strip().startswith("License ::")] == []
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'requires = \["setuptools >= (7[7-9]|[89]\d)', pyproject), pyproject
