@@ -504,3 +504,69 @@ def test_license_is_an_spdx_expression_without_classifier():
     assert [c for c in classifiers if c.strip().startswith("License ::")] == []
     pyproject = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert re.search(r'requires = \["setuptools >= (7[7-9]|[89]\d)', pyproject), pyproject
+
+
+# ------------------------------------------------------------------- layering
+
+# The application subpackages (BUILD's :audit and :experiments) build on the library
+# (:tf_tempered); the library must not import them back.
+APPLICATION_SUBPACKAGES = ("audit", "experiments")
+
+
+def _imported_modules(tree, module_name, is_package):
+    """Absolute names of the modules an AST imports (relative imports resolved)."""
+    package = module_name if is_package else module_name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def layering_problems(root):
+    """Library modules that import an application subpackage."""
+    problems = []
+    apps = tuple(f"{PACKAGE_DIR}.{sub}" for sub in APPLICATION_SUBPACKAGES)
+    for relative in _package_files(root, PACKAGE_DIR, stop_at_packages=False):
+        parts = relative[:-len(".py")].split("/") if relative.endswith(".py") else None
+        if parts is None or parts[1] in APPLICATION_SUBPACKAGES:
+            continue
+        is_package = parts[-1] == "__init__"
+        module_name = ".".join(parts[:-1] if is_package else parts)
+        tree = ast.parse((root / relative).read_text(encoding="utf-8"), relative)
+        bad = {name for name in _imported_modules(tree, module_name, is_package)
+               if any(name == app or name.startswith(app + ".") for app in apps)}
+        # `from a.b import c` yields a.b and a.b.c (c may be a module); name only a.b.
+        bad = sorted(n for n in bad if not any(n.startswith(o + ".") for o in bad))
+        if bad:
+            problems.append(f"{relative} imports {', '.join(bad)}; the library must not depend "
+                            "on the application subpackages")
+    return problems
+
+
+def test_library_does_not_import_experiments_or_audit():
+    assert layering_problems(REPO_ROOT) == []
+
+
+def test_layering_checker_flags_absolute_and_relative_imports(tmp_path):
+    _write(tmp_path, {
+        "tf_tempered/__init__.py": "from tf_tempered import experiments\n",
+        "tf_tempered/train.py": "from tf_tempered.experiments.train import cli\n",
+        "tf_tempered/privacy/x.py": "from ..audit import attacks\nfrom . import y\n",
+        "tf_tempered/privacy/y.py": "import tf_tempered.privacy.x\n",
+        "tf_tempered/experiments/train.py": "from tf_tempered.audit import cli\n",
+    })
+    assert layering_problems(tmp_path) == [
+        "tf_tempered/__init__.py imports tf_tempered.experiments; the library must not "
+        "depend on the application subpackages",
+        "tf_tempered/privacy/x.py imports tf_tempered.audit; the library must not depend on "
+        "the application subpackages",
+        "tf_tempered/train.py imports tf_tempered.experiments.train; the library must not "
+        "depend on the application subpackages",
+    ]

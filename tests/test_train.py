@@ -163,8 +163,3 @@ def test_cli_rejects_a_bad_flag_combination_with_a_clear_message(tmp_path):
     assert proc.returncode != 0
     assert "--noise_multiplier=1.0 and --target_epsilon=3.0 are mutually exclusive" in proc.stderr
     assert not (tmp_path / "metrics.json").exists()
-
-
-def test_alias_module_runs_the_same_entry_point():
-    import tf_tempered.train  # pylint: disable=import-outside-toplevel
-    assert tf_tempered.train.cli is train_lib.cli
