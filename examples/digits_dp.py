@@ -26,7 +26,7 @@ import argparse
 
 import tf_tempered  # binds tf.keras to Keras 2 before TF Privacy is imported
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy.accounting import compute_epsilon
+from tf_tempered.privacy.accounting import DEFAULT_DELTA, compute_epsilon
 from tensorflow_privacy import DPKerasSGDOptimizer
 
 
@@ -37,7 +37,7 @@ def main():
     parser.add_argument("--learning_rate", type=float, default=0.5)
     parser.add_argument("--l2_norm_clip", type=float, default=1.0)
     parser.add_argument("--noise_multiplier", type=float, default=1.1)
-    parser.add_argument("--delta", type=float, default=1e-5)
+    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     keras.utils.set_random_seed(args.seed)

@@ -13,6 +13,7 @@
 # limitations under the License.
 """Tests for tf_tempered.privacy.accounting against TensorFlow Privacy's own numbers."""
 
+import inspect
 import math
 import re
 import warnings
@@ -201,3 +202,26 @@ def test_large_delta_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compute_epsilon(**GOOD)  # δ = 1e-5 < 1/1000: no warning
+
+
+def test_scripts_reuse_the_accounting_defaults():
+    """One definition of the defaults: the scripts, callback and audit import them."""
+    from tf_tempered import callbacks  # pylint: disable=import-outside-toplevel
+    from tf_tempered.audit.experiment import AuditConfig  # pylint: disable=import-outside-toplevel
+    from tf_tempered.experiments import common  # pylint: disable=import-outside-toplevel
+    from tf_tempered.privacy import epsilon  # pylint: disable=import-outside-toplevel
+
+    assert (accounting.DEFAULT_DELTA, accounting.DEFAULT_SAMPLING,
+            accounting.DEFAULT_ACCOUNTANT) == (1e-5, "poisson", "rdp")
+    assert accounting.DEFAULT_SAMPLING in accounting.SAMPLINGS
+    assert accounting.DEFAULT_ACCOUNTANT in accounting.ACCOUNTANTS
+    assert common.SAMPLINGS is accounting.SAMPLINGS
+    assert common.ACCOUNTANTS is accounting.ACCOUNTANTS
+    config = common.TrainConfig()
+    assert (config.delta, config.sampling, config.accountant) == (1e-5, "poisson", "rdp")
+    assert AuditConfig().delta == accounting.DEFAULT_DELTA
+    for function in (accounting.compute_epsilon, accounting.noise_multiplier_for_epsilon,
+                     epsilon.privacy_report, callbacks.PrivacyBudget.__init__):
+        parameters = inspect.signature(function).parameters
+        assert parameters["sampling"].default == accounting.DEFAULT_SAMPLING, function
+        assert parameters["accountant"].default == accounting.DEFAULT_ACCOUNTANT, function

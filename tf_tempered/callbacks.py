@@ -86,8 +86,8 @@ class PrivacyBudget(keras.callbacks.Callback):
     """
 
     def __init__(self, *, target_epsilon, delta, num_examples, batch_size=None,
-                 noise_multiplier=None, sampling="poisson", accountant="rdp",
-                 microbatch_size=None):
+                 noise_multiplier=None, sampling=accounting.DEFAULT_SAMPLING,
+                 accountant=accounting.DEFAULT_ACCOUNTANT, microbatch_size=None):
         super().__init__()
         if (isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real)
                 or not target_epsilon > 0):

@@ -45,7 +45,7 @@ from tf_tempered import models
 from tf_tempered._compat import keras, tensorflow_privacy
 from tf_tempered.audit import attacks, canaries
 from tf_tempered.privacy import make_private
-from tf_tempered.privacy.accounting import compute_epsilon
+from tf_tempered.privacy.accounting import DEFAULT_DELTA, compute_epsilon
 from tf_tempered.privacy.sampling import poisson_batches, poisson_steps_per_epoch
 
 __all__ = ["AuditConfig", "AuditData", "ModelAudit", "prepare_data", "train_model",
@@ -72,7 +72,7 @@ class AuditConfig:
     learning_rate: float = 0.25
     noise_multiplier: float = 1.1
     l2_norm_clip: float = 1.0
-    delta: float = 1e-5
+    delta: float = DEFAULT_DELTA
     activation: str = "tanh"
     num_shadow: int = 0
     confidence: float = 0.95

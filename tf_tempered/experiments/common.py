@@ -23,19 +23,21 @@ import dataclasses
 import math
 import numbers
 
+from tf_tempered import data
 from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation
+from tf_tempered.privacy import accounting
 
 __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples",
            "define_training_flags", "config_from_flags", "parse_floats", "digits_cnn",
            "build_model", "first_activation_layer", "DEFAULT_NOISE_MULTIPLIER"]
 
-DATASETS = ("mnist", "fashion_mnist", "cifar10", "digits")
+DATASETS = data.NAMES
 ACTIVATIONS = ("relu", "tanh", "tempered_sigmoid")
 OPTIMIZERS = ("sgd", "adam")
-SAMPLINGS = ("poisson", "shuffle")
-ACCOUNTANTS = ("rdp", "pld")
+SAMPLINGS = accounting.SAMPLINGS
+ACCOUNTANTS = accounting.ACCOUNTANTS
 # TF Privacy's MNIST tutorial; used when neither noise_multiplier nor target_epsilon is given.
 DEFAULT_NOISE_MULTIPLIER = 1.1
 _TEMPERED_DEFAULTS = {"scale": 2.0, "inverse_temperature": 2.0, "offset": 1.0,
@@ -73,9 +75,9 @@ class TrainConfig:
     batch_size: int = 256
     microbatches: int = None
     epochs: int = 60
-    sampling: str = "poisson"
-    accountant: str = "rdp"
-    delta: float = 1e-5
+    sampling: str = accounting.DEFAULT_SAMPLING
+    accountant: str = accounting.DEFAULT_ACCOUNTANT
+    delta: float = accounting.DEFAULT_DELTA
     seed: int = 0
     output_dir: str = None
     save_model: bool = True

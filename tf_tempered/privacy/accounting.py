@@ -39,6 +39,9 @@ import dp_accounting
 __all__ = [
     "SAMPLINGS",
     "ACCOUNTANTS",
+    "DEFAULT_SAMPLING",
+    "DEFAULT_ACCOUNTANT",
+    "DEFAULT_DELTA",
     "SHUFFLE_NOTE",
     "num_steps",
     "make_dp_event",
@@ -48,6 +51,13 @@ __all__ = [
 
 SAMPLINGS = ("poisson", "shuffle")
 ACCOUNTANTS = ("rdp", "pld")
+# Poisson: the only sampling whose ε has amplification by subsampling. RDP: the accountant
+# TF Privacy's compute_dp_sgd_privacy reports, so numbers compare with the paper's.
+DEFAULT_SAMPLING = "poisson"
+DEFAULT_ACCOUNTANT = "rdp"
+# δ of the experiment scripts, the audit and the examples (the paper's): below 1/N for
+# every dataset they use (1/60000 for MNIST). compute_epsilon itself has no default δ.
+DEFAULT_DELTA = 1e-5
 SHUFFLE_NOTE = (
     "sampling='shuffle': epsilon WITHOUT privacy amplification by subsampling "
     "(each example is used once per epoch, so this composes one Gaussian mechanism "
@@ -124,7 +134,7 @@ def _validate(*, num_examples, batch_size, noise_multiplier, epochs, steps, delt
 
 
 def make_dp_event(*, num_examples, batch_size, noise_multiplier, epochs=None, steps=None,
-                  sampling="poisson", microbatch_size=1):
+                  sampling=DEFAULT_SAMPLING, microbatch_size=1):
     """The dp_accounting DpEvent of a DP-SGD run (no validation of δ; see compute_epsilon).
 
     Poisson: ``SelfComposed(PoissonSampled(q, Gaussian(σ')), steps)`` with
@@ -160,7 +170,8 @@ def _make_accountant(accountant):
 
 
 def compute_epsilon(*, num_examples, batch_size, noise_multiplier, epochs=None, steps=None,
-                    delta, sampling="poisson", accountant="rdp", microbatch_size=1):
+                    delta, sampling=DEFAULT_SAMPLING, accountant=DEFAULT_ACCOUNTANT,
+                    microbatch_size=1):
     """ε at δ of DP-SGD (add-or-remove-one-example adjacency, all checkpoints released).
 
     ``sampling="poisson"``: ``steps`` steps of the subsampled Gaussian with
@@ -184,8 +195,8 @@ def compute_epsilon(*, num_examples, batch_size, noise_multiplier, epochs=None, 
 
 
 def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, epochs=None,
-                                 steps=None, delta, sampling="poisson", accountant="rdp",
-                                 microbatch_size=1):
+                                 steps=None, delta, sampling=DEFAULT_SAMPLING,
+                                 accountant=DEFAULT_ACCOUNTANT, microbatch_size=1):
     """Smallest σ with ``compute_epsilon(σ, ...) ≤ target_epsilon`` (dp_accounting calibration).
 
     Uses ``dp_accounting.calibrate_dp_mechanism`` (Brent's method on σ ↦ ε(σ) − target);

@@ -37,8 +37,9 @@ __all__ = ["privacy_report", "define_flags", "main"]
 
 
 def privacy_report(*, num_examples, batch_size, delta, noise_multiplier=None,
-                   target_epsilon=None, epochs=None, steps=None, sampling="poisson",
-                   accountant="rdp", microbatch_size=1):
+                   target_epsilon=None, epochs=None, steps=None,
+                   sampling=accounting.DEFAULT_SAMPLING,
+                   accountant=accounting.DEFAULT_ACCOUNTANT, microbatch_size=1):
     """The text the CLI prints: the setting, σ and ε (σ calibrated if target_epsilon given).
 
     >>> print(privacy_report(num_examples=60000, batch_size=256, noise_multiplier=1.1,
@@ -99,10 +100,10 @@ def define_flags(flag_values=flags.FLAGS):
     flags.DEFINE_float("epochs", None, "Epochs (steps = ceil(epochs·N/B)).", **kw)
     flags.DEFINE_integer("steps", None, "Number of DP-SGD steps.", **kw)
     flags.DEFINE_float("delta", None, "δ of the (ε, δ) guarantee; keep it below 1/N.", **kw)
-    flags.DEFINE_enum("sampling", "poisson", list(accounting.SAMPLINGS),
+    flags.DEFINE_enum("sampling", accounting.DEFAULT_SAMPLING, list(accounting.SAMPLINGS),
                       "poisson: amplified by subsampling; shuffle: once-per-epoch bound "
                       "WITHOUT amplification.", **kw)
-    flags.DEFINE_enum("accountant", "rdp", list(accounting.ACCOUNTANTS),
+    flags.DEFINE_enum("accountant", accounting.DEFAULT_ACCOUNTANT, list(accounting.ACCOUNTANTS),
                       "Privacy accountant of dp_accounting.", **kw)
     flags.DEFINE_integer("microbatch_size", 1,
                          "Examples per microbatch; > 1 doubles the sensitivity.", **kw)
