@@ -23,7 +23,7 @@ import dataclasses
 import math
 import numbers
 
-from tf_tempered import data
+from tf_tempered import data as data_lib
 from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation
@@ -33,7 +33,7 @@ __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples"
            "define_training_flags", "config_from_flags", "parse_floats", "digits_cnn",
            "build_model", "first_activation_layer", "DEFAULT_NOISE_MULTIPLIER"]
 
-DATASETS = data.NAMES
+DATASETS = data_lib.NAMES
 ACTIVATIONS = ("relu", "tanh", "tempered_sigmoid")
 OPTIMIZERS = ("sgd", "adam")
 SAMPLINGS = accounting.SAMPLINGS
