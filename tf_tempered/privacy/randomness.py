@@ -80,7 +80,8 @@ def check_insecure_dp_seed(value, name="insecure_dp_seed"):
     return int(value)
 
 
-def _warn_insecure(name, seed):
+def _warn_insecure(name, seed, stacklevel):
+    """Warns the first time in this process; ``stacklevel`` counts from here to the user."""
     global _warned
     if not _warned:
         _warned = True
@@ -88,7 +89,7 @@ def _warn_insecure(name, seed):
             f"{name}={seed}: the DP noise and Poisson batch membership of this run are a "
             f"public function of the seed, so {INSECURE_NOTE}. Use it for debugging and "
             f"tests only; leave {name}=None for a private run.",
-            InsecureDPRandomnessWarning, stacklevel=3)
+            InsecureDPRandomnessWarning, stacklevel=stacklevel)
 
 
 def _to_int64(value):
@@ -115,7 +116,7 @@ def dp_seed(purpose, *, insecure_dp_seed=None, name="insecure_dp_seed"):
     seed = check_insecure_dp_seed(insecure_dp_seed, name)
     if seed is None:
         return secret_seed()
-    _warn_insecure(name, seed)
+    _warn_insecure(name, seed, stacklevel=3)  # at dp_seed's caller
     return _derived(seed, purpose) >> 1
 
 
@@ -140,7 +141,7 @@ class DPRandomness:
         if seed is None:
             key = secrets.randbits(64)
         else:
-            _warn_insecure(name, seed)
+            _warn_insecure(name, seed, stacklevel=4)  # at make_private's (...) caller
             key = _derived(seed, purpose)
         with tf.init_scope():  # created eagerly even if called while tracing
             self._key = tf.Variable(_to_int64(key), dtype=tf.int64, trainable=False,
