@@ -45,7 +45,8 @@ from tf_tempered import data as data_lib
 from tf_tempered._compat import keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.experiments import common, results
-from tf_tempered.privacy import accounting, make_private, randomness, sampling
+from tf_tempered.privacy import (accounting, has_secret_dp_randomness, make_private, randomness,
+                                  sampling)
 
 __all__ = ["PrivacyPlan", "plan_privacy", "run_training", "define_flags", "main", "cli"]
 
@@ -60,6 +61,9 @@ class PrivacyPlan:
         self.total_steps = steps_per_epoch * config.epochs
         self.noise_multiplier = noise_multiplier
         self.microbatch_size = _microbatch_size(config)
+        # False for a DP run with --insecure_dp_seed (its noise and batches are public);
+        # run_training confirms it from the model (has_secret_dp_randomness).
+        self.epsilon_holds = noise_multiplier is None or config.insecure_dp_seed is None
 
     def _epsilon(self, steps, sampling_assumed):
         with warnings.catch_warnings():  # the shuffle note is said once, in the label
@@ -81,11 +85,6 @@ class PrivacyPlan:
         if self.noise_multiplier is None or self.config.sampling != "shuffle":
             return None
         return self._epsilon(steps, "shuffle") if steps else 0.0
-
-    @property
-    def epsilon_holds(self):
-        """False for a DP run with --insecure_dp_seed (its noise and batches are public)."""
-        return self.noise_multiplier is None or self.config.insecure_dp_seed is None
 
     def dp_randomness(self):
         """"secret", "insecure" (--insecure_dp_seed) or None (non-private)."""
@@ -239,6 +238,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
     model = common.build_model(config, dataset)
     if config.dpsgd:
         make_private(model, insecure_dp_seed=config.insecure_dp_seed)
+        plan.epsilon_holds = has_secret_dp_randomness(model)
         reduction = keras.losses.Reduction.NONE  # per-example losses for DP-SGD
     else:
         reduction = keras.losses.Reduction.AUTO

@@ -17,9 +17,10 @@
 with one of TF Privacy's Keras DP optimizers (DPKeras*, GenericDP* with a Gaussian
 query, VectorizedDPKeras*), each step computes per-microbatch gradient norms with
 one backward pass (see `tf_tempered.privacy.clipping`), clips them to the
-optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum, divides by the number of
-microbatches, and hands the result to the optimizer's own update rule (SGD, Adam,
-...), exactly as the optimizer's own slow `_compute_gradients` would. With any
+optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum (keyed by a secret, see
+`tf_tempered.privacy.randomness`: the global seed does not fix it), divides by the
+number of microbatches, and hands the result to the optimizer's own update rule
+(SGD, Adam, ...), exactly as the optimizer's own slow `_compute_gradients` would. With any
 other optimizer the model trains as usual (non-privately).
 
 Example:
