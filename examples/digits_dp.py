@@ -38,7 +38,8 @@ def main():
     parser.add_argument("--l2_norm_clip", type=float, default=1.0)
     parser.add_argument("--noise_multiplier", type=float, default=1.1)
     parser.add_argument("--delta", type=float, default=DEFAULT_DELTA)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="weight initialisation only; the DP noise and batches are secret")
     args = parser.parse_args()
     keras.utils.set_random_seed(args.seed)
 
@@ -54,8 +55,11 @@ def main():
         loss=keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction=keras.losses.Reduction.NONE),
         metrics=["accuracy"])
+    # Which examples share a batch is privacy-relevant: a secret shuffle seed, not --seed
+    # (the noise is secret too: make_private, applied by mnist_cnn, keys it from OS entropy).
     train = (tf.data.Dataset.from_tensor_slices((x_train, digits.y_train))
-             .shuffle(len(x_train), seed=args.seed).batch(args.batch_size, drop_remainder=True))
+             .shuffle(len(x_train), seed=tf_tempered.privacy.randomness.secret_seed())
+             .batch(args.batch_size, drop_remainder=True))
     history = model.fit(train, epochs=args.epochs, verbose=2)
     _, accuracy = model.evaluate(x_test, digits.y_test, verbose=0)
     epsilon = compute_epsilon(num_examples=len(x_train), batch_size=args.batch_size,

@@ -13,6 +13,8 @@
 # limitations under the License.
 """Tests for tf_tempered.callbacks: PrivacyBudget and ActivationNormMonitor."""
 
+import warnings
+
 import numpy as np
 import pytest
 from tensorflow_privacy import DPKerasSGDOptimizer, VectorizedDPKerasSGDOptimizer
@@ -211,3 +213,41 @@ def test_settings_from_dp_model_and_unsupported_optimizers():
     optimizer._dp_sum_query = object()  # pylint: disable=protected-access
     with pytest.raises(ValueError, match="reproduces the Gaussian sum query only"):
         dp_optimizer_settings(optimizer)
+
+
+@pytest.mark.parametrize("insecure_dp_seed", [None, 4])
+def test_budget_says_whether_epsilon_holds(insecure_dp_seed, monkeypatch):
+    from tf_tempered.privacy import make_private, randomness  # pylint: disable=g-import-not-at-top
+    monkeypatch.setattr(randomness, "_warned", True)  # only PrivacyBudget's warning below
+    x, y = _data()
+    model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+                         insecure_dp_seed=insecure_dp_seed)
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+                                                learning_rate=0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(
+                      from_logits=True, reduction=keras.losses.Reduction.NONE))
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
+    said = [str(w.message) for w in caught if "PrivacyBudget" in str(w.message)]
+    assert history.history["epsilon"] == pytest.approx(_expected(2, 2.0), rel=1e-12)
+    if insecure_dp_seed is None:
+        assert budget.epsilon_holds is True and not said
+    else:
+        assert budget.epsilon_holds is False
+        assert len(said) == 1 and "the ε does NOT hold" in said[0]
+
+
+def test_budget_warns_when_tf_privacy_noise_follows_a_global_seed():
+    x, y = _data()
+    model = _model(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+                                       learning_rate=0.1))
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    keras.utils.set_random_seed(0)
+    try:
+        with pytest.warns(UserWarning, match="TF Privacy's own DP path.*global seed"):
+            model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=[budget], verbose=0)
+    finally:
+        tf.random.set_seed(None)
+    assert budget.epsilon_holds is None

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+import tf_tempered
 from tf_tempered._compat import keras, tf
 from tensorflow_privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer,
                                 VectorizedDPKerasSGDOptimizer)
@@ -240,20 +241,88 @@ def test_adam_gets_the_same_dp_gradient_as_tf_privacy():
         np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
 
 
-def test_noise_has_std_sigma_times_clip():
-    # A zero-gradient model (inputs all zero, no bias) isolates the noise: update = -lr·noise/B.
-    model = make_private(keras.Sequential([keras.Input((50,)),
-                                           keras.layers.Dense(40, use_bias=False)]))
-    clip, sigma = 0.7, 1.3
+def _zero_gradient_model(insecure_dp_seed=None):
+    """Two bias-free Dense layers: on all-zero inputs every gradient is 0, so an update is noise."""
+    model = keras.Sequential([keras.Input((50,)), keras.layers.Dense(40, use_bias=False),
+                              keras.layers.Dense(30, use_bias=False)])
+    return make_private(model, insecure_dp_seed=insecure_dp_seed)
+
+
+def _noise_updates(model, *, clip, sigma, steps, expected_batch=10.0):
+    """The update of each of ``steps`` steps on a Poisson-structured zero batch, per variable."""
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=sigma,
                                                 learning_rate=1.0), loss=LOSS)
-    before = model.get_weights()[0].copy()
-    model.fit(np.zeros((BATCH, 50), "float32"), np.zeros(BATCH), batch_size=BATCH, verbose=0)
-    noise = -(model.get_weights()[0] - before).ravel() * BATCH
-    assert noise.size == 2000
-    # Kolmogorov–Smirnov against N(0, (σC)²): fails for a wrong scale or a missing factor.
-    assert stats.kstest(noise, "norm", args=(0.0, sigma * clip)).pvalue > 1e-3
-    assert abs(noise.std() / (sigma * clip) - 1) < 0.06
+    weights = {"mask": tf.ones([BATCH]), "expected_batch_size": tf.constant(expected_batch)}
+    batch = tf.data.Dataset.from_tensors((tf.zeros([BATCH, 50]), tf.zeros([BATCH]), weights))
+    updates = []
+    for _ in range(steps):  # separate fit calls: the noise counter must carry on across them
+        before = model.get_weights()
+        model.fit(batch, verbose=0)
+        updates.append([a - b for a, b in zip(model.get_weights(), before)])
+    return updates
+
+
+def test_noise_std_and_independence_with_secret_randomness():
+    # update = -lr · noise / expected batch, noise ~ N(0, (σC)²) per coordinate.
+    clip, sigma, expected = 0.7, 1.3, 10.0
+    model = _zero_gradient_model()
+    assert tf_tempered.privacy.has_secret_dp_randomness(model)
+    updates = _noise_updates(model, clip=clip, sigma=sigma, steps=2, expected_batch=expected)
+    std = sigma * clip / expected
+    flat = [np.concatenate([u.ravel() for u in step]) for step in updates]
+    assert flat[0].size == 2000 + 1200
+    pooled = np.concatenate(flat)
+    # std within 5 standard errors (SE of a sample std ≈ std / sqrt(2n)) of σ·C / expected batch.
+    assert abs(pooled.std() / std - 1) < 5 / np.sqrt(2 * pooled.size)
+    assert abs(pooled.mean()) < 5 * std / np.sqrt(pooled.size)
+    # Kolmogorov–Smirnov against N(0, std²) (a frozen cdf: SciPy's args= path is unreliable).
+    assert stats.kstest(pooled, stats.norm(0.0, std).cdf).pvalue > 1e-3
+    # Independent across steps, across variables and between neighbouring coordinates:
+    # |correlation| below 4.5 / sqrt(n) (a false alarm has probability < 1e-5).
+    corr = lambda a, b: np.corrcoef(a, b)[0, 1]  # noqa: E731
+    n = flat[0].size
+    assert abs(corr(flat[0], flat[1])) < 4.5 / np.sqrt(n)
+    kernel1, kernel2 = updates[0][0].ravel(), updates[0][1].ravel()
+    assert abs(corr(kernel1[:kernel2.size], kernel2)) < 4.5 / np.sqrt(kernel2.size)
+    assert abs(corr(flat[0][:-1], flat[0][1:])) < 4.5 / np.sqrt(n - 1)
+
+
+def test_global_seed_does_not_control_noise_but_insecure_dp_seed_does(monkeypatch):
+    from tf_tempered.privacy import randomness  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(randomness, "_warned", False)
+
+    def noise(**kwargs):
+        keras.utils.set_random_seed(0)  # what --seed does: same initial weights ...
+        model = _zero_gradient_model(**kwargs)
+        initial = model.get_weights()
+        return initial, _noise_updates(model, clip=1.0, sigma=1.0, steps=1)[0]
+
+    (init_a, a), (init_b, b) = noise(), noise()
+    for wa, wb in zip(init_a, init_b):
+        np.testing.assert_array_equal(wa, wb)
+    assert not any(np.array_equal(x, y) for x, y in zip(a, b))  # ... but secret noise
+    with pytest.warns(randomness.InsecureDPRandomnessWarning, match="does NOT hold"):
+        _, c = noise(insecure_dp_seed=5)
+    _, d = noise(insecure_dp_seed=5)
+    _, e = noise(insecure_dp_seed=6)
+    for x, y in zip(c, d):
+        np.testing.assert_array_equal(x, y)  # the opt-in reproduces bit for bit
+    assert not any(np.array_equal(x, y) for x, y in zip(c, e))
+    assert not tf_tempered.privacy.has_secret_dp_randomness(_zero_gradient_model(
+        insecure_dp_seed=5))
+
+
+@pytest.mark.parametrize("bad", [1.5, "3", True])
+def test_insecure_dp_seed_is_validated(bad):
+    with pytest.raises(ValueError, match="insecure_dp_seed must be an integer or None"):
+        make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+                     insecure_dp_seed=bad)
+
+
+def test_has_secret_dp_randomness_needs_make_private():
+    with pytest.raises(ValueError, match="make_private"):
+        tf_tempered.privacy.has_secret_dp_randomness(
+            keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
 
 
 def test_history_reports_clipping_statistics():
@@ -415,6 +484,7 @@ def test_multi_replica_strategy_is_refused():
     import sys  # pylint: disable=g-import-not-at-top
     code = """
 import numpy as np, tf_tempered
+import tf_tempered
 from tf_tempered._compat import keras, tf
 from tensorflow_privacy import DPKerasSGDOptimizer
 cpu = tf.config.list_physical_devices("CPU")[0]

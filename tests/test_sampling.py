@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import sampling
+from tf_tempered.privacy import randomness, sampling
 from tf_tempered.privacy.sampling import poisson_batches, poisson_steps_per_epoch
 
 N = 40
@@ -41,7 +41,8 @@ def _collect(dataset):
 @pytest.fixture(scope="module")
 def draws():
     x, y = _data()
-    return _collect(poisson_batches(x, y, sampling_probability=Q, steps=STEPS, seed=1234))
+    # The default, secret membership: the statistics below must hold for it.
+    return _collect(poisson_batches(x, y, sampling_probability=Q, steps=STEPS))
 
 
 def test_element_format(draws):
@@ -51,8 +52,8 @@ def test_element_format(draws):
     assert x.shape == (STEPS, mbs, 2) and y.shape == (STEPS, mbs) and mask.shape == (STEPS, mbs)
     assert mask.dtype == np.float32 and set(np.unique(mask)) == {0.0, 1.0}
     assert expected.dtype == np.float32 and np.all(expected == np.float32(Q * N))
-    spec = poisson_batches(*_data(), sampling_probability=Q, steps=2, max_batch_size=17,
-                           seed=0).element_spec
+    spec = poisson_batches(*_data(), sampling_probability=Q, steps=2,
+                           max_batch_size=17).element_spec
     assert spec[0].shape == (17, 2) and spec[1].shape == (17,)
     assert spec[2]["mask"].shape == (17,) and spec[2]["mask"].dtype == tf.float32
     assert spec[2]["expected_batch_size"].shape == ()
@@ -104,11 +105,18 @@ def test_each_example_included_with_probability_q(draws):
     assert (a * b).mean() == pytest.approx(Q * Q, abs=4 * np.sqrt(Q * Q / STEPS))
 
 
-def test_seed_reproducible_and_fresh_per_iteration():
+@pytest.fixture
+def fresh_warning(monkeypatch):
+    """Re-arms the once-per-process warning of the insecure opt-in."""
+    monkeypatch.setattr(randomness, "_warned", False)
+
+
+def test_insecure_dp_seed_reproduces_and_is_fresh_per_iteration(fresh_warning):
     x, y = _data()
-    ds1 = poisson_batches(x, y, expected_batch_size=8, steps=20, seed=7)
-    ds2 = poisson_batches(x, y, expected_batch_size=8, steps=20, seed=7)
-    ds3 = poisson_batches(x, y, expected_batch_size=8, steps=20, seed=8)
+    with pytest.warns(randomness.InsecureDPRandomnessWarning, match="does NOT hold"):
+        ds1 = poisson_batches(x, y, expected_batch_size=8, steps=20, insecure_dp_seed=7)
+    ds2 = poisson_batches(x, y, expected_batch_size=8, steps=20, insecure_dp_seed=7)
+    ds3 = poisson_batches(x, y, expected_batch_size=8, steps=20, insecure_dp_seed=8)
     first1, first2, first3 = _collect(ds1)[0], _collect(ds2)[0], _collect(ds3)[0]
     np.testing.assert_array_equal(first1, first2)
     assert not np.array_equal(first1, first3)
@@ -118,11 +126,27 @@ def test_seed_reproducible_and_fresh_per_iteration():
     assert not np.array_equal(second1, first1)
 
 
-def test_no_seed_differs_between_datasets():
+def test_global_seed_does_not_control_membership():
+    # Same global seed before each dataset (what --seed does): different batches.
     x, y = _data()
+    tf.keras.utils.set_random_seed(0)
     a = _collect(poisson_batches(x, y, expected_batch_size=8, steps=20))[0]
+    tf.keras.utils.set_random_seed(0)
     b = _collect(poisson_batches(x, y, expected_batch_size=8, steps=20))[0]
     assert not np.array_equal(a, b)
+
+
+def test_seed_is_refused_with_the_fix():
+    x, y = _data()
+    with pytest.raises(ValueError, match=r"seed=0.*amplification by subsampling.*drop "
+                                         r"seed=.*insecure_dp_seed=0"):
+        poisson_batches(x, y, expected_batch_size=8, steps=20, seed=0)
+
+
+def test_secret_membership_is_fresh_per_iteration():
+    x, y = _data()
+    ds = poisson_batches(x, y, expected_batch_size=8, steps=20)
+    assert not np.array_equal(_collect(ds)[0], _collect(ds)[0])
 
 
 def test_steps_per_epoch_and_cardinality():
@@ -131,9 +155,9 @@ def test_steps_per_epoch_and_cardinality():
     assert poisson_steps_per_epoch(num_examples=100, expected_batch_size=100) == 1
     assert poisson_steps_per_epoch(num_examples=1000, sampling_probability=0.003) == 333
     x, y = _data()
-    ds = poisson_batches(x, y, expected_batch_size=10, epochs=3, seed=0)
+    ds = poisson_batches(x, y, expected_batch_size=10, epochs=3)
     assert int(ds.cardinality()) == 3 * 4 == len(list(ds))
-    ds = poisson_batches(x, y, expected_batch_size=10, steps=5, seed=0)
+    ds = poisson_batches(x, y, expected_batch_size=10, steps=5)
     assert int(ds.cardinality()) == 5
 
 
@@ -149,7 +173,7 @@ def test_default_max_batch_size_is_minimal():
 
 def test_overflow_raises_naming_max_batch_size():
     x, y = _data(20)
-    ds = poisson_batches(x, y, sampling_probability=0.5, steps=10, max_batch_size=3, seed=0)
+    ds = poisson_batches(x, y, sampling_probability=0.5, steps=10, max_batch_size=3)
     with pytest.raises(tf.errors.InvalidArgumentError, match="max_batch_size=3"):
         list(ds)
 
@@ -166,7 +190,9 @@ def test_overflow_raises_naming_max_batch_size():
     (dict(expected_batch_size=4, epochs=0), "epochs"),
     (dict(expected_batch_size=4, steps=-1), "steps"),
     (dict(expected_batch_size=4, steps=5, max_batch_size=0), "max_batch_size"),
-    (dict(expected_batch_size=4, steps=5, seed=1.5), "seed"),
+    (dict(expected_batch_size=4, steps=5, seed=1), "seed=1"),
+    (dict(expected_batch_size=4, steps=5, insecure_dp_seed=1.5), "insecure_dp_seed"),
+    (dict(expected_batch_size=4, steps=5, insecure_dp_seed=True), "insecure_dp_seed"),
 ])
 def test_bad_arguments(kwargs, name):
     x, y = _data()

@@ -19,6 +19,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tf_tempered._compat import keras
@@ -66,6 +67,8 @@ def test_train_writes_metrics_and_a_model_that_reproduces_them(tmp_path):
     assert metrics["epsilon"] == pytest.approx(expected[-1], rel=1e-12)
     assert metrics["steps"] == 2 * steps_per_epoch
     assert "Poisson sampling (as trained)" in metrics["epsilon_label"]
+    assert metrics["dp_randomness"] == "secret" and metrics["epsilon_holds"] is True
+    assert "NOT PRIVATE" not in metrics["epsilon_label"]
 
     model = keras.models.load_model(tmp_path / "model.keras", compile=False)
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -121,6 +124,8 @@ def test_non_private_run_reports_infinite_epsilon(tmp_path):
     (dict(scale=0.0), "--scale=0.0 is invalid"),
     (dict(dpsgd=False, noise_multiplier=1.0), "--noise_multiplier has no effect with --nodpsgd"),
     (dict(num_train=0), "--num_train=0 is invalid"),
+    (dict(insecure_dp_seed=1.5), "--insecure_dp_seed=1.5 is invalid"),
+    (dict(dpsgd=False, insecure_dp_seed=3), "--insecure_dp_seed has no effect with --nodpsgd"),
 ])
 def test_validation_names_the_flag(changes, message):
     with pytest.raises(ConfigError, match="Fix:|choose one of|must be") as info:
@@ -163,3 +168,134 @@ def test_cli_rejects_a_bad_flag_combination_with_a_clear_message(tmp_path):
     assert proc.returncode != 0
     assert "--noise_multiplier=1.0 and --target_epsilon=3.0 are mutually exclusive" in proc.stderr
     assert not (tmp_path / "metrics.json").exists()
+
+
+
+# ------------------------------------------------- what the seed controls (issue 13)
+
+_RUNS_SCRIPT = """
+import json, sys
+import numpy as np
+import tf_tempered
+from tf_tempered._compat import keras
+from tf_tempered import data
+from tf_tempered.experiments import train
+from tf_tempered.experiments.common import TrainConfig
+from tf_tempered.privacy import poisson_batches
+
+out = sys.argv[1]
+base = TrainConfig(dataset="digits", epochs=1, batch_size=128, learning_rate=0.5, seed=0)
+modes = {"dp": {}, "nodp": {"dpsgd": False}, "insecure": {"insecure_dp_seed": 11}}
+
+
+class Initial(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        self.weights = [w.copy() for w in self.model.get_weights()]
+
+
+arrays = {}
+for mode, changes in modes.items():
+    initial = Initial()
+    train.run_training(base.replace(output_dir=f"{out}/{mode}", save_model=False, **changes),
+                       verbose=0, extra_callbacks=lambda model, dataset: [initial])
+    arrays.update({f"{mode}_initial_{i}": w for i, w in enumerate(initial.weights)})
+    arrays.update({f"{mode}_final_{i}": w for i, w in enumerate(initial.model.get_weights())})
+x, y = data.load("digits").train
+for name, kwargs in {"poisson": {}, "poisson_insecure": {"insecure_dp_seed": 11}}.items():
+    keras.utils.set_random_seed(0)
+    ds = poisson_batches(x, y, expected_batch_size=128, steps=3, **kwargs)
+    arrays[name] = np.stack([mask.numpy() * (1 + np.arange(len(labels))) + labels.numpy()
+                             for _, labels, mask in ((a, b, c["mask"]) for a, b, c in ds)])
+np.savez(f"{out}/arrays.npz", **arrays)
+"""
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """Two separate processes, each training default DP, --nodpsgd and --insecure_dp_seed runs
+    with the same --seed, and drawing Poisson batches after set_random_seed(0)."""
+    outs = []
+    for i in range(2):
+        out = tmp_path_factory.mktemp(f"process{i}")
+        proc = subprocess.run([sys.executable, "-c", _RUNS_SCRIPT, str(out)], capture_output=True,
+                              text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        outs.append((out, dict(np.load(out / "arrays.npz")), proc.stderr))
+    return outs
+
+
+def _weights(arrays, mode, when):
+    prefix = f"{mode}_{when}_"
+    return [arrays[k] for k in sorted((k for k in arrays if k.startswith(prefix)),
+                                      key=lambda k: int(k[len(prefix):]))]
+
+
+def test_same_seed_same_initial_weights_but_secret_dp_randomness(two_processes):
+    (_, a, _), (_, b, _) = two_processes
+    for mode in ("dp", "nodp", "insecure"):
+        for wa, wb in zip(_weights(a, mode, "initial"), _weights(b, mode, "initial")):
+            np.testing.assert_array_equal(wa, wb)  # --seed: same initialisation
+    final_a, final_b = _weights(a, "dp", "final"), _weights(b, "dp", "final")
+    assert len(final_a) == 6
+    assert not any(np.array_equal(wa, wb) for wa, wb in zip(final_a, final_b))
+    assert not np.array_equal(a["poisson"], b["poisson"])  # secret batch membership
+
+
+def test_non_private_and_insecure_runs_reproduce_bit_for_bit(two_processes):
+    (_, a, _), (_, b, _) = two_processes
+    for mode in ("nodp", "insecure"):
+        for wa, wb in zip(_weights(a, mode, "final"), _weights(b, mode, "final")):
+            np.testing.assert_array_equal(wa, wb)
+    np.testing.assert_array_equal(a["poisson_insecure"], b["poisson_insecure"])
+    # The opt-in's batches are not those of another seed's run.
+    assert not np.array_equal(a["poisson_insecure"], a["poisson"])
+
+
+def test_metrics_say_whether_epsilon_holds(two_processes):
+    out, _, stderr = two_processes[0]
+    secret, insecure, nodp = (_read(out / m / "metrics.json") for m in ("dp", "insecure", "nodp"))
+    assert secret["dp_randomness"] == "secret" and secret["epsilon_holds"] is True
+    assert insecure["dp_randomness"] == "insecure" and insecure["epsilon_holds"] is False
+    assert "NOT PRIVATE: --insecure_dp_seed=11" in insecure["epsilon_label"]
+    assert "ε does NOT hold" in insecure["epsilon_label"]
+    assert insecure["flags"]["insecure_dp_seed"] == 11
+    assert nodp["dp_randomness"] is None and nodp["epsilon_holds"] is True
+    # The opt-in warns once for the run (noise and batches: one warning, not one per
+    # step), and PrivacyBudget says once that the ε it logs does not hold.
+    assert stderr.count("insecure_dp_seed=11: the DP noise") == 1, stderr[-3000:]
+    assert stderr.count("PrivacyBudget: model 'digits_cnn' was made private with "
+                        "insecure_dp_seed") == 1, stderr[-3000:]
+
+
+def _key_patterns(key):
+    signed = key - (1 << 64) if key >= (1 << 63) else key
+    return [key.to_bytes(8, "little"), key.to_bytes(8, "big"), str(key).encode(),
+            str(signed).encode(), f"{key:x}".encode()]
+
+
+def test_secrets_appear_in_no_written_file_or_output(tmp_path, monkeypatch, capfd):
+    from tf_tempered.privacy import randomness  # pylint: disable=import-outside-toplevel
+    drawn, real = [], randomness.secrets.randbits
+    monkeypatch.setattr(randomness.secrets, "randbits",
+                        lambda k: drawn.append(real(k)) or drawn[-1])
+    train_lib.run_training(TINY.replace(epochs=1, output_dir=str(tmp_path)), verbose=1)
+    assert len(drawn) == 2  # the noise key and the Poisson-membership key
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert {p.name for p in written} >= {"metrics.json", "model.keras"}
+    printed = capfd.readouterr()
+    blobs = [p.read_bytes() for p in written] + [(printed.out + printed.err).encode()]
+    assert b"Test accuracy" in blobs[-1]
+    for key in drawn:
+        for blob in blobs:
+            assert not any(pattern in blob for pattern in _key_patterns(key))
+
+
+def test_cli_insecure_dp_seed_says_epsilon_does_not_hold(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tf_tempered.experiments.train", "--dataset=digits",
+         "--epochs=1", "--batch_size=128", "--insecure_dp_seed=3", f"--output_dir={tmp_path}",
+         "--nosave_model"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "NOT PRIVATE: --insecure_dp_seed=3" in proc.stdout  # the printed summary
+    assert "this ε does not hold" in proc.stdout  # the per-epoch line
+    assert _read(tmp_path / "metrics.json")["epsilon_holds"] is False

@@ -16,7 +16,8 @@
 * :class:`PrivacyBudget` writes ``epsilon`` (ε spent so far, from
   :func:`tf_tempered.privacy.accounting.compute_epsilon`) into the epoch logs, hence
   into ``History``, and stops training before an epoch that would exceed
-  ``target_epsilon``.
+  ``target_epsilon``. It warns, and sets ``epsilon_holds = False``, when the model's
+  DP randomness is not secret (``make_private(..., insecure_dp_seed=K)``).
 * :class:`ActivationNormMonitor` records the mean per-example L2 norm of a layer's
   outputs on held-out data after each epoch (Papernot et al. 2021, Figure 4: tempered
   sigmoids keep activations bounded while ReLU activations grow) and plots it.
@@ -29,7 +30,7 @@ import warnings
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import accounting, engine
+from tf_tempered.privacy import accounting, engine, randomness
 
 __all__ = ["PrivacyBudget", "ActivationNormMonitor", "plot_activation_norms",
            "dp_optimizer_settings"]
@@ -69,6 +70,13 @@ def _model_dp_settings(model):
     return settings
 
 
+def _global_seed_is_set():
+    """Whether tf.random.set_seed (or keras.utils.set_random_seed) has fixed a global seed."""
+    # An explicit op seed (0) leaves TF's op-seed counter alone; without a global seed,
+    # TF pairs it with DEFAULT_GRAPH_SEED = 87654321.
+    return tf.compat.v1.get_seed(0)[0] != 87654321
+
+
 class PrivacyBudget(keras.callbacks.Callback):
     """Logs ``epsilon`` after each epoch; stops before an epoch that would exceed the target.
 
@@ -78,6 +86,12 @@ class PrivacyBudget(keras.callbacks.Callback):
     ``target_epsilon``, training stops after epoch k. If even one epoch exceeds it,
     no step is trained at all (a warning says so). σ and the microbatch size
     (``batch_size / num_microbatches``) default to the model's TF Privacy optimizer.
+
+    ε holds only if the DP noise and batches are secret. ``epsilon_holds`` is False
+    (and a warning says the ε does not hold) for a model made private with
+    ``insecure_dp_seed``; None when tf_tempered does not draw the model's noise (TF
+    Privacy's own DP path, which follows TensorFlow's global seed: a warning says so
+    when one is set); True for ``make_private``'s secret default.
 
     >>> budget = PrivacyBudget(target_epsilon=3.0, delta=1e-5, num_examples=60000,
     ...                        batch_size=256, noise_multiplier=1.1)
@@ -111,6 +125,7 @@ class PrivacyBudget(keras.callbacks.Callback):
         self._noise_multiplier, self._microbatch_size = noise_multiplier, microbatch_size
         self.epsilons = []  # ε after each completed epoch of the last fit()
         self.stopped_epoch = None  # epoch index after which training was stopped
+        self.epsilon_holds = None  # see the class docstring; set at on_train_begin
         self._blocked_train_function = None
 
     def _resolve(self):
@@ -150,8 +165,30 @@ class PrivacyBudget(keras.callbacks.Callback):
     def _steps_per_epoch(self):
         return (self.params or {}).get("steps")
 
+    def _check_randomness(self):
+        """Sets epsilon_holds from the model's DP randomness; warns if ε may not hold."""
+        self.epsilon_holds = None
+        if self.model is None:
+            return
+        if engine.is_private(self.model):
+            self.epsilon_holds = engine.has_secret_dp_randomness(self.model)
+            if not self.epsilon_holds:
+                warnings.warn(
+                    f"PrivacyBudget: model {self.model.name!r} was made private with "
+                    f"insecure_dp_seed, so {randomness.INSECURE_NOTE}; the epsilon logged "
+                    f"is what a private run with these settings would spend.",
+                    randomness.InsecureDPRandomnessWarning, stacklevel=3)
+        elif _global_seed_is_set():
+            warnings.warn(
+                f"PrivacyBudget: model {self.model.name!r} trains on TF Privacy's own DP path, "
+                f"whose noise follows TensorFlow's global seed, and a global seed is set "
+                f"(keras.utils.set_random_seed / tf.random.set_seed): anyone who knows it can "
+                f"regenerate the noise, and the epsilon does not hold. Use "
+                f"tf_tempered.make_private(model) for secret noise.", UserWarning, stacklevel=3)
+
     def on_train_begin(self, logs=None):
         self._resolve()
+        self._check_randomness()
         self.epsilons = []
         self.stopped_epoch = None
         first = self.epsilon_after(1, steps_per_epoch=self._steps_per_epoch())

@@ -70,7 +70,12 @@ def define_flags(flag_values=flags.FLAGS):
                          flag_values=fv)
     flags.DEFINE_float("confidence", d.confidence, "Clopper–Pearson confidence of ε_lb.",
                        flag_values=fv)
-    flags.DEFINE_integer("seed", d.seed, "Random seed.", flag_values=fv)
+    flags.DEFINE_integer("seed", d.seed, "Seed of the data split, canaries, shadow-model "
+                         "splits and weight initialisation; never of the DP noise or Poisson "
+                         "batches (secret).", flag_values=fv)
+    flags.DEFINE_integer("insecure_dp_seed", None, "NOT PRIVATE, for debugging: derive the "
+                         "DP model's noise and Poisson batches from this seed (reproducible; "
+                         "its accounted ε does not hold).", flag_values=fv)
     flags.DEFINE_string("output_dir", "runs/audit", "Where to write plots, results and models "
                         "('' = nowhere).", flag_values=fv)
     flags.DEFINE_string("model_path", None, "Folder of an earlier run to audit its saved "

@@ -76,7 +76,10 @@ class AuditConfig:
     activation: str = "tanh"
     num_shadow: int = 0
     confidence: float = 0.95
+    # Seeds the split, canaries, shadow-model splits and weight initialisation; the
+    # DP noise and Poisson batches are secret unless insecure_dp_seed (NOT private).
     seed: int = 0
+    insecure_dp_seed: typing.Optional[int] = None
 
     def save(self, path):
         with open(path, "w", encoding="utf-8") as f:
@@ -156,7 +159,9 @@ def train_model(config, x, y, *, private, num_classes=10, seed=0):
 
     Non-private: plain SGD with shuffled batches of ``batch_size`` for ``epochs``.
     Private: ``make_private`` + ``DPKerasSGDOptimizer`` on Poisson batches of expected
-    size ``batch_size``, ``epochs · round(N / batch_size)`` steps.
+    size ``batch_size``, ``epochs · round(N / batch_size)`` steps. ``seed`` sets the
+    weight initialisation (and the non-private shuffling); the DP noise and batches
+    are secret, or derived from ``config.insecure_dp_seed + seed`` if that is set.
     """
     keras.utils.set_random_seed(seed)
     model = models.mnist_cnn(config.activation, input_shape=tuple(x.shape[1:]),
@@ -168,14 +173,15 @@ def train_model(config, x, y, *, private, num_classes=10, seed=0):
         model.fit(x, y, batch_size=config.batch_size, epochs=config.epochs, shuffle=True,
                   verbose=0)
         return model, math.inf
-    make_private(model)
+    insecure = None if config.insecure_dp_seed is None else config.insecure_dp_seed + seed
+    make_private(model, insecure_dp_seed=insecure)
     model.compile(optimizer=tensorflow_privacy.DPKerasSGDOptimizer(
         l2_norm_clip=config.l2_norm_clip, noise_multiplier=config.noise_multiplier,
         learning_rate=config.learning_rate), loss=_loss(), metrics=["accuracy"])
     steps = config.epochs * poisson_steps_per_epoch(num_examples=len(y),
                                                     expected_batch_size=config.batch_size)
     model.fit(poisson_batches(x, y, expected_batch_size=config.batch_size, steps=steps,
-                              seed=seed), epochs=1, verbose=0)
+                              insecure_dp_seed=insecure), epochs=1, verbose=0)
     return model, accounted_epsilon(config, len(y), steps)
 
 
@@ -256,6 +262,9 @@ def run_audit(config, *, output_dir=None, model_path=None, log=print):
             config = dataclasses.replace(AuditConfig.load(saved), **{
                 name: getattr(config, name) for name in AUDIT_ONLY_FIELDS})
             log(f"Loaded the run configuration from {saved}: {config}")
+    if config.insecure_dp_seed is not None:
+        log(f"NOT PRIVATE: insecure_dp_seed={config.insecure_dp_seed}: the dp-sgd model's "
+            f"noise and batches are reproducible, so its accounted ε does not hold.")
     data = prepare_data(config)
     x_train, y_train = data.train_set
     if output_dir:

@@ -86,7 +86,7 @@ def run_activation_norms(base_config, *, runs=DEFAULT_RUNS, output_dir, verbose=
                                      offset=1.0, learnable=False, output_dir=None, dpsgd=private)
         if not private:
             config = config.replace(noise_multiplier=None, target_epsilon=None,
-                                    microbatches=None)
+                                    microbatches=None, insecure_dp_seed=None)
         named.append((name, config))
     out = pathlib.Path(output_dir)
     by_name, trained = results.run_all(out / "runs", named,

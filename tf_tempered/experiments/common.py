@@ -54,7 +54,10 @@ class TrainConfig:
 
     ``noise_multiplier=None`` means 1.1, unless ``target_epsilon`` is given (then σ is
     calibrated to it). ``microbatches=None`` means one example per microbatch.
-    ``output_dir=None`` writes no files.
+    ``output_dir=None`` writes no files. ``seed`` controls weight initialisation,
+    dropout, the shuffling of non-private runs and data subsets, never the DP noise,
+    Poisson batches or DP shuffling (secret); ``insecure_dp_seed`` makes those
+    reproducible, and the run NOT private.
     """
 
     dataset: str = "mnist"
@@ -79,6 +82,7 @@ class TrainConfig:
     accountant: str = accounting.DEFAULT_ACCOUNTANT
     delta: float = accounting.DEFAULT_DELTA
     seed: int = 0
+    insecure_dp_seed: int = None
     output_dir: str = None
     save_model: bool = True
 
@@ -151,12 +155,16 @@ def validate_config(config):
               "--delta=1e-5 (below 1/number of training examples).")
     if config.seed is not None and not _is_number(config.seed, integer=True):
         _fail(f"--seed={config.seed!r} is invalid: it must be an integer.")
+    if config.insecure_dp_seed is not None and not _is_number(config.insecure_dp_seed,
+                                                              integer=True):
+        _fail(f"--insecure_dp_seed={config.insecure_dp_seed!r} is invalid: it must be an "
+              "integer. Fix: drop it (secret DP randomness, the default).")
     if config.noise_multiplier is not None and config.target_epsilon is not None:
         _fail(f"--noise_multiplier={config.noise_multiplier} and --target_epsilon="
               f"{config.target_epsilon} are mutually exclusive: --target_epsilon calibrates "
               "the noise multiplier. Fix: give only one of them.")
     if not config.dpsgd:
-        for name in ("noise_multiplier", "target_epsilon", "microbatches"):
+        for name in ("noise_multiplier", "target_epsilon", "microbatches", "insecure_dp_seed"):
             if getattr(config, name) is not None:
                 _fail(f"--{name} has no effect with --nodpsgd (non-private training). Fix: "
                       f"drop --{name}, or train with --dpsgd.")
@@ -218,7 +226,14 @@ def define_training_flags(flag_values, exclude=()):
                                          "batches.", SAMPLINGS),
         ("enum", "accountant", d.accountant, "Privacy accountant.", ACCOUNTANTS),
         ("float", "delta", d.delta, "δ of the (ε, δ) guarantee."),
-        ("integer", "seed", d.seed, "Random seed."),
+        ("integer", "seed", d.seed, "Seed of what is not privacy-relevant: weight "
+                                    "initialisation, dropout, the shuffling of --nodpsgd runs. "
+                                    "Never the DP noise, Poisson batches or DP shuffling: "
+                                    "those are keyed by a secret from the OS's entropy."),
+        ("integer", "insecure_dp_seed", None,
+         "NOT PRIVATE, for debugging and tests: derive the DP noise, Poisson batches and "
+         "DP shuffling from this seed, so the run is reproducible bit for bit but its ε "
+         "does not hold (metrics.json and the summary say so)."),
         ("string", "output_dir", None, "Where to write results (default: write nothing)."),
         ("bool", "save_model", d.save_model, "Also save model.keras into --output_dir."),
     ]

@@ -95,8 +95,9 @@ def run_all(runs_dir, runs, run, *, verbose=1):
             continue
         stored = read_json(path)
         flags, wanted = stored.get("flags") or {}, _plain(config.to_dict())
-        if flags != wanted:
-            diff = sorted(k for k in set(wanted) | set(flags) if wanted.get(k) != flags.get(k))
+        # A flag added since the run was stored (absent there) matches its None default.
+        diff = sorted(k for k in set(wanted) | set(flags) if wanted.get(k) != flags.get(k))
+        if diff:
             raise ConfigError(f"{path} holds a run with other settings (differing: "
                               f"{', '.join(diff)}). Fix: use a new --output_dir for new "
                               "settings, or delete that file.")

@@ -22,6 +22,14 @@ accuracy and ε, every flag, the per-epoch history, package versions, wall time)
 and ``model.keras`` (load it with ``keras.models.load_model(path, compile=False)``)
 into ``--output_dir``.
 
+Randomness: ``--seed`` fixes weight initialisation, dropout and the shuffling of
+``--nodpsgd`` runs; the DP noise, the Poisson batches and DP shuffling are keyed
+by a per-run secret from the OS's entropy (never printed or written), so two DP
+runs with the same flags differ. ``--insecure_dp_seed=K`` makes them reproducible
+for debugging; the run is then NOT private, and metrics.json
+(``"dp_randomness": "insecure"``, ``"epsilon_holds": false``) and the printed
+summary say that the ε does not hold.
+
 Sampling: ``poisson`` (default) trains on Poisson-sampled batches, the sampling the
 reported ε assumes. ``shuffle`` trains on shuffled fixed-size batches; ε is then
 reported as TF Privacy does, *assuming* Poisson sampling, and labelled so, next to
@@ -37,7 +45,8 @@ from tf_tempered import data as data_lib
 from tf_tempered._compat import keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.experiments import common, results
-from tf_tempered.privacy import accounting, make_private, sampling
+from tf_tempered.privacy import (accounting, has_secret_dp_randomness, make_private, randomness,
+                                  sampling)
 
 __all__ = ["PrivacyPlan", "plan_privacy", "run_training", "define_flags", "main", "cli"]
 
@@ -52,6 +61,9 @@ class PrivacyPlan:
         self.total_steps = steps_per_epoch * config.epochs
         self.noise_multiplier = noise_multiplier
         self.microbatch_size = _microbatch_size(config)
+        # False for a DP run with --insecure_dp_seed (its noise and batches are public);
+        # run_training confirms it from the model (has_secret_dp_randomness).
+        self.epsilon_holds = noise_multiplier is None or config.insecure_dp_seed is None
 
     def _epsilon(self, steps, sampling_assumed):
         with warnings.catch_warnings():  # the shuffle note is said once, in the label
@@ -74,6 +86,12 @@ class PrivacyPlan:
             return None
         return self._epsilon(steps, "shuffle") if steps else 0.0
 
+    def dp_randomness(self):
+        """"secret", "insecure" (--insecure_dp_seed) or None (non-private)."""
+        if self.noise_multiplier is None:
+            return None
+        return "secret" if self.epsilon_holds else "insecure"
+
     def label(self):
         """What the reported ε means, in words."""
         c = self.config
@@ -82,10 +100,15 @@ class PrivacyPlan:
         where = (f"at δ={c.delta:g}, {c.accountant.upper()} accountant, σ="
                  f"{self.noise_multiplier:.4g}, q={c.batch_size / self.num_examples:.4g}")
         if c.sampling == "poisson":
-            return f"ε {where}, Poisson sampling (as trained)"
-        return (f"ε {where}, ASSUMING Poisson sampling as TF Privacy reports it, but this "
-                f"run used shuffled fixed-size batches; the bound proven for those (no "
-                f"amplification by subsampling) is epsilon_no_amplification")
+            label = f"ε {where}, Poisson sampling (as trained)"
+        else:
+            label = (f"ε {where}, ASSUMING Poisson sampling as TF Privacy reports it, but "
+                     f"this run used shuffled fixed-size batches; the bound proven for those "
+                     f"(no amplification by subsampling) is epsilon_no_amplification")
+        if not self.epsilon_holds:
+            label += (f"; NOT PRIVATE: --insecure_dp_seed={c.insecure_dp_seed}, "
+                      f"{randomness.INSECURE_NOTE}")
+        return label
 
 
 def _microbatch_size(config):
@@ -150,6 +173,8 @@ class _EpochReport(keras.callbacks.Callback):
                 f" [assumes Poisson sampling; shuffled batches: ε ≤ {eps_shuffle:.4g}]")
             delta = "" if math.isinf(eps) else f" at δ={self.plan.config.delta:g} " \
                 f"({self.plan.config.accountant.upper()})"
+            if not self.plan.epsilon_holds:
+                extra += " [NOT PRIVATE: --insecure_dp_seed, this ε does not hold]"
             print(f"Epoch {epoch + 1}/{self.plan.config.epochs}: train accuracy "
                   f"{record.get('train_accuracy', math.nan):.4f}, test accuracy "
                   f"{record.get('test_accuracy', math.nan):.4f}, ε = {eps:.4g}{delta}{extra}",
@@ -177,9 +202,12 @@ def _train_dataset(config, plan, x, y):
         # One epoch's steps; every new iteration (epoch) draws fresh batches.
         return sampling.poisson_batches(x, y, expected_batch_size=config.batch_size,
                                         steps=plan.steps_per_epoch, max_batch_size=max_batch,
-                                        seed=config.seed)
+                                        insecure_dp_seed=config.insecure_dp_seed)
+    seed = config.seed
+    if config.dpsgd:  # which examples share a batch is privacy-relevant: secret
+        seed = randomness.dp_seed("shuffle", insecure_dp_seed=config.insecure_dp_seed)
     ds = tf.data.Dataset.from_tensor_slices((x, y))
-    ds = ds.shuffle(len(x), seed=config.seed, reshuffle_each_iteration=True)
+    ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
     # Fixed-size batches: microbatches must divide every batch.
     return ds.batch(config.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
@@ -209,7 +237,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
 
     model = common.build_model(config, dataset)
     if config.dpsgd:
-        make_private(model)
+        make_private(model, insecure_dp_seed=config.insecure_dp_seed)
+        plan.epsilon_holds = has_secret_dp_randomness(model)
         reduction = keras.losses.Reduction.NONE  # per-example losses for DP-SGD
     else:
         reduction = keras.losses.Reduction.AUTO
@@ -244,6 +273,9 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
         "epsilon": plan.epsilon(final),
         "delta": config.delta,
         "epsilon_label": plan.label(),
+        # Where the DP noise and batches came from; False: the ε above does not hold.
+        "dp_randomness": plan.dp_randomness(),
+        "epsilon_holds": plan.epsilon_holds,
         "accountant": config.accountant if config.dpsgd else None,
         "sampling": config.sampling if config.dpsgd else "shuffle (non-private)",
         "noise_multiplier": plan.noise_multiplier,

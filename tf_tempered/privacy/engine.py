@@ -17,9 +17,10 @@
 with one of TF Privacy's Keras DP optimizers (DPKeras*, GenericDP* with a Gaussian
 query, VectorizedDPKeras*), each step computes per-microbatch gradient norms with
 one backward pass (see `tf_tempered.privacy.clipping`), clips them to the
-optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum, divides by the number of
-microbatches, and hands the result to the optimizer's own update rule (SGD, Adam,
-...), exactly as the optimizer's own slow `_compute_gradients` would. With any
+optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum (keyed by a secret, see
+`tf_tempered.privacy.randomness`: the global seed does not fix it), divides by the
+number of microbatches, and hands the result to the optimizer's own update rule
+(SGD, Adam, ...), exactly as the optimizer's own slow `_compute_gradients` would. With any
 other optimizer the model trains as usual (non-privately).
 
 Example:
@@ -43,9 +44,10 @@ import types
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clipping, recording
+from tf_tempered.privacy import clipping, randomness, recording
 
-__all__ = ["DPConfig", "dp_config", "make_private", "is_private", "UnsupportedLayerError"]
+__all__ = ["DPConfig", "dp_config", "make_private", "is_private", "has_secret_dp_randomness",
+           "UnsupportedLayerError"]
 
 UnsupportedLayerError = recording.UnsupportedLayerError
 
@@ -110,7 +112,21 @@ def is_private(model):
     return getattr(model, "_tf_tempered_private", False)
 
 
-def make_private(model):
+def has_secret_dp_randomness(model):
+    """True if the DP noise of ``model`` (prepared by make_private) is keyed by a secret.
+
+    False for ``make_private(model, insecure_dp_seed=K)``, whose ε does not hold.
+    Raises ValueError for a model that make_private has not prepared.
+    """
+    if not is_private(model):
+        raise ValueError(
+            f"model {getattr(model, 'name', model)!r} was not prepared by make_private, so "
+            "tf_tempered does not draw its DP noise (TF Privacy's own DP path draws it "
+            "from TensorFlow's global seed). Call tf_tempered.make_private(model) first.")
+    return model._dp_noise.is_secret  # pylint: disable=protected-access
+
+
+def make_private(model, *, insecure_dp_seed=None):
     """Prepares a Keras model for fast, exact DP-SGD and returns it (the same object).
 
     Works for Sequential, Functional and subclassed models whose trainable layers
@@ -122,11 +138,19 @@ def make_private(model):
     gradient norm before clipping) and `dp_nonfinite` (microbatches dropped for a
     NaN/inf gradient; they contribute zero).
 
+    The noise is keyed by a secret drawn from the OS's entropy when this is
+    called, never by ``keras.utils.set_random_seed`` or ``tf.random.set_seed``
+    (those still control weight initialisation, dropout, shuffling): see
+    :mod:`tf_tempered.privacy.randomness`. ``insecure_dp_seed=K`` (an int) makes
+    the noise a function of K instead: reproducible for debugging and tests, NOT
+    private (the ε does not hold; warns). Calling make_private again re-keys.
+
     Raises UnsupportedLayerError (a ValueError) for layers that mix examples,
     such as a trainable BatchNormalization.
     """
     if not isinstance(model, keras.Model):
         raise TypeError(f"make_private expects a keras.Model (tf-keras), got {type(model).__name__}.")
+    noise = randomness.DPRandomness("noise", insecure_dp_seed=insecure_dp_seed)
     recording.instrument(model)
     if not is_private(model):
         object.__setattr__(model, "_tf_tempered_private", True)
@@ -135,7 +159,10 @@ def make_private(model):
         object.__setattr__(model, "_dp_metrics", _DPMetrics())
         model.train_step = types.MethodType(_train_step, model)
         model.reset_metrics = types.MethodType(_reset_metrics, model)
-        model.train_function = None  # drop a step compiled before this call
+    # Untracked (object.__setattr__), like _dp_metrics: the key is in no weight
+    # list, checkpoint or saved model.
+    object.__setattr__(model, "_dp_noise", noise)
+    model.train_function = None  # drop a step compiled before this call (old key)
     return model
 
 
@@ -239,7 +266,7 @@ def _train_step(self, data):
         normalizer = num_microbatches
     variables = self.trainable_variables
     with tf.control_dependencies([total]):
-        noises = _gaussian_noise(variables, config.noise_stddev)
+        noises = _gaussian_noise(variables, config.noise_stddev, self._dp_noise)
     grads_and_vars = []
     for var, noise in zip(variables, noises):
         grad = summed.get(var.ref())
@@ -273,16 +300,15 @@ def _train_step(self, data):
     return logs
 
 
-def _gaussian_noise(variables, stddev):
-    """Independent N(0, stddev²) noise shaped like each variable.
+def _gaussian_noise(variables, stddev, source):
+    """Independent N(0, stddev²) noise shaped like each variable, from ``source``.
 
-    One stateless Philox draw for all coordinates, seeded by a stateful op (so
-    tf.random.set_seed makes runs repeatable): several times faster on CPU than
-    one stateful tf.random.normal per variable, same distribution.
+    One Philox draw for all coordinates at a fresh counter of the model's secret
+    stream (randomness.DPRandomness): several times faster on CPU than one
+    stateful tf.random.normal per variable, same distribution.
     """
     sizes = [int(np.prod(v.shape)) for v in variables]
-    seed = tf.random.uniform([2], minval=tf.int64.min, maxval=tf.int64.max, dtype=tf.int64)
-    flat = tf.random.stateless_normal([sum(sizes)], seed=seed, stddev=stddev)
+    flat = source.normal([sum(sizes)], stddev=stddev, counter=source.next_counter())
     return [tf.reshape(n, v.shape) for n, v in zip(tf.split(flat, sizes), variables)]
 
 

@@ -24,16 +24,20 @@ with ``x_batch`` [max_batch_size, ...] (zero padding), ``y_batch`` [max_batch_si
 ``mask`` float32 [max_batch_size] (1.0 real row, 0.0 padding) and ``e = q·N`` a
 float32 scalar. The matching ε is ``compute_epsilon(num_examples=N, batch_size=q·N,
 steps=<number of steps>, sampling="poisson", ...)``.
+
+Membership is secret: drawn from a key read from the OS's entropy (see
+:mod:`tf_tempered.privacy.randomness`), never from a seed, because amplification by
+subsampling, hence that ε, holds only if nobody can tell which examples a step used.
 """
 
 import math
 import numbers
-import secrets
 
 import numpy as np  # noqa: F401  (used by the doctests)
 from scipy import stats
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy import randomness
 
 __all__ = [
     "OVERFLOW_PROBABILITY",
@@ -129,28 +133,41 @@ def _check_positive_int(name, value):
 
 
 def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None, epochs=None,
-                    steps=None, max_batch_size=None, seed=None):
+                    steps=None, max_batch_size=None, seed=None, insecure_dp_seed=None):
     """tf.data.Dataset of Poisson-sampled, zero-padded batches of (x, y) with a mask.
 
     Each step includes each example independently with probability q (a Bernoulli
-    draw per example per step from stateless random ops keyed on ``seed`` and the
-    step; a fixed seed, with the same global TF seed, reproduces the run, and each
-    new iteration over the dataset draws fresh batches). Give exactly one of
-    ``expected_batch_size`` (q = expected_batch_size / N) and ``sampling_probability``,
-    and exactly one of ``epochs`` (steps = epochs · round(1/q)) and ``steps``. Batches
-    are padded to ``max_batch_size`` (default: see ``default_max_batch_size``); a step
-    that samples more raises ``InvalidArgumentError`` naming max_batch_size, never
-    drops examples. Account with ``compute_epsilon(num_examples=N, batch_size=q·N,
-    steps=<steps>)``.
+    draw per example per step). Give exactly one of ``expected_batch_size``
+    (q = expected_batch_size / N) and ``sampling_probability``, and exactly one of
+    ``epochs`` (steps = epochs · round(1/q)) and ``steps``. Batches are padded to
+    ``max_batch_size`` (default: see ``default_max_batch_size``); a step that samples
+    more raises ``InvalidArgumentError`` naming max_batch_size, never drops examples.
+    Account with ``compute_epsilon(num_examples=N, batch_size=q·N, steps=<steps>)``.
+
+    Membership is secret: the draws come from a key read from the OS's entropy when
+    the dataset is built, at a fresh counter for every pass over the dataset (each
+    epoch draws new batches), and not from ``seed``, ``keras.utils.set_random_seed``
+    or ``tf.random.set_seed``. Amplification by subsampling, which the Poisson ε
+    rests on, needs that nobody can predict which examples a step used. ``seed`` is
+    therefore refused (ValueError). ``insecure_dp_seed=K`` (an int) derives the key
+    from K for bit-for-bit reproducible batches in debugging and tests: NOT private,
+    the ε does not hold (warns once per process).
 
     >>> ds = poisson_batches(np.ones((10, 2)), np.arange(10), expected_batch_size=5,
-    ...                      steps=3, max_batch_size=10, seed=0)
+    ...                      steps=3, max_batch_size=10)
     >>> x_batch, y_batch, info = next(iter(ds))
     >>> x_batch.shape, y_batch.shape, info["mask"].shape, float(info["expected_batch_size"])
     (TensorShape([10, 2]), TensorShape([10]), TensorShape([10]), 5.0)
     >>> float(tf.reduce_sum(x_batch[:, 0])) == float(tf.reduce_sum(info["mask"]))
     True
     """
+    if seed is not None:
+        raise ValueError(
+            f"poisson_batches no longer takes seed (got seed={seed!r}): batch membership "
+            f"must be secret for amplification by subsampling (the Poisson ε) to hold, so "
+            f"a seed that is printed or saved would void it. Fix: drop seed= (membership "
+            f"is then keyed by OS entropy), or, for a reproducible NON-private debug run, "
+            f"pass insecure_dp_seed={seed!r}.")
     x = tf.convert_to_tensor(x)
     y = tf.convert_to_tensor(y)
     if x.shape.rank == 0 or x.shape[0] is None:
@@ -176,10 +193,9 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
                                                 sampling_probability=q, total_steps=steps)
     _check_positive_int("max_batch_size", max_batch_size)
     max_batch_size = int(max_batch_size)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-        raise ValueError(f"seed must be an integer or None, got {seed!r}.")
-    if seed is None:  # Still keyed per run, so that runs are not all alike.
-        seed = secrets.randbits(62)
+    if steps >= 2 ** 32:  # the Philox counter holds (pass, step) as two 32-bit halves
+        raise ValueError(f"steps must be below 2**32, got {steps}; split the run.")
+    source = randomness.DPRandomness("poisson", insecure_dp_seed=insecure_dp_seed)
 
     q64 = tf.constant(q, tf.float64)
     expected = tf.constant(q * num_examples, tf.float32)
@@ -194,9 +210,10 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
         padded = tf.pad(tensor, paddings)
         return tf.ensure_shape(padded, [max_batch_size] + tensor.shape.as_list()[1:])
 
-    def draw(step, step_key):
-        uniform = tf.random.stateless_uniform([num_examples], seed=tf.stack([step_key, step]),
-                                              dtype=tf.float64)
+    def draw(step, iteration):
+        # A distinct Philox counter per (pass over the dataset, step).
+        counter = tf.bitwise.left_shift(iteration, 32) + step
+        uniform = source.uniform([num_examples], counter=counter, dtype=tf.float64)
         index = tf.where(uniform < q64)[:, 0]
         count = tf.size(index)
         check = tf.debugging.assert_less_equal(count, max_batch_size, message=overflow_message)
@@ -206,8 +223,19 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
         return (pad(tf.gather(x, index), count), pad(tf.gather(y, index), count),
                 {"mask": mask, "expected_batch_size": expected})
 
-    # One random key per step, re-drawn (deterministically given seed) per iteration.
-    keys = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(steps)
-    dataset = tf.data.Dataset.zip((tf.data.Dataset.range(steps), keys))
+    # The one-element map runs once per pass over the dataset (each epoch of fit):
+    # a new counter value, hence new batches, every pass.
+    @tf.autograph.experimental.do_not_convert
+    def new_pass(_):
+        return source.next_counter()
+
+    @tf.autograph.experimental.do_not_convert
+    def steps_of_pass(iteration):
+        return tf.data.Dataset.range(steps).map(
+            tf.autograph.experimental.do_not_convert(lambda step: (step, iteration)))
+
+    dataset = tf.data.Dataset.range(1).map(new_pass).flat_map(steps_of_pass)
+    # flat_map hides the length; Keras and PrivacyBudget need the steps per epoch.
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
     dataset = dataset.map(draw, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)

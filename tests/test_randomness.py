@@ -1,0 +1,144 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""tf_tempered.privacy.randomness: secret keys, the opt-in, and no key in any written file."""
+
+import warnings
+
+import numpy as np
+import pytest
+from tensorflow_privacy import DPKerasSGDOptimizer
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import make_private, randomness
+
+
+@pytest.fixture
+def fresh_warning(monkeypatch):
+    """Re-arms the once-per-process warning of the insecure opt-in."""
+    monkeypatch.setattr(randomness, "_warned", False)
+
+
+@pytest.fixture
+def drawn_secrets(monkeypatch):
+    """Every secret randomness draws from the OS in this test, as ints."""
+    drawn = []
+    real = randomness.secrets.randbits
+
+    def recording(k):
+        value = real(k)
+        drawn.append(value)
+        return value
+
+    monkeypatch.setattr(randomness.secrets, "randbits", recording)
+    return drawn
+
+
+def _draw(source, counter=1):
+    return source.normal([64], stddev=1.0, counter=counter).numpy()
+
+
+@pytest.mark.parametrize("bad", [1.5, "7", True, [1]])
+def test_insecure_dp_seed_must_be_an_int(bad):
+    with pytest.raises(ValueError, match="insecure_dp_seed must be an integer or None"):
+        randomness.DPRandomness("noise", insecure_dp_seed=bad)
+    assert randomness.check_insecure_dp_seed(np.int64(4)) == 4
+
+
+def test_secret_streams_differ_and_the_opt_in_reproduces(fresh_warning):
+    a, b = randomness.DPRandomness("noise"), randomness.DPRandomness("noise")
+    assert a.is_secret and b.is_secret
+    assert not np.array_equal(_draw(a), _draw(b))
+    with pytest.warns(randomness.InsecureDPRandomnessWarning):
+        c = randomness.DPRandomness("noise", insecure_dp_seed=3)
+    d = randomness.DPRandomness("noise", insecure_dp_seed=3)
+    assert not c.is_secret and "insecure_dp_seed=3" in repr(c)
+    np.testing.assert_array_equal(_draw(c), _draw(d))
+    # One seed, separate streams per purpose; a different seed, a different stream.
+    assert not np.array_equal(_draw(c), _draw(randomness.DPRandomness("poisson",
+                                                                      insecure_dp_seed=3)))
+    assert not np.array_equal(_draw(c), _draw(randomness.DPRandomness("noise",
+                                                                      insecure_dp_seed=4)))
+
+
+def test_counter_gives_a_new_draw_each_time():
+    source = randomness.DPRandomness("noise")
+    counters = [int(source.next_counter()) for _ in range(3)]
+    assert counters == [1, 2, 3]
+    draws = [_draw(source, c) for c in counters]
+    assert not np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[1], draws[2])
+    np.testing.assert_array_equal(_draw(source, 2), draws[1])  # stateless given the counter
+    uniform = source.uniform([1000], counter=4).numpy()
+    assert uniform.dtype == np.float64 and 0 <= uniform.min() and uniform.max() < 1
+    assert abs(uniform.mean() - 0.5) < 5 * np.sqrt(1 / 12 / 1000)
+
+
+def test_draw_compiles_with_xla():
+    source = randomness.DPRandomness("noise")
+
+    @tf.function(jit_compile=True)
+    def step():
+        return source.normal([5], stddev=2.0, counter=source.next_counter())
+
+    first, second = step().numpy(), step().numpy()
+    assert first.shape == (5,) and not np.array_equal(first, second)
+
+
+def test_the_opt_in_warns_once_per_process(fresh_warning):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        randomness.DPRandomness("noise", insecure_dp_seed=1)
+        randomness.DPRandomness("poisson", insecure_dp_seed=1)
+        randomness.dp_seed("shuffle", insecure_dp_seed=1)
+    insecure = [w for w in caught if issubclass(w.category,
+                                                randomness.InsecureDPRandomnessWarning)]
+    assert len(insecure) == 1 and "the ε does NOT hold" in str(insecure[0].message)
+
+
+def _key_patterns(key):
+    """The ways a 64-bit key could appear in a file: raw bytes, as int64, decimal, hex."""
+    signed = key - (1 << 64) if key >= (1 << 63) else key
+    return [key.to_bytes(8, "little"), key.to_bytes(8, "big"), str(key).encode(),
+            str(signed).encode(), f"{key:x}".encode(), f"{key:X}".encode()]
+
+
+def test_key_is_untracked_and_in_no_saved_file(tmp_path, drawn_secrets):
+    model = make_private(keras.Sequential([keras.Input((6,)), keras.layers.Dense(4)]))
+    (key,) = drawn_secrets  # the one secret make_private drew
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                learning_rate=0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(
+                      from_logits=True, reduction=keras.losses.Reduction.NONE))
+    model.fit(np.ones((8, 6), np.float32), np.zeros(8), batch_size=8, epochs=2, verbose=0)
+    state = model._dp_noise  # pylint: disable=protected-access
+    assert int(state._counter.numpy()) == 2  # pylint: disable=protected-access
+    hidden = {state._key.ref(), state._counter.ref()}  # pylint: disable=protected-access
+    assert not hidden & {v.ref() for v in model.weights + model.variables}
+    assert "key" not in repr(state) and str(key) not in repr(state)
+
+    model.save(tmp_path / "model.keras")
+    model.save_weights(tmp_path / "weights.h5")
+    prefix = tf.train.Checkpoint(model=model, optimizer=model.optimizer).save(tmp_path / "ckpt")
+    names = [name for name, _ in tf.train.list_variables(prefix)]
+    assert not [n for n in names if "dp" in n.lower()]
+    # The model's part of the checkpoint is its weights and nothing more.
+    assert len([n for n in names if n.startswith("model/")]) == len(model.weights) == 2
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) >= 4
+    for path in files:
+        content = path.read_bytes()
+        for pattern in _key_patterns(key):
+            assert pattern not in content, (path.name, pattern)
+    # Reloaded, the model is no longer private: nothing about the key travelled with it.
+    reloaded = keras.models.load_model(tmp_path / "model.keras", compile=False)
+    assert not hasattr(reloaded, "_dp_noise")

@@ -1,0 +1,181 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The randomness DP-SGD's guarantee rests on: Gaussian noise and Poisson batch membership.
+
+(ε, δ) holds only if the noise added to every step, and which examples each
+Poisson batch holds, are unpredictable to whoever sees the released model. A noise
+vector derived from a public seed can be regenerated and subtracted, which leaves
+the exact sum of clipped gradients; predictable batches void amplification by
+subsampling. So every draw here comes from a Philox stream keyed by a 64-bit
+secret read from the operating system's entropy (``secrets``), fresh for each
+consumer (one per ``make_private`` model, one per ``poisson_batches`` dataset),
+never from ``--seed``, ``keras.utils.set_random_seed`` or ``tf.random.set_seed``.
+
+The key and a draw counter live in two untracked ``tf.Variable`` objects: their
+values are not in traced graphs (nothing to leak through TensorBoard's graph
+dump), not in ``model.weights``, checkpoints or ``model.keras``, and never printed.
+Each draw is one stateless Philox call (``StatelessRandomNormalV2`` /
+``StatelessRandomUniformV2``, XLA-compilable) at counter ``[0, c]``, where ``c``
+is distinct per draw, so no two draws share Philox blocks.
+
+``insecure_dp_seed=K`` (an int) derives the key from K instead: bit-for-bit
+reproducible DP runs for debugging and tests, and NOT private; the first such use
+in a process warns (:class:`InsecureDPRandomnessWarning`).
+
+Philox-4x32-10 is a statistical generator (the one TensorFlow uses everywhere),
+not a cryptographic one; what this module removes is the public seed.
+
+>>> source = DPRandomness("noise")
+>>> source.is_secret, "key" in repr(source)
+(True, False)
+>>> x = source.normal([3], stddev=1.0, counter=source.next_counter())
+>>> x.shape
+TensorShape([3])
+"""
+
+import hashlib
+import numbers
+import secrets
+import warnings
+
+from tf_tempered._compat import tf
+
+__all__ = ["DPRandomness", "InsecureDPRandomnessWarning", "check_insecure_dp_seed",
+           "secret_seed", "dp_seed", "INSECURE_NOTE"]
+
+_PHILOX = 1  # tf.random.Algorithm.PHILOX
+INSECURE_NOTE = ("the ε does NOT hold: DP noise and batch membership come from "
+                 "insecure_dp_seed (reproducible by anyone who knows it, not private)")
+_warned = False  # the opt-in warns once per process
+
+
+class InsecureDPRandomnessWarning(UserWarning):
+    """DP randomness from ``insecure_dp_seed``: reproducible, so the ε does not hold."""
+
+
+def check_insecure_dp_seed(value, name="insecure_dp_seed"):
+    """``value`` as an int (or None); ValueError naming ``name`` for anything else.
+
+    >>> check_insecure_dp_seed(3), check_insecure_dp_seed(None)
+    (3, None)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(
+            f"{name} must be an integer or None, got {value!r}. Leave it None (the "
+            f"default) for secret DP randomness; an integer makes the DP noise and "
+            f"batches reproducible and NOT private (for debugging and tests only).")
+    return int(value)
+
+
+def _warn_insecure(name, seed, stacklevel):
+    """Warns the first time in this process; ``stacklevel`` counts from here to the user."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            f"{name}={seed}: the DP noise and Poisson batch membership of this run are a "
+            f"public function of the seed, so {INSECURE_NOTE}. Use it for debugging and "
+            f"tests only; leave {name}=None for a private run.",
+            InsecureDPRandomnessWarning, stacklevel=stacklevel)
+
+
+def _to_int64(value):
+    """The signed int64 with the same 64 bits as ``value`` (0 <= value < 2**64)."""
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def _derived(seed, purpose):
+    digest = hashlib.sha256(f"tf_tempered/{purpose}/{seed}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def secret_seed():
+    """A fresh 63-bit seed from the OS's entropy (for tf.data ops that take a seed)."""
+    return secrets.randbits(63)
+
+
+def dp_seed(purpose, *, insecure_dp_seed=None, name="insecure_dp_seed"):
+    """A 63-bit seed for a privacy-relevant tf.data op: secret, or derived from the opt-in.
+
+    For ops that only take a Python seed (e.g. ``Dataset.shuffle`` of a DP run); the
+    seed then sits in that dataset's in-memory graph. Prefer :class:`DPRandomness`.
+    """
+    seed = check_insecure_dp_seed(insecure_dp_seed, name)
+    if seed is None:
+        return secret_seed()
+    _warn_insecure(name, seed, stacklevel=3)  # at dp_seed's caller
+    return _derived(seed, purpose) >> 1
+
+
+class DPRandomness:
+    """A Philox stream for one consumer of DP randomness, keyed by a secret.
+
+    Args:
+        purpose: a short name ("noise", "poisson"); with ``insecure_dp_seed`` it
+            separates the streams derived from one seed.
+        insecure_dp_seed: None (default): the key is ``secrets.randbits(64)``. An int:
+            the key is derived from it (reproducible, not private; warns once).
+
+    Keep instances out of Keras' tracking (``object.__setattr__``) so that neither
+    variable is saved. Draws at one counter value repeat; use each value once
+    (:meth:`next_counter`).
+    """
+
+    def __init__(self, purpose, *, insecure_dp_seed=None, name="insecure_dp_seed"):
+        seed = check_insecure_dp_seed(insecure_dp_seed, name)
+        self.purpose = purpose
+        self.insecure_dp_seed = seed
+        if seed is None:
+            key = secrets.randbits(64)
+        else:
+            _warn_insecure(name, seed, stacklevel=4)  # at make_private's (...) caller
+            key = _derived(seed, purpose)
+        with tf.init_scope():  # created eagerly even if called while tracing
+            self._key = tf.Variable(_to_int64(key), dtype=tf.int64, trainable=False,
+                                    name=f"dp_{purpose}_key")
+            self._counter = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                        name=f"dp_{purpose}_counter")
+
+    @property
+    def is_secret(self):
+        """True unless built from ``insecure_dp_seed``."""
+        return self.insecure_dp_seed is None
+
+    def __repr__(self):  # never the key
+        how = "secret" if self.is_secret else f"insecure_dp_seed={self.insecure_dp_seed}"
+        return f"DPRandomness({self.purpose!r}, {how})"
+
+    def next_counter(self):
+        """A new counter value (int64 scalar tensor): 1, 2, 3, ... Stateful."""
+        return self._counter.assign_add(1)
+
+    def _key_counter(self, counter):
+        key = tf.reshape(tf.bitcast(self._key.read_value(), tf.uint64), [1])
+        counter = tf.cast(counter, tf.int64)
+        return key, tf.bitcast(tf.stack([tf.zeros([], tf.int64), counter]), tf.uint64)
+
+    def normal(self, shape, *, stddev, counter, dtype=tf.float32):
+        """N(0, stddev²) of ``shape``: one Philox draw at ``counter``."""
+        key, counter = self._key_counter(counter)
+        draw = tf.raw_ops.StatelessRandomNormalV2(shape=shape, key=key, counter=counter,
+                                                  alg=_PHILOX, dtype=dtype)
+        return draw * tf.cast(stddev, dtype)
+
+    def uniform(self, shape, *, counter, dtype=tf.float64):
+        """U[0, 1) of ``shape``: one Philox draw at ``counter``."""
+        key, counter = self._key_counter(counter)
+        return tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter,
+                                                   alg=_PHILOX, dtype=dtype)
