@@ -156,15 +156,18 @@ def test_duplicates_within_and_across_examples():
     _assert_clipped_sum(ids, g, reference, layer)
 
 
-def test_all_positions_one_id():
+@pytest.mark.parametrize("num_microbatches", [4, 2, 1])
+def test_all_positions_one_id(num_microbatches):
+    """Every microbatch uses the same one row: groups must not run across microbatches."""
     layer = _make_layer()
     ids = tf.fill([4, 5], 3)
     g = tf.constant(np.random.default_rng(4).normal(size=(4, 5, DIM)))
-    sq = emb_grads.embedding_sq_norms(ids, g, 2)
-    reference = _reference_per_microbatch(layer, ids, g, 2)
-    np.testing.assert_allclose(sq.numpy(), np.sum(reference.reshape(2, -1) ** 2, 1), rtol=1e-12)
+    m = num_microbatches
+    sq = emb_grads.embedding_sq_norms(ids, g, m)
+    reference = _reference_per_microbatch(layer, ids, g, m)
+    np.testing.assert_allclose(sq.numpy(), np.sum(reference.reshape(m, -1) ** 2, 1), rtol=1e-12)
     np.testing.assert_allclose(
-        sq.numpy(), np.sum(np.sum(g.numpy().reshape(2, -1, DIM), 1) ** 2, 1), rtol=1e-12)
+        sq.numpy(), np.sum(np.sum(g.numpy().reshape(m, -1, DIM), 1) ** 2, 1), rtol=1e-12)
 
 
 def test_float32():
