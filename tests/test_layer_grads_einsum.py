@@ -40,21 +40,23 @@ TOL = dict(rtol=1e-11, atol=1e-11)
 # (equation, output_shape, bias_axes, input shape without the batch axis)
 CASES = [
     ("ab,bc->ac", 4, "c", (3,)),                                  # Dense
-    ("abc,cd->abd", (None, 4), None, (5, 3)),                             # sequence Dense
-    ("abc,cd->abd", (None, 4), "d", (5, 3)),                              # ... with bias
+    ("abc,cd->abd", (None, 4), None, (5, 3)),                     # sequence Dense
+    ("abc,cd->abd", (None, 4), "d", (5, 3)),                      # ... with bias
     ("abc,cde->abde", (None, 2, 4), "de", (5, 3)),                # MHA q/k/v
     ("abc,cde->abde", (None, 2, 4), "e", (5, 3)),                 # bias over part of d_out
+    ("abc,cde->abde", (None, 2, 4), "ed", (5, 3)),                # bias_axes not in output order
+    ("abcd,de->abce", (5, 3, 2), "ce", (5, 3, 4)),                # bias over a row axis and d_out
     ("abcd,cde->abe", (None, 6), "e", (5, 2, 4)),                 # MHA output
     ("abcd,def->abcef", (None, None, 2, 4), "ef", (3, 5, 6)),     # MHA q/k/v, 2 attention axes
     ("abcde,def->abcf", (None, None, 6), "f", (3, 5, 2, 4)),      # MHA output, 2 attention axes
     ("...b,bc->...c", 4, "c", (5, 3)),                            # left ellipsis: batch + rows
     ("...b,bc->...c", 4, "c", (3,)),                              # left ellipsis: batch only
     ("ab...,bc->ac...", 4, "c", (3, 5)),                          # right ellipsis: trailing rows
-    ("abc,dc->abd", (None, 4), "d", (5, 3)),                              # kernel stored output-first
+    ("abc,dc->abd", (None, 4), "d", (5, 3)),                      # kernel output-first
     ("abc,cd->adb", (4, 5), "d", (5, 3)),                         # rows move in the output
     ("abc,cd->ad", 4, "d", (5, 3)),                               # input-only letter summed
     ("abc,cd->abd", (5, 4), "bd", (5, 3)),                        # per-position bias
-    ("abcd,dce->abe", (None, 6), "e", (5, 2, 4)),                      # kernel letters out of input order
+    ("abcd,dce->abe", (None, 6), "e", (5, 2, 4)),                 # kernel order ≠ input
 ]
 CASE_IDS = [f"{eq}|{bias}|{shape}" for eq, _, bias, shape in CASES]
 
@@ -106,6 +108,7 @@ def test_rows_equal_per_example_tapes(equation, output_shape, bias_axes, input_s
     assert hyper.equation == equation and hyper.bias_axes == bias_axes
     assert hyper.kernel_shape == tuple(layer.kernel.shape)
     assert hyper.input_rank == 1 + len(input_shape)
+    assert hyper.activation is None
     form = ed.parse_equation(hyper.equation, hyper.input_rank)
 
     a, g_rows = ed.einsum_rows(equation, x, g)
@@ -163,6 +166,14 @@ def test_rows_equal_per_example_tapes(equation, output_shape, bias_axes, input_s
         with pytest.raises(ValueError, match="not the kernel's output letters"):
             ed.bias_from_kernel_columns(equation, bias_axes, tf.reduce_sum(g_rows, 1),
                                         hyper.kernel_shape)
+
+
+def test_hyperparameters_name_the_activation():
+    layer = keras.layers.EinsumDense("abc,cd->abd", output_shape=(None, 4), activation="relu")
+    layer.build((None, 5, 3))
+    hyper = ed.einsum_dense_hyperparameters(layer)
+    assert (hyper.activation, hyper.bias_axes, hyper.bias_shape) == ("relu", None, None)
+    assert (hyper.kernel_shape, hyper.input_rank) == ((3, 4), 3)
 
 
 def test_ones_column_validity():
@@ -375,7 +386,8 @@ def check(layer, x, g):
         with tf.GradientTape() as tape:
             y = layer(x[b:b + 1])
         variables = [layer.kernel] + ([layer.bias] if layer.bias is not None else [])
-        grads.append([np.asarray(t) for t in tape.gradient(y, variables, output_gradients=g[b:b + 1])])
+        grads.append([np.asarray(t) for t in
+                      tape.gradient(y, variables, output_gradients=g[b:b + 1])])
     hyper = ed.einsum_dense_hyperparameters(layer)
     form = ed.parse_equation(hyper.equation, hyper.input_rank)
     a, g_rows = ed.einsum_rows(hyper.equation, x, g)
@@ -385,11 +397,13 @@ def check(layer, x, g):
     if hyper.bias_axes:
         bias = ed.per_example_bias_grads(hyper.equation, hyper.bias_axes, g, flat=False).numpy()
         err = max(err, float(np.max(np.abs(bias - np.stack([gr[1] for gr in grads])))))
-        assert ed.bias_variable_shape(hyper.equation, hyper.bias_axes, layer(x).shape) == hyper.bias_shape
+        shape = ed.bias_variable_shape(hyper.equation, hyper.bias_axes, layer(x).shape)
+        assert shape == hyper.bias_shape
     return {"equation": hyper.equation, "bias_axes": hyper.bias_axes,
             "kernel_shape": list(hyper.kernel_shape), "input_rank": hyper.input_rank,
             "rows": form.rows, "d_in": form.d_in, "d_out": form.d_out,
-            "ones": ed.ones_column_valid(hyper.equation, hyper.bias_axes), "max_error": err}
+            "ones": ed.ones_column_valid(hyper.equation, hyper.bias_axes), "max_error": err,
+            "activation": hyper.activation}
 
 
 for equation, output_shape, bias_axes, input_shape in cases:
@@ -419,6 +433,9 @@ try:
     out["lora"] = None
 except ed.UnsupportedEinsumError as e:
     out["lora"] = str(e)
+relu = keras.layers.EinsumDense("abc,cd->abd", output_shape=(None, 4), activation="relu")
+relu.build((None, 5, 3))
+out["relu"] = ed.einsum_dense_hyperparameters(relu).activation
 print("RESULT:" + json.dumps(out))
 '''
 
@@ -452,6 +469,8 @@ def test_keras3_layers_parse_and_match_tapes(keras3_child):
                                                                   form.d_out)
         assert found["input_rank"] == 1 + len(input_shape)
         assert found["max_error"] < 1e-11, found
+        assert found["activation"] is None
+    assert keras3_child["relu"] == "relu"
 
 
 def test_keras3_multi_head_attention_is_row_form(keras3_child):

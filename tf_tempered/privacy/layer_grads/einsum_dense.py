@@ -235,7 +235,7 @@ def _product(sizes):
 
 
 def _to_rows(t, spec, batch, rows, columns):
-    """t (axes named by `spec`) → [B, ∏ rows, ∏ columns], axes in the order batch+rows+columns.
+    """t (axes named by `spec`) → [B, ∏ rows, ∏ columns], axes ordered batch + rows + columns.
 
     One transpose (skipped when the axes are already in that order, as for MHA's
     projections) and one reshape. a and g must flatten their rows in the same
@@ -253,11 +253,13 @@ def _to_rows(t, spec, batch, rows, columns):
 
 
 def einsum_rows(equation, x, g):
-    """(a [B, R, d_in], g_rows [B, R, d_out]): the EinsumDense's input and output gradient as Dense rows.
+    """(a [B, R, d_in], g_rows [B, R, d_out]): an EinsumDense's input and output gradient as rows.
 
     x is the layer's input (axes as the equation's input operand), g the gradient
-    of the loss with respect to its output (before the bias is added or after:
-    the same). Row r of example b pairs a[b, r] with g_rows[b, r], and
+    of the loss with respect to its output before any activation (the einsum
+    plus bias: adding the bias does not change the gradient; an activation
+    would, so a layer with one must be recorded before it, as Dense layers are).
+    Row r of example b pairs a[b, r] with g_rows[b, r], and
     ``matmul(a, g_rows, transpose_a=True)[b]`` is example b's kernel gradient as a
     d_in × d_out matrix (:func:`kernel_from_matrix` gives the kernel's layout).
     Input-only letters are summed out of x first. Raises UnsupportedEinsumError
@@ -406,17 +408,20 @@ class EinsumDenseHyperparameters:
     """Plain values of a built EinsumDense: all the row reduction needs.
 
     bias_axes is None when the layer has no bias; bias_shape likewise; input_rank
-    is the rank the layer was built for (it expands an ellipsis).
+    is the rank the layer was built for (it expands an ellipsis); activation is
+    the name of the layer's activation, None for linear (the output gradient
+    must then be taken before it).
     """
     equation: str
     bias_axes: object
     kernel_shape: tuple
     bias_shape: object
     input_rank: int
+    activation: object = None
 
 
 def einsum_dense_hyperparameters(layer):
-    """(equation, bias_axes, kernel shape, bias shape, input rank) of a tf-keras or Keras 3 EinsumDense.
+    """Plain hyperparameters of a built tf-keras or Keras 3 EinsumDense (equation, bias_axes, ...).
 
     Both Keras versions store ``equation``, ``bias_axes`` and ``partial_output_shape``
     and build ``kernel`` and ``bias`` (None without bias_axes). The input rank is
@@ -450,4 +455,13 @@ def einsum_dense_hyperparameters(layer):
         bias_axes=None if bias is None else str(layer.bias_axes),
         kernel_shape=tuple(int(s) for s in layer.kernel.shape),
         bias_shape=None if bias is None else tuple(int(s) for s in bias.shape),
-        input_rank=input_rank)
+        input_rank=input_rank,
+        activation=_activation_name(getattr(layer, "activation", None)))
+
+
+def _activation_name(activation):
+    """None for no activation or Keras' linear (what both Keras versions store for None)."""
+    name = getattr(activation, "__name__", None) if activation is not None else None
+    if activation is not None and name is None:
+        name = type(activation).__name__
+    return None if name in (None, "linear") else name
