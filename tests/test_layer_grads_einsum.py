@@ -116,6 +116,7 @@ def test_rows_equal_per_example_tapes(equation, output_shape, bias_axes, input_s
     d_out = int(np.prod([hyper.kernel_shape[form.kernel_spec.index(c)] for c in form.d_out]))
     assert a.shape[0] == g_rows.shape[0] == BATCH and a.shape[1] == g_rows.shape[1]
     assert (a.shape[2], g_rows.shape[2]) == (d_in, d_out)
+    assert ed.row_widths(equation, hyper.kernel_shape) == (d_in, d_out)
 
     # Σ_r a_r g_rᵀ per example, mapped back, is the tape's kernel gradient.
     matrix = tf.matmul(a, g_rows, transpose_a=True)

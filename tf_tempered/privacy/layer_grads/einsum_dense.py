@@ -99,7 +99,7 @@ from tf_tempered.privacy.recording import UnsupportedLayerError
 __all__ = ["EinsumDenseHyperparameters", "EinsumRowForm", "UnsupportedEinsumError",
            "bias_from_kernel_columns", "bias_rows", "bias_variable_shape",
            "einsum_dense_hyperparameters", "einsum_rows", "kernel_from_matrix",
-           "ones_column_valid", "parse_equation", "per_example_bias_grads"]
+           "ones_column_valid", "parse_equation", "per_example_bias_grads", "row_widths"]
 
 
 class UnsupportedEinsumError(UnsupportedLayerError):
@@ -273,6 +273,13 @@ def einsum_rows(equation, x, g):
         input_spec = "".join(c for c in input_spec if c not in form.summed)
     return (_to_rows(x, input_spec, form.batch, form.rows, form.d_in),
             _to_rows(g, form.output_spec, form.batch, form.rows, form.d_out))
+
+
+def row_widths(equation, kernel_shape):
+    """(d_in, d_out): the widths of a and g rows (e.g. to weigh ghost norm vs materializing)."""
+    form = parse_equation(equation)
+    size = dict(zip(form.kernel_spec, [int(s) for s in kernel_shape]))
+    return (_product([size[c] for c in form.d_in]), _product([size[c] for c in form.d_out]))
 
 
 def kernel_from_matrix(equation, matrix, kernel_shape, *, flat=False):
