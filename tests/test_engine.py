@@ -371,6 +371,57 @@ def test_shared_layer_is_refused():
         model.fit(np.zeros((4, 4)), np.zeros(4), verbose=0)
 
 
+@pytest.mark.parametrize("rnn,match", [
+    # Fused kernels use the cell's weights without calling the cell: nothing is
+    # recorded for it, yet the loss depends on its weights.
+    (lambda: keras.layers.LSTM(4), "'lstm/lstm_cell/kernel:0' of layer 'lstm_cell' .*LSTM layer 'lstm'"),
+    (lambda: keras.layers.GRU(4), "'gru/gru_cell/kernel:0' of layer 'gru_cell' .*GRU layer 'gru'"),
+], ids=["lstm", "gru"])
+def test_recurrent_layers_are_refused_with_the_fix(rnn, match):
+    model = make_private(keras.Sequential([keras.Input((5, 3)), rnn(), keras.layers.Dense(3)]))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                                learning_rate=0.1), loss=LOSS)
+    before = model.get_weights()
+    with pytest.raises(UnsupportedLayerError, match=match + ".*without make_private"):
+        model.fit(np.ones((4, 5, 3)), np.zeros(4), batch_size=4, verbose=0)
+    for b, a in zip(before, model.get_weights()):  # refused before the first update
+        np.testing.assert_array_equal(a, b)
+
+
+class _WithUnusedLayer(keras.Model):
+    """A built layer the forward pass does not use: TF Privacy's zero gradient, no refusal."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(5, activation="tanh")
+        self.unused = keras.layers.Dense(5)
+        self.out = keras.layers.Dense(3)
+
+    def call(self, inputs):
+        return self.out(self.hidden(inputs))
+
+
+def test_unused_layer_gets_zero_gradient_like_tf_privacy():
+    x = np.random.default_rng(3).normal(size=(BATCH, 4)).astype("float32")
+    y = np.arange(BATCH) % 3
+    opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
+
+    def build():
+        model = _WithUnusedLayer()
+        model(tf.zeros([1, 4]))
+        model.unused(tf.zeros([1, 4]))  # built (it has weights), never used in training
+        return model
+
+    reference, model = _update(build, opt, False, x, y)
+    ours, _ = _update(build, opt, True, x, y)
+    unused = {id(w) for w in model.unused.weights}
+    assert sum(np.abs(r).sum() for r, w in zip(reference, model.weights) if id(w) in unused) == 0
+    scale = max(np.abs(r).max() for r in reference)
+    assert scale > 0
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
+
+
 def test_dp_config_reads_tf_privacy_optimizers():
     config = dp_config(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=0.5,
                                            num_microbatches=8))
