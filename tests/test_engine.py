@@ -376,7 +376,10 @@ def test_shared_layer_is_refused():
     # recorded for it, yet the loss depends on its weights.
     (lambda: keras.layers.LSTM(4), "'lstm/lstm_cell/kernel:0' of layer 'lstm_cell' .*LSTM layer 'lstm'"),
     (lambda: keras.layers.GRU(4), "'gru/gru_cell/kernel:0' of layer 'gru_cell' .*GRU layer 'gru'"),
-], ids=["lstm", "gru"])
+    # Python-loop RNNs call the cell once per time step.
+    (lambda: keras.layers.SimpleRNN(4), "'simple_rnn_cell' .*recurrent cell"),
+    (lambda: keras.layers.LSTM(4, unroll=True), "'lstm_cell' .*recurrent cell"),
+], ids=["lstm", "gru", "simple-rnn", "lstm-unrolled"])
 def test_recurrent_layers_are_refused_with_the_fix(rnn, match):
     model = make_private(keras.Sequential([keras.Input((5, 3)), rnn(), keras.layers.Dense(3)]))
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
