@@ -334,8 +334,12 @@ def _check_coverage(model, records):
         if id(record.layer) in recorded:
             raise UnsupportedLayerError(
                 f"Layer {record.layer.name!r} is called more than once per step (shared "
-                "weights); the fast DP engine needs each trainable layer called once. "
-                "Use separate layers, or train without make_private.")
+                "weights); the fast DP engine needs each trainable layer called once, "
+                "because it computes a layer's per-example gradient from one call's input "
+                "and output gradient. Use a separate layer for each call (weights are then "
+                "no longer shared), or train without make_private: compiled with the same "
+                "TF Privacy optimizer, the model then gets TF Privacy's own (slower) "
+                "per-microbatch gradients, which handle shared weights.")
         recorded.add(id(record.layer))
     owner = {}
     for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
