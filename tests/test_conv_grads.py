@@ -72,3 +72,12 @@ def test_depthwise_per_example_kernel_grads_equal_per_example_tapes(monkeypatch,
             z = layer.convolution_op(x[b:b + 1], layer.kernel)
         expected = tape.gradient(z, layer.kernel, output_gradients=g[b:b + 1])
         np.testing.assert_allclose(ours[:, b].numpy(), expected.numpy().reshape(16, 6), atol=1e-5)
+
+
+def test_depthwise_per_example_kernel_grads_refuse_dilation():
+    # TF's CPU depthwise backprop-filter kernel ignores `dilations` (wrong values
+    # eagerly, a crash in graphs): the engine uses patches or the native op instead.
+    layer = _conv(3, 3, 1, "same", 2, channels=2)
+    x, g = tf.zeros([2, 11, 9, 2]), tf.zeros([2, 11, 9, 3])
+    with pytest.raises(ValueError, match="dilation_rate=\\(2, 2\\).*patches"):
+        conv_grads.per_example_kernel_grads(layer, x, g)
