@@ -282,6 +282,8 @@ def _book_keeping(record, weights):
         g = weights.zero_nonfinite(record.grad_output, per_example=True)
         g *= _per_example(weights.scale, g)
         x = weights.zero_nonfinite(tf.cast(record.inputs, g.dtype), per_example=True)
+        if tuple(layer.dilation_rate) != (1, 1):
+            return _dilated_filter_grad(layer, x, g), g
         return tf.compat.v1.nn.conv2d_backprop_filter(
             x, tf.constant(layer.kernel.shape.as_list()), g, strides=[1, *layer.strides, 1],
             padding=layer.padding.upper(), dilations=[1, *layer.dilation_rate, 1]), g
@@ -291,6 +293,22 @@ def _book_keeping(record, weights):
     g *= tf.cast(weights.scale, g.dtype)[:, None, None]
     return tf.matmul(tf.reshape(a, [-1, a.shape[-1]]), tf.reshape(g, [-1, g.shape[-1]]),
                      transpose_a=True), g
+
+
+def _dilated_filter_grad(layer, x, g):
+    """Σ_r a_r g_rᵀ of a dilated Conv2D: the gradient of the layer's own convolution.
+
+    TF's CPU backprop-filter kernel refuses dilations (float64 always; float32
+    without oneDNN), while the layer's own convolution (tf.nn.convolution, which
+    dilates by space-to-batch where the kernel cannot) back-propagates wherever
+    the layer trains. Its forward output is not needed by the gradient (graph
+    pruning can drop it).
+    """
+    kernel = tf.cast(tf.convert_to_tensor(layer.kernel), g.dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(kernel)
+        z = layer.convolution_op(x, kernel)
+    return tape.gradient(z, kernel, output_gradients=g)
 
 
 def _weighted_sum(rows, scale):
