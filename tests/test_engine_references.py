@@ -66,13 +66,12 @@ def _engine_update(builder, weights, x, y, clip, num_microbatches, static_batch,
                                                 num_microbatches=num_microbatches,
                                                 learning_rate=1.0), loss=LOSS)
     before = [v.numpy() for v in model.trainable_variables]
-    if static_batch:
-        data = tf.data.Dataset.from_tensor_slices((x.astype(dtype), y)).batch(
-            len(x), drop_remainder=True)
-        history = model.fit(data, verbose=0).history
-    else:
-        history = model.fit(x.astype(dtype), y, batch_size=len(x), shuffle=False,
-                            verbose=0).history
+    # Without drop_remainder the traced step does not know the batch size. (fit on
+    # arrays whose size is a multiple of batch_size traces a static batch size.)
+    data = tf.data.Dataset.from_tensor_slices((x.astype(dtype), y)).batch(
+        len(x), drop_remainder=static_batch)
+    history = model.fit(data, verbose=0).history
+    assert model.train_function is not None
     after = [v.numpy() for v in model.trainable_variables]
     return [a - b for a, b in zip(after, before)], history
 
@@ -165,3 +164,52 @@ def test_dilated_conv2d_with_microbatches_equals_reference(monkeypatch, path):
     x, y = _images((10, 9, 2), seed=1)
     assert_engine_matches_reference(_seeded(_dilated_cnn), x, y, num_microbatches=4,
                                     static_batch=True, dtype="float64")
+
+
+# --- Rows per example: microbatches, sequences, TimeDistributed ----------------
+
+def _mlp(dtype):
+    return keras.Sequential([
+        keras.Input((6,), dtype=dtype),
+        keras.layers.Dense(5, activation="tanh", dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _time_distributed_dense(dtype):
+    # The inner Dense sees [B·T, d] rows (reshape-based TimeDistributed) or one
+    # time step at a time (rnn-based, static batch); Dense(1): one bias per row.
+    return keras.Sequential([
+        keras.Input((4, 6), dtype=dtype),
+        keras.layers.TimeDistributed(keras.layers.Dense(5, activation="tanh", dtype=dtype),
+                                     dtype=dtype),
+        keras.layers.TimeDistributed(keras.layers.Dense(1, dtype=dtype), dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _vectors(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(BATCH,) + shape), rng.integers(0, 3, BATCH)
+
+
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@pytest.mark.parametrize("num_microbatches", [None, 4, 1])
+@pytest.mark.parametrize("forced", [None, "ghost", "materialize"])
+def test_dense_microbatches_equal_reference(monkeypatch, forced, num_microbatches, static_batch):
+    if num_microbatches == 1:
+        pytest.skip("one microbatch: no median between clipped and unclipped")
+    monkeypatch.setattr(strategy, "_FORCED_STRATEGY", forced)
+    x, y = _vectors((6,))
+    assert_engine_matches_reference(_seeded(_mlp), x, y, num_microbatches=num_microbatches,
+                                    static_batch=static_batch)
+
+
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+@pytest.mark.parametrize("builder", [_time_distributed_dense], ids=["dense"])
+def test_time_distributed_equals_reference(builder, num_microbatches, static_batch):
+    x, y = _vectors((4, 6))
+    assert_engine_matches_reference(_seeded(builder), x, y, num_microbatches=num_microbatches,
+                                    static_batch=static_batch)

@@ -111,7 +111,7 @@ def _prepare_linear(record, num_microbatches, examples_per_microbatch):
     """Chooses a Dense/Conv2D layer's path (strategy.choose) and fills record.cache."""
     layer, g = record.layer, record.grad_output
     cache = record.cache
-    g_rows = strategy.choose(record, num_microbatches, examples_per_microbatch)
+    strategy.choose(record, num_microbatches, examples_per_microbatch)
     if cache["depthwise"]:
         per_example = conv_grads.per_example_kernel_grads(  # [kh·kw, B, cin·cout]
             layer, record.inputs, record.grad_output)
@@ -120,10 +120,11 @@ def _prepare_linear(record, num_microbatches, examples_per_microbatch):
                 per_example, [per_example.shape[0], num_microbatches, -1, per_example.shape[-1]]), 2)
         cache["per_microbatch_middle"] = per_example
     # A ghost norm takes the bias in as an input column of ones, and its clipped
-    # sum comes out of the book-keeping; otherwise per-microbatch bias gradients.
+    # sum comes out of the book-keeping; otherwise per-microbatch bias gradients:
+    # the sum over each microbatch's rows, however many rows an example has (a
+    # static count of one per example does not make it one per microbatch).
     if layer.use_bias and (cache["materialize"] is not False or cache["native"]):
-        cache["bias"] = (tf.reshape(g, [num_microbatches, -1]) if g_rows == 1
-                         else tf.reduce_sum(_group_rows(g, num_microbatches), 1))
+        cache["bias"] = tf.reduce_sum(_group_rows(g, num_microbatches), 1)
 
 
 def _input_rows(record, x, num_microbatches):
