@@ -93,12 +93,16 @@ def _group_rows(t, num_microbatches):
     return tf.reshape(t, [num_microbatches, -1, t.shape[-1]])
 
 
-def _sum_microbatches(per_example, num_microbatches, examples_per_microbatch):
-    """[B, ...] → [M, ...] summed over each microbatch's examples."""
-    if examples_per_microbatch == 1:
-        return per_example
-    return tf.reduce_sum(tf.reshape(per_example, [num_microbatches, -1]
-                                    + per_example.shape[1:].as_list()), 1)
+def _sum_microbatches(per_row, num_microbatches):
+    """[rows, ...] → [M, ...] summed over each microbatch's rows.
+
+    A layer's recorded rows are the batch's examples, or more rows per example
+    (example-major) when a wrapper folds time into the batch (TimeDistributed
+    gives its layer [B·T, ...]): per-row gradients must be summed per microbatch
+    before the norm, not taken for examples of their own.
+    """
+    return tf.reduce_sum(tf.reshape(per_row, [num_microbatches, -1]
+                                    + per_row.shape[1:].as_list()), 1)
 
 
 # Larger batches of a Conv2D's input patches are made and used in consecutive
@@ -190,8 +194,7 @@ def layer_sq_norms(record, num_microbatches, examples_per_microbatch):
     """Squared L2 norm of each microbatch's gradient of this layer's own weights: [M]."""
     if record.kind == "generic":
         per_example = _generic_per_example_grads(record)
-        grouped = [_sum_microbatches(p, num_microbatches, examples_per_microbatch)
-                   for p in per_example]
+        grouped = [_sum_microbatches(p, num_microbatches) for p in per_example]
         record.cache["per_microbatch"] = grouped
         return tf.add_n([_sq_row_norms(tf.reshape(p, [num_microbatches, -1])) for p in grouped])
     _prepare_linear(record, num_microbatches, examples_per_microbatch)

@@ -332,6 +332,17 @@ def _check_coverage(model, records):
     recorded = set()
     for record in records:
         if id(record.layer) in recorded:
+            wrapper = _time_distributed_holding(model, record.layer)
+            if wrapper is not None:
+                raise UnsupportedLayerError(
+                    f"Layer {record.layer.name!r} is called once per time step by "
+                    f"TimeDistributed layer {wrapper.name!r} (tf-keras loops over time steps "
+                    "for a custom layer when the batch size is static); the fast DP engine "
+                    "needs each trainable layer called once per step. Apply the layer to the "
+                    "whole sequence without TimeDistributed if it acts on the last axis "
+                    "(e.g. an elementwise activation), or feed batches of unknown size "
+                    "(tf.data without drop_remainder), where TimeDistributed calls its layer "
+                    "once on [batch·time, ...].")
             raise UnsupportedLayerError(
                 f"Layer {record.layer.name!r} is called more than once per step (shared "
                 "weights); the fast DP engine needs each trainable layer called once, "
@@ -380,6 +391,14 @@ def _refuse_unrecorded_dependencies(model, unrecorded, grads):
             "which the engine does not support yet. Train this model without make_private: "
             "compiled with the same TF Privacy optimizer, it then gets TF Privacy's own "
             "(slower) per-microbatch gradients, which back-propagate through every layer.")
+
+
+def _time_distributed_holding(model, inner):
+    """The TimeDistributed layer of `model` that wraps `inner`, or None."""
+    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+        if isinstance(layer, keras.layers.TimeDistributed) and layer.layer is inner:
+            return layer
+    return None
 
 
 def _rnn_holding(model, cell):
