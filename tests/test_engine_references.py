@@ -25,7 +25,7 @@ import pytest
 
 from tf_tempered._compat import keras, tf
 from tensorflow_privacy import DPKerasSGDOptimizer
-from tf_tempered.privacy import UnsupportedLayerError, make_private, native, strategy
+from tf_tempered.privacy import UnsupportedLayerError, clipping, make_private, native, strategy
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 BATCH = 16
@@ -236,3 +236,36 @@ def test_time_distributed_equals_reference(builder, num_microbatches, static_bat
         return
     assert_engine_matches_reference(_seeded(builder), x, y, num_microbatches=num_microbatches,
                                     static_batch=static_batch)
+
+
+def _time_distributed_cnn(dtype):
+    # Each Conv2D sees [B·T, H, W, C]: T = 3 images per example.
+    return keras.Sequential([
+        keras.Input((3, 7, 6, 2), dtype=dtype),
+        keras.layers.TimeDistributed(keras.layers.Conv2D(3, 3, padding="same", activation="tanh",
+                                                         dtype=dtype), dtype=dtype),
+        keras.layers.TimeDistributed(keras.layers.Conv2D(12, 3, strides=2, activation="tanh",
+                                                         dtype=dtype), dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+@pytest.mark.parametrize("path", ["tf-auto", "tf-ghost", "tf-materialize", "tf-chunks",
+                                  "native-auto", "native-norms-only"])
+def test_time_distributed_conv2d_equals_reference(monkeypatch, path, num_microbatches,
+                                                  static_batch):
+    if path.startswith("native") and not native.available():
+        pytest.skip("the native op cannot be built here (no C++ compiler)")
+    if path == "tf-chunks":  # patches made in chunks of one microbatch
+        monkeypatch.setattr(clipping, "_PATCH_CHUNK_BYTES", 1)
+        monkeypatch.setattr(strategy, "_USE_NATIVE", False)
+        monkeypatch.setattr(strategy, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
+    else:
+        for name, value in _DILATED_PATHS[path].items():
+            monkeypatch.setattr(strategy, name, value)
+    x, y = _vectors((3, 7, 6, 2))
+    assert_engine_matches_reference(_seeded(_time_distributed_cnn), x, y,
+                                    num_microbatches=num_microbatches, static_batch=static_batch)

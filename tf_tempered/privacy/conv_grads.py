@@ -109,8 +109,13 @@ def map_padded_chunks(fn, x, g, chunk, parallel_iterations):
     padded examples from the result.
     """
     padding = -tf.shape(x)[0] % chunk
-    chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * (t.shape.rank - 1)),
-                          [-1, chunk] + t.shape[1:].as_list()) for t in (x, g)]
+
+    def in_chunks(t):  # sizes unknown while tracing (not the first) from the tensor's shape
+        shape = [-1, chunk] + [tf.shape(t)[i] if size is None else size
+                               for i, size in enumerate(t.shape[1:].as_list(), 1)]
+        return tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * (t.shape.rank - 1)), shape)
+
+    chunked = [in_chunks(t) for t in (x, g)]
     return tf.map_fn(lambda xg: fn(*xg), chunked, fn_output_signature=g.dtype,
                      parallel_iterations=parallel_iterations)
 
