@@ -269,3 +269,39 @@ def test_time_distributed_conv2d_equals_reference(monkeypatch, path, num_microba
     x, y = _vectors((3, 7, 6, 2))
     assert_engine_matches_reference(_seeded(_time_distributed_cnn), x, y,
                                     num_microbatches=num_microbatches, static_batch=static_batch)
+
+
+# --- The paper's kind of CNN, every path, some microbatches clipped ------------
+
+def _cnn_learnable(dtype):
+    from tf_tempered.layers import TemperedSigmoid  # pylint: disable=g-import-not-at-top
+    return keras.Sequential([
+        keras.Input((12, 12, 2), dtype=dtype),
+        keras.layers.Conv2D(4, 3, strides=2, padding="same", dtype=dtype),  # depthwise candidate
+        TemperedSigmoid(scale=1.5, inverse_temperature=2.0, offset=0.5, learnable=True,
+                        dtype=dtype),
+        keras.layers.Conv2D(16, 3, padding="valid", activation="tanh", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(8, activation="tanh", dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+@pytest.mark.parametrize("path", ["tf-auto", "tf-ghost", "tf-materialize", "tf-chunks",
+                                  "native-auto", "native-materialized", "native-norms-only"])
+def test_cnn_with_some_microbatches_clipped_equals_reference(monkeypatch, path, num_microbatches,
+                                                             static_batch):
+    if path.startswith("native") and not native.available():
+        pytest.skip("the native op cannot be built here (no C++ compiler)")
+    if path == "tf-chunks":
+        monkeypatch.setattr(clipping, "_PATCH_CHUNK_BYTES", 1)
+        monkeypatch.setattr(strategy, "_USE_NATIVE", False)
+        monkeypatch.setattr(strategy, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
+    else:
+        for name, value in _DILATED_PATHS[path].items():
+            monkeypatch.setattr(strategy, name, value)
+    x, y = _images((12, 12, 2), seed=2)
+    assert_engine_matches_reference(_seeded(_cnn_learnable), x, y,
+                                    num_microbatches=num_microbatches, static_batch=static_batch)
