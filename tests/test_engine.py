@@ -84,11 +84,10 @@ def _update(model_fn, optimizer_fn, private, x, y, static_batch=False):
         make_private(model)
     model.compile(optimizer=optimizer_fn(), loss=LOSS)
     before = [w.copy() for w in model.get_weights()]
-    if static_batch:  # the traced step then knows the batch size
-        data = tf.data.Dataset.from_tensor_slices((x, y)).batch(len(x), drop_remainder=True)
-        model.fit(data, epochs=1, verbose=0)
-    else:
-        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    # With drop_remainder the traced step knows the batch size; without it, it does
+    # not. (fit on arrays of a whole number of batches would trace a static size.)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=static_batch)
+    model.fit(data, epochs=1, verbose=0)
     return [a - b for a, b in zip(model.get_weights(), before)], model
 
 
