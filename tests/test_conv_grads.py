@@ -44,12 +44,16 @@ def test_conv_patches_equal_extract_patches(kernel, strides, padding, dilation):
     np.testing.assert_allclose(z.numpy().reshape(expected.shape), expected.numpy(), atol=1e-5)
 
 
-def test_conv_patches_with_unknown_spatial_size():
-    layer = _conv(4, 3, 2, "same", 1, channels=2)
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_conv_patches_with_unknown_spatial_size(dilation):
+    layer = _conv(4, 3, 2 if dilation == 1 else 1, "same", dilation, channels=2)
     x = np.random.default_rng(1).normal(size=(3, 11, 9, 2)).astype("float32")
     patches = tf.function(lambda t: conv_grads.patches(layer, t),
                           input_signature=[tf.TensorSpec([None, None, None, 2])])
-    reference = tf.image.extract_patches(x, [1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], "SAME")
+    static = conv_grads.patches(layer, tf.constant(x))
+    np.testing.assert_array_equal(patches(x).numpy(), static.numpy())
+    reference = tf.image.extract_patches(x, [1, 3, 3, 1], [1, *layer.strides, 1],
+                                         [1, dilation, dilation, 1], "SAME")
     np.testing.assert_array_equal(patches(x).numpy(), reference.numpy().reshape(3, -1, 18))
 
 

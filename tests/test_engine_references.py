@@ -305,3 +305,22 @@ def test_cnn_with_some_microbatches_clipped_equals_reference(monkeypatch, path, 
     x, y = _images((12, 12, 2), seed=2)
     assert_engine_matches_reference(_seeded(_cnn_learnable), x, y,
                                     num_microbatches=num_microbatches, static_batch=static_batch)
+
+
+def _dilated_cnn_any_size(dtype):
+    # Unknown height and width: no native op; patches by tf.image.extract_patches.
+    return keras.Sequential([
+        keras.Input((None, None, 2), dtype=dtype),
+        keras.layers.Conv2D(3, 3, dilation_rate=2, padding="same", activation="tanh",
+                            dtype=dtype),
+        keras.layers.GlobalAveragePooling2D(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+@pytest.mark.parametrize("path", ["tf-auto", "tf-ghost", "tf-materialize", "native-auto"])
+def test_dilated_conv2d_of_unknown_size_equals_reference(monkeypatch, path):
+    for name, value in _DILATED_PATHS[path].items():
+        monkeypatch.setattr(strategy, name, value)
+    x, y = _images((10, 9, 2), seed=3)
+    assert_engine_matches_reference(_seeded(_dilated_cnn_any_size), x, y, dtype="float64")
