@@ -78,13 +78,14 @@ def per_example_kernel_grads(layer, x, g):
 
     Examples on the middle axis is the layout the depthwise backprop produces:
     norms and the clipped sum need no transpose of it. Undilated layers only:
-    TF's CPU depthwise backprop-filter kernel ignores `dilations` (TF 2.21).
+    TF 2.21's CPU depthwise backprop-filter ignores `dilations` eagerly (wrong
+    gradients) and fails in graphs.
     """
     if tuple(layer.dilation_rate) != (1, 1):
         raise ValueError(
             f"per_example_kernel_grads: layer {layer.name!r} has dilation_rate="
             f"{tuple(layer.dilation_rate)}, but TF's CPU depthwise backprop-filter kernel "
-            "ignores dilations and would return wrong gradients; use patches instead.")
+            "ignores dilations (wrong gradients) or fails; use patches instead.")
     chunk = _DEPTHWISE_CHUNK
     x = tf.cast(x, g.dtype)
     batch = x.shape[0]

@@ -85,8 +85,9 @@ def choose(record, num_microbatches, examples_per_microbatch):
     elif record.kind == "conv2d" and _FORCED_STRATEGY is None and (
             record.inputs.shape[-1] * layer.filters <= _DEPTHWISE_MAX_CHANNEL_PAIRS
             and tuple(layer.dilation_rate) == (1, 1)):
-        # Not for dilated convolutions: TF's CPU depthwise backprop-filter kernel
-        # ignores `dilations` (TF 2.21) and returns wrong per-example gradients.
+        # Not for dilated convolutions: TF 2.21's CPU depthwise backprop-filter
+        # ignores `dilations` eagerly (wrong per-example gradients) and fails in
+        # graphs (oneDNN: AbortedError; without: InvalidArgumentError).
         cache["depthwise"] = True
         cache["materialize"] = True
     else:
