@@ -43,7 +43,7 @@ import types
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clipping, recording
+from tf_tempered.privacy import clipping, coverage, recording
 
 __all__ = ["DPConfig", "dp_config", "make_private", "is_private", "UnsupportedLayerError"]
 
@@ -206,13 +206,13 @@ def _train_step(self, data):
         total = tf.reduce_sum(microbatch_losses)
 
     records = recorder.records
-    unrecorded = _check_coverage(self, records)
+    unrecorded = coverage.check(self, records)
     outputs = [r.output for r in records]
     # One backward pass (the tape is not persistent) for the recorded outputs and
     # the variables no recorded call covers; the latter only to see, while
     # tracing, whether the loss depends on them (their gradient ops are unused).
     grads = tape.gradient(total, outputs + [var for var, _ in unrecorded])
-    _refuse_unrecorded_dependencies(self, unrecorded, grads[len(outputs):])
+    coverage.refuse_unrecorded_dependencies(self, unrecorded, grads[len(outputs):])
     for record, output, g in zip(records, outputs, grads):
         record.grad_output = tf.zeros_like(output) if g is None else g
     # Work on the recorded inputs (patches, transposes) and the noise draw need
@@ -319,91 +319,3 @@ def _microbatch_message(batch, num_microbatches):
             "that is a multiple of num_microbatches and drop the short last batch "
             "(tf.data: .batch(batch_size, drop_remainder=True)), or set "
             "num_microbatches=None (one example per microbatch).")
-
-
-def _check_coverage(model, records):
-    """Checks every trainable variable belongs to a layer whose gradients we compute.
-
-    Returns [(variable, owning layer)] for the trainable variables that no
-    recorded call covers in this step: unused layers (a zero gradient, as TF
-    Privacy gives them) or layers whose weights are used without calling them
-    (fused RNN kernels), which `_refuse_unrecorded_dependencies` tells apart.
-    """
-    recorded = set()
-    for record in records:
-        if id(record.layer) in recorded:
-            wrapper = _time_distributed_holding(model, record.layer)
-            if wrapper is not None:
-                raise UnsupportedLayerError(
-                    f"Layer {record.layer.name!r} is called once per time step by "
-                    f"TimeDistributed layer {wrapper.name!r} (tf-keras loops over time steps "
-                    "for a custom layer when the batch size is static); the fast DP engine "
-                    "needs each trainable layer called once per step. Apply the layer to the "
-                    "whole sequence without TimeDistributed if it acts on the last axis "
-                    "(e.g. an elementwise activation), or feed batches of unknown size "
-                    "(tf.data without drop_remainder), where TimeDistributed calls its layer "
-                    "once on [batch·time, ...].")
-            raise UnsupportedLayerError(
-                f"Layer {record.layer.name!r} is called more than once per step (shared "
-                "weights); the fast DP engine needs each trainable layer called once, "
-                "because it computes a layer's per-example gradient from one call's input "
-                "and output gradient. Use a separate layer for each call (weights are then "
-                "no longer shared), or train without make_private: compiled with the same "
-                "TF Privacy optimizer, the model then gets TF Privacy's own (slower) "
-                "per-microbatch gradients, which handle shared weights.")
-        recorded.add(id(record.layer))
-    owner = {}
-    for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
-        if getattr(layer, "_tf_tempered_instrumented", False):
-            owner.update((v.ref(), layer) for v in recording.own_trainable_weights(layer))
-    for var in model.trainable_variables:
-        if var.ref() not in owner:
-            raise UnsupportedLayerError(
-                f"Trainable variable {var.name!r} does not belong to a layer the DP engine "
-                "instruments (it must be created by a keras Layer with add_weight and used "
-                "in that layer's call). Call make_private(model) after building the model, "
-                "or move the variable into a layer.")
-    return [(var, owner[var.ref()]) for var in model.trainable_variables
-            if id(owner[var.ref()]) not in recorded]
-
-
-def _refuse_unrecorded_dependencies(model, unrecorded, grads):
-    """Raises for a variable the loss depends on although no call of its layer was recorded.
-
-    `grads` are the tape's gradients of the loss for `unrecorded`, None where the
-    loss does not depend on the variable. Otherwise its per-example gradients
-    would be missing: it would get a zero gradient (noise only) and the other
-    layers a clip norm that leaves it out. tf-keras' LSTM and GRU do this: their
-    fused kernels use the cell's weights without calling the cell.
-    """
-    for (var, layer), grad in zip(unrecorded, grads):
-        if grad is None:  # not used in this forward pass: TF Privacy's zero gradient
-            continue
-        parent = _rnn_holding(model, layer)
-        where = (f"layer {layer.name!r} (the cell of {type(parent).__name__} layer "
-                 f"{parent.name!r})" if parent is not None else f"layer {layer.name!r}")
-        raise UnsupportedLayerError(
-            f"Trainable variable {var.name!r} of {where} affects the loss, but no call of "
-            f"{layer.name!r} was recorded in the forward pass, so the fast DP engine cannot "
-            "compute its per-example gradients (it would get a zero gradient and the other "
-            "layers a clip norm that leaves it out). This happens when a layer's weights "
-            "are used without calling the layer, as in the fused kernels of LSTM and GRU, "
-            "which the engine does not support yet. Train this model without make_private: "
-            "compiled with the same TF Privacy optimizer, it then gets TF Privacy's own "
-            "(slower) per-microbatch gradients, which back-propagate through every layer.")
-
-
-def _time_distributed_holding(model, inner):
-    """The TimeDistributed layer of `model` that wraps `inner`, or None."""
-    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
-        if isinstance(layer, keras.layers.TimeDistributed) and layer.layer is inner:
-            return layer
-    return None
-
-
-def _rnn_holding(model, cell):
-    """The RNN layer of `model` whose cell is `cell`, or None."""
-    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
-        if getattr(layer, "cell", None) is cell:
-            return layer
-    return None
