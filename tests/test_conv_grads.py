@@ -44,12 +44,16 @@ def test_conv_patches_equal_extract_patches(kernel, strides, padding, dilation):
     np.testing.assert_allclose(z.numpy().reshape(expected.shape), expected.numpy(), atol=1e-5)
 
 
-def test_conv_patches_with_unknown_spatial_size():
-    layer = _conv(4, 3, 2, "same", 1, channels=2)
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_conv_patches_with_unknown_spatial_size(dilation):
+    layer = _conv(4, 3, 2 if dilation == 1 else 1, "same", dilation, channels=2)
     x = np.random.default_rng(1).normal(size=(3, 11, 9, 2)).astype("float32")
     patches = tf.function(lambda t: conv_grads.patches(layer, t),
                           input_signature=[tf.TensorSpec([None, None, None, 2])])
-    reference = tf.image.extract_patches(x, [1, 3, 3, 1], [1, 2, 2, 1], [1, 1, 1, 1], "SAME")
+    static = conv_grads.patches(layer, tf.constant(x))
+    np.testing.assert_array_equal(patches(x).numpy(), static.numpy())
+    reference = tf.image.extract_patches(x, [1, 3, 3, 1], [1, *layer.strides, 1],
+                                         [1, dilation, dilation, 1], "SAME")
     np.testing.assert_array_equal(patches(x).numpy(), reference.numpy().reshape(3, -1, 18))
 
 
@@ -72,3 +76,12 @@ def test_depthwise_per_example_kernel_grads_equal_per_example_tapes(monkeypatch,
             z = layer.convolution_op(x[b:b + 1], layer.kernel)
         expected = tape.gradient(z, layer.kernel, output_gradients=g[b:b + 1])
         np.testing.assert_allclose(ours[:, b].numpy(), expected.numpy().reshape(16, 6), atol=1e-5)
+
+
+def test_depthwise_per_example_kernel_grads_refuse_dilation():
+    # TF's CPU depthwise backprop-filter kernel ignores `dilations` (wrong values
+    # eagerly, a crash in graphs): the engine uses patches or the native op instead.
+    layer = _conv(3, 3, 1, "same", 2, channels=2)
+    x, g = tf.zeros([2, 11, 9, 2]), tf.zeros([2, 11, 9, 3])
+    with pytest.raises(ValueError, match="dilation_rate=\\(2, 2\\).*patches"):
+        conv_grads.per_example_kernel_grads(layer, x, g)

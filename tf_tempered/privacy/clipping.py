@@ -93,12 +93,16 @@ def _group_rows(t, num_microbatches):
     return tf.reshape(t, [num_microbatches, -1, t.shape[-1]])
 
 
-def _sum_microbatches(per_example, num_microbatches, examples_per_microbatch):
-    """[B, ...] → [M, ...] summed over each microbatch's examples."""
-    if examples_per_microbatch == 1:
-        return per_example
-    return tf.reduce_sum(tf.reshape(per_example, [num_microbatches, -1]
-                                    + per_example.shape[1:].as_list()), 1)
+def _sum_microbatches(per_row, num_microbatches):
+    """[rows, ...] → [M, ...] summed over each microbatch's rows.
+
+    A layer's recorded rows are the batch's examples, or more rows per example
+    (example-major) when a wrapper folds time into the batch (TimeDistributed
+    gives its layer [B·T, ...]): per-row gradients must be summed per microbatch
+    before the norm, not taken for examples of their own.
+    """
+    return tf.reduce_sum(tf.reshape(per_row, [num_microbatches, -1]
+                                    + per_row.shape[1:].as_list()), 1)
 
 
 # Larger batches of a Conv2D's input patches are made and used in consecutive
@@ -111,19 +115,20 @@ def _prepare_linear(record, num_microbatches, examples_per_microbatch):
     """Chooses a Dense/Conv2D layer's path (strategy.choose) and fills record.cache."""
     layer, g = record.layer, record.grad_output
     cache = record.cache
-    g_rows = strategy.choose(record, num_microbatches, examples_per_microbatch)
+    strategy.choose(record, num_microbatches, examples_per_microbatch)
     if cache["depthwise"]:
-        per_example = conv_grads.per_example_kernel_grads(  # [kh·kw, B, cin·cout]
+        per_row = conv_grads.per_example_kernel_grads(  # [kh·kw, rows, cin·cout]
             layer, record.inputs, record.grad_output)
-        if examples_per_microbatch != 1:
-            per_example = tf.reduce_sum(tf.reshape(
-                per_example, [per_example.shape[0], num_microbatches, -1, per_example.shape[-1]]), 2)
-        cache["per_microbatch_middle"] = per_example
+        # Summed per microbatch even with one example each: an example may have
+        # several rows (TimeDistributed gives its layer [B·T, ...]).
+        cache["per_microbatch_middle"] = tf.reduce_sum(tf.reshape(
+            per_row, [per_row.shape[0], num_microbatches, -1, per_row.shape[-1]]), 2)
     # A ghost norm takes the bias in as an input column of ones, and its clipped
-    # sum comes out of the book-keeping; otherwise per-microbatch bias gradients.
+    # sum comes out of the book-keeping; otherwise per-microbatch bias gradients:
+    # the sum over each microbatch's rows, however many rows an example has (a
+    # static count of one per example does not make it one per microbatch).
     if layer.use_bias and (cache["materialize"] is not False or cache["native"]):
-        cache["bias"] = (tf.reshape(g, [num_microbatches, -1]) if g_rows == 1
-                         else tf.reduce_sum(_group_rows(g, num_microbatches), 1))
+        cache["bias"] = tf.reduce_sum(_group_rows(g, num_microbatches), 1)
 
 
 def _input_rows(record, x, num_microbatches):
@@ -150,35 +155,51 @@ def _ghost_sq_norms(record, x, g, num_microbatches, with_bias=False):
 
 
 def _over_chunks(fn, record, num_microbatches, examples_per_microbatch):
-    """fn(record, x, g, microbatches) over the batch, in consecutive chunks where patches are large."""
+    """fn(record, x, g, microbatches) over the batch, in consecutive chunks where patches are large.
+
+    Chunks hold whole microbatches. A layer's rows (images) are the batch's
+    examples, or several per example (TimeDistributed gives its layer
+    [B·T, ...], example-major), so a microbatch has rows / M of them.
+    """
     x, g = record.inputs, record.grad_output
-    batch = x.shape[0]
-    per_example = int(np.prod(g.shape[1:-1])) * strategy.input_width(record) * g.dtype.size
+    rows = x.shape[0]
+    per_row = int(np.prod(g.shape[1:-1])) * strategy.input_width(record) * g.dtype.size
     if (record.kind != "conv2d" or examples_per_microbatch is None
-            or (batch is not None and batch * per_example <= _PATCH_CHUNK_BYTES)):
+            or (rows is not None and rows * per_row <= _PATCH_CHUNK_BYTES)):
         return fn(record, x, g, num_microbatches)
-    step = max(1, _PATCH_CHUNK_BYTES // (per_example * examples_per_microbatch))
-    step *= examples_per_microbatch
-    if batch is None:  # then one example per microbatch (a static count would fix the batch)
-        return tf.cond(tf.shape(x)[0] * per_example <= _PATCH_CHUNK_BYTES,
+    if rows is None or not isinstance(num_microbatches, int):
+        # Then one example per microbatch (a static count would fix the batch);
+        # chunks count microbatches of one row (more rows per example: larger chunks).
+        step = max(1, _PATCH_CHUNK_BYTES // per_row)
+        return tf.cond(tf.shape(x)[0] * per_row <= _PATCH_CHUNK_BYTES,
                        lambda: fn(record, x, g, num_microbatches),
-                       lambda: _over_padded_chunks(fn, record, step))
+                       lambda: _over_padded_chunks(fn, record, num_microbatches, step))
+    rows_per_microbatch = rows // num_microbatches
+    step = max(1, _PATCH_CHUNK_BYTES // (per_row * rows_per_microbatch)) * rows_per_microbatch
     outputs = []
-    for start in range(0, batch, step):
+    for start in range(0, rows, step):
         # Each chunk starts once the previous one is done, so its patches are freed.
         with tf.control_dependencies(outputs[-1:]):
             x_chunk = tf.identity(x[start:start + step])
         outputs.append(fn(record, x_chunk, g[start:start + step],
-                          x_chunk.shape[0] // examples_per_microbatch))
+                          x_chunk.shape[0] // rows_per_microbatch))
     return tf.concat(outputs, 0)
 
 
-def _over_padded_chunks(fn, record, step):
-    """fn over zero-padded chunks of `step` examples, one after the other."""
+def _over_padded_chunks(fn, record, num_microbatches, step):
+    """fn over zero-padded chunks of `step` microbatches, one after the other."""
     x, g = record.inputs, record.grad_output
-    out = conv_grads.map_padded_chunks(lambda xc, gc: fn(record, xc, gc, step), x, g, step,
-                                       parallel_iterations=1)
-    return tf.reshape(out, [-1] + out.shape[2:].as_list())[:tf.shape(x)[0]]
+
+    def by_microbatch(t):  # [rows, ...] → [M, rows per microbatch, ...]
+        return tf.reshape(t, [num_microbatches, -1] + t.shape[1:].as_list())
+
+    def merged(t, like):  # [step, rows per microbatch, ...] → [rows, ...], static sizes kept
+        return tf.reshape(t, [-1] + like.shape[1:].as_list())
+
+    out = conv_grads.map_padded_chunks(
+        lambda xc, gc: fn(record, merged(xc, x), merged(gc, g), step),
+        by_microbatch(x), by_microbatch(g), step, parallel_iterations=1)
+    return tf.reshape(out, [-1] + out.shape[2:].as_list())[:num_microbatches]
 
 
 def _sq_row_norms(rows):
@@ -189,8 +210,7 @@ def layer_sq_norms(record, num_microbatches, examples_per_microbatch):
     """Squared L2 norm of each microbatch's gradient of this layer's own weights: [M]."""
     if record.kind == "generic":
         per_example = _generic_per_example_grads(record)
-        grouped = [_sum_microbatches(p, num_microbatches, examples_per_microbatch)
-                   for p in per_example]
+        grouped = [_sum_microbatches(p, num_microbatches) for p in per_example]
         record.cache["per_microbatch"] = grouped
         return tf.add_n([_sq_row_norms(tf.reshape(p, [num_microbatches, -1])) for p in grouped])
     _prepare_linear(record, num_microbatches, examples_per_microbatch)
@@ -282,6 +302,8 @@ def _book_keeping(record, weights):
         g = weights.zero_nonfinite(record.grad_output, per_example=True)
         g *= _per_example(weights.scale, g)
         x = weights.zero_nonfinite(tf.cast(record.inputs, g.dtype), per_example=True)
+        if tuple(layer.dilation_rate) != (1, 1):
+            return _dilated_filter_grad(layer, x, g), g
         return tf.compat.v1.nn.conv2d_backprop_filter(
             x, tf.constant(layer.kernel.shape.as_list()), g, strides=[1, *layer.strides, 1],
             padding=layer.padding.upper(), dilations=[1, *layer.dilation_rate, 1]), g
@@ -291,6 +313,22 @@ def _book_keeping(record, weights):
     g *= tf.cast(weights.scale, g.dtype)[:, None, None]
     return tf.matmul(tf.reshape(a, [-1, a.shape[-1]]), tf.reshape(g, [-1, g.shape[-1]]),
                      transpose_a=True), g
+
+
+def _dilated_filter_grad(layer, x, g):
+    """Σ_r a_r g_rᵀ of a dilated Conv2D: the gradient of the layer's own convolution.
+
+    TF's CPU backprop-filter kernel refuses dilations (float64 always; float32
+    without oneDNN), while the layer's own convolution (tf.nn.convolution, which
+    dilates by space-to-batch where the kernel cannot) back-propagates wherever
+    the layer trains. Its forward output is not needed by the gradient (graph
+    pruning can drop it).
+    """
+    kernel = tf.cast(tf.convert_to_tensor(layer.kernel), g.dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(kernel)
+        z = layer.convolution_op(x, kernel)
+    return tape.gradient(z, kernel, output_gradients=g)
 
 
 def _weighted_sum(rows, scale):

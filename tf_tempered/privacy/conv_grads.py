@@ -77,8 +77,15 @@ def per_example_kernel_grads(layer, x, g):
     """Per-example ∂ℓ_b/∂kernel of a Conv2D as [kh·kw, B, cin·cout], no patches.
 
     Examples on the middle axis is the layout the depthwise backprop produces:
-    norms and the clipped sum need no transpose of it.
+    norms and the clipped sum need no transpose of it. Undilated layers only:
+    TF 2.21's CPU depthwise backprop-filter ignores `dilations` eagerly (wrong
+    gradients) and fails in graphs.
     """
+    if tuple(layer.dilation_rate) != (1, 1):
+        raise ValueError(
+            f"per_example_kernel_grads: layer {layer.name!r} has dilation_rate="
+            f"{tuple(layer.dilation_rate)}, but TF's CPU depthwise backprop-filter kernel "
+            "ignores dilations (wrong gradients) or fails; use patches instead.")
     chunk = _DEPTHWISE_CHUNK
     x = tf.cast(x, g.dtype)
     batch = x.shape[0]
@@ -103,8 +110,13 @@ def map_padded_chunks(fn, x, g, chunk, parallel_iterations):
     padded examples from the result.
     """
     padding = -tf.shape(x)[0] % chunk
-    chunked = [tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * (t.shape.rank - 1)),
-                          [-1, chunk] + t.shape[1:].as_list()) for t in (x, g)]
+
+    def in_chunks(t):  # sizes unknown while tracing (not the first) from the tensor's shape
+        shape = [-1, chunk] + [tf.shape(t)[i] if size is None else size
+                               for i, size in enumerate(t.shape[1:].as_list(), 1)]
+        return tf.reshape(tf.pad(t, [[0, padding]] + [[0, 0]] * (t.shape.rank - 1)), shape)
+
+    chunked = [in_chunks(t) for t in (x, g)]
     return tf.map_fn(lambda xg: fn(*xg), chunked, fn_output_signature=g.dtype,
                      parallel_iterations=parallel_iterations)
 

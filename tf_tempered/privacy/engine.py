@@ -44,7 +44,7 @@ import types
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clipping, randomness, recording
+from tf_tempered.privacy import clipping, coverage, randomness, recording
 
 __all__ = ["DPConfig", "dp_config", "make_private", "is_private", "has_secret_dp_randomness",
            "UnsupportedLayerError"]
@@ -233,12 +233,15 @@ def _train_step(self, data):
         total = tf.reduce_sum(microbatch_losses)
 
     records = recorder.records
-    _check_coverage(self, records)
+    unrecorded = coverage.check(self, records)
     outputs = [r.output for r in records]
-    grad_outputs = tape.gradient(total, outputs,
-                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    for record, g in zip(records, grad_outputs):
-        record.grad_output = g
+    # One backward pass (the tape is not persistent) for the recorded outputs and
+    # the variables no recorded call covers; the latter only to see, while
+    # tracing, whether the loss depends on them (their gradient ops are unused).
+    grads = tape.gradient(total, outputs + [var for var, _ in unrecorded])
+    coverage.refuse_unrecorded_dependencies(self, unrecorded, grads[len(outputs):])
+    for record, output, g in zip(records, outputs, grads):
+        record.grad_output = tf.zeros_like(output) if g is None else g
     # Work on the recorded inputs (patches, transposes) and the noise draw need
     # no gradients; held until the forward pass is done, they do not take cores
     # from its convolutions.
@@ -342,26 +345,3 @@ def _microbatch_message(batch, num_microbatches):
             "that is a multiple of num_microbatches and drop the short last batch "
             "(tf.data: .batch(batch_size, drop_remainder=True)), or set "
             "num_microbatches=None (one example per microbatch).")
-
-
-def _check_coverage(model, records):
-    """Every trainable variable must belong to a layer whose gradients we compute."""
-    recorded = set()
-    for record in records:
-        if id(record.layer) in recorded:
-            raise UnsupportedLayerError(
-                f"Layer {record.layer.name!r} is called more than once per step (shared "
-                "weights); the fast DP engine needs each trainable layer called once. "
-                "Use separate layers, or train without make_private.")
-        recorded.add(id(record.layer))
-    owned = set()
-    for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
-        if getattr(layer, "_tf_tempered_instrumented", False):
-            owned.update(v.ref() for v in recording.own_trainable_weights(layer))
-    for var in model.trainable_variables:
-        if var.ref() not in owned:
-            raise UnsupportedLayerError(
-                f"Trainable variable {var.name!r} does not belong to a layer the DP engine "
-                "instruments (it must be created by a keras Layer with add_weight and used "
-                "in that layer's call). Call make_private(model) after building the model, "
-                "or move the variable into a layer.")

@@ -148,12 +148,29 @@ def _wrap_call(layer):
             return activation(z) if activation is not None else z
         outputs = original_call(inputs, *args, **kwargs)
         if not isinstance(outputs, tf.Tensor):
-            raise UnsupportedLayerError(
-                f"Layer {layer.name!r} returns {type(outputs).__name__}; the DP engine "
-                "supports trainable layers with one tensor output.")
+            raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
         recorder.records.append(
             LayerRecord(layer, "generic", inputs, outputs, args, kwargs, original_call))
         return outputs
 
     object.__setattr__(layer, "call", call)
     object.__setattr__(layer, "_tf_tempered_instrumented", True)
+
+
+_NO_FAST_PATH = (
+    "Train this model without make_private: compiled with the same TF Privacy "
+    "optimizer, it then gets TF Privacy's own (slower) per-microbatch gradients, "
+    "which back-propagate through every layer.")
+
+
+def _many_outputs_message(layer, outputs):
+    if hasattr(layer, "state_size"):  # an RNN cell: called once per time step with its state
+        return (f"Layer {layer.name!r} ({type(layer).__name__}) is a recurrent cell: its "
+                "weights are used at every time step, which the fast DP engine does not "
+                "support yet (it needs each trainable layer called once per step, with one "
+                "tensor output; recurrent layers, SimpleRNN and unroll=True included, are "
+                f"not supported). {_NO_FAST_PATH}")
+    return (f"Layer {layer.name!r} ({type(layer).__name__}) returns "
+            f"{type(outputs).__name__}; the fast DP engine supports trainable layers with "
+            "one tensor output. Make the layer return one tensor (split it into layers "
+            f"that do), or: {_NO_FAST_PATH}")

@@ -18,7 +18,7 @@
 * cache["native"]: the native op (Conv2D on CPU, native.py), with or without
   the gradients themselves;
 * cache["depthwise"]: TF ops, per-example kernel gradients from a depthwise-conv
-  backprop (Conv2D with few channel pairs);
+  backprop (undilated Conv2D with few channel pairs);
 * cache["materialize"]: True (per-microbatch gradients kept: a matrix-vector
   clipped sum), False (ghost norm or native norms only: a book-keeping clipped
   sum), or a boolean tensor decided per step when the microbatch count is not
@@ -83,7 +83,11 @@ def choose(record, num_microbatches, examples_per_microbatch):
         cache["materialize"] = (g_rows >= _NATIVE_MATERIALIZE_MIN_ROWS
                                 and fits(record, num_microbatches))
     elif record.kind == "conv2d" and _FORCED_STRATEGY is None and (
-            record.inputs.shape[-1] * layer.filters <= _DEPTHWISE_MAX_CHANNEL_PAIRS):
+            record.inputs.shape[-1] * layer.filters <= _DEPTHWISE_MAX_CHANNEL_PAIRS
+            and tuple(layer.dilation_rate) == (1, 1)):
+        # Not for dilated convolutions: TF 2.21's CPU depthwise backprop-filter
+        # ignores `dilations` eagerly (wrong per-example gradients) and fails in
+        # graphs (oneDNN: AbortedError; without: InvalidArgumentError).
         cache["depthwise"] = True
         cache["materialize"] = True
     else:

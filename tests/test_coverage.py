@@ -1,0 +1,101 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The DP engine's coverage checks: no trainable variable is trained without its per-example gradients."""
+
+import numpy as np
+import pytest
+
+from tf_tempered._compat import keras, tf
+from tensorflow_privacy import DPKerasSGDOptimizer
+from tf_tempered.privacy import UnsupportedLayerError, make_private
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+BATCH = 16
+
+
+def _update(build, private, x, y):
+    """Weight changes of one DP-SGD step (noise 0, clip 0.3, lr 1) on a fresh `build()`."""
+    keras.utils.set_random_seed(0)
+    model = build()
+    if private:
+        make_private(model)
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0,
+                                                learning_rate=1.0), loss=LOSS)
+    before = model.get_weights()
+    model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    return [a - b for a, b in zip(model.get_weights(), before)], model
+
+
+def test_shared_layer_is_refused():
+    inputs = keras.Input((4,))
+    dense = keras.layers.Dense(4)
+    model = make_private(keras.Model(inputs, dense(dense(inputs))))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                learning_rate=0.1), loss=LOSS)
+    with pytest.raises(UnsupportedLayerError,
+                       match="'dense' is called more than once.*separate layer.*without make_private"):
+        model.fit(np.zeros((4, 4)), np.zeros(4), verbose=0)
+
+
+@pytest.mark.parametrize("rnn,match", [
+    # Fused kernels use the cell's weights without calling the cell: nothing is
+    # recorded for it, yet the loss depends on its weights.
+    (lambda: keras.layers.LSTM(4), "'lstm/lstm_cell/kernel:0' of layer 'lstm_cell' .*LSTM layer 'lstm'"),
+    (lambda: keras.layers.GRU(4), "'gru/gru_cell/kernel:0' of layer 'gru_cell' .*GRU layer 'gru'"),
+    # Python-loop RNNs call the cell once per time step.
+    (lambda: keras.layers.SimpleRNN(4), "'simple_rnn_cell' .*recurrent cell"),
+    (lambda: keras.layers.LSTM(4, unroll=True), "'lstm_cell' .*recurrent cell"),
+], ids=["lstm", "gru", "simple-rnn", "lstm-unrolled"])
+def test_recurrent_layers_are_refused_with_the_fix(rnn, match):
+    model = make_private(keras.Sequential([keras.Input((5, 3)), rnn(), keras.layers.Dense(3)]))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                                learning_rate=0.1), loss=LOSS)
+    before = model.get_weights()
+    with pytest.raises(UnsupportedLayerError, match=match + ".*without make_private"):
+        model.fit(np.ones((4, 5, 3)), np.zeros(4), batch_size=4, verbose=0)
+    for b, a in zip(before, model.get_weights()):  # refused before the first update
+        np.testing.assert_array_equal(a, b)
+
+
+class _WithUnusedLayer(keras.Model):
+    """A built layer the forward pass does not use: TF Privacy's zero gradient, no refusal."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(5, activation="tanh")
+        self.unused = keras.layers.Dense(5)
+        self.out = keras.layers.Dense(3)
+
+    def call(self, inputs):
+        return self.out(self.hidden(inputs))
+
+
+def test_unused_layer_gets_zero_gradient_like_tf_privacy():
+    x = np.random.default_rng(3).normal(size=(BATCH, 4)).astype("float32")
+    y = np.arange(BATCH) % 3
+
+    def build():
+        model = _WithUnusedLayer()
+        model(tf.zeros([1, 4]))
+        model.unused(tf.zeros([1, 4]))  # built (it has weights), never used in training
+        return model
+
+    reference, model = _update(build, False, x, y)
+    ours, _ = _update(build, True, x, y)
+    unused = {id(w) for w in model.unused.weights}
+    assert sum(np.abs(r).sum() for r, w in zip(reference, model.weights) if id(w) in unused) == 0
+    scale = max(np.abs(r).max() for r in reference)
+    assert scale > 0
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)

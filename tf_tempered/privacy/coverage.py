@@ -1,0 +1,118 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Whether the recorded layer calls of a DP step cover every trainable variable.
+
+The engine computes per-example gradients only for what the forward pass
+recorded: one call per instrumented layer. `check` refuses layers called more
+than once and variables outside instrumented layers, and returns the trainable
+variables no recorded call covers; after the backward pass
+`refuse_unrecorded_dependencies` refuses those the loss depends on (tf-keras'
+fused LSTM/GRU kernels use their cell's weights without calling the cell), so
+that none is trained silently with a zero gradient.
+"""
+
+from tf_tempered._compat import keras
+from tf_tempered.privacy import recording
+
+__all__ = ["check", "refuse_unrecorded_dependencies"]
+
+UnsupportedLayerError = recording.UnsupportedLayerError
+
+
+def check(model, records):
+    """Checks every trainable variable belongs to a layer whose gradients we compute.
+
+    Returns [(variable, owning layer)] for the trainable variables that no
+    recorded call covers in this step: unused layers (a zero gradient, as TF
+    Privacy gives them) or layers whose weights are used without calling them
+    (fused RNN kernels), which `refuse_unrecorded_dependencies` tells apart.
+    """
+    recorded = set()
+    for record in records:
+        if id(record.layer) in recorded:
+            wrapper = _time_distributed_holding(model, record.layer)
+            if wrapper is not None:
+                raise UnsupportedLayerError(
+                    f"Layer {record.layer.name!r} is called once per time step by "
+                    f"TimeDistributed layer {wrapper.name!r} (tf-keras loops over time steps "
+                    "for a custom layer when the batch size is static); the fast DP engine "
+                    "needs each trainable layer called once per step. Apply the layer to the "
+                    "whole sequence without TimeDistributed if it acts on the last axis "
+                    "(e.g. an elementwise activation), or feed batches of unknown size "
+                    "(tf.data without drop_remainder), where TimeDistributed calls its layer "
+                    "once on [batch·time, ...].")
+            raise UnsupportedLayerError(
+                f"Layer {record.layer.name!r} is called more than once per step (shared "
+                "weights); the fast DP engine needs each trainable layer called once, "
+                "because it computes a layer's per-example gradient from one call's input "
+                "and output gradient. Use a separate layer for each call (weights are then "
+                "no longer shared), or train without make_private: compiled with the same "
+                "TF Privacy optimizer, the model then gets TF Privacy's own (slower) "
+                "per-microbatch gradients, which handle shared weights.")
+        recorded.add(id(record.layer))
+    owner = {}
+    for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
+        if getattr(layer, "_tf_tempered_instrumented", False):
+            owner.update((v.ref(), layer) for v in recording.own_trainable_weights(layer))
+    for var in model.trainable_variables:
+        if var.ref() not in owner:
+            raise UnsupportedLayerError(
+                f"Trainable variable {var.name!r} does not belong to a layer the DP engine "
+                "instruments (it must be created by a keras Layer with add_weight and used "
+                "in that layer's call). Call make_private(model) after building the model, "
+                "or move the variable into a layer.")
+    return [(var, owner[var.ref()]) for var in model.trainable_variables
+            if id(owner[var.ref()]) not in recorded]
+
+
+def refuse_unrecorded_dependencies(model, unrecorded, grads):
+    """Raises for a variable the loss depends on although no call of its layer was recorded.
+
+    `grads` are the tape's gradients of the loss for `unrecorded`, None where the
+    loss does not depend on the variable. Otherwise its per-example gradients
+    would be missing: it would get a zero gradient (noise only) and the other
+    layers a clip norm that leaves it out. tf-keras' LSTM and GRU do this: their
+    fused kernels use the cell's weights without calling the cell.
+    """
+    for (var, layer), grad in zip(unrecorded, grads):
+        if grad is None:  # not used in this forward pass: TF Privacy's zero gradient
+            continue
+        parent = _rnn_holding(model, layer)
+        where = (f"layer {layer.name!r} (the cell of {type(parent).__name__} layer "
+                 f"{parent.name!r})" if parent is not None else f"layer {layer.name!r}")
+        raise UnsupportedLayerError(
+            f"Trainable variable {var.name!r} of {where} affects the loss, but no call of "
+            f"{layer.name!r} was recorded in the forward pass, so the fast DP engine cannot "
+            "compute its per-example gradients (it would get a zero gradient and the other "
+            "layers a clip norm that leaves it out). This happens when a layer's weights "
+            "are used without calling the layer, as in the fused kernels of LSTM and GRU, "
+            "which the engine does not support yet. Train this model without make_private: "
+            "compiled with the same TF Privacy optimizer, it then gets TF Privacy's own "
+            "(slower) per-microbatch gradients, which back-propagate through every layer.")
+
+
+def _time_distributed_holding(model, inner):
+    """The TimeDistributed layer of `model` that wraps `inner`, or None."""
+    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+        if isinstance(layer, keras.layers.TimeDistributed) and layer.layer is inner:
+            return layer
+    return None
+
+
+def _rnn_holding(model, cell):
+    """The RNN layer of `model` whose cell is `cell`, or None."""
+    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+        if getattr(layer, "cell", None) is cell:
+            return layer
+    return None
