@@ -18,8 +18,10 @@ The tempered sigmoid of Papernot et al. (AAAI 2021) is
     φ(x) = s / (1 + exp(-T·x)) - o
 
 with scale ``s``, inverse temperature ``T`` and offset ``o``; (s, T, o) = (2, 2, 1) is tanh.
-Importing this package first binds ``tf.keras`` to Keras 2 (tf-keras) and makes
-TensorFlow Privacy importable on current TensorFlow (see ``tf_tempered._compat``).
+Importing this package first binds ``tf.keras`` to Keras 2 (tf-keras) and, where it
+is installed (Python <= 3.11), makes TensorFlow Privacy importable on current
+TensorFlow (see ``tf_tempered._compat``). ``tf_tempered.DPKerasSGDOptimizer`` (and
+Adam, Adagrad) take TF Privacy's arguments and work on every supported Python.
 """
 
 from tf_tempered import _compat  # noqa: F401  (must run before anything touches tf.keras)
@@ -33,12 +35,16 @@ from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget  # noqa: 
 from tf_tempered.activations import tempered_sigmoid  # noqa: E402
 from tf_tempered.layers import TemperedSigmoid  # noqa: E402
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation  # noqa: E402
-from tf_tempered.privacy import make_private  # noqa: E402
+from tf_tempered.privacy import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,  # noqa: E402
+                                 DPKerasSGDOptimizer, make_private)
 from tf_tempered.swap import swap_activations  # noqa: E402
 
 __all__ = [
     "__version__",
     "ActivationNormMonitor",
+    "DPKerasAdagradOptimizer",
+    "DPKerasAdamOptimizer",
+    "DPKerasSGDOptimizer",
     "PrivacyBudget",
     "activations",
     "callbacks",

@@ -13,6 +13,12 @@
 # limitations under the License.
 """The one place that binds Keras 2 (tf-keras) and imports TensorFlow Privacy.
 
+TensorFlow Privacy is optional: its last release (0.9.0) declares Python < 3.12, and
+setup.cfg installs it only there. Where it is not installed, ``tensorflow_privacy``
+here is None, and code that needs it calls :func:`require_tensorflow_privacy`, which
+raises an ImportError saying how to get it or to use tf_tempered's own
+``tf_tempered.privacy.DPKerasSGDOptimizer`` (and Adam, Adagrad) instead.
+
 TensorFlow Privacy 0.9.0 is written for Keras 2 (``tf.keras`` = tf-keras), and its
 top-level ``__init__`` imports the Estimator API that TensorFlow 2.16+ removed.
 Two switches make it work on current TensorFlow, and both must be set before the
@@ -25,15 +31,26 @@ modules that read them are loaded:
 :func:`bootstrap` sets both, then re-exports the working public names of
 TensorFlow Privacy on its top-level module (optimizers, ``DPModel``,
 ``DPSequential``, queries, analysis), so ``tensorflow_privacy.DPKerasSGDOptimizer``
-works as its tutorials show. Every other module of tf_tempered imports ``tf``
+works as its tutorials show (when it is installed). Every other module of tf_tempered imports ``tf``
 and ``keras`` from here and never from TensorFlow directly.
 """
 
 import importlib
+import importlib.util
 import os
 import sys
 
-__all__ = ["bootstrap", "tf", "keras", "tensorflow_privacy", "KERAS3_BOUND_MESSAGE"]
+__all__ = ["bootstrap", "tf", "keras", "tensorflow_privacy", "require_tensorflow_privacy",
+           "KERAS3_BOUND_MESSAGE", "TF_PRIVACY_MISSING_MESSAGE"]
+
+TF_PRIVACY_MISSING_MESSAGE = (
+        "{feature} needs TensorFlow Privacy (the tensorflow-privacy package), which is not "
+        "installed in this Python ({python}). Fix: on Python <= 3.11, "
+        "`pip install tensorflow-privacy==0.9.*` (its last release, 0.9.0, does not install "
+        "on Python 3.12+); or use tf_tempered's own DP optimizers, which take the same "
+        "arguments and work on every supported Python: "
+        "`from tf_tempered.privacy import DPKerasSGDOptimizer` (or DPKerasAdamOptimizer, "
+        "DPKerasAdagradOptimizer) with tf_tempered.make_private(model).")
 
 KERAS3_BOUND_MESSAGE = (
         "tf_tempered needs Keras 2 (the tf-keras package) behind `tf.keras`, because "
@@ -87,8 +104,9 @@ def _bound_keras_name(tf_module):
 def bootstrap():
     """Binds tf.keras to tf-keras and imports TensorFlow Privacy; returns (tf, keras, tfp).
 
-    Idempotent. Raises ImportError, saying how to fix it, when tf.keras is already
-    bound to Keras 3 in this process.
+    ``tfp`` is None when TensorFlow Privacy is not installed. Idempotent. Raises
+    ImportError, saying how to fix it, when tf.keras is already bound to Keras 3 in
+    this process.
     """
     if "tensorflow" in sys.modules:
         bound = _bound_keras_name(sys.modules["tensorflow"])
@@ -107,14 +125,33 @@ def bootstrap():
     if not bound.startswith("tf_keras"):
         raise ImportError(KERAS3_BOUND_MESSAGE.format(bound=bound))
 
+    del keras_  # imported above only to fail early with a clear message
+    if importlib.util.find_spec("tensorflow_privacy") is None:
+        return tf_, tf_.keras, None
     import tensorflow_privacy as tfp_  # pylint: disable=g-import-not-at-top
     for module_name, names in _TFP_EXPORTS.items():
         module = importlib.import_module(module_name)
         for name in names:
             if not hasattr(tfp_, name):
                 setattr(tfp_, name, getattr(module, name))
-    del keras_  # imported above only to fail early with a clear message
     return tf_, tf_.keras, tfp_
+
+
+def require_tensorflow_privacy(feature="This"):
+    """The tensorflow_privacy module; ImportError with the fix when it is not installed.
+
+    >>> try:
+    ...     tfp = require_tensorflow_privacy("The comparison")
+    ... except ImportError as e:  # not installed (Python 3.12+): the message has the fix
+    ...     tfp = None
+    ...     assert "pip install tensorflow-privacy" in str(e) and "DPKerasSGDOptimizer" in str(e)
+    >>> tfp is tensorflow_privacy
+    True
+    """
+    if tensorflow_privacy is None:
+        raise ImportError(TF_PRIVACY_MISSING_MESSAGE.format(
+            feature=feature, python=".".join(map(str, sys.version_info[:3]))))
+    return tensorflow_privacy
 
 
 tf, keras, tensorflow_privacy = bootstrap()

@@ -37,13 +37,14 @@ __all__ = ["PrivacyBudget", "ActivationNormMonitor", "plot_activation_norms",
 
 
 def dp_optimizer_settings(optimizer):
-    """(noise_multiplier, num_microbatches) of a TF Privacy Keras DP optimizer, or None.
+    """(noise_multiplier, num_microbatches) of a DP optimizer (ours or TF Privacy's), or None.
 
+    tf_tempered.privacy.DPKeras* optimizers keep σ as ``noise_multiplier``; TF Privacy's
     GenericDP*/DPKeras* optimizers keep σ as ``_dp_sum_query._stddev /
     _dp_sum_query._l2_norm_clip``; VectorizedDPKeras* ones as ``_noise_multiplier``.
     ``num_microbatches`` is None when each example is its own microbatch.
 
-    >>> from tensorflow_privacy import DPKerasSGDOptimizer
+    >>> from tf_tempered.privacy import DPKerasSGDOptimizer
     >>> dp_optimizer_settings(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=1.1,
     ...                                           num_microbatches=4))
     (1.1, 4)

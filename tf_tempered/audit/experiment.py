@@ -42,9 +42,9 @@ import numpy as np
 
 from tf_tempered import data as data_lib
 from tf_tempered import models
-from tf_tempered._compat import keras, tensorflow_privacy
+from tf_tempered._compat import keras
 from tf_tempered.audit import attacks, canaries
-from tf_tempered.privacy import make_private
+from tf_tempered.privacy import make_private, optimizers
 from tf_tempered.privacy.accounting import DEFAULT_DELTA, compute_epsilon
 from tf_tempered.privacy.sampling import poisson_batches, poisson_steps_per_epoch
 
@@ -175,7 +175,7 @@ def train_model(config, x, y, *, private, num_classes=10, seed=0):
         return model, math.inf
     insecure = None if config.insecure_dp_seed is None else config.insecure_dp_seed + seed
     make_private(model, insecure_dp_seed=insecure)
-    model.compile(optimizer=tensorflow_privacy.DPKerasSGDOptimizer(
+    model.compile(optimizer=optimizers.DPKerasSGDOptimizer(
         l2_norm_clip=config.l2_norm_clip, noise_multiplier=config.noise_multiplier,
         learning_rate=config.learning_rate), loss=_loss(), metrics=["accuracy"])
     steps = config.epochs * poisson_steps_per_epoch(num_examples=len(y),

@@ -45,8 +45,8 @@ from tf_tempered import data as data_lib
 from tf_tempered._compat import keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.experiments import common, results
-from tf_tempered.privacy import (accounting, has_secret_dp_randomness, make_private, randomness,
-                                  sampling)
+from tf_tempered.privacy import (accounting, has_secret_dp_randomness, make_private, optimizers,
+                                  randomness, sampling)
 
 __all__ = ["PrivacyPlan", "plan_privacy", "run_training", "define_flags", "main", "cli"]
 
@@ -186,8 +186,10 @@ def _make_optimizer(config, plan):
     if not config.dpsgd:
         cls = {"sgd": keras.optimizers.legacy.SGD, "adam": keras.optimizers.legacy.Adam}
         return cls[config.optimizer](learning_rate=lr)
-    from tensorflow_privacy import DPKerasAdamOptimizer, DPKerasSGDOptimizer  # pylint: disable=g-import-not-at-top
-    cls = {"sgd": DPKerasSGDOptimizer, "adam": DPKerasAdamOptimizer}[config.optimizer]
+    # tf_tempered's own DP optimizers: TF Privacy's arguments and update rules, on every
+    # supported Python (TF Privacy does not install on 3.12+).
+    cls = {"sgd": optimizers.DPKerasSGDOptimizer,
+           "adam": optimizers.DPKerasAdamOptimizer}[config.optimizer]
     # Poisson batches vary in size: one example per microbatch (None) is the only fit.
     microbatches = None if config.sampling == "poisson" else config.microbatches
     return cls(l2_norm_clip=config.l2_norm_clip, noise_multiplier=plan.noise_multiplier,

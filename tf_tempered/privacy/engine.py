@@ -11,23 +11,25 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Fast, exact DP-SGD for Keras models compiled with TF Privacy's DP optimizers.
+"""Fast, exact DP-SGD for Keras models compiled with a DP optimizer.
 
 `make_private(model)` hooks the model's training step. When the model is compiled
-with one of TF Privacy's Keras DP optimizers (DPKeras*, GenericDP* with a Gaussian
-query, VectorizedDPKeras*), each step computes per-microbatch gradient norms with
+with one of tf_tempered's DP optimizers (`tf_tempered.privacy.DPKerasSGDOptimizer`,
+`DPKerasAdamOptimizer`, `DPKerasAdagradOptimizer`: TF Privacy's names and
+arguments, any Python) or one of TF Privacy's Keras DP optimizers (DPKeras*,
+GenericDP* with a Gaussian query, VectorizedDPKeras*; Python <= 3.11), each step
+computes per-microbatch gradient norms with
 one backward pass (see `tf_tempered.privacy.clipping`), clips them to the
 optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum (keyed by a secret, see
 `tf_tempered.privacy.randomness`: the global seed does not fix it), divides by the
 number of microbatches, and hands the result to the optimizer's own update rule
-(SGD, Adam, ...), exactly as the optimizer's own slow `_compute_gradients` would. With any
+(SGD, Adam, ...), exactly as TF Privacy's own slow `_compute_gradients` would. With any
 other optimizer the model trains as usual (non-privately).
 
 Example:
 
 >>> from tf_tempered._compat import keras
->>> from tensorflow_privacy import DPKerasSGDOptimizer
->>> from tf_tempered.privacy import make_private
+>>> from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
 >>> model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
 >>> model.compile(
 ...     optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1,
@@ -44,7 +46,7 @@ import types
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clipping, coverage, randomness, recording
+from tf_tempered.privacy import clipping, coverage, optimizers, randomness, recording
 
 __all__ = ["DPConfig", "dp_config", "make_private", "is_private", "has_secret_dp_randomness",
            "UnsupportedLayerError"]
@@ -57,15 +59,22 @@ _LOSS_FIX = (
 
 
 class DPConfig:
-    """The DP-SGD settings read off a TF Privacy optimizer."""
+    """The DP-SGD settings read off a DP optimizer (tf_tempered's or TF Privacy's).
 
-    def __init__(self, l2_norm_clip, noise_stddev, num_microbatches):
+    ``noise_multiplier`` is the optimizer's σ when it keeps one (tf_tempered's and
+    TF Privacy's Vectorized* optimizers), else noise_stddev / l2_norm_clip.
+    """
+
+    def __init__(self, l2_norm_clip, noise_stddev, num_microbatches, *, noise_multiplier=None):
         self.l2_norm_clip = float(l2_norm_clip)
         self.noise_stddev = float(noise_stddev)
         self.num_microbatches = num_microbatches
+        self._noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
 
     @property
     def noise_multiplier(self):
+        if self._noise_multiplier is not None:
+            return self._noise_multiplier
         return self.noise_stddev / self.l2_norm_clip
 
     def __repr__(self):
@@ -74,11 +83,27 @@ class DPConfig:
 
 
 def dp_config(optimizer):
-    """DPConfig of a TF Privacy Keras DP optimizer; None for a non-private optimizer.
+    """DPConfig of a DP optimizer; None for a non-private optimizer.
 
-    Raises ValueError for a DP optimizer this engine cannot reproduce exactly
-    (a non-Gaussian DP query), rather than training with different privacy.
+    Reads tf_tempered's DPKeras*Optimizer (``tf_tempered.privacy.optimizers``) and
+    TF Privacy's Keras DP optimizers. Raises ValueError for a DP optimizer this
+    engine cannot reproduce exactly (a non-Gaussian DP query), rather than training
+    with different privacy.
+
+    >>> from tf_tempered.privacy import DPKerasSGDOptimizer
+    >>> config = dp_config(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=0.5,
+    ...                                        num_microbatches=4))
+    >>> config.l2_norm_clip, config.noise_stddev, config.num_microbatches
+    (2.0, 1.0, 4)
+    >>> dp_config(keras.optimizers.SGD()) is None
+    True
     """
+    if isinstance(optimizer, optimizers.DPOptimizerMixin):
+        # Validated in its constructor; its attributes are not meant to change after.
+        return DPConfig(optimizers._check_l2_norm_clip(optimizer.l2_norm_clip),  # pylint: disable=protected-access
+                        optimizer.noise_stddev,
+                        optimizers._check_num_microbatches(optimizer.num_microbatches),  # pylint: disable=protected-access
+                        noise_multiplier=optimizer.noise_multiplier)
     if not hasattr(optimizer, "_was_dp_gradients_called"):
         return None
     num_microbatches = getattr(optimizer, "_num_microbatches", None)
@@ -89,6 +114,8 @@ def dp_config(optimizer):
     if hasattr(optimizer, "_noise_multiplier"):  # Vectorized* optimizers
         clip = float(optimizer._l2_norm_clip)  # pylint: disable=protected-access
         stddev = clip * float(optimizer._noise_multiplier)  # pylint: disable=protected-access
+        return _checked(clip, stddev, num_microbatches,
+                        noise_multiplier=float(optimizer._noise_multiplier))  # pylint: disable=protected-access
     else:
         query = getattr(optimizer, "_dp_sum_query", None)
         if type(query).__name__ != "GaussianSumQuery":
@@ -100,11 +127,15 @@ def dp_config(optimizer):
                 "tf_tempered.privacy.make_private to use TF Privacy's own path.")
         clip = float(query._l2_norm_clip)  # pylint: disable=protected-access
         stddev = float(query._stddev)  # pylint: disable=protected-access
+    return _checked(clip, stddev, num_microbatches)
+
+
+def _checked(clip, stddev, num_microbatches, noise_multiplier=None):
     if not clip > 0:
         raise ValueError(f"l2_norm_clip must be positive, got {clip}.")
     if not stddev >= 0:
         raise ValueError(f"noise_multiplier must be non-negative, got {stddev / clip}.")
-    return DPConfig(clip, stddev, num_microbatches)
+    return DPConfig(clip, stddev, num_microbatches, noise_multiplier=noise_multiplier)
 
 
 def is_private(model):
@@ -130,8 +161,9 @@ def make_private(model, *, insecure_dp_seed=None):
     """Prepares a Keras model for fast, exact DP-SGD and returns it (the same object).
 
     Works for Sequential, Functional and subclassed models whose trainable layers
-    treat examples independently. Compile it afterwards (or again) with a TF
-    Privacy DP optimizer and a per-example loss (`reduction=NONE`); `fit` then
+    treat examples independently. Compile it afterwards (or again) with a DP
+    optimizer (``tf_tempered.privacy.DPKerasSGDOptimizer``/``DPKerasAdamOptimizer``/
+    ``DPKerasAdagradOptimizer``, or TF Privacy's on Python <= 3.11) and a per-example loss (`reduction=NONE`); `fit` then
     runs DP-SGD with the optimizer's clip norm, noise multiplier, microbatches and
     update rule. Training history gains `dp_clipped_fraction` (fraction of
     microbatches whose gradient was clipped), `dp_grad_norm` (their mean
