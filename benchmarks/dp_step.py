@@ -15,11 +15,16 @@
 
 Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
   nonprivate      plain SGD, mean loss (the baseline of every ratio)
-  tf_tempered     tf_tempered.privacy.make_private + TF Privacy's DPKerasSGDOptimizer
+  tf_tempered     tf_tempered.privacy.make_private + tf_tempered.privacy.DPKerasSGDOptimizer
+                  (TF Privacy's update rule and arguments; the same step with TF Privacy's
+                  own DPKerasSGDOptimizer, as tests/test_optimizers.py checks)
   tf_tempered_tf_ops  the same with TF ops only (no native conv op: the fallback
                   without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
   dpsequential    TF Privacy's DPSequential (vectorized per-example grads, XLA)
   stock_optimizer TF Privacy's DPKerasSGDOptimizer alone, num_microbatches = batch
+
+The last two need TF Privacy (Python <= 3.11); where it is not installed, the default
+--paths leaves them out.
 
 Rounds interleave the paths so machine noise hits all of them alike; the table
 reports the median wall-clock and CPU (all threads) ms/step per path, their ratios
@@ -44,10 +49,13 @@ import numpy as np
 import tf_tempered
 from tf_tempered._compat import keras, tf
 from tf_tempered import models
-from tf_tempered.privacy import strategy
-import tensorflow_privacy
+from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
+from tf_tempered.privacy import DPKerasSGDOptimizer, strategy
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "dpsequential", "stock_optimizer")
+TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
+DEFAULT_PATHS = tuple(p for p in PATHS
+                      if tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS)
 
 
 def _model(kind, activation="tanh"):
@@ -63,21 +71,22 @@ def _compiled(path, kind, batch_size):
         model.compile(keras.optimizers.legacy.SGD(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     elif path in ("tf_tempered", "tf_tempered_tf_ops"):
-        model = _model(kind)
-        model.compile(tensorflow_privacy.DPKerasSGDOptimizer(**dp, learning_rate=0.15),
-                      loss=per_example)
+        model = _model(kind)  # models.* return make_private(model)
+        model.compile(DPKerasSGDOptimizer(**dp, learning_rate=0.15), loss=per_example)
     elif path == "dpsequential":
+        tensorflow_privacy_ = require_tensorflow_privacy(f"The benchmark path {path!r}")
         layers = [layer for layer in _model(kind).layers
                   if not isinstance(layer, keras.layers.InputLayer)]
-        model = tensorflow_privacy.DPSequential(**dp, layers=layers, use_xla=True)
+        model = tensorflow_privacy_.DPSequential(**dp, layers=layers, use_xla=True)
         model.build((None,) + _input_shape(kind))
         model.compile(keras.optimizers.legacy.SGD(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     elif path == "stock_optimizer":
+        tensorflow_privacy_ = require_tensorflow_privacy(f"The benchmark path {path!r}")
         model = _model(kind)
         object.__setattr__(model, "_tf_tempered_private", False)  # keep TF Privacy's own step
         model.train_step = type(model).train_step.__get__(model)
-        model.compile(tensorflow_privacy.DPKerasSGDOptimizer(
+        model.compile(tensorflow_privacy_.DPKerasSGDOptimizer(
             **dp, num_microbatches=batch_size, learning_rate=0.15), loss=per_example)
     else:
         raise ValueError(f"unknown path {path!r}; choose from {PATHS}")
@@ -118,7 +127,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10"), default="mnist")
     parser.add_argument("--batch_size", type=int, default=256)
-    parser.add_argument("--paths", default=",".join(PATHS))
+    parser.add_argument("--paths", default=",".join(DEFAULT_PATHS))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--stock_steps", type=int, default=1,

@@ -11,6 +11,26 @@ import tf_tempered  # noqa: F401  (the compat bootstrap must run first)
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
+TF_PRIVACY_SKIP_REASON = (
+    "TensorFlow Privacy is not installed (setup.cfg installs it on Python <= 3.11 only); "
+    "this test compares with it")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "tf_privacy: compares with TensorFlow Privacy; skipped where it is not "
+        "installed (Python 3.12+)")
+
+
+def pytest_collection_modifyitems(config, items):
+    from tf_tempered._compat import tensorflow_privacy
+    if tensorflow_privacy is not None:
+        return
+    skip = pytest.mark.skip(reason=TF_PRIVACY_SKIP_REASON)
+    for item in items:
+        if item.get_closest_marker("tf_privacy") is not None:
+            item.add_marker(skip)
+
 
 @pytest.fixture
 def shared_data_dir():

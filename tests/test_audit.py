@@ -270,15 +270,15 @@ def test_attack_detects_overfit_nonprivate_model(mnist_split):
 
 
 def test_dp_model_bound_never_exceeds_accounted_epsilon(mnist_split):
-    from tf_tempered._compat import keras, tensorflow_privacy
-    from tf_tempered.privacy import make_private
+    from tf_tempered._compat import keras
+    from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
     from tf_tempered.privacy.accounting import compute_epsilon
     from tf_tempered.privacy.sampling import poisson_batches
     delta, batch, steps, sigma = 1e-5, 100, 50, 4.0     # accounted ε ≈ 3.4
     keras.utils.set_random_seed(0)
     # A deterministic test: the noise and batches from the (non-private) opt-in.
     model = make_private(_mlp("tanh", 32), insecure_dp_seed=0)
-    model.compile(tensorflow_privacy.DPKerasSGDOptimizer(
+    model.compile(DPKerasSGDOptimizer(
         l2_norm_clip=1.0, noise_multiplier=sigma, learning_rate=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(
             from_logits=True, reduction=keras.losses.Reduction.NONE))

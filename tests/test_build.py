@@ -506,6 +506,25 @@ def test_license_is_an_spdx_expression_without_classifier():
     assert re.search(r'requires = \["setuptools >= (7[7-9]|[89]\d)', pyproject), pyproject
 
 
+SUPPORTED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def test_python_versions_and_the_tf_privacy_marker():
+    """3.10-3.13 are supported; TF Privacy (last release: Python < 3.12) only where it installs.
+
+    Without the marker, pip on 3.12+ would backtrack to tensorflow-privacy 0.8.11 (2023).
+    """
+    parser = configparser.ConfigParser(comment_prefixes=("#", ";"), inline_comment_prefixes=None)
+    parser.read_string((REPO_ROOT / "setup.cfg").read_text(encoding="utf-8"))
+    assert parser.get("options", "python_requires") == ">=3.10, <3.14"
+    classifiers = {c.strip() for c in parser.get("metadata", "classifiers").splitlines()}
+    for version in SUPPORTED_PYTHONS:
+        assert f"Programming Language :: Python :: {version}" in classifiers, version
+    requirement = install_requires(
+        (REPO_ROOT / "setup.cfg").read_text(encoding="utf-8"))["tensorflow-privacy"]
+    assert requirement.replace(" ", "") == 'tensorflow-privacy==0.9.*;python_version<"3.12"'
+
+
 # ------------------------------------------------------------------- layering
 
 # The application subpackages (BUILD's :audit and :experiments) build on the library

@@ -17,9 +17,9 @@ import warnings
 
 import numpy as np
 import pytest
-from tensorflow_privacy import DPKerasSGDOptimizer, VectorizedDPKerasSGDOptimizer
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import keras, tensorflow_privacy, tf
+from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
 from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget, plot_activation_norms
 from tf_tempered.privacy.accounting import compute_epsilon
 
@@ -33,6 +33,8 @@ def _data(n=N, seed=0):
 
 def _model(optimizer):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    if isinstance(optimizer, DPKerasSGDOptimizer):  # ours: only trains with make_private
+        make_private(model)
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction=keras.losses.Reduction.NONE))
     return model
@@ -57,9 +59,10 @@ def test_epsilon_in_history_from_dp_keras_optimizer():
     assert budget.stopped_epoch is None
 
 
+@pytest.mark.tf_privacy
 def test_vectorized_optimizer_microbatches_double_sensitivity():
     x, y = _data()
-    model = _model(VectorizedDPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+    model = _model(tensorflow_privacy.VectorizedDPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
                                                  num_microbatches=8, learning_rate=0.1))
     budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
     history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
@@ -194,8 +197,20 @@ def test_activation_norm_errors():
         monitor.plot()
 
 
+def test_microbatches_of_our_optimizer_are_accounted():
+    x, y = _data()
+    model = _model(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+                                       num_microbatches=8, learning_rate=0.1))
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
+    # 16 examples in 8 microbatches: microbatch size 2, accounted as σ/2.
+    assert history.history["epsilon"] == pytest.approx(_expected(2, 2.0, 2), rel=1e-12)
+    assert history.history["epsilon"][0] > 1.5 * _expected(1, 2.0)[0]
+
+
+@pytest.mark.tf_privacy
 def test_settings_from_dp_model_and_unsupported_optimizers():
-    from tensorflow_privacy import DPSequential  # pylint: disable=g-import-not-at-top
+    from tensorflow_privacy import DPKerasSGDOptimizer, DPSequential  # pylint: disable=g-import-not-at-top,redefined-outer-name
     from tf_tempered.callbacks import dp_optimizer_settings  # pylint: disable=g-import-not-at-top
 
     model = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.3, num_microbatches=4,
@@ -239,9 +254,10 @@ def test_budget_says_whether_epsilon_holds(insecure_dp_seed, monkeypatch):
         assert len(said) == 1 and "the ε does NOT hold" in said[0]
 
 
+@pytest.mark.tf_privacy
 def test_budget_warns_when_tf_privacy_noise_follows_a_global_seed():
     x, y = _data()
-    model = _model(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+    model = _model(tensorflow_privacy.DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
                                        learning_rate=0.1))
     budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
     keras.utils.set_random_seed(0)

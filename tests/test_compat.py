@@ -19,10 +19,10 @@ import re
 import subprocess
 import sys
 
-import tensorflow_privacy
+import pytest
 
 from tf_tempered import _compat
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import keras, tensorflow_privacy, tf
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -40,6 +40,7 @@ def test_tf_keras_is_keras_2():
     assert tf_keras.__version__.startswith("2.") and keras.Model is tf_keras.Model
 
 
+@pytest.mark.tf_privacy
 def test_tf_privacy_public_names_work_after_import():
     for name in ("DPKerasSGDOptimizer", "DPKerasAdamOptimizer", "VectorizedDPKerasSGDOptimizer",
                  "DPSequential", "DPModel", "compute_dp_sgd_privacy_statement",
@@ -53,6 +54,7 @@ def test_tf_privacy_public_names_work_after_import():
     assert "Epsilon" in statement or "epsilon" in statement
 
 
+@pytest.mark.tf_privacy
 def test_import_first_then_tensorflow_works_in_fresh_process():
     result = _run("import tf_tempered, tensorflow as tf; "
                   "from tensorflow_privacy.privacy.keras_models.dp_keras_model import DPSequential; "
@@ -77,6 +79,44 @@ def test_keras3_already_bound_raises_with_the_fix():
 
 def test_bootstrap_is_idempotent():
     assert _compat.bootstrap()[0] is tf
+
+
+def test_without_tf_privacy_the_package_trains_privately_and_says_how_to_get_it():
+    # sys.modules[name] = None makes the import fail as if it were not installed
+    # (as on Python 3.12+), also where it is installed.
+    code = """
+import sys
+sys.modules["tensorflow_privacy"] = None
+import numpy as np
+import tf_tempered
+from tf_tempered._compat import keras, require_tensorflow_privacy, tensorflow_privacy
+assert tensorflow_privacy is None
+try:
+    require_tensorflow_privacy("The comparison")
+except ImportError as e:
+    print(e)
+model = tf_tempered.make_private(keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]))
+model.compile(optimizer=tf_tempered.DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                         learning_rate=0.1),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"))
+before = model.get_weights()[0].copy()
+model.fit(np.ones((4, 3), "float32"), np.zeros(4), batch_size=2, verbose=0)
+print("changed", bool(np.any(model.get_weights()[0] != before)))
+"""
+    result = _run(code)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "The comparison needs TensorFlow Privacy" in result.stdout
+    assert "pip install tensorflow-privacy" in result.stdout
+    assert "from tf_tempered.privacy import DPKerasSGDOptimizer" in result.stdout
+    assert "changed True" in result.stdout
+
+
+def test_require_tensorflow_privacy_matches_what_is_installed():
+    if tensorflow_privacy is None:
+        with pytest.raises(ImportError, match="Python <= 3.11"):
+            _compat.require_tensorflow_privacy()
+    else:
+        assert _compat.require_tensorflow_privacy() is tensorflow_privacy
 
 
 def test_readme_test_command_is_what_ci_runs():

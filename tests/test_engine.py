@@ -11,19 +11,25 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The fast DP engine against TF Privacy's own DPKerasSGDOptimizer (the reference)."""
+"""The fast DP engine against TF Privacy's own DPKerasSGDOptimizer (the reference).
+
+The engine runs with tf_tempered's DPKeras*Optimizer; the reference is TF Privacy's
+optimizer of the same name and arguments on its own (slow) DP path. Where TF Privacy
+is not installed (Python 3.12+), the comparisons skip (tests/test_engine_references.py
+and tests/test_optimizers.py compare with references written out).
+"""
 
 import numpy as np
 import pytest
 from scipy import stats
 
 import tf_tempered
-from tf_tempered._compat import keras, tf
-from tensorflow_privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer,
-                                VectorizedDPKerasSGDOptimizer)
+from tf_tempered._compat import keras, tensorflow_privacy, tf
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import (UnsupportedLayerError, clipping, conv_grads, dp_config,
-                                  make_private, native, strategy)
+from tf_tempered.privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer,
+                                 UnsupportedLayerError, clipping, conv_grads, dp_config,
+                                 make_private, native, strategy)
+from tf_tempered.privacy.optimizers import DPOptimizerMixin
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 BATCH = 16
@@ -79,11 +85,24 @@ def _fresh(model_fn):
     return model
 
 
+def _tf_privacy_reference(optimizer):
+    """TF Privacy's optimizer with the name and config of our `optimizer` (others: as is).
+
+    Skips the test where TF Privacy is not installed.
+    """
+    if not isinstance(optimizer, DPOptimizerMixin):
+        return optimizer
+    if tensorflow_privacy is None:
+        pytest.skip("TF Privacy (the reference) is not installed")
+    return getattr(tensorflow_privacy, type(optimizer).__name__)(**optimizer.get_config())
+
+
 def _update(model_fn, optimizer_fn, private, x, y, static_batch=False):
     model = _fresh(model_fn)
     if private:
         make_private(model)
-    model.compile(optimizer=optimizer_fn(), loss=LOSS)
+    optimizer = optimizer_fn() if private else _tf_privacy_reference(optimizer_fn())
+    model.compile(optimizer=optimizer, loss=LOSS)
     before = [w.copy() for w in model.get_weights()]
     # With drop_remainder the traced step knows the batch size; without it, it does
     # not. (fit on arrays of a whole number of batches would trace a static size.)
@@ -223,10 +242,11 @@ def test_short_last_batch_with_microbatches_equals_tf_privacy():
         np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
 
 
+@pytest.mark.tf_privacy
 def test_vectorized_optimizer_matches():
     x, y = _data(_cnn())
-    opt = lambda: VectorizedDPKerasSGDOptimizer(l2_norm_clip=0.5, noise_multiplier=0.0,
-                                                learning_rate=1.0)
+    opt = lambda: tensorflow_privacy.VectorizedDPKerasSGDOptimizer(
+        l2_norm_clip=0.5, noise_multiplier=0.0, learning_rate=1.0)
     _assert_update_matches_tf_privacy(_cnn, opt, x, y)
 
 
@@ -235,7 +255,7 @@ def _gradients_given_to_optimizer(model_fn, optimizer_fn, private, x, y):
     model = _fresh(model_fn)
     if private:
         make_private(model)
-    optimizer = optimizer_fn()
+    optimizer = optimizer_fn() if private else _tf_privacy_reference(optimizer_fn())
     model.compile(optimizer=optimizer, loss=LOSS)
     captured = {v.ref(): tf.Variable(tf.zeros_like(v), trainable=False)
                 for v in model.trainable_variables}
@@ -455,11 +475,13 @@ def test_batch_normalization_is_refused():
     make_private(model)  # frozen BN uses moving statistics: no mixing
 
 
+@pytest.mark.tf_privacy
 def test_dp_config_reads_tf_privacy_optimizers():
-    config = dp_config(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=0.5,
-                                           num_microbatches=8))
+    config = dp_config(tensorflow_privacy.DPKerasSGDOptimizer(
+        l2_norm_clip=2.0, noise_multiplier=0.5, num_microbatches=8))
     assert (config.l2_norm_clip, config.noise_multiplier, config.num_microbatches) == (2.0, 0.5, 8)
-    config = dp_config(VectorizedDPKerasSGDOptimizer(l2_norm_clip=3.0, noise_multiplier=1.5))
+    config = dp_config(tensorflow_privacy.VectorizedDPKerasSGDOptimizer(
+        l2_norm_clip=3.0, noise_multiplier=1.5))
     assert (config.l2_norm_clip, config.noise_multiplier, config.num_microbatches) == (3.0, 1.5, None)
     assert dp_config(keras.optimizers.legacy.SGD()) is None
 
@@ -480,8 +502,9 @@ def test_update_with_active_dropout_equals_tf_privacy():
         model.set_weights(initial)
         if private:
             make_private(model)
-        model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0,
-                                                    learning_rate=1.0), loss=LOSS)
+        optimizer = DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
+        model.compile(optimizer=optimizer if private else _tf_privacy_reference(optimizer),
+                      loss=LOSS)
         model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
         return [a - b for a, b in zip(model.get_weights(), initial)]
 
@@ -501,7 +524,7 @@ def test_multi_replica_strategy_is_refused():
 import numpy as np, tf_tempered
 import tf_tempered
 from tf_tempered._compat import keras, tf
-from tensorflow_privacy import DPKerasSGDOptimizer
+from tf_tempered.privacy import DPKerasSGDOptimizer
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tensorflow_privacy import DPKerasSGDOptimizer
+from tf_tempered.privacy import DPKerasSGDOptimizer
 from tf_tempered.privacy import UnsupportedLayerError, clipping, make_private, native, strategy
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")

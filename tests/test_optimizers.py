@@ -30,8 +30,6 @@ BASES = {"sgd": keras.optimizers.legacy.SGD, "adam": keras.optimizers.legacy.Ada
 BASE_KWARGS = {"sgd": {"learning_rate": 0.5, "momentum": 0.9},
                "adam": {"learning_rate": 0.05, "beta_1": 0.8},
                "adagrad": {"learning_rate": 0.3, "initial_accumulator_value": 0.2}}
-requires_tf_privacy = pytest.mark.skipif(
-    tensorflow_privacy is None, reason="TF Privacy is not installed (Python 3.12+)")
 
 
 def _model(seed=0):
@@ -232,7 +230,7 @@ def test_noise_std_is_noise_multiplier_times_clip():
     assert abs(noise.std() / std - 1) < 0.05  # 6000 draws: the std is within ~1%
 
 
-@requires_tf_privacy
+@pytest.mark.tf_privacy
 @pytest.mark.parametrize("key", sorted(CLASSES))
 @pytest.mark.parametrize("num_microbatches", [None, 2])
 def test_same_update_as_tf_privacy_optimizer(key, num_microbatches):
@@ -250,7 +248,7 @@ def test_same_update_as_tf_privacy_optimizer(key, num_microbatches):
         np.testing.assert_allclose(a, c, rtol=0, atol=1e-5)
 
 
-@requires_tf_privacy
+@pytest.mark.tf_privacy
 def test_dp_config_agrees_with_tf_privacy():
     for key, cls in CLASSES.items():
         args = dict(l2_norm_clip=0.7, noise_multiplier=1.3, num_microbatches=4)

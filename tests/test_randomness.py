@@ -17,7 +17,7 @@ import warnings
 
 import numpy as np
 import pytest
-from tensorflow_privacy import DPKerasSGDOptimizer
+from tf_tempered.privacy import DPKerasSGDOptimizer
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import make_private, randomness

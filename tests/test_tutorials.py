@@ -24,7 +24,7 @@ $TF_TEMPERED_DATA_DIR; otherwise the notebooks fall back to scikit-learn's digit
 The static checks need only the JSON: no outputs or execution counts are
 committed, every notebook has a title, its own "Open in Colab" badge and the
 same install cell, which is skipped when tf_tempered is importable, pip-installs
-it on Python 3.10/3.11 and refuses newer Pythons unless told to try (its branches
+it on Python 3.10-3.13 and refuses newer Pythons unless told to try (its branches
 run here with pip mocked), and tf_tempered is imported before TensorFlow.
 """
 
@@ -102,7 +102,7 @@ def test_title_badge_and_install_cell(name):
         "the install cell must be skipped when tf_tempered is already importable")
     assert "%pip" not in install and "!pip" not in install, (
         "IPython magics do not run inside an if block; call pip through subprocess")
-    assert "(3, 12)" in install, "the install cell must state the Python version limit"
+    assert "(3, 14)" in install, "the install cell must state the Python version limit"
 
 
 def test_install_cells_are_identical():
@@ -111,12 +111,15 @@ def test_install_cells_are_identical():
 
 
 @pytest.mark.parametrize("version, try_unsupported, expected", [
+    ((3, 10, 13), False, "install"),
     ((3, 11, 9), False, "install"),
-    ((3, 12, 3), False, "refuse"),
-    ((3, 12, 3), True, "install --ignore-requires-python"),
+    ((3, 12, 3), False, "install"),  # Colab: without TF Privacy, with our DP optimizers
+    ((3, 13, 0), False, "install"),
+    ((3, 14, 0), False, "refuse"),
+    ((3, 14, 0), True, "install --ignore-requires-python"),
 ])
 def test_install_cell_branches(monkeypatch, version, try_unsupported, expected):
-    """Where tf_tempered is missing: pip install on 3.10/3.11, refuse or force on 3.12+."""
+    """Where tf_tempered is missing: pip install on 3.10-3.13, refuse or force on 3.14+."""
     source = _code_cells(_load(NOTEBOOKS[0]))[0]
     if try_unsupported:
         source = source.replace("TRY_UNSUPPORTED_PYTHON = False", "TRY_UNSUPPORTED_PYTHON = True")
@@ -126,7 +129,7 @@ def test_install_cell_branches(monkeypatch, version, try_unsupported, expected):
     monkeypatch.setattr(sys, "version_info", version)
     run = lambda: exec(compile(source, "install cell", "exec"), {})  # noqa: E731
     if expected == "refuse":
-        with pytest.raises(RuntimeError, match="Python 3.10 and 3.11"):
+        with pytest.raises(RuntimeError, match="Python 3.10 to 3.13"):
             run()
         assert not calls
         return

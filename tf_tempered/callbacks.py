@@ -86,7 +86,7 @@ class PrivacyBudget(keras.callbacks.Callback):
     does not know the steps, ``epochs=k``). If ε after epoch k + 1 would exceed
     ``target_epsilon``, training stops after epoch k. If even one epoch exceeds it,
     no step is trained at all (a warning says so). σ and the microbatch size
-    (``batch_size / num_microbatches``) default to the model's TF Privacy optimizer.
+    (``batch_size / num_microbatches``) default to the model's DP optimizer's.
 
     ε holds only if the DP noise and batches are secret. ``epsilon_holds`` is False
     (and a warning says the ε does not hold) for a model made private with
@@ -142,7 +142,8 @@ class PrivacyBudget(keras.callbacks.Callback):
             if settings is None:
                 raise ValueError(
                     "PrivacyBudget found no noise_multiplier: the model is not compiled with "
-                    "a TF Privacy DP optimizer (DPKeras*/GenericDP*/VectorizedDPKeras*). "
+                    "a DP optimizer (tf_tempered.privacy.DPKeras*Optimizer, or TF Privacy's "
+                    "DPKeras*/GenericDP*/VectorizedDPKeras*). "
                     "Pass noise_multiplier= explicitly.")
             self._noise_multiplier = settings[0]
         self._microbatch_size = self.microbatch_size

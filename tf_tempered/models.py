@@ -257,7 +257,7 @@ def _build(layout, activation, input_shape, num_classes, name, builder):
             continue
         kwargs = {k: num_classes if v == NUM_CLASSES else v for k, v in kwargs.items()}
         x = _LAYER_CLASSES[kind](name=layer_name, **kwargs)(x)
-    # Ready for the fast DP engine: compiled with a TF Privacy DP optimizer it
+    # Ready for the fast DP engine: compiled with a DP optimizer it
     # trains with DP-SGD, with any other optimizer as usual.
     return make_private(keras.Model(inputs, x, name=name))
 
@@ -274,8 +274,9 @@ def mnist_cnn(activation="tempered_sigmoid", *, input_shape=(28, 28, 1), num_cla
 
     Returns:
         An uncompiled Functional ``keras.Model``, already passed through
-        :func:`tf_tempered.privacy.make_private`: compile it with a TF Privacy DP
-        optimizer and a per-example loss for fast DP-SGD.
+        :func:`tf_tempered.privacy.make_private`: compile it with a DP optimizer
+        (``tf_tempered.privacy.DPKerasSGDOptimizer``, ...) and a per-example loss for
+        fast DP-SGD.
 
     >>> model = mnist_cnn()
     >>> model.count_params(), model.output_shape
@@ -296,8 +297,9 @@ def cifar10_cnn(activation="tempered_sigmoid", *, input_shape=(32, 32, 3), num_c
 
     Returns:
         An uncompiled Functional ``keras.Model``, already passed through
-        :func:`tf_tempered.privacy.make_private`: compile it with a TF Privacy DP
-        optimizer and a per-example loss for fast DP-SGD.
+        :func:`tf_tempered.privacy.make_private`: compile it with a DP optimizer
+        (``tf_tempered.privacy.DPKerasSGDOptimizer``, ...) and a per-example loss for
+        fast DP-SGD.
 
     >>> model = cifar10_cnn("relu")
     >>> model.count_params(), model.output_shape

@@ -57,9 +57,11 @@ def check(model, records):
                 "weights); the fast DP engine needs each trainable layer called once, "
                 "because it computes a layer's per-example gradient from one call's input "
                 "and output gradient. Use a separate layer for each call (weights are then "
-                "no longer shared), or train without make_private: compiled with the same "
-                "TF Privacy optimizer, the model then gets TF Privacy's own (slower) "
-                "per-microbatch gradients, which handle shared weights.")
+                "no longer shared), or train without make_private: compiled with TF "
+                "Privacy's optimizer of the same name (tensorflow_privacy, Python <= 3.11; "
+                "tf_tempered's own DP optimizers refuse to train without make_private), the "
+                "model then gets TF Privacy's own (slower) per-microbatch gradients, which "
+                "handle shared weights.")
         recorded.add(id(record.layer))
     owner = {}
     for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
@@ -98,8 +100,10 @@ def refuse_unrecorded_dependencies(model, unrecorded, grads):
             "layers a clip norm that leaves it out). This happens when a layer's weights "
             "are used without calling the layer, as in the fused kernels of LSTM and GRU, "
             "which the engine does not support yet. Train this model without make_private: "
-            "compiled with the same TF Privacy optimizer, it then gets TF Privacy's own "
-            "(slower) per-microbatch gradients, which back-propagate through every layer.")
+            "compiled with TF Privacy's optimizer of the same name (tensorflow_privacy, "
+            "Python <= 3.11; tf_tempered's own DP optimizers refuse to train without "
+            "make_private), it then gets TF Privacy's own (slower) per-microbatch "
+            "gradients, which back-propagate through every layer.")
 
 
 def _time_distributed_holding(model, inner):

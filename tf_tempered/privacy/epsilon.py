@@ -42,13 +42,16 @@ def privacy_report(*, num_examples, batch_size, delta, noise_multiplier=None,
                    accountant=accounting.DEFAULT_ACCOUNTANT, microbatch_size=1):
     """The text the CLI prints: the setting, σ and ε (σ calibrated if target_epsilon given).
 
+    (The CLI prints ε with all its digits; the example shows four, as the last ones depend
+    on the dp-accounting version.)
+
     >>> print(privacy_report(num_examples=60000, batch_size=256, noise_multiplier=1.1,
     ...                      epochs=60, delta=1e-5))
     DP-SGD: 60000 examples, batch size 256, 14063 steps (60 epochs), delta = 1e-05
     sampling: Poisson, q = 0.00426667 (amplified by subsampling)
     accountant: RDP
     noise_multiplier = 1.1
-    epsilon = 2.596655528688368
+    epsilon = 2.5967
     """
     if (noise_multiplier is None) == (target_epsilon is None):
         raise ValueError(f"Give exactly one of noise_multiplier and target_epsilon (got "
