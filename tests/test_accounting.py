@@ -113,8 +113,9 @@ def test_shuffle_composes_one_gaussian_per_epoch(epochs):
     with pytest.warns(UserWarning, match="WITHOUT privacy amplification"):
         eps = compute_epsilon(num_examples=n, batch_size=b, noise_multiplier=sigma,
                               epochs=epochs, delta=delta, sampling="shuffle")
-    assert eps == pytest.approx(
-        _tfp_example_epsilon(n, b, sigma, epochs, delta, poisson=False), rel=1e-12)
+    if tensorflow_privacy is not None:  # the reference, where installed (Python <= 3.11)
+        assert eps == pytest.approx(
+            _tfp_example_epsilon(n, b, sigma, epochs, delta, poisson=False), rel=1e-12)
     # ceil(epochs) Gaussians of σ compose to one Gaussian of σ/sqrt(ceil(epochs)).
     single = dp_accounting.rdp.RdpAccountant().compose(
         dp_accounting.GaussianDpEvent(sigma / math.sqrt(math.ceil(epochs)))).get_epsilon(delta)
@@ -139,8 +140,9 @@ def test_pld_close_to_and_below_rdp(n, b, sigma, epochs, delta):
                           delta=delta)
     pld = compute_epsilon(num_examples=n, batch_size=b, noise_multiplier=sigma, epochs=epochs,
                           delta=delta, accountant="pld")
-    assert pld == pytest.approx(_tfp_example_epsilon(n, b, sigma, epochs, delta,
-                                                     accountant="PLD"), rel=1e-9)
+    if tensorflow_privacy is not None:  # the reference, where installed (Python <= 3.11)
+        assert pld == pytest.approx(_tfp_example_epsilon(n, b, sigma, epochs, delta,
+                                                         accountant="PLD"), rel=1e-9)
     assert 0.75 * rdp < pld <= 1.001 * rdp
 
 
