@@ -15,7 +15,7 @@
 
 from tf_tempered.privacy.accounting import (compute_epsilon, make_dp_event,
                                             noise_multiplier_for_epsilon, num_steps)
-from tf_tempered.privacy.engine import (DPConfig, UnsupportedLayerError, dp_config,
+from tf_tempered.privacy.engine import (DPConfig, EngineOptions, UnsupportedLayerError, dp_config,
                                         has_secret_dp_randomness, is_private, make_private)
 from tf_tempered.privacy.randomness import InsecureDPRandomnessWarning
 from tf_tempered.privacy.sampling import (default_max_batch_size, poisson_batches,
@@ -25,6 +25,7 @@ from tf_tempered.privacy.sampling import (default_max_batch_size, poisson_batche
 # `python -m tf_tempered.privacy.epsilon` runs it as a fresh module.
 __all__ = [
     "DPConfig",
+    "EngineOptions",
     "InsecureDPRandomnessWarning",
     "UnsupportedLayerError",
     "compute_epsilon",
