@@ -23,14 +23,16 @@ BATCH = 256
 
 
 def _record(layer, input_shape, batch=BATCH, **options):
-    """A layer's RowSource and hyperparameters: the tensors' shapes and dtype are all the choice reads."""
+    """(RowSource, hyperparameters) of a layer: the shapes and dtype are all the choice reads."""
     layer.build((None,) + input_shape)
     x = tf.zeros((batch,) + input_shape)
-    handler = conv.Conv2DHandler() if isinstance(layer, keras.layers.Conv2D) else dense.DenseHandler()
+    conv2d = isinstance(layer, keras.layers.Conv2D)
+    handler = conv.Conv2DHandler() if conv2d else dense.DenseHandler()
     params = handler.hyperparameters(layer)
     options = EngineOptions(**options)
-    if isinstance(handler, conv.Conv2DHandler):
-        return conv._row_source(x, layer(x), params, options), params  # pylint: disable=protected-access
+    if conv2d:
+        # pylint: disable-next=protected-access
+        return conv._row_source(x, layer(x), params, options), params
     return rows.RowSource(x, layer(x), x.shape[-1], options), params
 
 

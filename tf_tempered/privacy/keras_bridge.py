@@ -26,7 +26,8 @@ __all__ = ["flatten_layers", "is_trainable_batch_norm", "linear_activation",
 
 def flatten_layers(model, include_self=False):
     """Every layer of `model`, nested ones included (Keras' own traversal)."""
-    return model._flatten_layers(include_self=include_self, recursive=True)  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    return model._flatten_layers(include_self=include_self, recursive=True)
 
 
 def own_trainable_weights(layer):

@@ -137,10 +137,12 @@ def lookup(layer):
 
 
 # Handlers register themselves on import (after the definitions above).
-from tf_tempered.privacy.layer_grads import generic  # pylint: disable=g-import-not-at-top,wrong-import-position
-from tf_tempered.privacy.layer_grads import dense  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
-from tf_tempered.privacy.layer_grads import conv  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
-from tf_tempered.privacy.layer_grads import embedding  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
-from tf_tempered.privacy.layer_grads import einsum_dense_handler  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
+# pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
+from tf_tempered.privacy.layer_grads import generic
+from tf_tempered.privacy.layer_grads import dense
+from tf_tempered.privacy.layer_grads import conv
+from tf_tempered.privacy.layer_grads import embedding
+from tf_tempered.privacy.layer_grads import einsum_dense_handler
+# pylint: enable=g-import-not-at-top,wrong-import-position,unused-import
 
 GENERIC = generic.GenericHandler()
