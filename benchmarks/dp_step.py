@@ -38,7 +38,6 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
 """
 
 import argparse
-import contextlib
 import json
 import platform
 import statistics
@@ -50,7 +49,7 @@ import tf_tempered
 from tf_tempered._compat import keras, tf
 from tf_tempered import models
 from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
-from tf_tempered.privacy import DPKerasSGDOptimizer, strategy
+from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "dpsequential", "stock_optimizer")
 TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
@@ -72,6 +71,8 @@ def _compiled(path, kind, batch_size):
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     elif path in ("tf_tempered", "tf_tempered_tf_ops"):
         model = _model(kind)  # models.* return make_private(model)
+        if path == "tf_tempered_tf_ops":  # the engine without the native conv op
+            make_private(model, options=EngineOptions(native=False))
         model.compile(DPKerasSGDOptimizer(**dp, learning_rate=0.15), loss=per_example)
     elif path == "dpsequential":
         tensorflow_privacy_ = require_tensorflow_privacy(f"The benchmark path {path!r}")
@@ -91,16 +92,6 @@ def _compiled(path, kind, batch_size):
     else:
         raise ValueError(f"unknown path {path!r}; choose from {PATHS}")
     return model
-
-
-@contextlib.contextmanager
-def _tf_ops_only():
-    """The engine picks its per-layer paths while tracing: trace without the native op."""
-    strategy._USE_NATIVE = False  # pylint: disable=protected-access
-    try:
-        yield
-    finally:
-        strategy._USE_NATIVE = True  # pylint: disable=protected-access
 
 
 def _input_shape(kind):
@@ -143,8 +134,7 @@ def main():
     cpu_times = {p: [] for p in paths}  # all threads: less sensitive to scheduling noise
     peaks = {p: 0 for p in paths}
     for p, model in compiled.items():  # trace and warm up outside the timed rounds
-        with _tf_ops_only() if p == "tf_tempered_tf_ops" else contextlib.nullcontext():
-            model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
+        model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
     for _ in range(args.rounds):
         for p, model in compiled.items():
             steps = args.stock_steps if p == "stock_optimizer" else args.steps

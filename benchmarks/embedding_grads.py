@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tf_tempered._compat import keras, tf  # noqa: E402
-from tf_tempered.privacy import clipping, recording  # noqa: E402
+from tf_tempered.privacy import EngineOptions, clip, layer_grads as handlers, recording  # noqa: E402
 from tf_tempered.privacy.layer_grads import embedding as emb_grads  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def _weights(sq):
     norm = tf.sqrt(tf.cast(sq, tf.float32))
     finite = tf.cast(tf.math.is_finite(norm), tf.float32)
     scale = tf.where(finite > 0, 1.0 / tf.maximum(tf.where(finite > 0, norm, 1.0), 1.0), 0.0)
-    return clipping.ClipWeights(scale, finite)
+    return clip.ClipWeights(scale, finite)
 
 
 def main():
@@ -62,12 +62,12 @@ def main():
         return sq, s.values, s.indices
 
     @tf.function
-    def generic(i, gg):  # what the engine does today for an Embedding
-        record = recording.LayerRecord(layer, "generic", i, None, (), {}, layer.call)
+    def generic(i, gg):  # the generic per-example VJP fallback, for comparison
+        record = recording.LayerRecord(layer, handlers.GENERIC, {}, i, None, (), {}, layer.call)
         record.grad_output = gg
-        sq = clipping.layer_sq_norms(record, m, args.batch // m)
-        grads = clipping.layer_clipped_grads(record, _weights(sq))
-        return sq, grads[layer.embeddings.ref()]
+        norms = handlers.GENERIC.norms(record, {}, handlers.Step(m, args.batch // m,
+                                                                 EngineOptions()))
+        return norms.sq_norms, norms.clipped_sum(_weights(norms.sq_norms))[0]
 
     fns = {"nonprivate": nonprivate, "layer_grads": layer_grads, "generic": generic}
     paths = args.paths.split(",")

@@ -58,16 +58,15 @@ def test_conv_patches_with_unknown_spatial_size(dilation):
 
 
 @pytest.mark.parametrize("chunk", [64, 3])
-def test_depthwise_per_example_kernel_grads_equal_per_example_tapes(monkeypatch, chunk):
-    monkeypatch.setattr(conv_grads, "_DEPTHWISE_CHUNK", chunk)
+def test_depthwise_per_example_kernel_grads_equal_per_example_tapes(chunk):
     layer = _conv(3, 4, 2, "same", 1, channels=2)
     rng = np.random.default_rng(2)
     x = tf.constant(rng.normal(size=(7, 11, 9, 2)), tf.float32)
     g = tf.constant(rng.normal(size=(7, 6, 5, 3)), tf.float32)
-    ours = conv_grads.per_example_kernel_grads(layer, x, g)
+    ours = conv_grads.per_example_kernel_grads(layer, x, g, chunk=chunk)
     # The same with the batch size unknown while tracing (chunks zero-padded).
     dynamic = tf.function(
-        lambda xs, gs: conv_grads.per_example_kernel_grads(layer, xs, gs),
+        lambda xs, gs: conv_grads.per_example_kernel_grads(layer, xs, gs, chunk=chunk),
         input_signature=[tf.TensorSpec([None, 11, 9, 2]), tf.TensorSpec([None, 6, 5, 3])])
     np.testing.assert_allclose(dynamic(x, g).numpy(), ours.numpy(), atol=1e-6)
     assert ours.shape == (16, 7, 6)  # [kh·kw, B, cin·cout]

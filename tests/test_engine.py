@@ -26,9 +26,8 @@ from scipy import stats
 import tf_tempered
 from tf_tempered._compat import keras, tensorflow_privacy, tf
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer,
-                                 UnsupportedLayerError, clipping, conv_grads, dp_config,
-                                 make_private, native, strategy)
+from tf_tempered.privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer, EngineOptions,
+                                 UnsupportedLayerError, dp_config, make_private, native)
 from tf_tempered.privacy.optimizers import DPOptimizerMixin
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -97,10 +96,10 @@ def _tf_privacy_reference(optimizer):
     return getattr(tensorflow_privacy, type(optimizer).__name__)(**optimizer.get_config())
 
 
-def _update(model_fn, optimizer_fn, private, x, y, static_batch=False):
+def _update(model_fn, optimizer_fn, private, x, y, static_batch=False, options=None):
     model = _fresh(model_fn)
     if private:
-        make_private(model)
+        make_private(model, options=options)
     optimizer = optimizer_fn() if private else _tf_privacy_reference(optimizer_fn())
     model.compile(optimizer=optimizer, loss=LOSS)
     before = [w.copy() for w in model.get_weights()]
@@ -111,10 +110,12 @@ def _update(model_fn, optimizer_fn, private, x, y, static_batch=False):
     return [a - b for a, b in zip(model.get_weights(), before)], model
 
 
-def _assert_update_matches_tf_privacy(model_fn, optimizer_fn, x, y, static_batch=False):
+def _assert_update_matches_tf_privacy(model_fn, optimizer_fn, x, y, static_batch=False,
+                                      options=None):
     """make_private's update equals TF Privacy's own (noise off) to 1e-5 of its largest entry."""
     reference, _ = _update(model_fn, optimizer_fn, False, x, y)
-    ours, _ = _update(model_fn, optimizer_fn, True, x, y, static_batch=static_batch)
+    ours, _ = _update(model_fn, optimizer_fn, True, x, y, static_batch=static_batch,
+                      options=options)
     scale = max(np.abs(r).max() for r in reference)
     assert scale > 0
     for r, o in zip(reference, ours):
@@ -134,47 +135,45 @@ def test_update_equals_tf_privacy(model_fn, num_microbatches):
 
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 @pytest.mark.parametrize("forced", ["ghost", "materialize", "auto-no-memory"])
-def test_every_norm_strategy_equals_tf_privacy(monkeypatch, forced, static_batch):
+def test_every_norm_strategy_equals_tf_privacy(forced, static_batch):
     # TF ops only (the fallback without the native op). All Conv2D layers through
     # patches (no depthwise shortcut), every Dense/Conv2D layer through one strategy;
     # "auto-no-memory" lets the cost rule choose but leaves no memory to
     # materialize in (with a dynamic batch: decided per step).
-    monkeypatch.setattr(strategy, "_USE_NATIVE", False)
-    monkeypatch.setattr(strategy, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
     if forced == "auto-no-memory":
-        monkeypatch.setattr(strategy, "_MATERIALIZE_MAX_BYTES", 0)
+        options = EngineOptions(native=False, depthwise_max_channel_pairs=0,
+                                materialize_max_bytes=0)
     else:
-        monkeypatch.setattr(strategy, "_FORCED_STRATEGY", forced)
+        options = EngineOptions(native=False, depthwise_max_channel_pairs=0, norm_path=forced)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
-    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)
+    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch,
+                                      options=options)
 
 
 @pytest.mark.parametrize("forced", ["ghost", "materialize", "auto"])
 @pytest.mark.parametrize("num_microbatches,static_batch", [(None, True), (4, True), (None, False)],
                          ids=["static", "static-4-microbatches", "dynamic"])
-def test_patches_in_chunks_equal_tf_privacy(monkeypatch, forced, num_microbatches, static_batch):
+def test_patches_in_chunks_equal_tf_privacy(forced, num_microbatches, static_batch):
     # A tiny chunk budget: every chunk is one microbatch (16 chunks, or 4 of 4
     # examples); with a dynamic batch "auto" decides per step (tf.cond), then chunks.
-    monkeypatch.setattr(clipping, "_PATCH_CHUNK_BYTES", 1)
-    monkeypatch.setattr(strategy, "_USE_NATIVE", False)
-    monkeypatch.setattr(strategy, "_DEPTHWISE_MAX_CHANNEL_PAIRS", 0)
-    if forced != "auto":
-        monkeypatch.setattr(strategy, "_FORCED_STRATEGY", forced)
+    options = EngineOptions(patch_chunk_bytes=1, native=False, depthwise_max_channel_pairs=0,
+                            norm_path=forced)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0,
                                       num_microbatches=num_microbatches)
-    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)
+    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch,
+                                      options=options)
 
 
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
-def test_depthwise_path_in_chunks_equals_tf_privacy(monkeypatch, static_batch):
+def test_depthwise_path_in_chunks_equals_tf_privacy(static_batch):
     # 16 examples in chunks of 5 (the last one short or zero-padded).
-    monkeypatch.setattr(strategy, "_USE_NATIVE", False)
-    monkeypatch.setattr(conv_grads, "_DEPTHWISE_CHUNK", 5)
+    options = EngineOptions(native=False, depthwise_chunk=5)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
-    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)
+    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch,
+                                      options=options)
 
 
 def _count_native_calls(monkeypatch):
@@ -198,16 +197,15 @@ def test_native_op_paths_equal_tf_privacy(monkeypatch, gradients, num_microbatch
     # with norms only and the book-keeping clipped sum, or as the rules choose.
     if not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
-    monkeypatch.setattr(strategy, "_FORCED_STRATEGY", "native")
-    if gradients == "materialized":
-        monkeypatch.setattr(strategy, "_NATIVE_MATERIALIZE_MIN_ROWS", 0)
-    elif gradients == "norms-only":
-        monkeypatch.setattr(strategy, "_MATERIALIZE_MAX_BYTES", 0)
+    options = {"materialized": EngineOptions(norm_path="native", native_materialize_min_rows=0),
+               "norms-only": EngineOptions(norm_path="native", materialize_max_bytes=0),
+               "default": EngineOptions(norm_path="native")}[gradients]
     calls = _count_native_calls(monkeypatch)
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0,
                                       num_microbatches=num_microbatches)
-    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch)
+    _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch,
+                                      options=options)
     if gradients == "norms-only":
         assert set(calls) == {False}
     elif gradients == "materialized":
@@ -384,18 +382,17 @@ def test_history_reports_clipping_statistics():
 
 
 @pytest.mark.parametrize("forced", ["ghost", "materialize", "native", "native-materialized"])
-def test_nonfinite_example_contributes_zero_and_is_counted(monkeypatch, forced):
+def test_nonfinite_example_contributes_zero_and_is_counted(forced):
     if forced.startswith("native") and not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
-    if forced == "native-materialized":
-        monkeypatch.setattr(strategy, "_NATIVE_MATERIALIZE_MIN_ROWS", 0)
-    monkeypatch.setattr(strategy, "_FORCED_STRATEGY", forced.split("-")[0])
+    options = EngineOptions(norm_path=forced.split("-")[0], native_materialize_min_rows=(
+        0 if forced == "native-materialized" else EngineOptions().native_materialize_min_rows))
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
-    clean, _ = _update(_cnn, opt, True, x[1:], y[1:])
+    clean, _ = _update(_cnn, opt, True, x[1:], y[1:], options=options)
     x_bad = x.copy()
     x_bad[0, 0, 0, 0] = np.nan
-    model = make_private(_fresh(_cnn))
+    model = make_private(_fresh(_cnn), options=options)
     model.compile(optimizer=opt(), loss=LOSS)
     before = model.get_weights()
     history = model.fit(x_bad, y, batch_size=BATCH, shuffle=False, verbose=0).history

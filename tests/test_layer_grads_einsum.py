@@ -130,7 +130,7 @@ def test_rows_equal_per_example_tapes(equation, output_shape, bias_axes, input_s
     kernel_sq = np.sum(np.square(tape_grads[0]).reshape(BATCH, -1), 1)
     np.testing.assert_allclose(_ghost(a, g_rows), kernel_sq, **TOL)
 
-    # Per microbatch (2 of 2 examples): rows grouped as clipping.py's _group_rows does.
+    # Per microbatch (2 of 2 examples): rows grouped as clip.group_rows does.
     microbatches = BATCH // 2
     grouped_a = tf.reshape(a, [microbatches, -1, a.shape[-1]])
     grouped_g = tf.reshape(g_rows, [microbatches, -1, g_rows.shape[-1]])

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clipping
+from tf_tempered.privacy import clip as clip_lib
 from tf_tempered.privacy.layer_grads import embedding as emb_grads
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,7 +65,7 @@ def _clip_weights(norms, clip):
     norms = tf.constant(norms, tf.float32)
     finite = tf.cast(tf.math.is_finite(norms), tf.float32)
     scale = tf.where(finite > 0, clip / tf.maximum(tf.where(finite > 0, norms, clip), clip), 0.0)
-    return clipping.ClipWeights(scale, finite)
+    return clip_lib.ClipWeights(scale, finite)
 
 
 def _densify(slices):
@@ -392,7 +392,7 @@ MEMORY_CHILD = textwrap.dedent(r'''
     import json, sys
     import tf_tempered
     from tf_tempered._compat import tf
-    from tf_tempered.privacy import clipping
+    from tf_tempered.privacy import clip as clip_lib
     from tf_tempered.privacy.layer_grads import embedding as emb_grads
     batch, seq, dim, m = 256, 64, 64, 256
     ids = tf.random.stateless_uniform([batch, seq], [1, 2], 0, 50000, tf.int32)
@@ -403,7 +403,7 @@ MEMORY_CHILD = textwrap.dedent(r'''
         def step(i, gg):
             sq = emb_grads.embedding_sq_norms(i, gg, m)
             norms = tf.sqrt(sq)
-            w = clipping.ClipWeights(tf.minimum(1.0, 1.0 / norms), tf.ones_like(norms))
+            w = clip_lib.ClipWeights(tf.minimum(1.0, 1.0 / norms), tf.ones_like(norms))
             s = emb_grads.embedding_clipped_sum(i, gg, w, vocab)
             return sq, s.values, s.indices
         step(ids, g)  # trace and warm up

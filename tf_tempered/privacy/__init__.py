@@ -15,7 +15,7 @@
 
 from tf_tempered.privacy.accounting import (compute_epsilon, make_dp_event,
                                             noise_multiplier_for_epsilon, num_steps)
-from tf_tempered.privacy.engine import (DPConfig, UnsupportedLayerError, dp_config,
+from tf_tempered.privacy.engine import (DPConfig, EngineOptions, UnsupportedLayerError, dp_config,
                                         has_secret_dp_randomness, is_private, make_private)
 from tf_tempered.privacy.optimizers import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,
                                             DPKerasSGDOptimizer)
@@ -30,6 +30,7 @@ __all__ = [
     "DPKerasAdagradOptimizer",
     "DPKerasAdamOptimizer",
     "DPKerasSGDOptimizer",
+    "EngineOptions",
     "InsecureDPRandomnessWarning",
     "UnsupportedLayerError",
     "compute_epsilon",

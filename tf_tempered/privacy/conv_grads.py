@@ -67,26 +67,20 @@ def _axis(size, kernel, stride, dilation, padding):
     return out, (total // 2, total - total // 2)
 
 
-# The depthwise backprop's cost per example grows with the folded channel count
-# (measured on CPU: 2.4 ms for 256 examples at once, 13.8 ms for 512), so the
-# batch goes through it in chunks of this many examples.
-_DEPTHWISE_CHUNK = 128
-
-
-def per_example_kernel_grads(layer, x, g):
+def per_example_kernel_grads(layer, x, g, chunk=128):
     """Per-example ∂ℓ_b/∂kernel of a Conv2D as [kh·kw, B, cin·cout], no patches.
 
     Examples on the middle axis is the layout the depthwise backprop produces:
     norms and the clipped sum need no transpose of it. Undilated layers only:
     TF 2.21's CPU depthwise backprop-filter ignores `dilations` eagerly (wrong
-    gradients) and fails in graphs.
+    gradients) and fails in graphs. The batch goes through the backprop in
+    chunks of `chunk` examples (EngineOptions.depthwise_chunk says why).
     """
     if tuple(layer.dilation_rate) != (1, 1):
         raise ValueError(
             f"per_example_kernel_grads: layer {layer.name!r} has dilation_rate="
             f"{tuple(layer.dilation_rate)}, but TF's CPU depthwise backprop-filter kernel "
             "ignores dilations (wrong gradients) or fails; use patches instead.")
-    chunk = _DEPTHWISE_CHUNK
     x = tf.cast(x, g.dtype)
     batch = x.shape[0]
     if batch is not None:

@@ -23,7 +23,7 @@ that none is trained silently with a zero gradient.
 """
 
 from tf_tempered._compat import keras
-from tf_tempered.privacy import recording
+from tf_tempered.privacy import keras_bridge, recording
 
 __all__ = ["check", "refuse_unrecorded_dependencies"]
 
@@ -64,7 +64,7 @@ def check(model, records):
                 "handle shared weights.")
         recorded.add(id(record.layer))
     owner = {}
-    for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
+    for layer in keras_bridge.flatten_layers(model, include_self=True):
         if getattr(layer, "_tf_tempered_instrumented", False):
             owner.update((v.ref(), layer) for v in recording.own_trainable_weights(layer))
     for var in model.trainable_variables:
@@ -108,7 +108,7 @@ def refuse_unrecorded_dependencies(model, unrecorded, grads):
 
 def _time_distributed_holding(model, inner):
     """The TimeDistributed layer of `model` that wraps `inner`, or None."""
-    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+    for layer in keras_bridge.flatten_layers(model):
         if isinstance(layer, keras.layers.TimeDistributed) and layer.layer is inner:
             return layer
     return None
@@ -116,7 +116,7 @@ def _time_distributed_holding(model, inner):
 
 def _rnn_holding(model, cell):
     """The RNN layer of `model` whose cell is `cell`, or None."""
-    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
+    for layer in keras_bridge.flatten_layers(model):
         if getattr(layer, "cell", None) is cell:
             return layer
     return None

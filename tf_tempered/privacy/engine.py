@@ -19,7 +19,7 @@ with one of tf_tempered's DP optimizers (`tf_tempered.privacy.DPKerasSGDOptimize
 arguments, any Python) or one of TF Privacy's Keras DP optimizers (DPKeras*,
 GenericDP* with a Gaussian query, VectorizedDPKeras*; Python <= 3.11), each step
 computes per-microbatch gradient norms with
-one backward pass (see `tf_tempered.privacy.clipping`), clips them to the
+one backward pass (each layer's handler in `tf_tempered.privacy.layer_grads`), clips them to the
 optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum (keyed by a secret, see
 `tf_tempered.privacy.randomness`: the global seed does not fix it), divides by the
 number of microbatches, and hands the result to the optimizer's own update rule
@@ -41,17 +41,23 @@ Example:
 ['dp_clipped_fraction', 'dp_grad_norm', 'dp_nonfinite']
 """
 
+import logging
 import types
 
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clipping, coverage, optimizers, randomness, recording
+from tf_tempered.privacy import (coverage, keras_bridge, layer_grads, optimizers, randomness,
+                                  recording)
+from tf_tempered.privacy.clip import ClipWeights
+from tf_tempered.privacy.options import EngineOptions
 
-__all__ = ["DPConfig", "dp_config", "make_private", "is_private", "has_secret_dp_randomness",
-           "UnsupportedLayerError"]
+__all__ = ["DPConfig", "EngineOptions", "dp_config", "make_private", "is_private",
+           "has_secret_dp_randomness", "UnsupportedLayerError"]
 
 UnsupportedLayerError = recording.UnsupportedLayerError
+
+_LOG = logging.getLogger(__name__)
 
 _LOSS_FIX = (
     "compile with a per-example loss, e.g. loss=keras.losses.SparseCategoricalCrossentropy("
@@ -157,7 +163,7 @@ def has_secret_dp_randomness(model):
     return model._dp_noise.is_secret  # pylint: disable=protected-access
 
 
-def make_private(model, *, insecure_dp_seed=None):
+def make_private(model, *, insecure_dp_seed=None, options=None):
     """Prepares a Keras model for fast, exact DP-SGD and returns it (the same object).
 
     Works for Sequential, Functional and subclassed models whose trainable layers
@@ -177,23 +183,36 @@ def make_private(model, *, insecure_dp_seed=None):
     the noise a function of K instead: reproducible for debugging and tests, NOT
     private (the ε does not hold; warns). Calling make_private again re-keys.
 
+    ``options`` (an :class:`~tf_tempered.privacy.options.EngineOptions`, default
+    ``EngineOptions()``) chooses how per-microbatch norms and clipped sums are
+    computed (native op, ghost norm, materialized gradients, chunk sizes); every
+    choice gives the same update, so they trade speed and memory only. Calling
+    make_private again replaces them.
+
     Raises UnsupportedLayerError (a ValueError) for layers that mix examples,
     such as a trainable BatchNormalization.
     """
     if not isinstance(model, keras.Model):
         raise TypeError(f"make_private expects a keras.Model (tf-keras), got {type(model).__name__}.")
+    if options is None:
+        options = EngineOptions()
+    elif not isinstance(options, EngineOptions):
+        raise TypeError(f"make_private: options must be a tf_tempered.privacy.EngineOptions, "
+                        f"got {type(options).__name__}.")
     noise = randomness.DPRandomness("noise", insecure_dp_seed=insecure_dp_seed)
     recording.instrument(model)
     if not is_private(model):
-        object.__setattr__(model, "_tf_tempered_private", True)
+        keras_bridge.set_untracked(model, "_tf_tempered_private", True)
         # Kept out of model.metrics so evaluate() does not report them; reset
         # with the model's own metrics at the start of every epoch.
-        object.__setattr__(model, "_dp_metrics", _DPMetrics())
+        keras_bridge.set_untracked(model, "_dp_metrics", _DPMetrics())
         model.train_step = types.MethodType(_train_step, model)
         model.reset_metrics = types.MethodType(_reset_metrics, model)
-    # Untracked (object.__setattr__), like _dp_metrics: the key is in no weight
-    # list, checkpoint or saved model.
-    object.__setattr__(model, "_dp_noise", noise)
+    # Untracked, like _dp_metrics: the key is in no weight list, checkpoint or
+    # saved model.
+    keras_bridge.set_untracked(model, "_dp_noise", noise)
+    keras_bridge.set_untracked(model, "_dp_options", options)
+    keras_bridge.set_untracked(model, "_dp_generic_logged", False)
     model.train_function = None  # drop a step compiled before this call (old key)
     return model
 
@@ -235,7 +254,7 @@ def _unpack_sample_weight(sample_weight):
 @tf.autograph.experimental.do_not_convert
 def _train_step(self, data):
     config = dp_config(self.optimizer)
-    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    x, y, sample_weight = keras_bridge.unpack_x_y_sample_weight(data)
     sample_weight, normalizer = _unpack_sample_weight(sample_weight)
     poisson_mask = sample_weight if normalizer is not None else None
     if config is None:
@@ -281,10 +300,12 @@ def _train_step(self, data):
         for record in records:
             record.inputs = tf.identity(record.inputs)
 
+    _log_generic_layers(self, records)
+    step = layer_grads.Step(num_microbatches, examples_per_microbatch, self._dp_options)
+    norms = [record.handler.norms(record, record.params, step) for record in records]
     sq_norm = tf.zeros([num_microbatches], tf.float32)
-    for record in records:
-        sq_norm += tf.cast(clipping.layer_sq_norms(record, num_microbatches,
-                                                   examples_per_microbatch), tf.float32)
+    for layer_norms in norms:
+        sq_norm += tf.cast(layer_norms.sq_norms, tf.float32)
     norm = tf.sqrt(sq_norm)
     finite = tf.cast(tf.math.is_finite(norm), tf.float32)
     clip = tf.constant(config.l2_norm_clip, tf.float32)
@@ -292,10 +313,17 @@ def _train_step(self, data):
     scale = tf.where(finite > 0, clip / tf.maximum(tf.where(finite > 0, norm, clip), clip), 0.0)
 
     summed = {}
-    weights = clipping.ClipWeights(scale, finite)
-    for record in records:
-        for ref, grad in clipping.layer_clipped_grads(record, weights).items():
-            summed[ref] = summed[ref] + grad if ref in summed else grad
+    weights = ClipWeights(scale, finite)
+    for record, layer_norms in zip(records, norms):
+        variables = record.handler.variables(record.layer, record.params)
+        for var, grad in zip(variables, layer_norms.clipped_sum(weights)):
+            if isinstance(grad, tf.IndexedSlices):
+                # A sparse gradient (Embedding) is densified: the dense noise is
+                # added to every coordinate anyway. A scatter-add sums duplicate
+                # ids and keeps the static shape (no dense_shape to infer).
+                grad = tf.tensor_scatter_nd_add(tf.zeros(var.shape, grad.values.dtype),
+                                                grad.indices[:, None], grad.values)
+            summed[var.ref()] = summed[var.ref()] + grad if var.ref() in summed else grad
 
     if normalizer is None:
         normalizer = num_microbatches
@@ -333,6 +361,18 @@ def _train_step(self, data):
         logs["loss"] = metrics.masked_loss.result()
     logs.update({m.name: m.result() for m in metrics.all() if m is not metrics.masked_loss})
     return logs
+
+
+def _log_generic_layers(model, records):
+    """Logs once per model (at the first trace) which layers take the generic VJP fallback."""
+    if getattr(model, "_dp_generic_logged", True):
+        return
+    keras_bridge.set_untracked(model, "_dp_generic_logged", True)
+    names = [f"{r.layer.name} ({type(r.layer).__name__})" for r in records
+             if r.handler is layer_grads.GENERIC]
+    if names:
+        _LOG.info("tf_tempered: per-example gradients by the generic per-layer VJP (no "
+                  "registered handler) for: %s", ", ".join(names))
 
 
 def _gaussian_noise(variables, stddev, source):

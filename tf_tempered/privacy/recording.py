@@ -15,16 +15,19 @@
 
 `instrument(model)` wraps the `call` of every layer that owns trainable weights.
 While a `Recorder` is active (the DP training step), each call leaves a
-`LayerRecord` with the layer's input and its output (pre-activation for plain
-Dense/Conv2D, whose activation is applied after recording); otherwise the hook
-does nothing, so inference, evaluation and saving are unaffected.
+`LayerRecord` with the layer's input, its output (the pre-activation output
+when the layer's handler asks for it, see layer_grads/: the activation is then
+applied after recording) and the handler that will compute its per-microbatch
+gradients; otherwise the hook does nothing, so inference, evaluation and saving
+are unaffected.
 """
 
 import contextlib
 import functools
 import threading
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import tf
+from tf_tempered.privacy import keras_bridge
 
 __all__ = ["LayerRecord", "Recorder", "UnsupportedLayerError", "instrument",
            "own_trainable_weights"]
@@ -48,16 +51,22 @@ def _active_recorder():
 class LayerRecord:
     """What one call of an instrumented layer left for the backward pass."""
 
-    def __init__(self, layer, kind, inputs, output, call_args, call_kwargs, call_fn):
+    def __init__(self, layer, handler, params, inputs, output, call_args, call_kwargs, call_fn):
         self.layer = layer
-        self.kind = kind  # "dense", "conv2d" or "generic"
+        self.handler = handler  # a layer_grads.Handler
+        self.params = params  # the layer's hyperparameters as plain values (handler's adapter)
         self.inputs = inputs
-        self.output = output  # Z (pre-activation) for dense/conv2d, the output otherwise
+        # Z (pre-activation) if handler.records_pre_activation, the output otherwise.
+        self.output = output
         self.call_args = call_args
         self.call_kwargs = call_kwargs
         self.call_fn = call_fn  # the layer's own, uninstrumented call
         self.grad_output = None  # ∂(Σ ℓ_m)/∂output, filled after the backward pass
-        self.cache = {}
+
+    @property
+    def kind(self):
+        """The handler's name ("dense", "conv2d", ..., "generic"): for messages and tests."""
+        return self.handler.name
 
 
 class Recorder:
@@ -76,21 +85,7 @@ class Recorder:
             _STATE.recorder = previous
 
 
-def _layer_kind(layer):
-    if isinstance(layer, keras.layers.Dense) and type(layer).call is keras.layers.Dense.call:
-        return "dense"
-    if (isinstance(layer, keras.layers.Conv2D)
-            and type(layer).call is keras.layers.Conv2D.call
-            and getattr(layer, "groups", 1) == 1
-            and layer.data_format == "channels_last"
-            and layer.padding in ("same", "valid")):
-        return "conv2d"
-    return "generic"
-
-
-def own_trainable_weights(layer):
-    # Weights created by the layer itself, not by its sub-layers.
-    return list(getattr(layer, "_trainable_weights", [])) if layer.trainable else []
+own_trainable_weights = keras_bridge.own_trainable_weights
 
 
 def instrument(model):
@@ -100,8 +95,8 @@ def instrument(model):
     Recorder is active, so inference, evaluation and saving are unaffected.
     """
     layers = []
-    for layer in model._flatten_layers(include_self=False, recursive=True):  # pylint: disable=protected-access
-        if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable:
+    for layer in keras_bridge.flatten_layers(model):
+        if keras_bridge.is_trainable_batch_norm(layer):
             raise UnsupportedLayerError(
                 f"Layer {layer.name!r} is a BatchNormalization layer: in training it "
                 "normalizes with statistics of the whole batch, so one example's "
@@ -119,7 +114,6 @@ def instrument(model):
 
 def _wrap_call(layer):
     original_call = layer.call
-    kind = _layer_kind(layer)
 
     @functools.wraps(original_call)
     @tf.autograph.experimental.do_not_convert
@@ -134,27 +128,31 @@ def _wrap_call(layer):
                 f"Layer {layer.name!r} received {type(inputs).__name__} inputs; the DP "
                 "engine computes per-example gradients for layers called on one dense "
                 "tensor. Pass dense tensors (or wrap the layer's logic in one).")
-        if kind in ("dense", "conv2d"):
+        # Imported here: handler modules (einsum_dense) import this module's errors.
+        from tf_tempered.privacy import layer_grads  # pylint: disable=g-import-not-at-top
+        # Keras built the layer before calling `call`: its hyperparameters are known.
+        handler, params = layer_grads.lookup(layer)
+        if handler.records_pre_activation:
             activation = layer.activation
             # Record the pre-activation output: bypass Keras attribute tracking so
             # the layer's weight order and sub-layer list stay untouched.
-            object.__setattr__(layer, "activation", keras.activations.linear)
+            keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
             try:
                 z = original_call(inputs, *args, **kwargs)
             finally:
-                object.__setattr__(layer, "activation", activation)
+                keras_bridge.set_untracked(layer, "activation", activation)
             recorder.records.append(
-                LayerRecord(layer, kind, inputs, z, args, kwargs, original_call))
+                LayerRecord(layer, handler, params, inputs, z, args, kwargs, original_call))
             return activation(z) if activation is not None else z
         outputs = original_call(inputs, *args, **kwargs)
         if not isinstance(outputs, tf.Tensor):
             raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
         recorder.records.append(
-            LayerRecord(layer, "generic", inputs, outputs, args, kwargs, original_call))
+            LayerRecord(layer, handler, params, inputs, outputs, args, kwargs, original_call))
         return outputs
 
-    object.__setattr__(layer, "call", call)
-    object.__setattr__(layer, "_tf_tempered_instrumented", True)
+    keras_bridge.set_untracked(layer, "call", call)
+    keras_bridge.set_untracked(layer, "_tf_tempered_instrumented", True)
 
 
 _NO_FAST_PATH = (

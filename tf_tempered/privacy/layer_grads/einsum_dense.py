@@ -33,7 +33,7 @@ example's kernel gradient, as a d_in × d_out matrix, is
 
     ∂ℓ/∂K = Σ_r a_r g_rᵀ,            ‖∂ℓ/∂K‖² = Σ_{r,s} (a_r·a_s)(g_r·g_s),
 
-exactly the Dense math of clipping.py (ghost norm, materialization, book-keeping),
+exactly the Dense math of layer_grads/rows.py (ghost norm, materialization, book-keeping),
 on a [B, R, d_in] and g [B, R, d_out] from :func:`einsum_rows`; the matrix goes
 back to the kernel's shape and axis order with :func:`kernel_from_matrix`.
 
@@ -286,7 +286,7 @@ def kernel_from_matrix(equation, matrix, kernel_shape, *, flat=False):
     """Maps kernel gradients in row layout back to the kernel's shape and axis order.
 
     matrix: [..., d_in, d_out] (e.g. Σ_r a_r g_rᵀ per example or per microbatch),
-    or [..., d_in·d_out] with ``flat=True`` (clipping.py's materialized layout);
+    or [..., d_in·d_out] with ``flat=True`` (rows.py's materialized layout);
     d_in and d_out flatten the contracted and output letters in kernel order, as
     :func:`einsum_rows` does. Returns [..., *kernel_shape]. The kernel's letters
     need not come contracted-first (``"abc,dc->abd"``): the axes are transposed.

@@ -51,9 +51,11 @@ Example: microbatch 0 = examples 0, 1 looks up row 3 twice and row 1 once.
 [27.0]
 """
 
-from tf_tempered._compat import tf
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy.layer_grads import Handler, Norms, register
 
-__all__ = ["embedding_sq_norms", "embedding_clipped_sum", "embedding_hyperparameters"]
+__all__ = ["EmbeddingHandler", "embedding_sq_norms", "embedding_clipped_sum",
+           "embedding_hyperparameters"]
 
 
 def _as_ids(ids, vocab_size=None):
@@ -153,7 +155,7 @@ def embedding_clipped_sum(ids, grad_output, weights, vocab_size, *, dtype=None,
     Args:
       ids: the layer's input [B, ...], as for `embedding_sq_norms`.
       grad_output: [B, ..., d], as for `embedding_sq_norms`.
-      weights: a `tf_tempered.privacy.clipping.ClipWeights`: scale [M] (0 for
+      weights: a `tf_tempered.privacy.clip.ClipWeights`: scale [M] (0 for
         microbatches whose norm is not finite) and the finite flags.
       vocab_size: V, the number of rows of the embedding matrix (the
         IndexedSlices' dense_shape; negative ids are read as Keras 3 does).
@@ -217,3 +219,32 @@ def embedding_hyperparameters(layer):
         "compute_dtype": tf.as_dtype(layer.compute_dtype).name,
         "mask_zero": bool(getattr(layer, "mask_zero", False)),
     }
+
+
+@register(keras.layers.Embedding)
+class EmbeddingHandler(Handler):
+    """The engine's handler: sparse per-microbatch norms, an IndexedSlices clipped sum.
+
+    The engine densifies the clipped sum before adding the (dense) noise.
+    Variants embedding_hyperparameters refuses (sparse=True, LoRA, quantized)
+    take the generic fallback.
+    """
+
+    name = "embedding"
+    records_pre_activation = False  # no activation: the output is the lookup itself
+
+    def hyperparameters(self, layer):
+        try:
+            return embedding_hyperparameters(layer)
+        except ValueError:
+            return None
+
+    def variables(self, layer, params):
+        return [layer.embeddings]
+
+    def norms(self, call, params, step):
+        vocab = params["vocab_size"]
+        sq = embedding_sq_norms(call.inputs, call.grad_output, step.num_microbatches,
+                                vocab_size=vocab)
+        return Norms(sq, lambda weights: [embedding_clipped_sum(
+            call.inputs, call.grad_output, weights, vocab, dtype=params["dtype"])], "sparse")

@@ -16,18 +16,18 @@
 import numpy as np
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import clipping
+from tf_tempered.privacy import clip
 
 
 def test_clip_weights_zero_only_nonfinite_rows():
     rows = tf.constant([[1.0, np.nan], [2.0, 3.0], [np.inf, 1.0]])
     finite = tf.constant([0.0, 1.0, 0.0])
     np.testing.assert_array_equal(
-        clipping.ClipWeights(tf.constant([0.0, 0.5, 0.0]), finite).zero_nonfinite(rows).numpy(),
+        clip.ClipWeights(tf.constant([0.0, 0.5, 0.0]), finite).zero_nonfinite(rows).numpy(),
         [[0, 0], [2, 3], [0, 0]])
-    all_finite = clipping.ClipWeights(tf.ones(3), tf.ones(3))
+    all_finite = clip.ClipWeights(tf.ones(3), tf.ones(3))
     np.testing.assert_array_equal(all_finite.zero_nonfinite(tf.ones([3, 2])).numpy(), np.ones([3, 2]))
     # Per-example rows of microbatches of two examples.
-    per_example = clipping.ClipWeights(tf.ones(2), tf.constant([1.0, 0.0])).zero_nonfinite(
+    per_example = clip.ClipWeights(tf.ones(2), tf.constant([1.0, 0.0])).zero_nonfinite(
         tf.fill([4, 1], np.nan), per_example=True)
     assert np.isnan(per_example.numpy()[:2]).all() and (per_example.numpy()[2:] == 0).all()

@@ -1,0 +1,118 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Shared test helper: the DP engine against a per-microbatch GradientTape reference.
+
+The reference is DP-SGD written out: one float64 tape per microbatch, the
+global norm, TF Privacy's clip factor min(1, C/‖g_m‖), the sum over
+microbatches divided by their number. The clip norm is the median of the
+reference norms, so some microbatches are clipped and some are not.
+Used by tests/test_engine_references.py and tests/test_layer_grads_conformance.py
+(tests/ is on sys.path: it is not a package).
+"""
+
+import numpy as np
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
+
+__all__ = ["BATCH", "LOSS", "assert_engine_matches_reference", "seeded", "_seeded"]
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+BATCH = 16
+
+
+def _microbatch_grads(model, x, y, num_microbatches):
+    """Each microbatch's gradient (of its mean loss) as float64 arrays, by tape."""
+    grads = []
+    for xs, ys in zip(np.split(x, num_microbatches), np.split(y, num_microbatches)):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(LOSS(ys, model(xs, training=True)))
+        g = tape.gradient(loss, model.trainable_variables,
+                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        # tf.convert_to_tensor: an Embedding's gradient is IndexedSlices (duplicates summed).
+        grads.append([tf.convert_to_tensor(t).numpy().astype(np.float64) for t in g])
+    return grads
+
+
+def _reference(builder, weights, x, y, num_microbatches):
+    """(microbatch norms, function clip → DP-SGD update with lr 1) in float64."""
+    model = builder("float64")
+    model.set_weights([w.astype(np.float64) for w in weights])
+    grads = _microbatch_grads(model, x.astype(np.float64), y, num_microbatches)
+    norms = np.array([np.sqrt(sum(np.sum(t ** 2) for t in g)) for g in grads])
+
+    def update(clip):
+        factors = np.minimum(1.0, clip / norms)
+        return [-sum(f * g[i] for f, g in zip(factors, grads)) / num_microbatches
+                for i in range(len(grads[0]))]
+
+    return norms, update
+
+
+def _engine_update(builder, weights, x, y, clip, num_microbatches, static_batch, dtype,
+                   options=None):
+    model = builder(dtype)
+    model.set_weights([w.astype(dtype) for w in weights])
+    make_private(model, options=options)
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=0.0,
+                                                num_microbatches=num_microbatches,
+                                                learning_rate=1.0), loss=LOSS)
+    before = [v.numpy() for v in model.trainable_variables]
+    # Without drop_remainder the traced step does not know the batch size. (fit on
+    # arrays whose size is a multiple of batch_size traces a static batch size.)
+    data = tf.data.Dataset.from_tensor_slices((x.astype(dtype), y)).batch(
+        len(x), drop_remainder=static_batch)
+    history = model.fit(data, verbose=0).history
+    assert model.train_function is not None
+    after = [v.numpy() for v in model.trainable_variables]
+    return [a - b for a, b in zip(after, before)], history
+
+
+def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, static_batch=False,
+                                    dtype="float32", options=None):
+    """The engine's update (noise 0) equals the float64 reference, clip at the median norm."""
+    weights = builder("float32").get_weights()
+    microbatches = num_microbatches or len(x)
+    norms, reference_update = _reference(builder, weights, x, y, microbatches)
+    if microbatches > 1:
+        clip = float(np.median(norms))
+        clipped = np.mean(norms > clip)
+        assert 0 < clipped < 1, norms  # a mix of clipped and unclipped microbatches
+    else:  # one microbatch: clipped (half its norm)
+        clip, clipped = float(norms[0]) / 2, 1.0
+    reference = reference_update(clip)
+    ours, history = _engine_update(builder, weights, x, y, clip, num_microbatches,
+                                   static_batch, dtype, options)
+    np.testing.assert_allclose(history["dp_clipped_fraction"][0], clipped)
+    np.testing.assert_allclose(history["dp_grad_norm"][0], norms.mean(), rtol=1e-4)
+    scale = max(np.abs(r).max() for r in reference)
+    assert scale > 0
+    atol = (1e-5 if dtype == "float32" else 1e-6) * scale  # float64: the clip factors are float32
+    for r, o in zip(reference, ours):
+        assert r.shape == o.shape
+        np.testing.assert_allclose(o, r, rtol=0, atol=atol)
+    return norms
+
+
+
+def _seeded(builder, seed=0):
+    def build(dtype):
+        keras.utils.set_random_seed(seed)
+        return builder(dtype)
+
+    build.__name__ = builder.__name__
+    return build
+
+
+seeded = _seeded

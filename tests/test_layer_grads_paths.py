@@ -1,0 +1,127 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The Dense/Conv2D handlers' path choice, on the layer shapes the thresholds were measured on."""
+
+import pytest
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import EngineOptions, native
+from tf_tempered.privacy.layer_grads import conv, dense, rows
+
+BATCH = 256
+
+
+def _record(layer, input_shape, batch=BATCH, **options):
+    """(RowSource, hyperparameters) of a layer: the shapes and dtype are all the choice reads."""
+    layer.build((None,) + input_shape)
+    x = tf.zeros((batch,) + input_shape)
+    conv2d = isinstance(layer, keras.layers.Conv2D)
+    handler = conv.Conv2DHandler() if conv2d else dense.DenseHandler()
+    params = handler.hyperparameters(layer)
+    options = EngineOptions(**options)
+    if conv2d:
+        # pylint: disable-next=protected-access
+        return conv._row_source(x, layer(x), params, options), params
+    return rows.RowSource(x, layer(x), x.shape[-1], options), params
+
+
+def _mnist_conv1(**options):
+    return _record(keras.layers.Conv2D(16, 8, strides=2, padding="same"), (28, 28, 1), **options)
+
+
+def _mnist_conv2(**options):
+    return _record(keras.layers.Conv2D(32, 4, strides=2, padding="same"), (7, 7, 16), **options)
+
+
+def _cifar_conv_8x8(**options):
+    return _record(keras.layers.Conv2D(128, 3, padding="same"), (8, 8, 64), **options)
+
+
+def _choice(record, num_microbatches=BATCH, examples_per_microbatch=1):
+    """(rows per microbatch, native, depthwise, materialize) of the handler's path."""
+    src, params = record
+    g_rows = rows.static_rows(src.grad_output, examples_per_microbatch)
+    if isinstance(params, conv.Conv2DParams):
+        path = conv.choose_path(src, params, num_microbatches, examples_per_microbatch)
+        return g_rows, path.native, path.depthwise, path.materialize
+    return g_rows, False, False, rows.choose_materialize(src, num_microbatches,
+                                                         examples_per_microbatch)
+
+
+needs_native = pytest.mark.skipif(not native.available(), reason="native op not buildable here")
+
+
+@needs_native
+def test_native_choices_on_the_mnist_cnn():
+    # conv1: 196 output pixels, gradients kept; conv2: 16 pixels, norms only.
+    assert _choice(_mnist_conv1()) == (196, True, False, True)
+    assert _choice(_mnist_conv2()) == (16, True, False, False)
+    # 4 examples per microbatch: conv2 has 64 rows, its 64 gradients are kept.
+    assert _choice(_mnist_conv2(), 64, 4) == (64, True, False, True)
+
+
+@needs_native
+def test_wide_conv_with_few_pixels_takes_the_ghost_norm():
+    # 64 rows, 576×128 kernel: ghost 2.9 M multiply-adds per example, native 4.7 M.
+    assert _choice(_cifar_conv_8x8()) == (64, False, False, False)
+
+
+def test_dense_rows_take_the_ghost_norm():
+    record = _record(keras.layers.Dense(10), (32,))
+    assert _choice(record) == (1, False, False, False)
+
+
+def test_tf_ops_only():
+    # 1×16 channel pairs: depthwise
+    assert _choice(_mnist_conv1(native=False)) == (196, False, True, True)
+    # conv2: d_in·d_out = 8192 > 16·288 rows·(d_in + d_out): ghost.
+    assert _choice(_mnist_conv2(native=False)) == (16, False, False, False)
+    # With a static count of microbatches but no static batch, rows are unbounded: materialize.
+    assert _choice(_mnist_conv2(native=False), 8, None)[1:] == (False, False, True)
+
+
+def test_memory_cap_turns_materializing_off():
+    tf_ops = dict(native=False, depthwise_max_channel_pairs=0)
+    record = _record(keras.layers.Conv2D(8, 3), (12, 12, 2), **tf_ops)  # 100 rows, 18×8 kernel
+    assert _choice(record)[3] is True
+    assert _choice(_record(keras.layers.Conv2D(8, 3), (12, 12, 2), **tf_ops,
+                           materialize_max_bytes=BATCH * 18 * 8 * 4 - 1))[3] is False
+
+
+def test_unknown_microbatch_count_decides_per_step():
+    tf_ops = dict(native=False, depthwise_max_channel_pairs=0)
+    record = _record(keras.layers.Conv2D(8, 3), (12, 12, 2), **tf_ops)
+    count = tf.constant(BATCH)
+    materialize = _choice(record, count)[3]
+    assert tf.is_tensor(materialize) and bool(materialize)
+    assert not bool(_choice(_record(keras.layers.Conv2D(8, 3), (12, 12, 2), **tf_ops,
+                                    materialize_max_bytes=1), count)[3])
+
+
+@pytest.mark.parametrize("forced,expected", [("ghost", (False, False, False)),
+                                             ("materialize", (False, False, True))])
+def test_forced_tf_ops_strategies_skip_native_and_depthwise(forced, expected):
+    assert _choice(_mnist_conv1(norm_path=forced))[1:] == expected
+
+
+@needs_native
+def test_forced_native():
+    assert _choice(_cifar_conv_8x8(norm_path="native"))[1:3] == (True, False)
+
+
+def test_input_width_and_rows():
+    src, _ = _mnist_conv2()
+    assert src.d_in == 4 * 4 * 16
+    assert rows.static_rows(src.grad_output, 3) == 48
+    assert rows.static_rows(tf.zeros((5, 7)), None) == 1

@@ -1,0 +1,81 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Per-microbatch clip factors and the small tensor helpers every handler shares.
+
+After the norms, microbatch m's gradient is weighted by c_m = min(1, C/‖g_m‖)
+(TF Privacy's clip_by_global_norm), or 0 where ‖g_m‖ is not finite. Handlers
+form Σ_m c_m·g_m from a `ClipWeights`.
+"""
+
+from tf_tempered._compat import tf
+
+__all__ = ["ClipWeights", "group_rows", "per_example", "sum_microbatches", "weighted_sum"]
+
+
+class ClipWeights:
+    """Per-microbatch clip factors: scale [M] (0 where not finite), finite [M] in {0, 1}."""
+
+    def __init__(self, scale, finite):
+        self.scale = scale
+        self.finite = finite
+        self.all_finite = tf.reduce_all(finite > 0)
+
+    def zero_nonfinite(self, t, per_example=False, axis=0):
+        """`t` ([M or B, ...] for axis 0) with the rows of non-finite microbatches set to zero.
+
+        A zero clip factor does not remove NaN/inf (0·NaN = NaN), so those rows are
+        zeroed; tf.cond skips the pass in the usual all-finite case.
+        """
+        def zeroed():
+            if per_example:
+                keep = _per_example(self.finite, t)  # (the argument shadows the function)
+            else:
+                shape = [1] * t.shape.rank
+                shape[axis] = -1
+                keep = tf.reshape(tf.cast(self.finite, t.dtype), shape)
+            return tf.where(keep > 0, t, tf.zeros_like(t))
+
+        return tf.cond(self.all_finite, lambda: tf.identity(t), zeroed)
+
+
+def group_rows(t, num_microbatches):
+    """[rows, ..., d] → [M, rows per microbatch, d] (rows are example-major)."""
+    return tf.reshape(t, [num_microbatches, -1, t.shape[-1]])
+
+
+def sum_microbatches(per_row, num_microbatches):
+    """[rows, ...] → [M, ...] summed over each microbatch's rows.
+
+    A layer's recorded rows are the batch's examples, or more rows per example
+    (example-major) when a wrapper folds time into the batch (TimeDistributed
+    gives its layer [B·T, ...]): per-row gradients must be summed per microbatch
+    before the norm, not taken for examples of their own.
+    """
+    return tf.reduce_sum(tf.reshape(per_row, [num_microbatches, -1]
+                                    + per_row.shape[1:].as_list()), 1)
+
+
+def weighted_sum(rows, scale):
+    """Σ_m scale_m · rows_m for rows [M, D]: one matrix-vector product."""
+    return tf.linalg.matvec(rows, tf.cast(scale, rows.dtype), transpose_a=True)
+
+
+def per_example(per_microbatch, like):
+    """Repeats a [M] vector to one entry per example of `like` ([B, ...]), shaped to broadcast."""
+    repeats = tf.shape(like)[0] // tf.shape(per_microbatch)[0]
+    values = tf.repeat(tf.cast(per_microbatch, like.dtype), repeats)
+    return tf.reshape(values, [-1] + [1] * (like.shape.rank - 1))
+
+
+_per_example = per_example

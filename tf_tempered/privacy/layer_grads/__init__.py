@@ -1,0 +1,148 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Per-layer gradient handlers: one per layer family, registered against the layer class.
+
+A handler turns what the forward and the one backward pass recorded for a layer
+call (its input, the gradient of the summed microbatch losses w.r.t. its
+output, and its hyperparameters as plain values) into
+
+* the squared norm of each microbatch's gradient of the layer's own trainable
+  variables, [M], and
+* a way to form Σ_m c_m·g_m for clip factors c (book-keeping: no second
+  backward pass),
+
+without Keras-version-specific objects beyond `hyperparameters` (the small
+adapter that reads a layer). The engine never branches on the layer type: it
+asks `lookup(layer)` for the handler.
+
+Registering a handler for class K applies it to layers of K and of subclasses
+that inherit K's `call` unchanged; a subclass with its own `call` may compute
+something else, so it takes the generic per-example VJP (generic.py), as do
+unregistered layers and registered ones whose `hyperparameters` returns None
+(a variant the handler does not cover, e.g. Conv2D with groups > 1).
+
+Adding a layer type: a module here with a `Handler` subclass decorated with
+`@register(LayerClass)`, imported at the bottom of this file, and one entry in
+tests/test_layer_grads_conformance.py.
+"""
+
+import dataclasses
+from typing import Any, Callable, List
+
+__all__ = ["Handler", "Norms", "Step", "handler_for", "lookup", "register", "registered"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """What a handler needs to know about the training step.
+
+    num_microbatches: M (an int, or a scalar tensor when not known while tracing).
+    examples_per_microbatch: E (an int, or None when the batch size is not static).
+    options: the model's EngineOptions.
+    """
+    num_microbatches: Any
+    examples_per_microbatch: Any
+    options: Any
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Norms:
+    """A handler's result for one layer call.
+
+    sq_norms: [M] squared norms of the microbatches' gradients of `variables`.
+    clipped_sum: ClipWeights → [Σ_m c_m·g_m for each variable of `variables`,
+      in that order] (a tensor, or tf.IndexedSlices for a sparse gradient).
+    path: the path the handler took (its own frozen decision object), for
+      inspection and tests.
+    """
+    sq_norms: Any
+    clipped_sum: Callable[[Any], List[Any]]
+    path: Any = None
+
+
+class Handler:
+    """Base class of the per-layer handlers (stateless: one instance per family)."""
+
+    name = None  # short name for messages, logs and tests ("dense", "conv2d", ...)
+
+    # Whether recording bypasses the layer's activation so that the recorded
+    # output is the pre-activation Z (the handler's math is for Z = f(A, W)).
+    records_pre_activation = False
+
+    def hyperparameters(self, layer):
+        """Plain values of `layer` the handler needs (a frozen dataclass or dict),
+        or None if this handler does not cover this configuration."""
+        raise NotImplementedError
+
+    def variables(self, layer, params):
+        """The trainable variables `norms(...).clipped_sum` returns gradients for, in order."""
+        raise NotImplementedError
+
+    def norms(self, call, params, step):
+        """Norms for one recorded call (`call.inputs`, `call.grad_output`), see `Norms`."""
+        raise NotImplementedError
+
+
+_REGISTRY = {}  # layer class -> handler instance
+
+
+def register(*layer_classes):
+    """Class decorator: registers one instance of the Handler subclass for `layer_classes`."""
+    def decorate(handler_class):
+        handler = handler_class()
+        for cls in layer_classes:
+            _REGISTRY[cls] = handler
+        return handler_class
+
+    return decorate
+
+
+def registered():
+    """{layer class: handler} of every registered handler (a copy)."""
+    return dict(_REGISTRY)
+
+
+def handler_for(layer):
+    """The handler registered for the nearest class of `layer` whose `call` it inherits, or None.
+
+    Walks the MRO: the first registered class K must have the same `call` as
+    the layer's class, else the layer computes something else than K and gets
+    no registered handler.
+    """
+    for cls in type(layer).__mro__:
+        if cls in _REGISTRY:
+            return _REGISTRY[cls] if type(layer).call is cls.call else None
+    return None
+
+
+def lookup(layer):
+    """(handler, plain hyperparameters) for `layer`; the generic handler where none applies."""
+    handler = handler_for(layer)
+    if handler is not None:
+        params = handler.hyperparameters(layer)
+        if params is not None:
+            return handler, params
+    return GENERIC, GENERIC.hyperparameters(layer)
+
+
+# Handlers register themselves on import (after the definitions above).
+# pylint: disable=g-import-not-at-top,wrong-import-position,unused-import
+from tf_tempered.privacy.layer_grads import generic
+from tf_tempered.privacy.layer_grads import dense
+from tf_tempered.privacy.layer_grads import conv
+from tf_tempered.privacy.layer_grads import embedding
+from tf_tempered.privacy.layer_grads import einsum_dense_handler
+# pylint: enable=g-import-not-at-top,wrong-import-position,unused-import
+
+GENERIC = generic.GenericHandler()

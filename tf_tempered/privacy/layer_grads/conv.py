@@ -1,0 +1,190 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Conv2D (channels_last, groups=1, "same"/"valid"): rows are examples × output pixels.
+
+The row a_r is the input patch under output pixel r. A layer's path (`ConvPath`):
+
+* native: the native op (CPU, native.py) gives G_m and ‖G_m‖² straight from
+  the image, no patch tensor; with many output pixels G_m is kept for a
+  matrix-vector clipped sum, else only the norms (book-keeping sum);
+* depthwise (TF ops, few channel pairs, undilated): per-example kernel
+  gradients from one depthwise-conv backprop (conv_grads.py), always kept;
+* otherwise ghost norm or materialized gradients from input patches (rows.py),
+  the book-keeping sum by TF's backprop-filter op.
+
+The thresholds are EngineOptions, measured on this project's 2-core CPU machine.
+"""
+
+import dataclasses
+from typing import Any, Tuple
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import clip, conv_grads, native
+from tf_tempered.privacy.layer_grads import Handler, register, rows
+
+__all__ = ["Conv2DHandler", "Conv2DParams", "ConvPath", "choose_path"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Conv2DParams:
+    """Plain hyperparameters of a Conv2D (the attribute names conv_grads and native read)."""
+    name: str
+    kernel_size: Tuple[int, int]
+    strides: Tuple[int, int]
+    dilation_rate: Tuple[int, int]
+    padding: str
+    filters: int
+    use_bias: bool
+    kernel_shape: Tuple[int, int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvPath:
+    """native: the native op; depthwise: the depthwise backprop; materialize: as rows.RowsPath."""
+    native: bool
+    depthwise: bool
+    materialize: Any
+
+
+@register(keras.layers.Conv2D)
+class Conv2DHandler(Handler):
+    """Conv2D; other configurations (groups, channels_first, causal) take the generic path."""
+
+    name = "conv2d"
+    records_pre_activation = True
+
+    def hyperparameters(self, layer):
+        if (getattr(layer, "groups", 1) != 1 or layer.data_format != "channels_last"
+                or layer.padding not in ("same", "valid")):
+            return None
+        return Conv2DParams(layer.name, tuple(layer.kernel_size), tuple(layer.strides),
+                            tuple(layer.dilation_rate), layer.padding, int(layer.filters),
+                            bool(layer.use_bias), tuple(layer.kernel.shape.as_list()))
+
+    def variables(self, layer, params):
+        return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
+
+    def norms(self, call, params, step):
+        src = _row_source(call.inputs, call.grad_output, params, step.options)
+        path = choose_path(src, params, step.num_microbatches, step.examples_per_microbatch)
+        kernel = None
+        if path.native:
+            kernel = _native_kernel(src, params, path, step.num_microbatches)
+        elif path.depthwise:
+            kernel = _depthwise_kernel(src, params, step.num_microbatches)
+        return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
+                                 use_bias=params.use_bias, kernel=kernel,
+                                 book_keeping=lambda w: _book_keeping(src, params, w))
+
+
+def _row_source(x, g, params, options):
+    kh, kw = params.kernel_size
+    return rows.RowSource(x, g, kh * kw * x.shape[-1], options,
+                          to_rows=lambda xs: conv_grads.patches(params, xs), chunked=True)
+
+
+def choose_path(src, params, num_microbatches, examples_per_microbatch):
+    """The ConvPath for this call (chosen while tracing)."""
+    options = src.options
+    g_rows = rows.static_rows(src.grad_output, examples_per_microbatch)
+    if _use_native(src, params, g_rows):
+        # Materialized gradients (for a matrix-vector clipped sum) cost memory
+        # traffic; the book-keeping sum instead costs the batch's filter gradient,
+        # rows·d_in·d_out per microbatch: worth avoiding only for many rows.
+        return ConvPath(True, False, g_rows >= options.native_materialize_min_rows
+                        and rows.fits(src, num_microbatches))
+    if params.dilation_rate == (1, 1) and (
+            options.forced == "depthwise" or options.forced is None and (
+                src.inputs.shape[-1] * params.filters <= options.depthwise_max_channel_pairs)):
+        # Not for dilated convolutions: TF 2.21's CPU depthwise backprop-filter
+        # ignores `dilations` eagerly (wrong per-example gradients) and fails in
+        # graphs (oneDNN: AbortedError; without: InvalidArgumentError).
+        return ConvPath(False, True, True)
+    return ConvPath(False, False, rows.choose_materialize(src, num_microbatches,
+                                                          examples_per_microbatch))
+
+
+def _use_native(src, params, g_rows):
+    """Whether the native op gives this Conv2D's norms (and maybe its gradients)."""
+    options = src.options
+    if not options.native or options.forced in ("ghost", "materialize", "depthwise"):
+        return False
+    if not native.supports(src):
+        return False
+    if options.forced == "native":
+        return True
+    # Its cost per microbatch is rows·d_in·d_out multiply-adds, the ghost norm's rows²·(d_in + d_out).
+    d_in, d_out = src.d_in, src.grad_output.shape[-1]
+    return d_in * d_out <= max(g_rows, options.native_min_ghost_rows) * (d_in + d_out)
+
+
+def _native_kernel(src, params, path, num_microbatches):
+    def native_grads(output_grads):
+        return native.conv2d_kernel_grads(params, src.inputs, src.grad_output,
+                                          num_microbatches, output_grads)
+
+    materialize = path.materialize
+    if isinstance(materialize, bool):
+        sq, per_microbatch = native_grads(materialize)
+    else:
+        sq, per_microbatch = tf.cond(materialize, lambda: native_grads(True),
+                                     lambda: native_grads(False))
+    return rows.KernelGrads(sq, lambda w: clip.weighted_sum(w.zero_nonfinite(per_microbatch),
+                                                            w.scale))
+
+
+def _depthwise_kernel(src, params, num_microbatches):
+    per_row = conv_grads.per_example_kernel_grads(  # [kh·kw, rows, cin·cout]
+        params, src.inputs, src.grad_output, chunk=src.options.depthwise_chunk)
+    # Summed per microbatch even with one example each: an example may have
+    # several rows (TimeDistributed gives its layer [B·T, ...]).
+    middle = tf.reduce_sum(tf.reshape(
+        per_row, [per_row.shape[0], num_microbatches, -1, per_row.shape[-1]]), 2)
+
+    def materialized_sum(weights):  # middle: [kh·kw, M, cin·cout]
+        kept = weights.zero_nonfinite(middle, axis=1)
+        return tf.matmul(tf.cast(weights.scale, kept.dtype)[None, None, :], kept)
+
+    return rows.KernelGrads(tf.reduce_sum(tf.square(middle), [0, 2]), materialized_sum)
+
+
+def _book_keeping(src, params, weights):
+    """(Σ_r a_r (c_{m(r)} g_r)ᵀ, the rescaled c·g): for a convolution that product
+    is TF's own conv backprop-filter op."""
+    g = weights.zero_nonfinite(src.grad_output, per_example=True)
+    g *= clip.per_example(weights.scale, g)
+    x = weights.zero_nonfinite(tf.cast(src.inputs, g.dtype), per_example=True)
+    if params.dilation_rate != (1, 1):
+        return _dilated_filter_grad(params, x, g), g
+    return tf.compat.v1.nn.conv2d_backprop_filter(
+        x, tf.constant(list(params.kernel_shape)), g, strides=[1, *params.strides, 1],
+        padding=params.padding.upper(), dilations=[1, *params.dilation_rate, 1]), g
+
+
+def _dilated_filter_grad(params, x, g):
+    """Σ_r a_r g_rᵀ of a dilated Conv2D: the gradient of the layer's own convolution.
+
+    TF's CPU backprop-filter kernel refuses dilations (float64 always; float32
+    without oneDNN), while tf.nn.convolution (the layer's own op, which dilates
+    by space-to-batch where the kernel cannot) back-propagates wherever the
+    layer trains. The gradient does not depend on the kernel's values (zeros
+    here), and its forward output is not needed (graph pruning can drop it).
+    """
+    kernel = tf.zeros(params.kernel_shape, g.dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(kernel)
+        z = tf.nn.convolution(x, kernel, strides=list(params.strides),
+                              padding=params.padding.upper(),
+                              dilations=list(params.dilation_rate))
+    return tape.gradient(z, kernel, output_gradients=g)

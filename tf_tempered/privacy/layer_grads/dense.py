@@ -1,0 +1,51 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Dense: rows are the examples × any sequence positions of a [B, ..., d_in] input."""
+
+import dataclasses
+from typing import Tuple
+
+from tf_tempered._compat import keras
+from tf_tempered.privacy.layer_grads import Handler, register, rows
+
+__all__ = ["DenseHandler", "DenseParams"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseParams:
+    """Plain hyperparameters of a Dense layer."""
+    name: str
+    use_bias: bool
+    kernel_shape: Tuple[int, int]
+
+
+@register(keras.layers.Dense)
+class DenseHandler(Handler):
+    """Ghost norm or materialized per-microbatch gradients, by rows.choose_materialize."""
+
+    name = "dense"
+    records_pre_activation = True
+
+    def hyperparameters(self, layer):
+        return DenseParams(layer.name, bool(layer.use_bias), tuple(layer.kernel.shape.as_list()))
+
+    def variables(self, layer, params):
+        return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
+
+    def norms(self, call, params, step):
+        src = rows.RowSource(call.inputs, call.grad_output, call.inputs.shape[-1], step.options)
+        path = rows.RowsPath(rows.choose_materialize(src, step.num_microbatches,
+                                                     step.examples_per_microbatch))
+        return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
+                                 use_bias=params.use_bias)

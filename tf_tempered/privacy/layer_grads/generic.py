@@ -1,0 +1,72 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The fallback for any trainable layer: per-example gradients by a VJP of that layer alone.
+
+Layers without a registered handler (learnable TemperedSigmoid,
+LayerNormalization, custom layers, subclasses with their own `call`...) get the
+gradients of their own weights per example from a vectorized VJP of the
+recorded call: cheap because it does not go through the rest of the net, and
+exact for any layer whose examples do not mix.
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy import clip, keras_bridge
+from tf_tempered.privacy.layer_grads import Handler, Norms
+
+__all__ = ["GenericHandler"]
+
+
+class GenericHandler(Handler):
+    """Per-example VJP of the layer's own call (not registered: lookup's fallback)."""
+
+    name = "generic"
+    records_pre_activation = False
+
+    def hyperparameters(self, layer):
+        return {}  # the recorded call's own function is all it needs besides the tensors
+
+    def variables(self, layer, params):
+        return keras_bridge.own_trainable_weights(layer)
+
+    def norms(self, call, params, step):
+        variables = keras_bridge.own_trainable_weights(call.layer)
+        num_microbatches = step.num_microbatches
+        per_example = _per_example_grads(call, variables)
+        grouped = [clip.sum_microbatches(p, num_microbatches) for p in per_example]
+        sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [num_microbatches, -1])), 1)
+                       for p in grouped])
+
+        def clipped_sum(weights):
+            grads = []
+            for var, p in zip(variables, grouped):
+                flat = weights.zero_nonfinite(tf.reshape(p, [tf.shape(p)[0], -1]))
+                grads.append(tf.reshape(clip.weighted_sum(flat, weights.scale), var.shape))
+            return grads
+
+        return Norms(sq, clipped_sum, "generic")
+
+
+def _per_example_grads(call, variables):
+    """Per-example gradients of a layer's own weights, by a VJP of that layer alone."""
+
+    def one_example(args):
+        x, gy = args
+        with tf.GradientTape() as tape:
+            tape.watch(variables)
+            y = call.call_fn(x[None], *call.call_args, **call.call_kwargs)
+        grads = tape.gradient(y, variables, output_gradients=gy[None],
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return [tf.convert_to_tensor(g) for g in grads]
+
+    return tf.vectorized_map(one_example, (call.inputs, call.grad_output))

@@ -1,0 +1,125 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Public knobs of the DP engine: `make_private(model, options=EngineOptions(...))`.
+
+The defaults are what the engine uses without options; every threshold was
+measured on this project's 2-core CPU machine (M is the number of microbatches,
+"rows" the rows a_r of one microbatch: examples × output pixels or positions).
+The options change only how per-microbatch norms and clipped sums are computed,
+never their values (every path is exact), so they are safe to tune for speed or
+memory, and tests use them to exercise every path.
+"""
+
+import dataclasses
+import os
+
+__all__ = ["EngineOptions", "NORM_PATHS"]
+
+# "auto": each layer's handler picks by the measured cost rules below.
+# "ghost" / "materialize": that TF-ops path for every Dense/Conv2D-like layer
+# (the native op and the depthwise shortcut are then not used).
+# "native": the native op for every Conv2D it supports (others: "auto").
+# "depthwise": the depthwise-conv backprop for every undilated Conv2D
+# whatever its channel count (others: "auto" without the native op).
+NORM_PATHS = ("auto", "ghost", "materialize", "native", "depthwise")
+
+
+def _native_default():
+    # TF_TEMPERED_NATIVE=0 turns the native op off for every model (native.py
+    # reads the same switch before building it).
+    return os.environ.get("TF_TEMPERED_NATIVE", "") != "0"
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineOptions:
+    """How the DP engine computes per-microbatch norms and clipped sums (never their values).
+
+    Attributes:
+      native: use the native Conv2D op (CPU, built at first use) where it
+        applies. Default: True unless TF_TEMPERED_NATIVE=0; where the op cannot
+        be built (no compiler, GPU) TF ops are used either way.
+      norm_path: "auto" (per-layer cost rules), or one path forced for every
+        layer that can take it: "ghost", "materialize", "native", "depthwise".
+      materialize_max_bytes: per-microbatch gradients of one layer are
+        materialized only when they fit in this many bytes.
+      depthwise_max_channel_pairs: a Conv2D with at most this many (input
+        channel, output channel) pairs takes the depthwise-conv backprop
+        (TF ops only, undilated).
+      native_min_ghost_rows: in the native-op vs ghost-norm cost comparison a
+        microbatch counts at least this many rows.
+      native_materialize_min_rows: with the native op, a Conv2D with at least
+        this many rows per microbatch keeps its per-microbatch gradients.
+      patch_chunk_bytes: Conv2D input patches are made in consecutive chunks
+        of at most about this many bytes.
+      depthwise_chunk: examples per depthwise-conv backprop call.
+    """
+
+    native: bool = dataclasses.field(default_factory=_native_default)
+    norm_path: str = "auto"
+    # A Dense/Conv2D layer's per-microbatch gradients are materialized (one
+    # batched matmul, then a cheap norm and a matrix-vector clipped sum that
+    # needs nothing after the clip factors are known) unless they would take
+    # more than this many bytes; then the ghost norm and the book-keeping sum
+    # (no per-example tensor of the weights' size) keep memory at the size of
+    # the activations.
+    materialize_max_bytes: int = 64 * 2**20
+    # Below this many (input channel, output channel) pairs a Conv2D's
+    # per-example kernel gradients come from one depthwise-conv backprop (batch
+    # folded into channels), which on CPU is several times faster than
+    # extracting patches.
+    depthwise_max_channel_pairs: int = 64
+    # Tiny Gram matrices run far below the machine's speed, so for the choice
+    # between the native op and a ghost norm a microbatch counts at least this
+    # many rows (measured on CPU, batch 256: MNIST conv2, 16 rows, native 0.5 ms
+    # vs ghost 1.2-1.9 ms; a CIFAR-10 conv with 64 rows and 576x128 kernel,
+    # native 21 ms vs ghost 12 ms).
+    native_min_ghost_rows: int = 32
+    # With the native op, a Conv2D with at least this many output rows per
+    # microbatch has its per-microbatch gradients materialized (memory
+    # permitting); fewer rows make the book-keeping sum cheaper (measured on
+    # CPU, MNIST CNN, batch 256: conv1's 196 rows materialized and conv2's 16
+    # not, 1.16-1.21x the non-private step; conv2 materialized too,
+    # 1.22-1.23x; neither, 1.26-1.30x).
+    native_materialize_min_rows: int = 64
+    # Larger batches of a Conv2D's input patches are made and used in
+    # consecutive chunks of examples, so the patches of the whole batch (kh·kw
+    # times the input) never exist at once (CIFAR-10 peak memory 3.5x -> 2.0x).
+    patch_chunk_bytes: int = 32 * 2**20
+    # The depthwise backprop's cost per example grows with the folded channel
+    # count (measured on CPU: 2.4 ms for 256 examples at once, 13.8 ms for
+    # 512), so the batch goes through it in chunks of this many examples.
+    depthwise_chunk: int = 128
+
+    def __post_init__(self):
+        if not isinstance(self.native, bool):
+            raise ValueError(f"EngineOptions.native must be True or False, got {self.native!r}.")
+        if self.norm_path not in NORM_PATHS:
+            raise ValueError(f"EngineOptions.norm_path must be one of {', '.join(NORM_PATHS)}; "
+                             f"got {self.norm_path!r}.")
+        if self.norm_path == "native" and not self.native:
+            raise ValueError("EngineOptions.norm_path='native' needs native=True; with "
+                             "native=False use norm_path 'auto', 'ghost', 'materialize' or "
+                             "'depthwise'.")
+        for name, minimum in (("materialize_max_bytes", 0), ("depthwise_max_channel_pairs", 0),
+                              ("native_min_ghost_rows", 0), ("native_materialize_min_rows", 0),
+                              ("patch_chunk_bytes", 1), ("depthwise_chunk", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"EngineOptions.{name} must be an integer >= {minimum}, "
+                                 f"got {value!r}.")
+
+    @property
+    def forced(self):
+        """The forced path, or None for "auto"."""
+        return None if self.norm_path == "auto" else self.norm_path
