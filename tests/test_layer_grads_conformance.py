@@ -30,7 +30,8 @@ import pytest
 from dp_reference import BATCH, assert_engine_matches_reference, seeded
 from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import EngineOptions, keras_bridge, layer_grads, make_private, native
+from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, keras_bridge, layer_grads,
+                                 make_private, native)
 
 _TF_OPS = {"native": False}
 # Paths of a Dense-like row handler (Dense, EinsumDense).
@@ -211,7 +212,6 @@ def test_subclass_inheriting_call_keeps_the_handler():
 
 def test_generic_layers_are_logged_once_per_model(caplog):
     model = make_private(seeded(_generic)("float32"))
-    from tensorflow_privacy import DPKerasSGDOptimizer  # pylint: disable=g-import-not-at-top
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
                                                 learning_rate=0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
