@@ -47,10 +47,10 @@ import types
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import (coverage, keras_bridge, layer_grads, optimizers, randomness,
-                                  recording)
+from tf_tempered.privacy import coverage, keras_bridge, layer_grads, randomness, recording
 from tf_tempered.privacy.clip import ClipWeights
 from tf_tempered.privacy.options import EngineOptions
+from tf_tempered.privacy.settings import DPConfig, dp_config
 
 __all__ = ["DPConfig", "EngineOptions", "dp_config", "make_private", "is_private",
            "has_secret_dp_randomness", "UnsupportedLayerError"]
@@ -62,86 +62,6 @@ _LOG = logging.getLogger(__name__)
 _LOSS_FIX = (
     "compile with a per-example loss, e.g. loss=keras.losses.SparseCategoricalCrossentropy("
     "from_logits=True, reduction=keras.losses.Reduction.NONE)")
-
-
-class DPConfig:
-    """The DP-SGD settings read off a DP optimizer (tf_tempered's or TF Privacy's).
-
-    ``noise_multiplier`` is the optimizer's σ when it keeps one (tf_tempered's and
-    TF Privacy's Vectorized* optimizers), else noise_stddev / l2_norm_clip.
-    """
-
-    def __init__(self, l2_norm_clip, noise_stddev, num_microbatches, *, noise_multiplier=None):
-        self.l2_norm_clip = float(l2_norm_clip)
-        self.noise_stddev = float(noise_stddev)
-        self.num_microbatches = num_microbatches
-        self._noise_multiplier = None if noise_multiplier is None else float(noise_multiplier)
-
-    @property
-    def noise_multiplier(self):
-        if self._noise_multiplier is not None:
-            return self._noise_multiplier
-        return self.noise_stddev / self.l2_norm_clip
-
-    def __repr__(self):
-        return (f"DPConfig(l2_norm_clip={self.l2_norm_clip}, noise_multiplier="
-                f"{self.noise_multiplier}, num_microbatches={self.num_microbatches})")
-
-
-def dp_config(optimizer):
-    """DPConfig of a DP optimizer; None for a non-private optimizer.
-
-    Reads tf_tempered's DPKeras*Optimizer (``tf_tempered.privacy.optimizers``) and
-    TF Privacy's Keras DP optimizers. Raises ValueError for a DP optimizer this
-    engine cannot reproduce exactly (a non-Gaussian DP query), rather than training
-    with different privacy.
-
-    >>> from tf_tempered.privacy import DPKerasSGDOptimizer
-    >>> config = dp_config(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=0.5,
-    ...                                        num_microbatches=4))
-    >>> config.l2_norm_clip, config.noise_stddev, config.num_microbatches
-    (2.0, 1.0, 4)
-    >>> dp_config(keras.optimizers.SGD()) is None
-    True
-    """
-    if isinstance(optimizer, optimizers.DPOptimizerMixin):
-        # Validated in its constructor; its attributes are not meant to change after.
-        return DPConfig(optimizers._check_l2_norm_clip(optimizer.l2_norm_clip),  # pylint: disable=protected-access
-                        optimizer.noise_stddev,
-                        optimizers._check_num_microbatches(optimizer.num_microbatches),  # pylint: disable=protected-access
-                        noise_multiplier=optimizer.noise_multiplier)
-    if not hasattr(optimizer, "_was_dp_gradients_called"):
-        return None
-    num_microbatches = getattr(optimizer, "_num_microbatches", None)
-    if num_microbatches is not None:
-        num_microbatches = int(num_microbatches)
-        if num_microbatches <= 0:
-            raise ValueError(f"num_microbatches must be positive, got {num_microbatches}.")
-    if hasattr(optimizer, "_noise_multiplier"):  # Vectorized* optimizers
-        clip = float(optimizer._l2_norm_clip)  # pylint: disable=protected-access
-        stddev = clip * float(optimizer._noise_multiplier)  # pylint: disable=protected-access
-        return _checked(clip, stddev, num_microbatches,
-                        noise_multiplier=float(optimizer._noise_multiplier))  # pylint: disable=protected-access
-    else:
-        query = getattr(optimizer, "_dp_sum_query", None)
-        if type(query).__name__ != "GaussianSumQuery":
-            raise ValueError(
-                f"The optimizer {type(optimizer).__name__} uses the DP query "
-                f"{type(query).__name__}; the fast DP engine reproduces the Gaussian "
-                "sum query only (DPKeras*/GenericDP* with GaussianSumQuery, "
-                "VectorizedDPKeras*). Use one of those, or train without "
-                "tf_tempered.privacy.make_private to use TF Privacy's own path.")
-        clip = float(query._l2_norm_clip)  # pylint: disable=protected-access
-        stddev = float(query._stddev)  # pylint: disable=protected-access
-    return _checked(clip, stddev, num_microbatches)
-
-
-def _checked(clip, stddev, num_microbatches, noise_multiplier=None):
-    if not clip > 0:
-        raise ValueError(f"l2_norm_clip must be positive, got {clip}.")
-    if not stddev >= 0:
-        raise ValueError(f"noise_multiplier must be non-negative, got {stddev / clip}.")
-    return DPConfig(clip, stddev, num_microbatches, noise_multiplier=noise_multiplier)
 
 
 def is_private(model):
