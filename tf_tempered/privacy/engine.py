@@ -192,7 +192,8 @@ def _train_step(self, data):
             "The model has regularization losses (e.g. kernel_regularizer); the fast "
             "DP engine does not fold data-independent penalties into per-example "
             "gradients. Remove the regularizers (use weight decay in the optimizer, "
-            "or rely on clipping and noise), or train without make_private.")
+            "or rely on clipping and noise), or train without make_private with TF "
+            "Privacy's own optimizer (Python <= 3.11).")
     recorder = recording.Recorder()
     with tf.GradientTape() as tape:
         with recorder.active():
