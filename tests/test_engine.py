@@ -463,6 +463,18 @@ def test_indivisible_microbatches_are_refused_with_the_fix():
         model.fit(ds, verbose=0)
 
 
+def test_weight_regularizer_is_refused_before_any_update():
+    model = make_private(keras.Sequential([
+        keras.Input((4,)), keras.layers.Dense(3, kernel_regularizer=keras.regularizers.L2(0.1))]))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                                learning_rate=0.1), loss=LOSS)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(ValueError, match="regularization losses.*Remove the regularizers"):
+        model.fit(np.ones((8, 4), np.float32), np.zeros(8), batch_size=8, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_batch_normalization_is_refused():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
                               keras.layers.BatchNormalization()])
