@@ -11,28 +11,26 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The one place that binds Keras 2 (tf-keras) and imports TensorFlow Privacy.
+"""The one place that decides which Keras tf_tempered uses, and imports TensorFlow Privacy.
 
-TensorFlow Privacy is optional: its last release (0.9.0) declares Python < 3.12, and
-setup.cfg installs it only there. Where it is not installed, ``tensorflow_privacy``
-here is None, and code that needs it calls :func:`require_tensorflow_privacy`, which
-raises an ImportError saying how to get it or to use tf_tempered's own
-``tf_tempered.privacy.DPKerasSGDOptimizer`` (and Adam, Adagrad) instead.
+No side effect on the user's Keras: tf_tempered uses the Keras TensorFlow itself binds
+to ``tf.keras``. That is Keras 3 (the ``keras`` package, TensorFlow backend) by default,
+and Keras 2 (tf-keras) when the user selected it the standard way, with the environment
+variable ``TF_USE_LEGACY_KERAS=1`` set before TensorFlow is imported (TensorFlow's own
+rule, see :func:`legacy_keras_requested`). Every other module of tf_tempered imports
+``tf`` and ``keras`` from here, never from TensorFlow or Keras directly, and
+:data:`KERAS_MAJOR` (2 or 3) is the one switch the thin Keras adapters read.
 
-TensorFlow Privacy 0.9.0 is written for Keras 2 (``tf.keras`` = tf-keras), and its
-top-level ``__init__`` imports the Estimator API that TensorFlow 2.16+ removed.
-Two switches make it work on current TensorFlow, and both must be set before the
-modules that read them are loaded:
-
-* ``TF_USE_LEGACY_KERAS=1`` before ``tf.keras`` is first touched (TensorFlow
-    binds ``tf.keras`` lazily, on first attribute access);
-* ``sys.skip_tf_privacy_import = True`` before ``import tensorflow_privacy``.
-
-:func:`bootstrap` sets both, then re-exports the working public names of
-TensorFlow Privacy on its top-level module (optimizers, ``DPModel``,
-``DPSequential``, queries, analysis), so ``tensorflow_privacy.DPKerasSGDOptimizer``
-works as its tutorials show (when it is installed). Every other module of tf_tempered imports ``tf``
-and ``keras`` from here and never from TensorFlow directly.
+TensorFlow Privacy is optional and Keras 2 only: its last release (0.9.0) declares
+Python < 3.12 (setup.cfg installs it only there) and its optimizers subclass Keras 2's.
+With Keras 2 selected and the package installed, :func:`bootstrap` makes it import on
+current TensorFlow (``sys.skip_tf_privacy_import = True`` skips its top-level
+``__init__``, which imports the Estimator API that TensorFlow 2.16+ removed) and
+re-exports its working public names on its top-level module, so
+``tensorflow_privacy.DPKerasSGDOptimizer`` works as its tutorials show. Otherwise
+``tensorflow_privacy`` here is None and :func:`require_tensorflow_privacy` raises an
+ImportError with the fix (select Keras 2, install it, or use tf_tempered's own
+``tf_tempered.privacy.DPKerasSGDOptimizer``, Adam, Adagrad, which work on both Kerases).
 """
 
 import importlib
@@ -41,6 +39,8 @@ import os
 import sys
 
 __all__ = ["bootstrap", "tf", "keras", "tensorflow_privacy", "require_tensorflow_privacy",
+           "KERAS_MAJOR", "check_same_keras", "legacy_keras_requested", "other_keras_name",
+           "KERAS_MISMATCH_MESSAGE", "TF_PRIVACY_NEEDS_KERAS2_MESSAGE",
            "KERAS3_BOUND_MESSAGE", "TF_PRIVACY_MISSING_MESSAGE"]
 
 TF_PRIVACY_MISSING_MESSAGE = (
@@ -52,18 +52,28 @@ TF_PRIVACY_MISSING_MESSAGE = (
         "`from tf_tempered.privacy import DPKerasSGDOptimizer` (or DPKerasAdamOptimizer, "
         "DPKerasAdagradOptimizer) with tf_tempered.make_private(model).")
 
+TF_PRIVACY_NEEDS_KERAS2_MESSAGE = (
+        "{feature} needs TensorFlow Privacy, which works with Keras 2 only, and this process "
+        "uses Keras 3. Fix: set the environment variable TF_USE_LEGACY_KERAS=1 before "
+        "TensorFlow is imported (e.g. `export TF_USE_LEGACY_KERAS=1`, or "
+        "`os.environ['TF_USE_LEGACY_KERAS'] = '1'` as the first line of the program) and "
+        "restart; or use tf_tempered's own DP optimizers, which work on Keras 3: "
+        "`from tf_tempered.privacy import DPKerasSGDOptimizer` with tf_tempered.make_private(model).")
+
+KERAS_MISMATCH_MESSAGE = (
+        "TF_USE_LEGACY_KERAS is not set, so tf_tempered uses Keras 3, but `tf.keras` is "
+        "already bound to Keras 2 ({bound}) in this process. Fix: set "
+        "TF_USE_LEGACY_KERAS=1 before TensorFlow is imported to use Keras 2 throughout, "
+        "or do not import tf_keras, and restart the process.")
+
 KERAS3_BOUND_MESSAGE = (
-        "tf_tempered needs Keras 2 (the tf-keras package) behind `tf.keras`, because "
-        "TensorFlow Privacy is written for it, but `tf.keras` is already bound to Keras 3 "
-        "({bound}) in this process. Fix: set the environment variable "
-        "TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (for example "
-        "`import os; os.environ['TF_USE_LEGACY_KERAS'] = '1'` as the first line of your "
-        "program or notebook, or `export TF_USE_LEGACY_KERAS=1` in the shell), or simply "
-        "`import tf_tempered` before anything touches `tf.keras`; then restart the "
-        "process (or the notebook kernel). Make sure tf-keras is installed "
-        "(`pip install tf-keras`). To use the TemperedSigmoid activation from Keras 3 "
-        "code without TensorFlow Privacy, import `tf_tempered.keras3` in a process "
-        "where tf.keras is not yet bound."
+        "TF_USE_LEGACY_KERAS=1 selects Keras 2 (tf-keras), but `tf.keras` was already "
+        "bound to Keras 3 ({bound}) in this process, before the variable was set. Fix: "
+        "set TF_USE_LEGACY_KERAS=1 before TensorFlow is imported (`export "
+        "TF_USE_LEGACY_KERAS=1` in the shell, or `import os; "
+        "os.environ['TF_USE_LEGACY_KERAS'] = '1'` as the first line of the program or "
+        "notebook) and restart the process (or the notebook kernel); or unset it to use "
+        "Keras 3. Keras 2 needs tf-keras (`pip install tf-keras`)."
 )
 
 # Public names of tensorflow_privacy's own __init__ that still import on TF 2.16+
@@ -101,40 +111,53 @@ def _bound_keras_name(tf_module):
     return getattr(loader, "__name__", repr(loader))
 
 
-def bootstrap():
-    """Binds tf.keras to tf-keras and imports TensorFlow Privacy; returns (tf, keras, tfp).
+def legacy_keras_requested(environ=None):
+    """True if the user selected Keras 2 the standard way (TensorFlow's own rule).
 
-    ``tfp`` is None when TensorFlow Privacy is not installed. Idempotent. Raises
-    ImportError, saying how to fix it, when tf.keras is already bound to Keras 3 in
-    this process.
+    TensorFlow binds ``tf.keras`` to tf-keras when ``TF_USE_LEGACY_KERAS`` is
+    ``1``/``true``/``True`` at the time ``tf.keras`` is first touched.
     """
-    if "tensorflow" in sys.modules:
-        bound = _bound_keras_name(sys.modules["tensorflow"])
-        if bound is not None and not bound.startswith("tf_keras"):
-            raise ImportError(KERAS3_BOUND_MESSAGE.format(bound=bound))
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    sys.skip_tf_privacy_import = True
+    environ = os.environ if environ is None else environ
+    return environ.get("TF_USE_LEGACY_KERAS", None) in ("1", "true", "True")
 
+
+def bootstrap():
+    """Returns (tf, keras, tfp) for the Keras the user selected; no side effect on it.
+
+    Keras 3 (``import keras``, TensorFlow backend) unless ``TF_USE_LEGACY_KERAS=1``
+    was set before TensorFlow bound ``tf.keras``; then Keras 2 (tf-keras), and
+    TensorFlow Privacy made importable where it is installed. ``tfp`` is None on
+    Keras 3 (TF Privacy works with Keras 2 only) and where it is not installed.
+    """
     import tensorflow as tf_  # pylint: disable=g-import-not-at-top
+    if not legacy_keras_requested():
+        bound = _bound_keras_name(tf_)
+        if bound is not None and bound.startswith("tf_keras"):
+            raise ImportError(KERAS_MISMATCH_MESSAGE.format(bound=bound))
+        import keras as keras_  # pylint: disable=g-import-not-at-top
+        if not keras_.__version__.startswith("3."):
+            raise ImportError(f"tf_tempered needs Keras 3 (`pip install 'keras>=3'`) or, with "
+                              f"TF_USE_LEGACY_KERAS=1, Keras 2; `import keras` gives "
+                              f"{keras_.__version__}.")
+        return tf_, keras_, None
+    sys.skip_tf_privacy_import = True
     try:
         import tf_keras as keras_  # pylint: disable=g-import-not-at-top
     except ImportError as e:  # pragma: no cover - install problem
-        raise ImportError("tf_tempered needs the tf-keras package (Keras 2): "
-                          "`pip install tf-keras` matching your TensorFlow version.") from e
+        raise ImportError("TF_USE_LEGACY_KERAS=1 selects Keras 2, which needs the tf-keras "
+                          "package: `pip install tf-keras` matching your TensorFlow version.") from e
     bound = getattr(tf_.keras, "__name__", "")
     if not bound.startswith("tf_keras"):
         raise ImportError(KERAS3_BOUND_MESSAGE.format(bound=bound))
-
-    del keras_  # imported above only to fail early with a clear message
     if importlib.util.find_spec("tensorflow_privacy") is None:
-        return tf_, tf_.keras, None
+        return tf_, keras_, None
     import tensorflow_privacy as tfp_  # pylint: disable=g-import-not-at-top
     for module_name, names in _TFP_EXPORTS.items():
         module = importlib.import_module(module_name)
         for name in names:
             if not hasattr(tfp_, name):
                 setattr(tfp_, name, getattr(module, name))
-    return tf_, tf_.keras, tfp_
+    return tf_, keras_, tfp_
 
 
 def require_tensorflow_privacy(feature="This"):
@@ -148,6 +171,9 @@ def require_tensorflow_privacy(feature="This"):
     >>> tfp is tensorflow_privacy
     True
     """
+    if tensorflow_privacy is None and KERAS_MAJOR == 3 and importlib.util.find_spec(
+            "tensorflow_privacy") is not None:
+        raise ImportError(TF_PRIVACY_NEEDS_KERAS2_MESSAGE.format(feature=feature))
     if tensorflow_privacy is None:
         raise ImportError(TF_PRIVACY_MISSING_MESSAGE.format(
             feature=feature, python=".".join(map(str, sys.version_info[:3]))))
@@ -155,3 +181,34 @@ def require_tensorflow_privacy(feature="This"):
 
 
 tf, keras, tensorflow_privacy = bootstrap()
+
+#: 2 (tf-keras, selected with TF_USE_LEGACY_KERAS=1) or 3 (``import keras``, the default).
+KERAS_MAJOR = int(keras.__version__.split(".")[0])
+
+
+def other_keras_name():
+    """The package name of the Keras tf_tempered does NOT use in this process."""
+    return "keras" if KERAS_MAJOR == 2 else "tf_keras"
+
+
+def check_same_keras(obj, argument):
+    """Raises TypeError when `obj` comes from the other Keras than the active one.
+
+    A Keras 3 model with a Keras 2 optimizer (or the reverse) cannot train; the
+    message says which to change.
+    """
+    module = type(obj).__module__.split(".")[0]
+    if module != other_keras_name():
+        return
+    active = ("Keras 3 (`import keras`; TF_USE_LEGACY_KERAS is not set)" if KERAS_MAJOR == 3
+              else "Keras 2 (tf-keras; TF_USE_LEGACY_KERAS=1)")
+    theirs = "Keras 2 (tf_keras / tf.keras with TF_USE_LEGACY_KERAS=1)" if module == "tf_keras" \
+        else "Keras 3 (the `keras` package)"
+    raise TypeError(
+        f"{argument} is a {type(obj).__name__} from {theirs}, but tf_tempered runs on {active} "
+        f"in this process: the two Keras versions cannot be mixed. Fix: build the model, "
+        f"layers and optimizer from one Keras: "
+        + ("`import keras` (not tf_keras), or set TF_USE_LEGACY_KERAS=1 before TensorFlow is "
+           "imported to use Keras 2 throughout" if KERAS_MAJOR == 3 else
+           "`tf.keras` / `import tf_keras` (not the keras package), or unset TF_USE_LEGACY_KERAS "
+           "to use Keras 3 throughout") + " (then restart the process).")

@@ -66,16 +66,17 @@ def check(model, records):
     owner = {}
     for layer in keras_bridge.flatten_layers(model, include_self=True):
         if getattr(layer, "_tf_tempered_instrumented", False):
-            owner.update((v.ref(), layer) for v in recording.own_trainable_weights(layer))
+            owner.update((keras_bridge.variable_key(v), layer)
+                         for v in recording.own_trainable_weights(layer))
     for var in model.trainable_variables:
-        if var.ref() not in owner:
+        if keras_bridge.variable_key(var) not in owner:
             raise UnsupportedLayerError(
                 f"Trainable variable {var.name!r} does not belong to a layer the DP engine "
                 "instruments (it must be created by a keras Layer with add_weight and used "
                 "in that layer's call). Call make_private(model) after building the model, "
                 "or move the variable into a layer.")
-    return [(var, owner[var.ref()]) for var in model.trainable_variables
-            if id(owner[var.ref()]) not in recorded]
+    return [(var, owner[keras_bridge.variable_key(var)]) for var in model.trainable_variables
+            if id(owner[keras_bridge.variable_key(var)]) not in recorded]
 
 
 def refuse_unrecorded_dependencies(model, unrecorded, grads):

@@ -46,11 +46,11 @@ import types
 
 import numpy as np
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import check_same_keras, keras, tf
 from tf_tempered.privacy import coverage, keras_bridge, layer_grads, randomness, recording
 from tf_tempered.privacy.clip import ClipWeights
 from tf_tempered.privacy.options import EngineOptions
-from tf_tempered.privacy.settings import DPConfig, dp_config
+from tf_tempered.privacy.settings import DPConfig, dp_config, settings_config
 
 __all__ = ["DPConfig", "EngineOptions", "dp_config", "make_private", "is_private",
            "has_secret_dp_randomness", "UnsupportedLayerError"]
@@ -61,7 +61,7 @@ _LOG = logging.getLogger(__name__)
 
 _LOSS_FIX = (
     "compile with a per-example loss, e.g. loss=keras.losses.SparseCategoricalCrossentropy("
-    "from_logits=True, reduction=keras.losses.Reduction.NONE)")
+    "from_logits=True, reduction=\"none\")")
 
 
 def is_private(model):
@@ -83,15 +83,26 @@ def has_secret_dp_randomness(model):
     return model._dp_noise.is_secret  # pylint: disable=protected-access
 
 
-def make_private(model, *, insecure_dp_seed=None, options=None):
+def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microbatches=None,
+                 insecure_dp_seed=None, options=None):
     """Prepares a Keras model for fast, exact DP-SGD and returns it (the same object).
 
-    Works for Sequential, Functional and subclassed models whose trainable layers
-    treat examples independently. Compile it afterwards (or again) with a DP
-    optimizer (``tf_tempered.privacy.DPKerasSGDOptimizer``/``DPKerasAdamOptimizer``/
-    ``DPKerasAdagradOptimizer``, or TF Privacy's on Python <= 3.11) and a per-example loss (`reduction=NONE`); `fit` then
-    runs DP-SGD with the optimizer's clip norm, noise multiplier, microbatches and
-    update rule. Training history gains `dp_clipped_fraction` (fraction of
+    Works for Sequential, Functional and subclassed models of the active Keras
+    (Keras 3 by default, Keras 2 with ``TF_USE_LEGACY_KERAS=1``) whose trainable
+    layers treat examples independently. Two ways to give the DP-SGD settings:
+
+    * ``make_private(model, l2_norm_clip=C, noise_multiplier=σ, num_microbatches=None)``,
+      then compile with any Keras optimizer (SGD, Adam, AdamW, learning-rate
+      schedules): it applies the DP gradient with its own update rule;
+    * ``make_private(model)``, then compile with a DP optimizer that carries them
+      (``tf_tempered.privacy.DPKerasSGDOptimizer``/``DPKerasAdamOptimizer``/
+      ``DPKerasAdagradOptimizer``, or TF Privacy's on Keras 2, Python <= 3.11).
+      Compiled with a plain optimizer instead, such a model trains non-privately.
+
+    Either way compile with a per-example loss (``reduction="none"``); `fit` then
+    runs DP-SGD: per-microbatch gradients clipped to C, N(0, (σ·C)²) noise added
+    to their sum once, divided by the number of microbatches (or the expected
+    batch size of Poisson batches). Training history gains `dp_clipped_fraction` (fraction of
     microbatches whose gradient was clipped), `dp_grad_norm` (their mean
     gradient norm before clipping) and `dp_nonfinite` (microbatches dropped for a
     NaN/inf gradient; they contribute zero).
@@ -110,10 +121,14 @@ def make_private(model, *, insecure_dp_seed=None, options=None):
     make_private again replaces them.
 
     Raises UnsupportedLayerError (a ValueError) for layers that mix examples,
-    such as a trainable BatchNormalization.
+    such as a trainable BatchNormalization, and ValueError for invalid settings
+    (naming the argument).
     """
+    check_same_keras(model, "make_private's model")
     if not isinstance(model, keras.Model):
-        raise TypeError(f"make_private expects a keras.Model (tf-keras), got {type(model).__name__}.")
+        raise TypeError(f"make_private expects a keras.Model, got {type(model).__name__}.")
+    config = settings_config(l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
+                             num_microbatches=num_microbatches)
     if options is None:
         options = EngineOptions()
     elif not isinstance(options, EngineOptions):
@@ -132,6 +147,7 @@ def make_private(model, *, insecure_dp_seed=None, options=None):
     # saved model.
     keras_bridge.set_untracked(model, "_dp_noise", noise)
     keras_bridge.set_untracked(model, "_dp_options", options)
+    keras_bridge.set_untracked(model, "_dp_settings", config)
     keras_bridge.set_untracked(model, "_dp_generic_logged", False)
     model.train_function = None  # drop a step compiled before this call (old key)
     return model
@@ -173,7 +189,7 @@ def _unpack_sample_weight(sample_weight):
 # conversion would re-wrap our own exception types in StagingError.
 @tf.autograph.experimental.do_not_convert
 def _train_step(self, data):
-    config = dp_config(self.optimizer)
+    config = _step_config(self)
     x, y, sample_weight = keras_bridge.unpack_x_y_sample_weight(data)
     sample_weight, normalizer = _unpack_sample_weight(sample_weight)
     poisson_mask = sample_weight if normalizer is not None else None
@@ -244,7 +260,8 @@ def _train_step(self, data):
                 # ids and keeps the static shape (no dense_shape to infer).
                 grad = tf.tensor_scatter_nd_add(tf.zeros(var.shape, grad.values.dtype),
                                                 grad.indices[:, None], grad.values)
-            summed[var.ref()] = summed[var.ref()] + grad if var.ref() in summed else grad
+            key = keras_bridge.variable_key(var)
+            summed[key] = summed[key] + grad if key in summed else grad
 
     if normalizer is None:
         normalizer = num_microbatches
@@ -253,12 +270,13 @@ def _train_step(self, data):
         noises = _gaussian_noise(variables, config.noise_stddev, self._dp_noise)
     grads_and_vars = []
     for var, noise in zip(variables, noises):
-        grad = summed.get(var.ref())
+        grad = summed.get(keras_bridge.variable_key(var))
         if grad is None:  # not used in this forward pass: TF Privacy's zero gradient
             grad = tf.zeros_like(var)
         grads_and_vars.append(((grad + tf.cast(noise, grad.dtype)) / tf.cast(normalizer, grad.dtype), var))
 
-    self.optimizer._was_dp_gradients_called = True  # pylint: disable=protected-access
+    if hasattr(self.optimizer, "_was_dp_gradients_called"):  # a DP optimizer: mark the call
+        self.optimizer._was_dp_gradients_called = True  # pylint: disable=protected-access
     self.optimizer.apply_gradients(grads_and_vars)
 
     metrics = self._dp_metrics
@@ -270,6 +288,9 @@ def _train_step(self, data):
     metrics.nonfinite.update_state(tf.reduce_sum(1.0 - finite))
     if poisson_mask is None:
         logs = self.compute_metrics(x, y, y_pred, sample_weight)
+        # Keras 3's compute_loss does not feed its loss tracker (its train_step does).
+        metrics.masked_loss.update_state(losses)
+        logs["loss"] = metrics.masked_loss.result()
     else:
         # Padded rows are not examples. Keras applies sample weights to
         # `weighted_metrics` only, so drop the rows for the compiled metrics, and
@@ -282,6 +303,23 @@ def _train_step(self, data):
         logs["loss"] = metrics.masked_loss.result()
     logs.update({m.name: m.result() for m in metrics.all() if m is not metrics.masked_loss})
     return logs
+
+
+def _step_config(model):
+    """The DPConfig of this step: make_private's settings, else the optimizer's, else None."""
+    check_same_keras(model.optimizer, "The compiled optimizer")
+    from_optimizer = dp_config(model.optimizer)
+    settings = model._dp_settings  # pylint: disable=protected-access
+    if settings is None:
+        return from_optimizer
+    if from_optimizer is not None and repr(from_optimizer) != repr(settings):
+        raise ValueError(
+            f"make_private was given DP settings {settings} and the model is compiled with "
+            f"the DP optimizer {type(model.optimizer).__name__} carrying different ones "
+            f"({from_optimizer}). Fix: give them once, either to make_private (then compile "
+            "with a plain Keras optimizer such as keras.optimizers.SGD) or to the DP "
+            "optimizer (then call make_private(model) without them).")
+    return settings
 
 
 def _log_generic_layers(model, records):

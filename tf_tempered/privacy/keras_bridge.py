@@ -11,28 +11,48 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The DP engine's one door into Keras internals (tf-keras, Keras 2).
+"""The DP engine's one door into Keras internals, for Keras 2 (tf-keras) and Keras 3.
 
-Everything the engine reads or sets on Keras objects beyond their public API
-goes through here, so that a Keras 3 adapter replaces this module only: the
-handlers in `layer_grads/` take plain tensors and numbers.
+Everything the engine reads or sets on Keras objects beyond their public API goes
+through here; the Keras 2 / Keras 3 differences are the few `_K2`/`_K3` branches
+below (chosen once by `tf_tempered._compat.KERAS_MAJOR`), so the handlers in
+`layer_grads/` take plain tensors and numbers and serve both.
 """
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["flatten_layers", "is_trainable_batch_norm", "linear_activation",
-           "own_trainable_weights", "set_untracked", "unpack_x_y_sample_weight"]
+           "own_trainable_weights", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
+           "variable_key", "IS_KERAS3"]
+
+IS_KERAS3 = KERAS_MAJOR == 3
 
 
 def flatten_layers(model, include_self=False):
-    """Every layer of `model`, nested ones included (Keras' own traversal)."""
+    """Every layer of `model`, nested ones included (Keras' own traversal, both Kerases)."""
     # pylint: disable-next=protected-access
     return model._flatten_layers(include_self=include_self, recursive=True)
 
 
 def own_trainable_weights(layer):
     """The trainable weights `layer` created itself (not its sub-layers'); [] if frozen."""
-    return list(getattr(layer, "_trainable_weights", [])) if layer.trainable else []
+    if not layer.trainable:
+        return []
+    if IS_KERAS3:
+        # Keras 3 keeps a layer's own variables in _trainable_variables; freezing one
+        # (variable.trainable = False) leaves it in that list.
+        return [v for v in getattr(layer, "_trainable_variables", []) if v.trainable]
+    return list(getattr(layer, "_trainable_weights", []))
+
+
+def variable_key(variable):
+    """A hashable key of a variable (Keras 3 variables have no `.ref()`)."""
+    return id(variable)
+
+
+def shape_of(variable):
+    """A variable's static shape as a tuple of ints (TensorShape in Keras 2, tuple in 3)."""
+    return tuple(int(d) for d in variable.shape)
 
 
 def set_untracked(obj, name, value):

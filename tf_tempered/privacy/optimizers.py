@@ -16,16 +16,19 @@
 ``DPKerasSGDOptimizer``, ``DPKerasAdamOptimizer`` and ``DPKerasAdagradOptimizer``
 take TF Privacy's constructor arguments (``l2_norm_clip``, ``noise_multiplier``,
 ``num_microbatches``, then the base optimizer's keyword arguments) and subclass the
-same Keras 2 optimizers TF Privacy's classes do (``tf_keras.optimizers.legacy.SGD``,
-``Adam``, ``Adagrad``), so the update rule is identical. A TF Privacy tutorial ports
-by changing one import; TensorFlow Privacy need not be installed (it does not
-install on Python 3.12+).
+active Keras' own optimizer: on Keras 2 the same legacy optimizers TF Privacy's
+classes do (``tf_keras.optimizers.legacy.SGD``, ``Adam``, ``Adagrad``), so the update
+rule is identical; on Keras 3 ``keras.optimizers.SGD``, ``Adam``, ``Adagrad``
+(TF Privacy has no Keras 3 optimizers). A TF Privacy tutorial ports by changing one
+import; TensorFlow Privacy need not be installed (it does not install on Python 3.12+).
+``tf_tempered.make_private(model, l2_norm_clip=..., noise_multiplier=...)`` is the
+other way: then any Keras optimizer (AdamW, schedules, ...) does the update.
 
 These optimizers only carry the DP settings: the clipping and the noise are done by
 :func:`tf_tempered.make_private`'s training step. A model compiled with one of them
 but not prepared by ``make_private`` would train without privacy, so their gradient
 computation (``minimize``, ``get_gradients``) refuses, and ``apply_gradients``
-refuses unless the DP engine marked the call (it sets ``_was_dp_gradients_called``,
+(Keras 3: ``apply``) refuses unless the DP engine marked the call (it sets ``_was_dp_gradients_called``,
 the flag TF Privacy's optimizers use, just before each ``apply_gradients``; the
 mark is consumed by that call).
 
@@ -33,7 +36,7 @@ Example:
 
 >>> import numpy as np
 >>> import tf_tempered
->>> from tf_tempered._compat import keras
+>>> from tf_tempered._compat import KERAS_MAJOR, keras
 >>> from tf_tempered.privacy import DPKerasSGDOptimizer
 >>> model = tf_tempered.make_private(
 ...     keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
@@ -50,7 +53,7 @@ DPConfig(l2_norm_clip=1.0, noise_multiplier=1.1, num_microbatches=None)
 import math
 import numbers
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import KERAS_MAJOR, keras
 
 __all__ = ["DPKerasSGDOptimizer", "DPKerasAdamOptimizer", "DPKerasAdagradOptimizer",
            "DPOptimizerMixin", "NOT_PRIVATE_MESSAGE"]
@@ -98,7 +101,7 @@ def _check_num_microbatches(value):
 
 
 class DPOptimizerMixin:
-    """DP-SGD settings on a Keras 2 legacy optimizer; the update rule is the base's.
+    """DP-SGD settings on a Keras optimizer; the update rule is the base's.
 
     Subclasses are the ``DPKeras*Optimizer`` classes of this module. Constructor:
     ``(l2_norm_clip, noise_multiplier, num_microbatches=None, **base_kwargs)``,
@@ -107,16 +110,18 @@ class DPOptimizerMixin:
     """
 
     def __init__(self, l2_norm_clip, noise_multiplier, num_microbatches=None, *,
-                 gradient_accumulation_steps=1, **kwargs):
-        if gradient_accumulation_steps != 1:
+                 gradient_accumulation_steps=None, **kwargs):
+        if gradient_accumulation_steps not in (None, 1):
             raise ValueError(
                 f"gradient_accumulation_steps={gradient_accumulation_steps!r} is not "
                 f"supported by {type(self).__name__}. Fix: leave it at 1 and use a larger "
                 "batch size (Poisson batches: tf_tempered.privacy.poisson_batches).")
-        self._l2_norm_clip = _check_l2_norm_clip(l2_norm_clip)
-        self._noise_multiplier = _check_noise_multiplier(noise_multiplier)
-        self._num_microbatches = _check_num_microbatches(num_microbatches)
+        # Validated before the base is built; set after (Keras 3 optimizers refuse
+        # attributes set before their __init__).
+        settings = (_check_l2_norm_clip(l2_norm_clip), _check_noise_multiplier(noise_multiplier),
+                    _check_num_microbatches(num_microbatches))
         super().__init__(**kwargs)
+        self._l2_norm_clip, self._noise_multiplier, self._num_microbatches = settings
         # TF Privacy's flag; here a one-call mark set by the DP engine's train step.
         self._was_dp_gradients_called = False
 
@@ -143,6 +148,22 @@ class DPOptimizerMixin:
     def _refuse(self):
         raise RuntimeError(NOT_PRIVATE_MESSAGE.format(cls=type(self).__name__))
 
+    def _consume_dp_mark(self):
+        if not self._was_dp_gradients_called:
+            self._refuse()
+        self._was_dp_gradients_called = False  # one mark, one call
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"l2_norm_clip": self._l2_norm_clip,
+                       "noise_multiplier": self._noise_multiplier,
+                       "num_microbatches": self._num_microbatches})
+        return config
+
+
+class _Keras2Refusals:
+    """Keras 2 legacy optimizers: where a non-private step would compute or apply gradients."""
+
     def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
         """Refuses: Keras' own (non-private) train step computes gradients here."""
         del loss, var_list, grad_loss, tape
@@ -155,28 +176,41 @@ class DPOptimizerMixin:
 
     def apply_gradients(self, grads_and_vars, name=None, **kwargs):
         """Applies DP gradients handed over by tf_tempered's DP train step; else refuses."""
-        if not self._was_dp_gradients_called:
-            self._refuse()
-        self._was_dp_gradients_called = False  # one mark, one call
+        self._consume_dp_mark()
         return super().apply_gradients(grads_and_vars, name=name, **kwargs)
 
-    def get_config(self):
-        config = super().get_config()
-        config.update({"l2_norm_clip": self._l2_norm_clip,
-                       "noise_multiplier": self._noise_multiplier,
-                       "num_microbatches": self._num_microbatches})
-        return config
+
+class _Keras3Refusals:
+    """Keras 3 optimizers: every update (``apply_gradients``, ``Model.train_step``) goes
+    through ``apply``."""
+
+    def apply(self, grads, trainable_variables=None):
+        """Applies DP gradients handed over by tf_tempered's DP train step; else refuses."""
+        self._consume_dp_mark()
+        return super().apply(grads, trainable_variables)
+
+
+if KERAS_MAJOR == 3:
+    _Refusals = _Keras3Refusals
+    _BASES = {"SGD": keras.optimizers.SGD, "Adam": keras.optimizers.Adam,
+              "Adagrad": keras.optimizers.Adagrad}
+    _BASE_PATH = "keras.optimizers"
+else:
+    _Refusals = _Keras2Refusals
+    _BASES = {"SGD": keras.optimizers.legacy.SGD, "Adam": keras.optimizers.legacy.Adam,
+              "Adagrad": keras.optimizers.legacy.Adagrad}
+    _BASE_PATH = "tf_keras.optimizers.legacy"
 
 
 def _doc(base):
-    return f"""DP-SGD settings on ``tf_keras.optimizers.legacy.{base}`` (TF Privacy's name and arguments).
+    return f"""DP-SGD settings on ``{_BASE_PATH}.{base}`` (TF Privacy's name and arguments).
 
     Args:
       l2_norm_clip: clip norm C (> 0) of each microbatch's gradient.
       noise_multiplier: σ (≥ 0); the sum of clipped gradients gets N(0, (σ·C)²) noise.
       num_microbatches: None (one example per microbatch) or a positive int that
         divides the batch size.
-      **kwargs: keyword arguments of ``tf_keras.optimizers.legacy.{base}``
+      **kwargs: keyword arguments of ``{_BASE_PATH}.{base}``
         (``learning_rate=...``, ...).
 
     Use it with :func:`tf_tempered.make_private` (which does the clipping and noise);
@@ -192,15 +226,15 @@ def _doc(base):
 
 
 @keras.utils.register_keras_serializable(package="tf_tempered")
-class DPKerasSGDOptimizer(DPOptimizerMixin, keras.optimizers.legacy.SGD):
+class DPKerasSGDOptimizer(DPOptimizerMixin, _Refusals, _BASES["SGD"]):
     __doc__ = _doc("SGD")
 
 
 @keras.utils.register_keras_serializable(package="tf_tempered")
-class DPKerasAdamOptimizer(DPOptimizerMixin, keras.optimizers.legacy.Adam):
+class DPKerasAdamOptimizer(DPOptimizerMixin, _Refusals, _BASES["Adam"]):
     __doc__ = _doc("Adam")
 
 
 @keras.utils.register_keras_serializable(package="tf_tempered")
-class DPKerasAdagradOptimizer(DPOptimizerMixin, keras.optimizers.legacy.Adagrad):
+class DPKerasAdagradOptimizer(DPOptimizerMixin, _Refusals, _BASES["Adagrad"]):
     __doc__ = _doc("Adagrad")

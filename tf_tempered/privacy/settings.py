@@ -21,7 +21,7 @@ DPKeras*Optimizer and for TF Privacy's Keras DP optimizers alike.
 from tf_tempered._compat import keras  # noqa: F401  (used by the doctests)
 from tf_tempered.privacy import optimizers
 
-__all__ = ["DPConfig", "dp_config"]
+__all__ = ["DPConfig", "dp_config", "settings_config"]
 
 
 class DPConfig:
@@ -46,6 +46,37 @@ class DPConfig:
     def __repr__(self):
         return (f"DPConfig(l2_norm_clip={self.l2_norm_clip}, noise_multiplier="
                 f"{self.noise_multiplier}, num_microbatches={self.num_microbatches})")
+
+
+def settings_config(*, l2_norm_clip=None, noise_multiplier=None, num_microbatches=None):
+    """DPConfig of settings given to make_private, validated; None when none are given.
+
+    >>> settings_config(l2_norm_clip=1.0, noise_multiplier=1.1)
+    DPConfig(l2_norm_clip=1.0, noise_multiplier=1.1, num_microbatches=None)
+    >>> settings_config() is None
+    True
+    """
+    if l2_norm_clip is None and noise_multiplier is None:
+        if num_microbatches is not None:
+            raise ValueError(
+                "make_private got num_microbatches without l2_norm_clip and noise_multiplier. "
+                "Fix: pass all the DP settings to make_private (l2_norm_clip=..., "
+                "noise_multiplier=..., num_microbatches=...), or none and compile with a DP "
+                "optimizer that carries them (tf_tempered.privacy.DPKerasSGDOptimizer).")
+        return None
+    missing = [name for name, value in (("l2_norm_clip", l2_norm_clip),
+                                        ("noise_multiplier", noise_multiplier)) if value is None]
+    if missing:
+        raise ValueError(
+            f"make_private got {'noise_multiplier' if missing == ['l2_norm_clip'] else 'l2_norm_clip'}"
+            f" but not {missing[0]}: DP-SGD needs both. Fix: pass {missing[0]}=... too (e.g. "
+            "l2_norm_clip=1.0, noise_multiplier=1.1; tf_tempered.privacy."
+            "noise_multiplier_for_epsilon gives σ for a target ε).")
+    clip = optimizers._check_l2_norm_clip(l2_norm_clip)  # pylint: disable=protected-access
+    sigma = optimizers._check_noise_multiplier(noise_multiplier)  # pylint: disable=protected-access
+    return DPConfig(clip, clip * sigma,
+                    optimizers._check_num_microbatches(num_microbatches),  # pylint: disable=protected-access
+                    noise_multiplier=sigma)
 
 
 def dp_config(optimizer):

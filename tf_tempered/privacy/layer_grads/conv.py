@@ -30,6 +30,7 @@ import dataclasses
 from typing import Any, Tuple
 
 from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy import clip, conv_grads, native
 from tf_tempered.privacy.layer_grads import Handler, register, rows
 
@@ -70,7 +71,7 @@ class Conv2DHandler(Handler):
             return None
         return Conv2DParams(layer.name, tuple(layer.kernel_size), tuple(layer.strides),
                             tuple(layer.dilation_rate), layer.padding, int(layer.filters),
-                            bool(layer.use_bias), tuple(layer.kernel.shape.as_list()))
+                            bool(layer.use_bias), keras_bridge.shape_of(layer.kernel))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]

@@ -17,6 +17,7 @@ import dataclasses
 from typing import Tuple
 
 from tf_tempered._compat import keras
+from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import Handler, register, rows
 
 __all__ = ["DenseHandler", "DenseParams"]
@@ -38,7 +39,7 @@ class DenseHandler(Handler):
     records_pre_activation = True
 
     def hyperparameters(self, layer):
-        return DenseParams(layer.name, bool(layer.use_bias), tuple(layer.kernel.shape.as_list()))
+        return DenseParams(layer.name, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
