@@ -24,7 +24,7 @@ import pytest
 from scipy import stats
 
 import tf_tempered
-from tf_tempered._compat import keras, tensorflow_privacy, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer, EngineOptions,
                                  UnsupportedLayerError, dp_config, make_private, native)
@@ -87,22 +87,70 @@ def _fresh(model_fn):
 def _tf_privacy_reference(optimizer):
     """TF Privacy's optimizer with the name and config of our `optimizer` (others: as is).
 
-    Skips the test where TF Privacy is not installed.
+    Returns None for a DP optimizer where TF Privacy is not available (Keras 3, or
+    Python 3.12+): the callers then use the per-microbatch tape reference below.
     """
     if not isinstance(optimizer, DPOptimizerMixin):
         return optimizer
     if tensorflow_privacy is None:
-        pytest.skip("TF Privacy (the reference) is not installed")
+        return None
     return getattr(tensorflow_privacy, type(optimizer).__name__)(**optimizer.get_config())
 
 
+def _base_optimizer(dp_optimizer):
+    """The plain Keras optimizer a DPKeras*Optimizer subclasses, with the same config."""
+    config = {k: v for k, v in dp_optimizer.get_config().items()
+              if k not in ("l2_norm_clip", "noise_multiplier", "num_microbatches")}
+    base = next(c for c in type(dp_optimizer).__mro__[1:]
+                if c.__module__.split(".")[0] in ("keras", "tf_keras"))
+    return base.from_config(config)
+
+
+def _tape_dp_gradient(model, x, y, config):
+    """DP-SGD's gradient (noise 0) written out: one tape per microbatch, clip, mean."""
+    microbatches = config.num_microbatches or len(x)
+    grads = []
+    for xs, ys in zip(np.split(x, microbatches), np.split(y, microbatches)):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(LOSS(ys, model(xs, training=True)))
+        g = tape.gradient(loss, model.trainable_variables,
+                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        g = [tf.convert_to_tensor(t) for t in g]
+        factor = tf.minimum(1.0, config.l2_norm_clip / tf.linalg.global_norm(g))
+        grads.append([t * factor for t in g])
+    return [tf.add_n(list(ts)) / microbatches for ts in zip(*grads)]
+
+
+def _tape_reference_fit(model, dp_optimizer, x, y, batch_size):
+    """One epoch (no shuffling) of DP-SGD by the tape reference and the base optimizer."""
+    config = dp_config(dp_optimizer)
+    optimizer = _base_optimizer(dp_optimizer)
+    for start in range(0, len(x), batch_size):
+        grads = _tape_dp_gradient(model, x[start:start + batch_size], y[start:start + batch_size],
+                                  config)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+
+def _plain_sgd(**kwargs):
+    """Keras' SGD (Keras 2: the legacy one, which TF Privacy's optimizers subclass)."""
+    return (keras.optimizers.SGD if KERAS_MAJOR == 3 else keras.optimizers.legacy.SGD)(**kwargs)
+
+
 def _update(model_fn, optimizer_fn, private, x, y, static_batch=False, options=None):
+    """The update of one epoch in batches of BATCH: ours (private) or the reference's.
+
+    The reference is TF Privacy's own optimizer where it is available (Keras 2,
+    Python <= 3.11), else the per-microbatch tape reference.
+    """
     model = _fresh(model_fn)
     if private:
         make_private(model, options=options)
     optimizer = optimizer_fn() if private else _tf_privacy_reference(optimizer_fn())
-    model.compile(optimizer=optimizer, loss=LOSS)
     before = [w.copy() for w in model.get_weights()]
+    if optimizer is None:
+        _tape_reference_fit(model, optimizer_fn(), x, y, BATCH)
+        return [a - b for a, b in zip(model.get_weights(), before)], model
+    model.compile(optimizer=optimizer, loss=LOSS)
     # With drop_remainder the traced step knows the batch size; without it, it does
     # not. (fit on arrays of a whole number of batches would trace a static size.)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=static_batch)
@@ -228,9 +276,13 @@ def test_short_last_batch_with_microbatches_equals_tf_privacy():
         model = _fresh(_sequence_model)
         if private:
             make_private(model)
-        model.compile(optimizer=opt() if private else _tf_privacy_reference(opt()), loss=LOSS)
+        optimizer = opt() if private else _tf_privacy_reference(opt())
         before = model.get_weights()
-        model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+        if optimizer is None:
+            _tape_reference_fit(model, opt(), x, y, BATCH)
+        else:
+            model.compile(optimizer=optimizer, loss=LOSS)
+            model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
         return [a - b for a, b in zip(model.get_weights(), before)]
 
     reference, ours = weights_after_epoch(False), weights_after_epoch(True)
@@ -254,20 +306,22 @@ def _gradients_given_to_optimizer(model_fn, optimizer_fn, private, x, y):
     if private:
         make_private(model)
     optimizer = optimizer_fn() if private else _tf_privacy_reference(optimizer_fn())
+    if optimizer is None:  # the tape reference's gradient of the one batch
+        return [g.numpy() for g in _tape_dp_gradient(model, x, y, dp_config(optimizer_fn()))]
     model.compile(optimizer=optimizer, loss=LOSS)
-    captured = {v.ref(): tf.Variable(tf.zeros_like(v), trainable=False)
+    captured = {id(v): tf.Variable(tf.zeros_like(v), trainable=False)
                 for v in model.trainable_variables}
     apply_gradients = optimizer.apply_gradients
 
     def recording(grads_and_vars, *args, **kwargs):
         grads_and_vars = list(grads_and_vars)
         for grad, var in grads_and_vars:
-            captured[var.ref()].assign(grad)
+            captured[id(var)].assign(grad)
         return apply_gradients(grads_and_vars, *args, **kwargs)
 
     object.__setattr__(optimizer, "apply_gradients", recording)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
-    return [captured[v.ref()].numpy() for v in model.trainable_variables]
+    return [captured[id(v)].numpy() for v in model.trainable_variables]
 
 
 def test_adam_gets_the_same_dp_gradient_as_tf_privacy():
@@ -405,7 +459,7 @@ def test_nonfinite_example_contributes_zero_and_is_counted(forced):
 
 def test_plain_optimizer_trains_non_privately():
     x, y = _data(_cnn())
-    opt = lambda: keras.optimizers.legacy.SGD(learning_rate=0.5)
+    opt = lambda: _plain_sgd(learning_rate=0.5)
     reference, _ = _update(_cnn, opt, False, x, y)
     ours, _ = _update(_cnn, opt, True, x, y)
     for r, o in zip(reference, ours):
@@ -492,9 +546,10 @@ def test_dp_config_reads_tf_privacy_optimizers():
     config = dp_config(tensorflow_privacy.VectorizedDPKerasSGDOptimizer(
         l2_norm_clip=3.0, noise_multiplier=1.5))
     assert (config.l2_norm_clip, config.noise_multiplier, config.num_microbatches) == (3.0, 1.5, None)
-    assert dp_config(keras.optimizers.legacy.SGD()) is None
+    assert dp_config(_plain_sgd()) is None
 
 
+@pytest.mark.tf_privacy  # the tape reference would draw other dropout masks
 def test_update_with_active_dropout_equals_tf_privacy():
     # A seeded Dropout draws the same mask in both models once the global seed is reset.
     def build(rate):

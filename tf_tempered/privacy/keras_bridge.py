@@ -21,9 +21,9 @@ below (chosen once by `tf_tempered._compat.KERAS_MAJOR`), so the handlers in
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["flatten_layers", "is_trainable_batch_norm", "linear_activation",
-           "own_trainable_weights", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
-           "variable_key", "IS_KERAS3"]
+__all__ = ["IS_KERAS3", "flatten_layers", "is_trainable_batch_norm", "linear_activation",
+           "own_trainable_weights", "set_untracked", "shape_of", "tape_variable",
+           "unpack_x_y_sample_weight", "variable_key"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -48,6 +48,14 @@ def own_trainable_weights(layer):
 def variable_key(variable):
     """A hashable key of a variable (Keras 3 variables have no `.ref()`)."""
     return id(variable)
+
+
+def tape_variable(variable):
+    """What a tf.GradientTape watches and differentiates for a Keras variable.
+
+    Keras 3 variables wrap a tf.Variable (``.value``); tape.watch refuses the wrapper.
+    """
+    return variable.value if IS_KERAS3 else variable
 
 
 def shape_of(variable):

@@ -104,7 +104,9 @@ def instrument(model):
                 "bounds its influence (DP-SGD's guarantee fails). Replace it with "
                 "keras.layers.GroupNormalization or keras.layers.LayerNormalization, "
                 "or freeze it (layer.trainable = False) so it uses its moving statistics.")
-        if not own_trainable_weights(layer):
+        # An unbuilt layer may create weights at its first call (Keras 3 builds a
+        # Dense's activation layer only then): instrument it too.
+        if not own_trainable_weights(layer) and layer.built:
             continue
         if not getattr(layer, "_tf_tempered_instrumented", False):
             _wrap_call(layer)

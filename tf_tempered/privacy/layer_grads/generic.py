@@ -60,6 +60,8 @@ class GenericHandler(Handler):
 def _per_example_grads(call, variables):
     """Per-example gradients of a layer's own weights, by a VJP of that layer alone."""
 
+    variables = [keras_bridge.tape_variable(v) for v in variables]
+
     def one_example(args):
         x, gy = args
         with tf.GradientTape() as tape:
