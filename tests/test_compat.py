@@ -34,10 +34,74 @@ def _run(code, **env):
                           env=full_env, timeout=300)
 
 
-def test_tf_keras_is_keras_2():
-    assert tf.keras.__name__.startswith("tf_keras")
-    import tf_keras
-    assert tf_keras.__version__.startswith("2.") and keras.Model is tf_keras.Model
+def test_active_keras_is_the_one_tensorflow_binds():
+    # Keras 3 unless TF_USE_LEGACY_KERAS=1 was set before TensorFlow was imported.
+    if _compat.legacy_keras_requested():
+        import tf_keras  # pylint: disable=import-outside-toplevel
+        assert tf.keras.__name__.startswith("tf_keras") and _compat.KERAS_MAJOR == 2
+        assert tf_keras.__version__.startswith("2.") and keras.Model is tf_keras.Model
+    else:
+        import keras as keras3  # pylint: disable=import-outside-toplevel
+        assert keras is keras3 and keras.__version__.startswith("3.") and _compat.KERAS_MAJOR == 3
+        assert tensorflow_privacy is None  # TF Privacy is Keras 2 only
+
+
+@pytest.mark.parametrize("value, legacy", [("1", True), ("true", True), ("True", True),
+                                           ("0", False), ("", False), (None, False)])
+def test_legacy_keras_requested_follows_tensorflows_rule(value, legacy):
+    environ = {} if value is None else {"TF_USE_LEGACY_KERAS": value}
+    assert _compat.legacy_keras_requested(environ) is legacy
+
+
+def test_import_has_no_side_effect_on_the_keras_version():
+    result = _run("import tf_tempered, keras, tensorflow as tf, sys, os; "
+                  "print(keras.__version__, tf.keras.__name__, 'tf_keras' in sys.modules, "
+                  "os.environ.get('TF_USE_LEGACY_KERAS'))")
+    assert result.returncode == 0, result.stderr[-3000:]
+    version, bound, tf_keras_loaded, env = result.stdout.split()[-4:]
+    assert version.startswith("3.") and bound.startswith("keras")
+    assert (tf_keras_loaded, env) == ("False", "None")
+
+
+def test_legacy_keras_is_selected_the_standard_way():
+    result = _run("import tf_tempered, tensorflow as tf; from tf_tempered._compat import keras; "
+                  "print(tf.keras.__name__, keras.__version__)", TF_USE_LEGACY_KERAS="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    bound, version = result.stdout.split()[-2:]
+    assert bound.startswith("tf_keras") and version.startswith("2.")
+
+
+_MIXED = """
+import numpy as np, tf_tempered
+from tf_tempered._compat import keras
+import {other} as other
+model = {model}
+try:
+    {call}
+except TypeError as e:
+    print("REFUSED", e)
+"""
+
+
+@pytest.mark.parametrize("active, other", [("3", "tf_keras"), ("2", "keras")])
+def test_mixing_the_two_kerases_fails_with_one_clear_message(active, other):
+    env = {"TF_USE_LEGACY_KERAS": "1"} if active == "2" else {}
+    # A model of the other Keras given to make_private.
+    result = _run(_MIXED.format(
+        other=other, model="other.Sequential([other.Input((3,)), other.layers.Dense(2)])",
+        call="tf_tempered.make_private(model)"), **env)
+    assert "REFUSED" in result.stdout, result.stderr[-3000:]
+    assert "cannot be mixed" in result.stdout and "TF_USE_LEGACY_KERAS" in result.stdout
+    # A model of the active Keras compiled with the other Keras' optimizer: Keras itself may
+    # refuse at compile (Keras 3 does), else the DP step does, with our message.
+    code = _MIXED.format(
+        other=other, model="tf_tempered.make_private(keras.Sequential([keras.Input((3,)), "
+                           "keras.layers.Dense(2)]), l2_norm_clip=1.0, noise_multiplier=0.0)",
+        call=("model.compile(optimizer=other.optimizers.SGD(0.1), loss=keras.losses."
+              "SparseCategoricalCrossentropy(from_logits=True, reduction='none')); "
+              "model.fit(np.ones((4, 3)), np.zeros(4), verbose=0)"))
+    result = _run(code.replace("except TypeError", "except (TypeError, ValueError)"), **env)
+    assert "REFUSED" in result.stdout, result.stderr[-3000:]
 
 
 @pytest.mark.tf_privacy
@@ -58,19 +122,21 @@ def test_tf_privacy_public_names_work_after_import():
 def test_import_first_then_tensorflow_works_in_fresh_process():
     result = _run("import tf_tempered, tensorflow as tf; "
                   "from tensorflow_privacy.privacy.keras_models.dp_keras_model import DPSequential; "
-                  "print(tf.keras.__name__)")
+                  "print(tf.keras.__name__)", TF_USE_LEGACY_KERAS="1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("tf_keras.api._v2.keras") or "tf_keras" in result.stdout
 
 
 def test_tensorflow_imported_but_keras_unbound_is_fine():
-    result = _run("import tensorflow as tf; import tf_tempered; print(tf.keras.__name__)")
+    result = _run("import tensorflow as tf; import tf_tempered; print(tf.keras.__name__)",
+                  TF_USE_LEGACY_KERAS="1")
     assert result.returncode == 0, result.stderr
     assert "tf_keras" in result.stdout
 
 
-def test_keras3_already_bound_raises_with_the_fix():
-    result = _run("import tensorflow as tf; tf.keras.layers; import tf_tempered")
+def test_legacy_requested_after_keras3_was_bound_raises_with_the_fix():
+    result = _run("import os, tensorflow as tf; tf.keras.layers; "
+                  "os.environ['TF_USE_LEGACY_KERAS'] = '1'; import tf_tempered")
     assert result.returncode != 0
     assert "ImportError" in result.stderr
     message = result.stderr[result.stderr.index("ImportError"):]
@@ -112,7 +178,12 @@ print("changed", bool(np.any(model.get_weights()[0] != before)))
 
 
 def test_require_tensorflow_privacy_matches_what_is_installed():
-    if tensorflow_privacy is None:
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    if tensorflow_privacy is None and importlib.util.find_spec("tensorflow_privacy") is not None:
+        # Installed, but this process uses Keras 3: the fix is to select Keras 2.
+        with pytest.raises(ImportError, match="Keras 2 only.*TF_USE_LEGACY_KERAS=1"):
+            _compat.require_tensorflow_privacy()
+    elif tensorflow_privacy is None:
         with pytest.raises(ImportError, match="Python <= 3.11"):
             _compat.require_tensorflow_privacy()
     else:

@@ -18,15 +18,16 @@ import pytest
 from scipy import stats
 
 import tf_tempered
-from tf_tempered._compat import keras, tensorflow_privacy, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from tf_tempered.privacy import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,
                                  DPKerasSGDOptimizer, dp_config, make_private)
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 CLASSES = {"sgd": DPKerasSGDOptimizer, "adam": DPKerasAdamOptimizer,
            "adagrad": DPKerasAdagradOptimizer}
-BASES = {"sgd": keras.optimizers.legacy.SGD, "adam": keras.optimizers.legacy.Adam,
-         "adagrad": keras.optimizers.legacy.Adagrad}
+# The active Keras' optimizers (Keras 2: the legacy ones, which TF Privacy's subclass).
+_OPTIMIZERS = keras.optimizers if KERAS_MAJOR == 3 else keras.optimizers.legacy
+BASES = {"sgd": _OPTIMIZERS.SGD, "adam": _OPTIMIZERS.Adam, "adagrad": _OPTIMIZERS.Adagrad}
 BASE_KWARGS = {"sgd": {"learning_rate": 0.5, "momentum": 0.9},
                "adam": {"learning_rate": 0.05, "beta_1": 0.8},
                "adagrad": {"learning_rate": 0.3, "initial_accumulator_value": 0.2}}
@@ -107,14 +108,15 @@ def test_config_round_trip_and_registered_name(key):
     assert again.get_config() == config
     serialized = keras.optimizers.serialize(opt)
     assert serialized["class_name"].endswith(CLASSES[key].__name__)
-    restored = keras.optimizers.deserialize(serialized, use_legacy_optimizer=True)
+    restored = (keras.optimizers.deserialize(serialized) if KERAS_MAJOR == 3 else
+                keras.optimizers.deserialize(serialized, use_legacy_optimizer=True))
     assert type(restored) is CLASSES[key] and restored.get_config() == config
 
 
 def test_compiled_private_model_saves_and_reloads(tmp_path):
     model = _train(DPKerasAdamOptimizer(l2_norm_clip=1.0, noise_multiplier=0.5,
                                         learning_rate=0.01))
-    path = tmp_path / "model.h5"
+    path = tmp_path / ("model.keras" if KERAS_MAJOR == 3 else "model.h5")
     model.save(path)
     reloaded = keras.models.load_model(path)
     assert type(reloaded.optimizer) is DPKerasAdamOptimizer
@@ -152,8 +154,12 @@ def test_direct_apply_gradients_and_minimize_refuse():
     opt = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0, learning_rate=1.0)
     with pytest.raises(RuntimeError, match="make_private"):
         opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
-    with pytest.raises(RuntimeError, match="make_private"):
-        opt.minimize(lambda: tf.reduce_sum(var ** 2), [var])
+    if KERAS_MAJOR == 3:  # Keras 3 optimizers update through `apply` (no minimize)
+        with pytest.raises(RuntimeError, match="make_private"):
+            opt.apply([tf.constant([1.0, 1.0])], [var])
+    else:
+        with pytest.raises(RuntimeError, match="make_private"):
+            opt.minimize(lambda: tf.reduce_sum(var ** 2), [var])
     np.testing.assert_array_equal(var.numpy(), [1.0, 2.0])
 
 

@@ -111,6 +111,13 @@ def _bound_keras_name(tf_module):
     return getattr(loader, "__name__", repr(loader))
 
 
+def _tf_privacy_installed():
+    try:
+        return importlib.util.find_spec("tensorflow_privacy") is not None
+    except ValueError:  # sys.modules["tensorflow_privacy"] = None: treated as absent
+        return False
+
+
 def legacy_keras_requested(environ=None):
     """True if the user selected Keras 2 the standard way (TensorFlow's own rule).
 
@@ -149,7 +156,7 @@ def bootstrap():
     bound = getattr(tf_.keras, "__name__", "")
     if not bound.startswith("tf_keras"):
         raise ImportError(KERAS3_BOUND_MESSAGE.format(bound=bound))
-    if importlib.util.find_spec("tensorflow_privacy") is None:
+    if not _tf_privacy_installed():
         return tf_, keras_, None
     import tensorflow_privacy as tfp_  # pylint: disable=g-import-not-at-top
     for module_name, names in _TFP_EXPORTS.items():
@@ -165,14 +172,14 @@ def require_tensorflow_privacy(feature="This"):
 
     >>> try:
     ...     tfp = require_tensorflow_privacy("The comparison")
-    ... except ImportError as e:  # not installed (Python 3.12+): the message has the fix
+    ... except ImportError as e:  # Keras 3, or not installed (Python 3.12+): the fix is said
     ...     tfp = None
-    ...     assert "pip install tensorflow-privacy" in str(e) and "DPKerasSGDOptimizer" in str(e)
+    ...     assert "TF_USE_LEGACY_KERAS=1" in str(e) or "pip install tensorflow-privacy" in str(e)
+    ...     assert "DPKerasSGDOptimizer" in str(e)
     >>> tfp is tensorflow_privacy
     True
     """
-    if tensorflow_privacy is None and KERAS_MAJOR == 3 and importlib.util.find_spec(
-            "tensorflow_privacy") is not None:
+    if tensorflow_privacy is None and KERAS_MAJOR == 3 and _tf_privacy_installed():
         raise ImportError(TF_PRIVACY_NEEDS_KERAS2_MESSAGE.format(feature=feature))
     if tensorflow_privacy is None:
         raise ImportError(TF_PRIVACY_MISSING_MESSAGE.format(

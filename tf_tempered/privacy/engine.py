@@ -35,7 +35,7 @@ Example:
 ...     optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1,
 ...                                   learning_rate=0.1),
 ...     loss=keras.losses.SparseCategoricalCrossentropy(
-...         from_logits=True, reduction=keras.losses.Reduction.NONE))
+...         from_logits=True, reduction="none"))
 >>> history = model.fit(np.zeros((8, 4)), np.zeros(8), batch_size=4, verbose=0)
 >>> sorted(k for k in history.history if k.startswith("dp_"))
 ['dp_clipped_fraction', 'dp_grad_norm', 'dp_nonfinite']
