@@ -16,7 +16,8 @@
 import numpy as np
 import pytest
 
-from tf_tempered._compat import keras, tensorflow_privacy, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
+from dp_reference import _seeded, assert_engine_matches_reference
 from tf_tempered.privacy import DPKerasSGDOptimizer
 from tf_tempered.privacy import UnsupportedLayerError, make_private
 
@@ -39,22 +40,62 @@ def _update(build, private, x, y):
     return [a - b for a, b in zip(model.get_weights(), before)], model
 
 
-def test_shared_layer_is_refused():
-    inputs = keras.Input((4,))
+def _shared_dense_twice(dtype):
+    # The same Dense on its own output: per example, the two calls' contributions add up.
+    inputs = keras.Input((4,), dtype=dtype)
+    dense = keras.layers.Dense(4, activation="tanh", dtype=dtype)
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(dense(dense(inputs))))
+
+
+def _siamese(dtype):
+    # One tower on two inputs (a siamese net), merged.
+    inputs = keras.Input((2, 5), dtype=dtype)
+    tower = keras.layers.Dense(4, activation="tanh", dtype=dtype)
+    left = tower(keras.layers.Lambda(lambda t: t[:, 0], dtype=dtype)(inputs))
+    right = tower(keras.layers.Lambda(lambda t: t[:, 1], dtype=dtype)(inputs))
+    merged = keras.layers.Concatenate(dtype=dtype)([left, right])
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(merged))
+
+
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+@pytest.mark.parametrize("builder, shape", [(_shared_dense_twice, (4,)), (_siamese, (2, 5))],
+                         ids=["dense-twice", "siamese"])
+def test_shared_layer_equals_reference(builder, shape, num_microbatches, static_batch):
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(BATCH,) + shape), rng.integers(0, 3, BATCH)
+    assert_engine_matches_reference(_seeded(builder), x, y, num_microbatches=num_microbatches,
+                                    static_batch=static_batch)
+
+
+def test_shared_layer_on_rows_that_are_not_examples_is_refused():
+    # The second call sees [2·B, 4] rows: they cannot be paired with the examples.
+    reshape = keras.ops.reshape if KERAS_MAJOR == 3 else tf.reshape
+    inputs = keras.Input((2, 4))
     dense = keras.layers.Dense(4)
-    model = make_private(keras.Model(inputs, dense(dense(inputs))))
-    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+    first = dense(keras.layers.Lambda(lambda t: t[:, 0])(inputs))
+    second = dense(keras.layers.Lambda(lambda t: reshape(t, (-1, 4)))(inputs))
+    second = keras.layers.Lambda(lambda t: reshape(t, (-1, 8)))(second)
+    merged = keras.layers.Concatenate()([first, second])
+    model = make_private(keras.Model(inputs, keras.layers.Dense(3)(merged)))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
                                                 learning_rate=0.1), loss=LOSS)
-    with pytest.raises(UnsupportedLayerError,
-                       match="'dense' is called more than once.*separate layer.*without make_private"):
-        model.fit(np.zeros((4, 4)), np.zeros(4), verbose=0)
+    before = model.get_weights()
+    data = tf.data.Dataset.from_tensor_slices((np.ones((8, 2, 4), np.float32), np.zeros(8)))
+    with pytest.raises(UnsupportedLayerError, match="called more than once per step.*first axis"):
+        model.fit(data.batch(8, drop_remainder=True), verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("rnn,match", [
-    # Fused kernels use the cell's weights without calling the cell: nothing is
-    # recorded for it, yet the loss depends on its weights.
-    (lambda: keras.layers.LSTM(4), "'lstm/lstm_cell/kernel:0' of layer 'lstm_cell' .*LSTM layer 'lstm'"),
-    (lambda: keras.layers.GRU(4), "'gru/gru_cell/kernel:0' of layer 'gru_cell' .*GRU layer 'gru'"),
+    # Keras 2's fused kernels use the cell's weights without calling the cell:
+    # nothing is recorded for it, yet the loss depends on its weights. Keras 3
+    # (on CPU) calls the cell once per time step, with its state.
+    (lambda: keras.layers.LSTM(4), "'lstm/lstm_cell/kernel:0' of layer 'lstm_cell' .*LSTM layer 'lstm'"
+     if KERAS_MAJOR == 2 else "'lstm_cell' .*recurrent cell"),
+    (lambda: keras.layers.GRU(4), "'gru/gru_cell/kernel:0' of layer 'gru_cell' .*GRU layer 'gru'"
+     if KERAS_MAJOR == 2 else "'gru_cell' .*recurrent cell"),
     # Python-loop RNNs call the cell once per time step.
     (lambda: keras.layers.SimpleRNN(4), "'simple_rnn_cell' .*recurrent cell"),
     (lambda: keras.layers.LSTM(4, unroll=True), "'lstm_cell' .*recurrent cell"),

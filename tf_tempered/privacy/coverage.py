@@ -14,8 +14,9 @@
 """Whether the recorded layer calls of a DP step cover every trainable variable.
 
 The engine computes per-example gradients only for what the forward pass
-recorded: one call per instrumented layer. `check` refuses layers called more
-than once and variables outside instrumented layers, and returns the trainable
+recorded: the calls of instrumented layers (several calls of one layer are
+summed per example, see layer_grads/multi_call.py). `check` refuses variables
+outside instrumented layers, and returns the trainable
 variables no recorded call covers; after the backward pass
 `refuse_unrecorded_dependencies` refuses those the loss depends on (tf-keras'
 fused LSTM/GRU kernels use their cell's weights without calling the cell), so
@@ -38,31 +39,8 @@ def check(model, records):
     Privacy gives them) or layers whose weights are used without calling them
     (fused RNN kernels), which `refuse_unrecorded_dependencies` tells apart.
     """
-    recorded = set()
-    for record in records:
-        if id(record.layer) in recorded:
-            wrapper = _time_distributed_holding(model, record.layer)
-            if wrapper is not None:
-                raise UnsupportedLayerError(
-                    f"Layer {record.layer.name!r} is called once per time step by "
-                    f"TimeDistributed layer {wrapper.name!r} (tf-keras loops over time steps "
-                    "for a custom layer when the batch size is static); the fast DP engine "
-                    "needs each trainable layer called once per step. Apply the layer to the "
-                    "whole sequence without TimeDistributed if it acts on the last axis "
-                    "(e.g. an elementwise activation), or feed batches of unknown size "
-                    "(tf.data without drop_remainder), where TimeDistributed calls its layer "
-                    "once on [batch·time, ...].")
-            raise UnsupportedLayerError(
-                f"Layer {record.layer.name!r} is called more than once per step (shared "
-                "weights); the fast DP engine needs each trainable layer called once, "
-                "because it computes a layer's per-example gradient from one call's input "
-                "and output gradient. Use a separate layer for each call (weights are then "
-                "no longer shared), or train without make_private: compiled with TF "
-                "Privacy's optimizer of the same name (tensorflow_privacy, Python <= 3.11; "
-                "tf_tempered's own DP optimizers refuse to train without make_private), the "
-                "model then gets TF Privacy's own (slower) per-microbatch gradients, which "
-                "handle shared weights.")
-        recorded.add(id(record.layer))
+    # A layer called more than once is handled by layer_grads.multi_call.
+    recorded = {id(record.layer) for record in records}
     owner = {}
     for layer in keras_bridge.flatten_layers(model, include_self=True):
         if getattr(layer, "_tf_tempered_instrumented", False):
@@ -105,14 +83,6 @@ def refuse_unrecorded_dependencies(model, unrecorded, grads):
             "Python <= 3.11; tf_tempered's own DP optimizers refuse to train without "
             "make_private), it then gets TF Privacy's own (slower) per-microbatch "
             "gradients, which back-propagate through every layer.")
-
-
-def _time_distributed_holding(model, inner):
-    """The TimeDistributed layer of `model` that wraps `inner`, or None."""
-    for layer in keras_bridge.flatten_layers(model):
-        if isinstance(layer, keras.layers.TimeDistributed) and layer.layer is inner:
-            return layer
-    return None
 
 
 def _rnn_holding(model, cell):

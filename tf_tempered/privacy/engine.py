@@ -238,8 +238,16 @@ def _train_step(self, data):
             record.inputs = tf.identity(record.inputs)
 
     _log_generic_layers(self, records)
-    step = layer_grads.Step(num_microbatches, examples_per_microbatch, self._dp_options)
-    norms = [record.handler.norms(record, record.params, step) for record in records]
+    static_batch = losses.shape[0]
+    step = layer_grads.Step(num_microbatches, examples_per_microbatch, self._dp_options,
+                            static_batch if static_batch is not None else tf.shape(losses)[0])
+    # One entry per layer: its handler for one call; the per-example sum of the
+    # calls' contributions for a layer called more than once (shared weights).
+    groups = layer_grads.multi_call.group_calls(records)
+    records = [first for first, _ in groups]
+    norms = [first.handler.norms(first, first.params, step) if len(calls) == 1
+             else layer_grads.multi_call.multi_call_norms(calls, step)
+             for first, calls in groups]
     sq_norm = tf.zeros([num_microbatches], tf.float32)
     for layer_norms in norms:
         sq_norm += tf.cast(layer_norms.sq_norms, tf.float32)
@@ -252,7 +260,9 @@ def _train_step(self, data):
     summed = {}
     weights = ClipWeights(scale, finite)
     for record, layer_norms in zip(records, norms):
-        variables = record.handler.variables(record.layer, record.params)
+        variables = layer_norms.variables
+        if variables is None:
+            variables = record.handler.variables(record.layer, record.params)
         for var, grad in zip(variables, layer_norms.clipped_sum(weights)):
             if isinstance(grad, tf.IndexedSlices):
                 # A sparse gradient (Embedding) is densified: the dense noise is

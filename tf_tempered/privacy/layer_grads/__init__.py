@@ -50,10 +50,12 @@ class Step:
     num_microbatches: M (an int, or a scalar tensor when not known while tracing).
     examples_per_microbatch: E (an int, or None when the batch size is not static).
     options: the model's EngineOptions.
+    batch_size: B (an int, or a scalar tensor when not known while tracing).
     """
     num_microbatches: Any
     examples_per_microbatch: Any
     options: Any
+    batch_size: Any = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -65,10 +67,13 @@ class Norms:
       in that order] (a tensor, or tf.IndexedSlices for a sparse gradient).
     path: the path the handler took (its own frozen decision object), for
       inspection and tests.
+    variables: the variables `clipped_sum` returns gradients for, when they are
+      not `handler.variables(layer, params)` (multi_call: all the layer's own).
     """
     sq_norms: Any
     clipped_sum: Callable[[Any], List[Any]]
     path: Any = None
+    variables: Any = None
 
 
 class Handler:
@@ -143,6 +148,7 @@ from tf_tempered.privacy.layer_grads import dense
 from tf_tempered.privacy.layer_grads import conv
 from tf_tempered.privacy.layer_grads import embedding
 from tf_tempered.privacy.layer_grads import einsum_dense_handler
+from tf_tempered.privacy.layer_grads import multi_call
 # pylint: enable=g-import-not-at-top,wrong-import-position,unused-import
 
 GENERIC = generic.GenericHandler()

@@ -24,7 +24,7 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy import clip, keras_bridge
 from tf_tempered.privacy.layer_grads import Handler, Norms
 
-__all__ = ["GenericHandler"]
+__all__ = ["GenericHandler", "per_example_grads"]
 
 
 class GenericHandler(Handler):
@@ -42,7 +42,7 @@ class GenericHandler(Handler):
     def norms(self, call, params, step):
         variables = keras_bridge.own_trainable_weights(call.layer)
         num_microbatches = step.num_microbatches
-        per_example = _per_example_grads(call, variables)
+        per_example = per_example_grads(call, variables)
         grouped = [clip.sum_microbatches(p, num_microbatches) for p in per_example]
         sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [num_microbatches, -1])), 1)
                        for p in grouped])
@@ -57,9 +57,13 @@ class GenericHandler(Handler):
         return Norms(sq, clipped_sum, "generic")
 
 
-def _per_example_grads(call, variables):
-    """Per-example gradients of a layer's own weights, by a VJP of that layer alone."""
+def per_example_grads(call, variables, bypass_activation=False):
+    """Per-example gradients of a layer's own weights, by a VJP of that layer alone.
 
+    `bypass_activation`: the recorded output (and its gradient) is the layer's
+    pre-activation output (handlers with records_pre_activation), so the VJP
+    runs the layer's call with its activation set to linear.
+    """
     variables = [keras_bridge.tape_variable(v) for v in variables]
 
     def one_example(args):
@@ -71,4 +75,12 @@ def _per_example_grads(call, variables):
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return [tf.convert_to_tensor(g) for g in grads]
 
-    return tf.vectorized_map(one_example, (call.inputs, call.grad_output))
+    if not bypass_activation:
+        return tf.vectorized_map(one_example, (call.inputs, call.grad_output))
+    layer, activation = call.layer, call.layer.activation
+    keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
+    try:  # vectorized_map traces one_example now: the swap covers the trace
+        return tf.vectorized_map(one_example, (call.inputs, call.grad_output))
+    finally:
+        keras_bridge.set_untracked(layer, "activation", activation)
+

@@ -1,0 +1,91 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A layer called more than once in one forward pass: the per-example sum of its calls.
+
+A shared layer (one Dense applied to two inputs, a siamese tower) and the layer
+inside Keras 3's TimeDistributed (called once per time step) use the same
+weights in several calls. An example's gradient of those weights is the sum of
+its contributions from every call,
+
+    g_i = Σ_k J_k(x_i)ᵀ δ_{i,k},
+
+so its norm is ‖Σ_k …‖, not Σ_k ‖…‖ (cross terms). Each call's per-example
+contribution is a VJP of that call alone (generic.per_example_grads, with the
+layer's activation bypassed when its handler recorded the pre-activation
+output); they are summed per example, then per microbatch, before the norm.
+Exact for any layer whose calls each see the batch's examples along axis 0 (the
+engine checks the leading dimension of every call against the batch size).
+
+>>> from tf_tempered._compat import keras
+>>> import tf_tempered
+>>> shared = keras.layers.Dense(2)
+>>> a, b = keras.Input((3,)), keras.Input((3,))
+>>> model = tf_tempered.make_private(keras.Model([a, b], shared(a) + shared(b)),
+...                                  l2_norm_clip=1.0, noise_multiplier=0.0)
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy import clip, keras_bridge
+from tf_tempered.privacy.layer_grads import Norms, generic
+
+__all__ = ["group_calls", "multi_call_norms"]
+
+
+def group_calls(records):
+    """[(first record, [records of that layer])] in first-call order."""
+    groups = {}
+    for record in records:
+        groups.setdefault(id(record.layer), (record, []))[1].append(record)
+    return list(groups.values())
+
+
+def multi_call_norms(calls, step):
+    """Norms of a layer's variables from the per-example sum of its calls' contributions."""
+    layer = calls[0].layer
+    variables = keras_bridge.own_trainable_weights(layer)
+    per_example = None
+    for call in calls:
+        _check_example_major(call, step)
+        grads = generic.per_example_grads(call, variables,
+                                          bypass_activation=call.handler.records_pre_activation)
+        per_example = grads if per_example is None else [
+            p + g for p, g in zip(per_example, grads)]
+    grouped = [clip.sum_microbatches(p, step.num_microbatches) for p in per_example]
+    sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [step.num_microbatches, -1])), 1)
+                   for p in grouped])
+
+    def clipped_sum(weights):
+        sums = []
+        for var, p in zip(variables, grouped):
+            flat = weights.zero_nonfinite(tf.reshape(p, [tf.shape(p)[0], -1]))
+            sums.append(tf.reshape(clip.weighted_sum(flat, weights.scale), var.shape))
+        return sums
+
+    return Norms(sq, clipped_sum, f"multi_call[{len(calls)}]", variables=variables)
+
+
+def _check_example_major(call, step):
+    """Each call must see the batch's examples on axis 0 (else the sum pairs wrong rows)."""
+    from tf_tempered.privacy.recording import UnsupportedLayerError  # pylint: disable=g-import-not-at-top
+    message = (f"Layer {call.layer.name!r} is called more than once per step, and one call's "
+               "input does not have the batch's examples on its first axis, so the DP engine "
+               "cannot add up each example's contributions of the calls. Call a shared layer "
+               "on tensors of shape [batch, ...] (reshape after the call, not before).")
+    rows = call.inputs.shape[0]
+    if rows is not None and isinstance(step.batch_size, int):
+        if rows != step.batch_size:
+            raise UnsupportedLayerError(message + f" (got {rows} rows for a batch of "
+                                        f"{step.batch_size}).")
+        return
+    tf.debugging.assert_equal(tf.shape(call.inputs)[0], step.batch_size, message=message)
