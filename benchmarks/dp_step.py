@@ -70,9 +70,10 @@ def _compiled(path, kind, batch_size):
         model.compile(keras.optimizers.legacy.SGD(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     elif path in ("tf_tempered", "tf_tempered_tf_ops"):
-        model = _model(kind)  # models.* return make_private(model)
-        if path == "tf_tempered_tf_ops":  # the engine without the native conv op
-            make_private(model, options=EngineOptions(native=False))
+        model = _model(kind)
+        # tf_tempered_tf_ops: the engine without the native conv op.
+        make_private(model, options=(EngineOptions(native=False)
+                                     if path == "tf_tempered_tf_ops" else None))
         model.compile(DPKerasSGDOptimizer(**dp, learning_rate=0.15), loss=per_example)
     elif path == "dpsequential":
         tensorflow_privacy_ = require_tensorflow_privacy(f"The benchmark path {path!r}")

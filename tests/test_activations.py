@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of tf_tempered.activations (Keras 2) against a float64 NumPy reference."""
+"""Tests of tf_tempered.activations (on the active Keras) against a float64 NumPy reference."""
 
 import math
 
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.activations import check_tempered_sigmoid_args
 from tf_tempered.activations import inverse_softplus
 from tf_tempered.activations import tempered_sigmoid
@@ -187,7 +187,10 @@ def test_inverse_softplus_rejects_non_positive(y):
 
 def test_string_activation_resolves():
     assert keras.activations.get("tempered_sigmoid") is tempered_sigmoid
-    assert keras.activations.get("tf_tempered>tempered_sigmoid") is tempered_sigmoid
+    assert keras.saving.get_registered_object("tf_tempered>tempered_sigmoid") is tempered_sigmoid
+    assert keras.saving.get_registered_name(tempered_sigmoid) == "tf_tempered>tempered_sigmoid"
+    if KERAS_MAJOR == 2:  # Keras 3 resolves registered names in configs, not in get()
+        assert keras.activations.get("tf_tempered>tempered_sigmoid") is tempered_sigmoid
     dense = keras.layers.Dense(4, activation="tempered_sigmoid")
     assert dense.activation is tempered_sigmoid
     x = np.random.RandomState(0).randn(5, 3).astype(np.float32)

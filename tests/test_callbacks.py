@@ -36,7 +36,7 @@ def _model(optimizer):
     if isinstance(optimizer, DPKerasSGDOptimizer):  # ours: only trains with make_private
         make_private(model)
     model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction=keras.losses.Reduction.NONE))
+        from_logits=True, reduction="none"))
     return model
 
 
@@ -208,6 +208,26 @@ def test_microbatches_of_our_optimizer_are_accounted():
     assert history.history["epsilon"][0] > 1.5 * _expected(1, 2.0)[0]
 
 
+def test_settings_given_to_make_private_are_accounted():
+    from tf_tempered.privacy.settings import model_dp_config  # pylint: disable=g-import-not-at-top
+    x, y = _data()
+    plain = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    plain.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    assert model_dp_config(plain) is None
+    model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=2.0, num_microbatches=8)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="none"))
+    config = model_dp_config(model)
+    assert (config.l2_norm_clip, config.noise_multiplier, config.num_microbatches) == (
+        1.0, 2.0, 8)
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
+    # make_private's σ = 2 and 8 microbatches of 2, with a plain SGD optimizer.
+    assert history.history["epsilon"] == pytest.approx(_expected(2, 2.0, 2), rel=1e-12)
+
+
 @pytest.mark.tf_privacy
 def test_settings_from_dp_model_and_unsupported_optimizers():
     from tensorflow_privacy import DPKerasSGDOptimizer, DPSequential  # pylint: disable=g-import-not-at-top,redefined-outer-name
@@ -240,7 +260,7 @@ def test_budget_says_whether_epsilon_holds(insecure_dp_seed, monkeypatch):
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
                                                 learning_rate=0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True, reduction=keras.losses.Reduction.NONE))
+                      from_logits=True, reduction="none"))
     budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

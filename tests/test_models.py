@@ -19,6 +19,7 @@ import pytest
 from tf_tempered._compat import keras, tf
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation
+from tf_tempered.privacy import is_private, make_private
 
 # Parameter counts worked out by hand: (kh·kw·c_in + 1)·c_out for a conv,
 # (d_in + 1)·d_out for a dense.
@@ -74,9 +75,8 @@ def _spec(form):
 
 
 def _check_layers(model, expected, act_type, act_params):
-    rows = [(type(layer).__name__, layer.count_params(), tuple(layer.output_shape))
+    rows = [(type(layer).__name__, layer.count_params(), tuple(layer.output.shape))
             for layer in model.layers]
-    rows[0] = (rows[0][0], rows[0][1], tuple(model.layers[0].output_shape[0]))
     want = [(act_type if kind == "act" else kind,
              act_params if kind == "act" else params, shape)
             for kind, params, shape in expected]
@@ -134,7 +134,7 @@ def test_mnist_cnn_other_shapes_and_classes():
     assert model.output_shape == (None, 7)
     assert model.name == "small"
     smallest = mnist_cnn(input_shape=(13, 13, 1))
-    assert smallest.get_layer("flatten").output_shape == (None, 32)
+    assert tuple(smallest.get_layer("flatten").output.shape) == (None, 32)
 
 
 def test_tempered_sigmoid_default_is_tanh_model():
@@ -214,3 +214,31 @@ def test_cifar10_cnn_rejects_bad_args():
     with pytest.raises(ValueError, match="num_classes"):
         cifar10_cnn(num_classes=-1)
     assert cifar10_cnn(input_shape=(8, 8, 1)).output_shape == (None, 10)
+
+
+@pytest.mark.parametrize("builder", [mnist_cnn, cifar10_cnn])
+def test_builders_return_plain_models(builder):
+    model = builder("tanh")
+    assert not is_private(model)
+    assert getattr(model, "optimizer", None) is None
+
+
+def test_make_private_on_a_built_cnn_without_noise_or_clipping_is_plain_sgd():
+    # σ = 0 and a clip no gradient reaches: DP-SGD's mean of clipped per-example
+    # gradients is the mean gradient, so one step equals one plain SGD step.
+    x = np.random.default_rng(1).normal(size=(4, 13, 13, 1)).astype(np.float32)
+    y = np.array([0, 1, 2, 1])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    plain = mnist_cnn((1.5, 3.0, 0.5), input_shape=(13, 13, 1), num_classes=3)
+    private = mnist_cnn((1.5, 3.0, 0.5), input_shape=(13, 13, 1), num_classes=3)
+    private.set_weights(plain.get_weights())
+    assert make_private(private, l2_norm_clip=1e6, noise_multiplier=0.0) is private
+    plain.compile(keras.optimizers.SGD(0.5), loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True))
+    private.compile(keras.optimizers.SGD(0.5), loss=loss)
+    start = [w.copy() for w in plain.get_weights()]
+    plain.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    private.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    assert not np.allclose(plain.get_weights()[0], start[0])  # the step did move them
+    for got, want in zip(private.get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

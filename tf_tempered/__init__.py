@@ -18,17 +18,21 @@ The tempered sigmoid of Papernot et al. (AAAI 2021) is
     φ(x) = s / (1 + exp(-T·x)) - o
 
 with scale ``s``, inverse temperature ``T`` and offset ``o``; (s, T, o) = (2, 2, 1) is tanh.
-Importing this package first binds ``tf.keras`` to Keras 2 (tf-keras) and, where it
-is installed (Python <= 3.11), makes TensorFlow Privacy importable on current
-TensorFlow (see ``tf_tempered._compat``). ``tf_tempered.DPKerasSGDOptimizer`` (and
-Adam, Adagrad) take TF Privacy's arguments and work on every supported Python.
+tf_tempered runs on the Keras TensorFlow binds to ``tf.keras``, without changing it:
+Keras 3 (``import keras``) by default, Keras 2 (tf-keras) when ``TF_USE_LEGACY_KERAS=1``
+is set before TensorFlow is imported (see ``tf_tempered._compat``). Its public objects
+(``TemperedSigmoid``, ``tempered_sigmoid``, ``mnist_cnn``, ``swap_activations``, the
+callbacks, ``make_private``) are those of that Keras; no separate module is needed
+(``tf_tempered.keras3`` remains as an alias). ``tf_tempered.DPKerasSGDOptimizer`` (and
+Adam, Adagrad) take TF Privacy's arguments and work on both Kerases; TensorFlow Privacy
+itself, where installed (Python <= 3.11), works with Keras 2 only.
 """
 
 from tf_tempered import _compat  # noqa: F401  (must run before anything touches tf.keras)
 from tf_tempered.version import __version__
 
-# Importing these registers the activation and layer with Keras 2, so saved models
-# reload without custom_objects after a plain `import tf_tempered`.
+# Importing these registers the activation and layer with the active Keras, so saved
+# models reload without custom_objects after a plain `import tf_tempered`.
 from tf_tempered import activations, layers  # noqa: E402
 from tf_tempered import callbacks, data, models, privacy  # noqa: E402
 from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget  # noqa: E402

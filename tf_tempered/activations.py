@@ -11,17 +11,21 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The tempered sigmoid activation (Papernot et al., AAAI 2021) for Keras 2.
+"""The tempered sigmoid activation (Papernot et al., AAAI 2021), for the active Keras.
 
     φ(x) = s / (1 + exp(-T·x)) - o = s·σ(T·x) - o
 
 with scale ``s > 0``, inverse temperature ``T > 0`` and offset ``o``.
-(s, T, o) = (2, 2, 1) is tanh. Importing this module registers the function with
-Keras 2 both as ``"tf_tempered>tempered_sigmoid"`` and as the plain string
+(s, T, o) = (2, 2, 1) is tanh. One implementation serves both Kerases (see
+``tf_tempered._compat``): on Keras 3 (the default) it is written with ``keras.ops``
+and registered with ``keras.saving.register_keras_serializable``; on Keras 2
+(``TF_USE_LEGACY_KERAS=1``) with TensorFlow ops and
+``keras.utils.register_keras_serializable``. Importing this module registers the
+function as ``"tf_tempered>tempered_sigmoid"`` and as the plain string
 ``"tempered_sigmoid"``, so ``keras.layers.Dense(4, activation="tempered_sigmoid")``
 works and models using it save to ``.keras`` and load without ``custom_objects``.
 For HDF5 (``.h5``) files use ``activation=tf_tempered.layers.TemperedSigmoid()``
-instead: tf-keras cannot reload any custom *function* activation from HDF5.
+instead: Keras cannot reload a custom *function* activation from HDF5.
 """
 
 import math
@@ -29,10 +33,15 @@ import numbers
 
 import numpy as np
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["tempered_sigmoid", "check_tempered_sigmoid_args", "inverse_softplus",
-           "smallest_normal"]
+           "smallest_normal", "register_serializable"]
+
+#: The decorator registering a class or function with the active Keras under the
+#: package "tf_tempered" (``keras.saving`` on Keras 3, ``keras.utils`` on Keras 2).
+register_serializable = (keras.saving.register_keras_serializable if KERAS_MAJOR == 3
+                         else keras.utils.register_keras_serializable)
 
 _ARG_HINTS = {
     "scale": "a finite number > 0",
@@ -51,7 +60,7 @@ def check_tempered_sigmoid_args(scale, inverse_temperature, offset, learnable=Fa
                                 allow_tensors=False, where="tempered_sigmoid"):
     """Validates (s, T, o) and ``learnable``; returns (s, T, o), numbers as floats.
 
-    The one validation shared by the Keras 2 and Keras 3 implementations.
+    The one validation of the function and the layer, on either Keras.
     Tensors and variables are passed through unchecked when ``allow_tensors``
     (their values are only known at run time). Raises ValueError naming the
     argument, the value received and the fix.
@@ -134,7 +143,77 @@ def smallest_normal(dtype):
     return _SMALLEST_NORMAL[name]
 
 
-@keras.utils.register_keras_serializable(package="tf_tempered")
+class _Ops:
+    """The few tensor operations the tempered sigmoid needs, for the active Keras.
+
+    Keras 3: ``keras.ops`` (any backend; symbolic KerasTensors pass through);
+    Keras 2: TensorFlow. The math in :func:`tempered_sigmoid` and in the layer is
+    written once on top of these.
+    """
+
+    if KERAS_MAJOR == 3:
+        sigmoid = staticmethod(keras.ops.sigmoid)
+        tanh = staticmethod(keras.ops.tanh)
+        softplus = staticmethod(keras.ops.softplus)
+        maximum = staticmethod(keras.ops.maximum)
+
+        @staticmethod
+        def dtype_name(x):
+            return keras.backend.standardize_dtype(x.dtype)
+
+        @staticmethod
+        def to_tensor(x):
+            return x if keras.backend.is_keras_tensor(x) else keras.ops.convert_to_tensor(x)
+
+        @staticmethod
+        def is_floating(x):
+            return keras.backend.is_float_dtype(_Ops.dtype_name(x))
+
+        @staticmethod
+        def constant(value, dtype):
+            return keras.ops.convert_to_tensor(value, dtype=dtype)
+
+        cast = staticmethod(keras.ops.cast)
+        floatx = staticmethod(keras.config.floatx)
+    else:
+        sigmoid = staticmethod(tf.sigmoid)
+        tanh = staticmethod(tf.tanh)
+        softplus = staticmethod(tf.nn.softplus)
+        maximum = staticmethod(tf.maximum)
+
+        @staticmethod
+        def dtype_name(x):
+            return x.dtype.name
+
+        to_tensor = staticmethod(tf.convert_to_tensor)
+
+        @staticmethod
+        def is_floating(x):
+            return x.dtype.is_floating
+
+        @staticmethod
+        def constant(value, dtype):
+            return tf.constant(value, dtype=dtype)
+
+        cast = staticmethod(tf.cast)
+        floatx = staticmethod(keras.backend.floatx)
+
+
+def positive_floor(raw):
+    """softplus(raw), floored at its dtype's smallest normal number: always > 0.
+
+    The learnable layer stores s and T this way, so that no gradient step can make
+    them zero or negative, even where the softplus underflows.
+
+    >>> float(positive_floor(tf.constant(-200.0))) == smallest_normal("float32")
+    True
+    """
+    value = _Ops.softplus(raw)
+    dtype = _Ops.dtype_name(value)
+    return _Ops.maximum(value, _Ops.constant(smallest_normal(dtype), dtype))
+
+
+@register_serializable(package="tf_tempered")
 def tempered_sigmoid(x, scale=2.0, inverse_temperature=2.0, offset=1.0):
     """Tempered sigmoid φ(x) = s·σ(T·x) - o = s / (1 + exp(-T·x)) - o, elementwise.
 
@@ -147,36 +226,50 @@ def tempered_sigmoid(x, scale=2.0, inverse_temperature=2.0, offset=1.0):
 
     When s = 2·o are Python numbers it is computed as o·tanh(T·x / 2), the same
     function without the cancellation of s·σ(T·x) - o near 0; so the default
-    (2, 2, 1) is exactly ``tf.tanh``.
+    (2, 2, 1) is exactly ``tanh``.
 
-    >>> tempered_sigmoid(tf.constant([-1.0, 0.0, 1.0])).numpy()
+    >>> import numpy as np
+    >>> np.asarray(tempered_sigmoid(tf.constant([-1.0, 0.0, 1.0])))
     array([-0.7615942,  0.       ,  0.7615942], dtype=float32)
-    >>> tempered_sigmoid(tf.constant([0.0, 2.0]), scale=1.0, inverse_temperature=1.0,
-    ...                  offset=0.0).numpy()  # the logistic sigmoid
+    >>> np.asarray(tempered_sigmoid(tf.constant([0.0, 2.0]), scale=1.0,
+    ...                             inverse_temperature=1.0, offset=0.0))  # logistic sigmoid
     array([0.5      , 0.8807971], dtype=float32)
     """
     scale, inverse_temperature, offset = check_tempered_sigmoid_args(
         scale, inverse_temperature, offset, allow_tensors=True)
-    x = tf.convert_to_tensor(x)
-    if not x.dtype.is_floating:
-        x = tf.cast(x, keras.backend.floatx())
-    dtype = x.dtype
+    x = _Ops.to_tensor(x)
+    if not _Ops.is_floating(x):
+        x = _Ops.cast(x, _Ops.floatx())
+    dtype = _Ops.dtype_name(x)
     if isinstance(scale, float) and isinstance(offset, float) and scale == 2.0 * offset:
         # s·σ(Tx) - o = o·(2σ(Tx) - 1) = o·tanh(Tx/2) when s = 2o.
-        return _as_dtype(offset, dtype) * tf.tanh(_as_dtype(inverse_temperature / 2.0, dtype) * x)
+        return _as_dtype(offset, dtype) * _Ops.tanh(_as_dtype(inverse_temperature / 2.0, dtype) * x)
     s = _as_dtype(scale, dtype)
     t = _as_dtype(inverse_temperature, dtype)
     o = _as_dtype(offset, dtype)
-    return s * tf.sigmoid(t * x) - o
+    return s * _Ops.sigmoid(t * x) - o
 
 
 def _as_dtype(value, dtype):
-    # tf.cast(1.7, tf.float64) would go through float32 and lose digits.
+    # A cast of the Python float 1.7 to float64 would go through float32 and lose digits.
     if isinstance(value, float):
-        return tf.constant(value, dtype=dtype)
-    return tf.cast(value, dtype)
+        return _Ops.constant(value, dtype)
+    return _Ops.cast(value, dtype)
 
 
-# Keras 2 resolves activation strings through the custom-object registry; keep a
-# user's own "tempered_sigmoid" if they registered one first.
-keras.utils.get_custom_objects().setdefault("tempered_sigmoid", tempered_sigmoid)
+def _register_activation_name():
+    """Makes the string "tempered_sigmoid" name this activation, on either Keras.
+
+    Keras 2 resolves activation strings through its custom-object registry. Keras 3's
+    ``keras.activations.get`` looks strings up in its table of built-in activations
+    only, so the name is added there too. Either way a user's own "tempered_sigmoid",
+    registered first, is kept.
+    """
+    keras.utils.get_custom_objects().setdefault("tempered_sigmoid", tempered_sigmoid)
+    if KERAS_MAJOR == 3:
+        # pylint: disable-next=g-import-not-at-top
+        from keras.src import activations as keras_activations
+        keras_activations.ALL_OBJECTS_DICT.setdefault("tempered_sigmoid", tempered_sigmoid)
+
+
+_register_activation_name()

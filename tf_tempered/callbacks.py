@@ -11,7 +11,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Keras 2 callbacks: a privacy budget that stops training, and an activation-norm monitor.
+"""Keras callbacks: a privacy budget that stops training, and an activation-norm monitor.
+
+Both are callbacks of the active Keras (Keras 3 by default, Keras 2 with
+``TF_USE_LEGACY_KERAS=1``).
 
 * :class:`PrivacyBudget` writes ``epsilon`` (ε spent so far, from
   :func:`tf_tempered.privacy.accounting.compute_epsilon`) into the epoch logs, hence
@@ -30,7 +33,7 @@ import warnings
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import accounting, engine, randomness
+from tf_tempered.privacy import accounting, engine, randomness, settings
 
 __all__ = ["PrivacyBudget", "ActivationNormMonitor", "plot_activation_norms",
            "dp_optimizer_settings"]
@@ -53,22 +56,35 @@ def dp_optimizer_settings(optimizer):
     """
     if optimizer is None:
         return None
-    if getattr(optimizer, "gradient_accumulation_steps", 1) > 1:
-        raise ValueError(
-            f"gradient_accumulation_steps={optimizer.gradient_accumulation_steps} > 1 is not "
-            f"accounted for (the batch and the noise per update change); account for it "
-            f"yourself with tf_tempered.privacy.accounting.compute_epsilon.")
+    _check_no_gradient_accumulation(optimizer)
     config = engine.dp_config(optimizer)  # the one reader of TF Privacy's optimizer settings
     return None if config is None else (config.noise_multiplier, config.num_microbatches)
 
 
+def _check_no_gradient_accumulation(optimizer):
+    steps = getattr(optimizer, "gradient_accumulation_steps", None) or 1
+    if steps > 1:
+        raise ValueError(
+            f"gradient_accumulation_steps={steps} > 1 is not "
+            f"accounted for (the batch and the noise per update change); account for it "
+            f"yourself with tf_tempered.privacy.accounting.compute_epsilon.")
+
+
 def _model_dp_settings(model):
-    """Like dp_optimizer_settings, also for TF Privacy's DPModel/DPSequential (σ on the model)."""
-    settings = dp_optimizer_settings(getattr(model, "optimizer", None))
-    if settings is None and getattr(model, "_noise_multiplier", None) is not None:
+    """(σ, num_microbatches) the model trains with, or None.
+
+    make_private's settings if it was given some, else the DP optimizer's
+    (:func:`tf_tempered.privacy.settings.model_dp_config`), else TF Privacy's
+    DPModel/DPSequential (σ on the model).
+    """
+    _check_no_gradient_accumulation(getattr(model, "optimizer", None))
+    config = settings.model_dp_config(model)
+    if config is not None:
+        return config.noise_multiplier, config.num_microbatches
+    if getattr(model, "_noise_multiplier", None) is not None:
         sigma = model._noise_multiplier  # pylint: disable=protected-access
         return float(sigma), getattr(model, "_num_microbatches", None)
-    return settings
+    return None
 
 
 def _global_seed_is_set():
@@ -86,7 +102,9 @@ class PrivacyBudget(keras.callbacks.Callback):
     does not know the steps, ``epochs=k``). If ε after epoch k + 1 would exceed
     ``target_epsilon``, training stops after epoch k. If even one epoch exceeds it,
     no step is trained at all (a warning says so). σ and the microbatch size
-    (``batch_size / num_microbatches``) default to the model's DP optimizer's.
+    (``batch_size / num_microbatches``) default to the settings given to
+    ``make_private(model, l2_norm_clip=..., noise_multiplier=...)``, else to the
+    model's DP optimizer's.
 
     ε holds only if the DP noise and batches are secret. ``epsilon_holds`` is False
     (and a warning says the ε does not hold) for a model made private with
@@ -141,8 +159,10 @@ class PrivacyBudget(keras.callbacks.Callback):
         if self._noise_multiplier is None:
             if settings is None:
                 raise ValueError(
-                    "PrivacyBudget found no noise_multiplier: the model is not compiled with "
-                    "a DP optimizer (tf_tempered.privacy.DPKeras*Optimizer, or TF Privacy's "
+                    "PrivacyBudget found no noise_multiplier: the model was not given DP "
+                    "settings by tf_tempered.make_private(model, l2_norm_clip=..., "
+                    "noise_multiplier=...) and is not compiled with a DP optimizer "
+                    "(tf_tempered.privacy.DPKeras*Optimizer, or TF Privacy's "
                     "DPKeras*/GenericDP*/VectorizedDPKeras*). "
                     "Pass noise_multiplier= explicitly.")
             self._noise_multiplier = settings[0]

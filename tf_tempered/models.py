@@ -45,7 +45,6 @@ import numbers
 
 from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy.engine import make_private
 
 __all__ = ["resolve_activation", "mnist_cnn", "cifar10_cnn", "MNIST_CNN_LAYOUT",
            "CIFAR10_CNN_LAYOUT"]
@@ -257,9 +256,8 @@ def _build(layout, activation, input_shape, num_classes, name, builder):
             continue
         kwargs = {k: num_classes if v == NUM_CLASSES else v for k, v in kwargs.items()}
         x = _LAYER_CLASSES[kind](name=layer_name, **kwargs)(x)
-    # Ready for the fast DP engine: compiled with a DP optimizer it
-    # trains with DP-SGD, with any other optimizer as usual.
-    return make_private(keras.Model(inputs, x, name=name))
+    # A plain model: to train it with DP-SGD, pass it to tf_tempered.make_private.
+    return keras.Model(inputs, x, name=name)
 
 
 def mnist_cnn(activation="tempered_sigmoid", *, input_shape=(28, 28, 1), num_classes=10,
@@ -273,10 +271,10 @@ def mnist_cnn(activation="tempered_sigmoid", *, input_shape=(28, 28, 1), num_cla
         name: the model's name.
 
     Returns:
-        An uncompiled Functional ``keras.Model``, already passed through
-        :func:`tf_tempered.privacy.make_private`: compile it with a DP optimizer
-        (``tf_tempered.privacy.DPKerasSGDOptimizer``, ...) and a per-example loss for
-        fast DP-SGD.
+        A plain, uncompiled Functional ``keras.Model`` of the active Keras. For DP-SGD
+        pass it to :func:`tf_tempered.make_private` once, e.g.
+        ``tf_tempered.make_private(model, l2_norm_clip=1.0, noise_multiplier=1.1)``,
+        then compile it with a per-example loss (``reduction="none"``).
 
     >>> model = mnist_cnn()
     >>> model.count_params(), model.output_shape
@@ -296,10 +294,10 @@ def cifar10_cnn(activation="tempered_sigmoid", *, input_shape=(32, 32, 3), num_c
         name: the model's name.
 
     Returns:
-        An uncompiled Functional ``keras.Model``, already passed through
-        :func:`tf_tempered.privacy.make_private`: compile it with a DP optimizer
-        (``tf_tempered.privacy.DPKerasSGDOptimizer``, ...) and a per-example loss for
-        fast DP-SGD.
+        A plain, uncompiled Functional ``keras.Model`` of the active Keras. For DP-SGD
+        pass it to :func:`tf_tempered.make_private` once, e.g.
+        ``tf_tempered.make_private(model, l2_norm_clip=1.0, noise_multiplier=1.1)``,
+        then compile it with a per-example loss (``reduction="none"``).
 
     >>> model = cifar10_cnn("relu")
     >>> model.count_params(), model.output_shape

@@ -22,8 +22,20 @@ its config, with every matching activation replaced by a fresh layer from
 import copy
 import itertools
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.models import resolve_activation
+
+if KERAS_MAJOR == 3:
+    # Keras 3 has no public name for the class of Functional models.
+    # pylint: disable-next=g-import-not-at-top
+    from keras.src.models.functional import Functional as _Functional
+
+    def _is_functional(model):
+        return isinstance(model, _Functional)
+else:
+    def _is_functional(model):
+        # Keras 2 marks Functional models (and Sequential ones) as graph networks.
+        return getattr(model, "_is_graph_network", False)
 
 __all__ = ["swap_activations"]
 
@@ -99,9 +111,8 @@ def _check_replace(replace):
 def _check_model(model, where):
     """Raises TypeError unless `model` and every model nested in it can be rebuilt."""
     if isinstance(model, keras.Model) and (
-            # Keras 2 marks Functional models (and Sequential ones) as graph networks;
-            # a subclassed model's wiring lives in Python code, not in a config.
-            isinstance(model, keras.Sequential) or getattr(model, "_is_graph_network", False)):
+            # A subclassed model's wiring lives in Python code, not in a config.
+            isinstance(model, keras.Sequential) or _is_functional(model)):
         for layer in model.layers:
             if isinstance(layer, keras.Model):
                 _check_model(layer, f"nested model in {model.name!r}")

@@ -21,7 +21,7 @@ DPKeras*Optimizer and for TF Privacy's Keras DP optimizers alike.
 from tf_tempered._compat import keras  # noqa: F401  (used by the doctests)
 from tf_tempered.privacy import optimizers
 
-__all__ = ["DPConfig", "dp_config", "settings_config"]
+__all__ = ["DPConfig", "dp_config", "model_dp_config", "settings_config"]
 
 
 class DPConfig:
@@ -133,3 +133,20 @@ def _checked(clip, stddev, num_microbatches, noise_multiplier=None):
     if not stddev >= 0:
         raise ValueError(f"noise_multiplier must be non-negative, got {stddev / clip}.")
     return DPConfig(clip, stddev, num_microbatches, noise_multiplier=noise_multiplier)
+
+
+def model_dp_config(model):
+    """The DPConfig ``model`` trains with: make_private's settings if it was given
+    some, else :func:`dp_config` of the model's optimizer (None when it has none or
+    a non-private one).
+
+    >>> from tf_tempered.privacy import make_private
+    >>> model = make_private(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]),
+    ...                      l2_norm_clip=1.0, noise_multiplier=1.1)
+    >>> model_dp_config(model)
+    DPConfig(l2_norm_clip=1.0, noise_multiplier=1.1, num_microbatches=None)
+    """
+    settings = getattr(model, "_dp_settings", None)
+    if settings is not None:
+        return settings
+    return dp_config(getattr(model, "optimizer", None))
