@@ -26,7 +26,7 @@ from scipy import stats
 import tf_tempered
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import (DPKerasAdamOptimizer, DPKerasSGDOptimizer, EngineOptions,
+from tf_tempered.privacy import (DPConfig, DPKerasAdamOptimizer, DPKerasSGDOptimizer, EngineOptions,
                                  UnsupportedLayerError, dp_config, make_private, native)
 from tf_tempered.privacy.optimizers import DPOptimizerMixin
 
@@ -603,3 +603,66 @@ except NotImplementedError as e:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300)
     assert "REFUSED" in result.stdout and "2 replicas" in result.stdout, result.stderr[-2000:]
+
+
+# --- DP settings given to make_private: any Keras optimizer ------------------------
+
+def _optimizer_with_schedule():
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.5, decay_steps=1, decay_rate=0.5)
+    if KERAS_MAJOR == 3:
+        return keras.optimizers.AdamW(learning_rate=schedule, weight_decay=0.01)
+    return keras.optimizers.legacy.Adam(learning_rate=schedule)
+
+
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+def test_settings_on_make_private_with_a_plain_optimizer(num_microbatches):
+    # Plain SGD (lr 1): the update is minus the DP gradient, which the tape reference gives.
+    x, y = _data(_cnn())
+    dp_opt = DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0,
+                                 num_microbatches=num_microbatches, learning_rate=1.0)
+    model = make_private(_fresh(_cnn), l2_norm_clip=0.3, noise_multiplier=0.0,
+                         num_microbatches=num_microbatches)
+    model.compile(optimizer=_plain_sgd(learning_rate=1.0), loss=LOSS)
+    before = model.get_weights()
+    history = model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0).history
+    assert 0 < history["dp_clipped_fraction"][0] <= 1
+    reference = _tape_dp_gradient(_fresh(_cnn), x, y, dp_config(dp_opt))
+    for r, a, b in zip(reference, model.get_weights(), before):
+        np.testing.assert_allclose(a - b, -r.numpy(), rtol=0, atol=1e-5 * np.abs(r).max() + 1e-9)
+
+
+def test_settings_on_make_private_with_a_schedule_and_weight_decay():
+    # The optimizer applies the DP gradient with its own rule: same as applying the
+    # reference gradient with an identical optimizer.
+    x, y = _data(_cnn())
+    model = make_private(_fresh(_cnn), l2_norm_clip=0.3, noise_multiplier=0.0)
+    model.compile(optimizer=_optimizer_with_schedule(), loss=LOSS)
+    model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    reference_model = _fresh(_cnn)
+    grads = _tape_dp_gradient(reference_model, x, y, DPConfig(0.3, 0.0, None))
+    _optimizer_with_schedule().apply_gradients(zip(grads, reference_model.trainable_variables))
+    for ours, ref in zip(model.get_weights(), reference_model.get_weights()):
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-4)
+
+
+def test_settings_given_twice_must_agree():
+    x, y = _data(_cnn())
+    model = make_private(_fresh(_cnn), l2_norm_clip=0.3, noise_multiplier=1.0)
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=0.5, noise_multiplier=1.0), loss=LOSS)
+    with pytest.raises(ValueError, match="give them once"):
+        model.fit(x, y, batch_size=BATCH, verbose=0)
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=1.0), loss=LOSS)
+    assert "dp_grad_norm" in model.fit(x, y, batch_size=BATCH, verbose=0).history
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"l2_norm_clip": 1.0}, "not noise_multiplier"),
+    ({"noise_multiplier": 1.0}, "not l2_norm_clip"),
+    ({"num_microbatches": 4}, "num_microbatches without l2_norm_clip"),
+    ({"l2_norm_clip": -1.0, "noise_multiplier": 1.0}, "l2_norm_clip must be"),
+    ({"l2_norm_clip": 1.0, "noise_multiplier": float("nan")}, "noise_multiplier must be"),
+    ({"l2_norm_clip": 1.0, "noise_multiplier": 1.0, "num_microbatches": 0}, "num_microbatches"),
+])
+def test_make_private_settings_are_validated(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]), **kwargs)

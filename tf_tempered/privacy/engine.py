@@ -50,7 +50,7 @@ from tf_tempered._compat import check_same_keras, keras, tf
 from tf_tempered.privacy import coverage, keras_bridge, layer_grads, randomness, recording
 from tf_tempered.privacy.clip import ClipWeights
 from tf_tempered.privacy.options import EngineOptions
-from tf_tempered.privacy.settings import DPConfig, dp_config, settings_config
+from tf_tempered.privacy.settings import DPConfig, dp_config, model_dp_config, settings_config
 
 __all__ = ["DPConfig", "EngineOptions", "dp_config", "make_private", "is_private",
            "has_secret_dp_randomness", "UnsupportedLayerError"]
@@ -318,18 +318,7 @@ def _train_step(self, data):
 def _step_config(model):
     """The DPConfig of this step: make_private's settings, else the optimizer's, else None."""
     check_same_keras(model.optimizer, "The compiled optimizer")
-    from_optimizer = dp_config(model.optimizer)
-    settings = model._dp_settings  # pylint: disable=protected-access
-    if settings is None:
-        return from_optimizer
-    if from_optimizer is not None and repr(from_optimizer) != repr(settings):
-        raise ValueError(
-            f"make_private was given DP settings {settings} and the model is compiled with "
-            f"the DP optimizer {type(model.optimizer).__name__} carrying different ones "
-            f"({from_optimizer}). Fix: give them once, either to make_private (then compile "
-            "with a plain Keras optimizer such as keras.optimizers.SGD) or to the DP "
-            "optimizer (then call make_private(model) without them).")
-    return settings
+    return model_dp_config(model)
 
 
 def _log_generic_layers(model, records):

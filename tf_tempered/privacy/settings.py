@@ -140,13 +140,25 @@ def model_dp_config(model):
     some, else :func:`dp_config` of the model's optimizer (None when it has none or
     a non-private one).
 
+    Raises ValueError when both carry settings and they differ (give them once).
+
     >>> from tf_tempered.privacy import make_private
     >>> model = make_private(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]),
     ...                      l2_norm_clip=1.0, noise_multiplier=1.1)
     >>> model_dp_config(model)
     DPConfig(l2_norm_clip=1.0, noise_multiplier=1.1, num_microbatches=None)
     """
+    optimizer = getattr(model, "optimizer", None)
+    from_optimizer = dp_config(optimizer) if optimizer is not None else None
     settings = getattr(model, "_dp_settings", None)
-    if settings is not None:
-        return settings
-    return dp_config(getattr(model, "optimizer", None))
+    if settings is None:
+        return from_optimizer
+    if from_optimizer is not None and repr(from_optimizer) != repr(settings):
+        raise ValueError(
+            f"make_private was given DP settings {settings} and the model is compiled with "
+            f"the DP optimizer {type(optimizer).__name__} carrying different ones "
+            f"({from_optimizer}). Fix: give them once, either to make_private (then compile "
+            "with a plain Keras optimizer such as keras.optimizers.SGD) or to the DP "
+            "optimizer (then call make_private(model) without them).")
+    return settings
+
