@@ -53,7 +53,8 @@ def dp_optimizer_settings(optimizer):
     """
     if optimizer is None:
         return None
-    if getattr(optimizer, "gradient_accumulation_steps", 1) > 1:
+    # Keras 3 optimizers have gradient_accumulation_steps=None when not accumulating.
+    if (getattr(optimizer, "gradient_accumulation_steps", None) or 1) > 1:
         raise ValueError(
             f"gradient_accumulation_steps={optimizer.gradient_accumulation_steps} > 1 is not "
             f"accounted for (the batch and the noise per update change); account for it "

@@ -151,7 +151,7 @@ def prepare_data(config):
 
 def _loss():
     return keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction=keras.losses.Reduction.NONE)
+        from_logits=True, reduction="none")  # per-example losses, both Kerases
 
 
 def train_model(config, x, y, *, private, num_classes=10, seed=0):
