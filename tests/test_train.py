@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.experiments import common
 from tf_tempered.experiments import train as train_lib
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
@@ -49,8 +49,9 @@ def test_train_writes_metrics_and_a_model_that_reproduces_them(tmp_path):
         assert key in metrics, key
     assert metrics["flags"] == config.to_dict()
     assert metrics["dataset"]["source"] == "sklearn.datasets.load_digits"
-    assert set(metrics["versions"]) >= {"tensorflow", "tf-keras", "tensorflow-privacy",
+    assert set(metrics["versions"]) >= {"tensorflow", "keras", "tf-keras", "tensorflow-privacy",
                                         "tf_tempered"}
+    assert metrics["keras_major"] == KERAS_MAJOR  # the Keras that trained, as selected
     assert metrics["wall_time_s"] > 0
     assert metrics["test_accuracy"] == pytest.approx(returned["test_accuracy"])
     assert [h["epoch"] for h in metrics["history"]] == [1, 2]

@@ -325,6 +325,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
         "model": {"name": model.name, "params": int(model.count_params())},
         "history": report.records,
         "versions": results.package_versions(),
+        # 3 by default; 2 with TF_USE_LEGACY_KERAS=1 (both are installed, see versions).
+        "keras_major": KERAS_MAJOR,
     }
     if config.dpsgd and config.sampling == "shuffle":
         result["epsilon_no_amplification"] = plan.epsilon_no_amplification(final)
