@@ -159,7 +159,8 @@ def test_tf_tempered_is_imported_before_tensorflow(name):
 
 
 # The one line a Keras 2 user changes (with TF_USE_LEGACY_KERAS=1), as the notebooks say.
-KERAS3_IMPORT = "import keras  # Keras 3; Keras 2 (TF_USE_LEGACY_KERAS=1): import tf_keras as keras\n"
+KERAS3_IMPORT = (
+    "import keras  # Keras 3; Keras 2 (TF_USE_LEGACY_KERAS=1): import tf_keras as keras\n")
 KERAS2_IMPORT = "import tf_keras as keras\n"
 
 

@@ -20,10 +20,10 @@ Uses the Keras TensorFlow binds: Keras 3 by default, Keras 2 (tf-keras) when
 ``TF_USE_LEGACY_KERAS=1`` is set in the environment. Prints, each epoch, one line
 with the training loss and accuracy, the fraction of clipped gradients, the test
 accuracy and ε (with δ, the accountant and the sampling it assumes), after Keras'
-progress bar when stdout is a terminal and alone otherwise (log files, CI); writes ``metrics.json`` (final test
-accuracy and ε, every flag, the per-epoch history, package versions, wall time)
-and ``model.keras`` (load it with ``keras.models.load_model(path, compile=False)``)
-into ``--output_dir``.
+progress bar when stdout is a terminal and alone otherwise (log files, CI);
+writes ``metrics.json`` (final test accuracy and ε, every flag, the per-epoch
+history, package versions and the Keras used, wall time) and ``model.keras``
+(load it with ``keras.models.load_model(path, compile=False)``) into ``--output_dir``.
 
 Randomness: ``--seed`` fixes weight initialisation, dropout and the shuffling of
 ``--nodpsgd`` runs; the DP noise, the Poisson batches and DP shuffling are keyed
