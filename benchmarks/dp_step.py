@@ -46,7 +46,7 @@ import time
 import numpy as np
 
 import tf_tempered
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered import models
 from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
@@ -62,12 +62,13 @@ def _model(kind, activation="tanh"):
 
 
 def _compiled(path, kind, batch_size):
-    per_example = keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction=keras.losses.Reduction.NONE)
+    per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     dp = dict(l2_norm_clip=1.0, noise_multiplier=1.1)
+    # Keras 2: the legacy SGD (TF Privacy's optimizers subclass it); Keras 3 has no legacy ones.
+    sgd = keras.optimizers.legacy.SGD if KERAS_MAJOR == 2 else keras.optimizers.SGD
     if path == "nonprivate":
         model = _model(kind)
-        model.compile(keras.optimizers.legacy.SGD(0.15),
+        model.compile(sgd(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     elif path in ("tf_tempered", "tf_tempered_tf_ops"):
         model = _model(kind)
@@ -81,7 +82,7 @@ def _compiled(path, kind, batch_size):
                   if not isinstance(layer, keras.layers.InputLayer)]
         model = tensorflow_privacy_.DPSequential(**dp, layers=layers, use_xla=True)
         model.build((None,) + _input_shape(kind))
-        model.compile(keras.optimizers.legacy.SGD(0.15),
+        model.compile(sgd(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     elif path == "stock_optimizer":
         tensorflow_privacy_ = require_tensorflow_privacy(f"The benchmark path {path!r}")

@@ -281,7 +281,7 @@ def test_dp_model_bound_never_exceeds_accounted_epsilon(mnist_split):
     model.compile(DPKerasSGDOptimizer(
         l2_norm_clip=1.0, noise_multiplier=sigma, learning_rate=1.0),
         loss=keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=keras.losses.Reduction.NONE))
+            from_logits=True, reduction="none"))
     model.fit(poisson_batches(mnist_split[0], mnist_split[1], expected_batch_size=batch,
                               steps=steps, insecure_dp_seed=0), verbose=0)
     epsilon = compute_epsilon(num_examples=NUM_MEMBERS, batch_size=batch,

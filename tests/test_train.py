@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.experiments import common
 from tf_tempered.experiments import train as train_lib
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
@@ -49,8 +49,9 @@ def test_train_writes_metrics_and_a_model_that_reproduces_them(tmp_path):
         assert key in metrics, key
     assert metrics["flags"] == config.to_dict()
     assert metrics["dataset"]["source"] == "sklearn.datasets.load_digits"
-    assert set(metrics["versions"]) >= {"tensorflow", "tf-keras", "tensorflow-privacy",
+    assert set(metrics["versions"]) >= {"tensorflow", "keras", "tf-keras", "tensorflow-privacy",
                                         "tf_tempered"}
+    assert metrics["keras_major"] == KERAS_MAJOR  # the Keras that trained, as selected
     assert metrics["wall_time_s"] > 0
     assert metrics["test_accuracy"] == pytest.approx(returned["test_accuracy"])
     assert [h["epoch"] for h in metrics["history"]] == [1, 2]
@@ -299,3 +300,93 @@ def test_cli_insecure_dp_seed_says_epsilon_does_not_hold(tmp_path):
     assert "NOT PRIVATE: --insecure_dp_seed=3" in proc.stdout  # the printed summary
     assert "this ε does not hold" in proc.stdout  # the per-epoch line
     assert _read(tmp_path / "metrics.json")["epsilon_holds"] is False
+
+
+# ------------------------------------------------- progress output (issue 15)
+
+_EPOCH_LINE = (r"Epoch (\d+)/2: loss (\d+\.\d{4}), train accuracy (\d\.\d{4}), clipped fraction "
+               r"(\d\.\d{3}), test accuracy (\d\.\d{4}), ε = (\S+) at δ=1e-05 \(RDP\)")
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_verbosity_is_the_bar_on_a_terminal_only():
+    assert train_lib.progress_verbosity(_Stream(True)) == 1
+    assert train_lib.progress_verbosity(_Stream(False)) == 2
+    assert train_lib.progress_verbosity(object()) == 2  # no isatty: not a terminal
+
+
+def _run_cli(tmp_path, *, tty):
+    """The README's main job, shortened: stdout is a pipe, or a pseudo-terminal if tty."""
+    import os  # pylint: disable=import-outside-toplevel
+    args = [sys.executable, "-m", "tf_tempered.experiments.train", "--dataset=digits",
+            "--batch_size=64", "--learning_rate=0.5", "--epochs=2", f"--output_dir={tmp_path}"]
+    if not tty:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+    import pty  # pylint: disable=import-outside-toplevel
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, stdout=follower, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    stderr = proc.stderr.read().decode()
+    proc.wait(timeout=300)
+    return proc.returncode, b"".join(chunks).decode(), stderr
+
+
+def _check_epoch_lines(lines):
+    import re  # pylint: disable=import-outside-toplevel
+    matches = [re.fullmatch(_EPOCH_LINE, line) for line in lines]
+    assert all(matches), lines
+    assert [int(m.group(1)) for m in matches] == [1, 2]
+    steps = poisson_steps_per_epoch(num_examples=DIGITS_TRAIN, expected_batch_size=64)
+    for epoch, m in zip((1, 2), matches):
+        expected = compute_epsilon(num_examples=DIGITS_TRAIN, batch_size=64, noise_multiplier=1.1,
+                                   steps=epoch * steps, delta=1e-5, sampling="poisson")
+        assert m.group(6) == f"{expected:.4g}"
+        assert 0 <= float(m.group(4)) <= 1 and math.isfinite(float(m.group(2)))
+    return matches
+
+
+def test_cli_prints_one_line_per_epoch_when_stdout_is_not_a_terminal(tmp_path):
+    returncode, stdout, stderr = _run_cli(tmp_path, tty=False)
+    assert returncode == 0, stderr[-3000:]
+    assert "\r" not in stdout and "\b" not in stdout  # no progress bar updates
+    lines = stdout.splitlines()
+    assert len(lines) == 3, stdout  # two epochs and the summary, nothing else
+    matches = _check_epoch_lines(lines[:2])
+    metrics = _read(tmp_path / "metrics.json")
+    assert lines[2].startswith(f"Test accuracy {metrics['test_accuracy']:.4f}; ε = ")
+    # The printed numbers are the recorded ones.
+    for m, record in zip(matches, metrics["history"]):
+        assert float(m.group(2)) == pytest.approx(record["train_loss"], abs=5e-5)
+        assert float(m.group(4)) == pytest.approx(record["dp_clipped_fraction"], abs=5e-4)
+        assert float(m.group(5)) == pytest.approx(record["test_accuracy"], abs=5e-5)
+    # The model was saved as .keras and loads in this Keras.
+    model = keras.models.load_model(tmp_path / "model.keras", compile=False)
+    assert model.count_params() == metrics["model"]["params"]
+
+
+def test_cli_keeps_the_progress_bar_on_a_terminal(tmp_path):
+    returncode, stdout, stderr = _run_cli(tmp_path, tty=True)
+    assert returncode == 0, stderr[-3000:]
+    assert "\r" in stdout or "\b" in stdout  # the bar redraws its line
+    # The terminal turns \n into \r\n; each epoch still ends with its summary line.
+    lines = [line.split("\r")[-1] for line in stdout.replace("\r\n", "\n").splitlines()]
+    epoch_lines = [line for line in lines if line.startswith("Epoch ") and ": loss " in line]
+    _check_epoch_lines(epoch_lines)

@@ -20,12 +20,15 @@ working directory; a cell that raises fails the test with the cell's traceback.
 Nothing is written back into tutorials/. When MNIST's files are beside the
 checkout (../shared/data), they are offered to the notebooks through
 $TF_TEMPERED_DATA_DIR; otherwise the notebooks fall back to scikit-learn's digits.
+The notebooks show Keras 3 (`import keras`); with TF_USE_LEGACY_KERAS=1 (Keras 2, as
+their text tells TF Privacy users) they run with `import tf_keras as keras` instead.
 
 The static checks need only the JSON: no outputs or execution counts are
 committed, every notebook has a title, its own "Open in Colab" badge and the
 same install cell, which is skipped when tf_tempered is importable, pip-installs
 it on Python 3.10-3.13 and refuses newer Pythons unless told to try (its branches
-run here with pip mocked), and tf_tempered is imported before TensorFlow.
+run here with pip mocked), tf_tempered is imported first, and the code uses Keras 3's
+public API (`import keras`, reduction="none", no tf.keras).
 """
 
 import importlib.util
@@ -38,6 +41,8 @@ import sys
 import time
 
 import pytest
+
+from tf_tempered._compat import legacy_keras_requested
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TUTORIALS = REPO_ROOT / "tutorials"
@@ -147,10 +152,34 @@ def test_tf_tempered_is_imported_before_tensorflow(name):
                          re.MULTILINE)
     order = [m.group(1) for cell in code[1:] for m in imports.finditer(cell)]
     assert order and order[0] == "tf_tempered", (
-        f"{name}.ipynb imports {order[:1]} first; `import tf_tempered` must come before "
-        f"TensorFlow so that tf.keras is bound to Keras 2")
+        f"{name}.ipynb imports {order[:1]} first; keep the notebooks' one convention: "
+        f"`import tf_tempered` first")
     assert code[1].lstrip().startswith("import tf_tempered"), (
         "the first code cell after the install cell should start with `import tf_tempered`")
+
+
+# The one line a Keras 2 user changes (with TF_USE_LEGACY_KERAS=1), as the notebooks say.
+KERAS3_IMPORT = (
+    "import keras  # Keras 3; Keras 2 (TF_USE_LEGACY_KERAS=1): import tf_keras as keras\n")
+KERAS2_IMPORT = "import tf_keras as keras\n"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebooks_show_the_keras3_public_api(name):
+    """Keras 3 the standard way: `import keras`, reduction="none", no tf.keras, no internals."""
+    notebook = _load(name)
+    code = "\n".join(_code_cells(notebook)[1:])
+    text = "\n".join(_source(c) for c in notebook["cells"])
+    for old in ("tf.keras", "Reduction.NONE", "tf_tempered._compat", "keras.optimizers.legacy",
+                "tensorflow_privacy", "TF_USE_LEGACY_KERAS\"] = "):
+        assert old not in code, f"{name}.ipynb runs {old!r}; show the Keras 3 public API"
+    uses_keras = re.search(r"\bkeras\.", code) is not None
+    assert code.count(KERAS3_IMPORT) == (1 if uses_keras else 0), (
+        f"{name}.ipynb: import Keras once, in the imports cell, as {KERAS3_IMPORT.strip()!r}")
+    if "SparseCategoricalCrossentropy" in code and "make_private" in code:
+        assert 'reduction="none"' in code
+    # Where the imports are explained: Keras 3 by default, Keras 2 for TF Privacy users.
+    assert "TF_USE_LEGACY_KERAS=1" in text and "import tf_keras as keras" in text
 
 
 def _kernel_manager(tmp_path):
@@ -177,6 +206,12 @@ def test_runs_top_to_bottom(name, tmp_path, monkeypatch):
 
     notebook = nbformat.read(TUTORIALS / f"{name}.ipynb", as_version=4)
     nbformat.validate(notebook)
+    if legacy_keras_requested():
+        # TF_USE_LEGACY_KERAS=1 (inherited by the kernel): run the notebook as its imports
+        # cell tells Keras 2 users to, with `import tf_keras as keras`.
+        for cell in notebook.cells:
+            if cell.cell_type == "code":
+                cell.source = cell.source.replace(KERAS3_IMPORT, KERAS2_IMPORT)
     if (SHARED_DATA / "mnist").is_dir() and not os.environ.get("TF_TEMPERED_DATA_DIR"):
         monkeypatch.setenv("TF_TEMPERED_DATA_DIR", str(SHARED_DATA))
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -151,7 +151,7 @@ def prepare_data(config):
 
 def _loss():
     return keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction=keras.losses.Reduction.NONE)
+        from_logits=True, reduction="none")  # per-example losses, both Kerases
 
 
 def train_model(config, x, y, *, private, num_classes=10, seed=0):
@@ -181,7 +181,8 @@ def train_model(config, x, y, *, private, num_classes=10, seed=0):
     steps = config.epochs * poisson_steps_per_epoch(num_examples=len(y),
                                                     expected_batch_size=config.batch_size)
     model.fit(poisson_batches(x, y, expected_batch_size=config.batch_size, steps=steps,
-                              insecure_dp_seed=insecure), epochs=1, verbose=0)
+                              insecure_dp_seed=insecure), epochs=1, verbose=0,
+              shuffle=False)  # the batches are Poisson-sampled already
     return model, accounted_epsilon(config, len(y), steps)
 
 

@@ -29,7 +29,7 @@ import types
 
 from tf_tempered.callbacks import ActivationNormMonitor, plot_activation_norms
 from tf_tempered.experiments import common, results
-from tf_tempered.experiments.train import run_training
+from tf_tempered.experiments.train import progress_verbosity, run_training
 
 __all__ = ["RUNS", "run_activation_norms", "define_flags", "main", "cli"]
 
@@ -122,7 +122,8 @@ def define_flags():
 
 def _run_from_flags(f):
     config = common.config_from_flags(f, activation="relu", output_dir=None)
-    run_activation_norms(config, runs=f.runs, output_dir=f.output_dir, verbose=2)
+    run_activation_norms(config, runs=f.runs, output_dir=f.output_dir,
+                         verbose=progress_verbosity())
 
 
 # `cli` is the console entry point tf-tempered-activation-norms.

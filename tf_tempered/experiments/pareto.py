@@ -27,7 +27,7 @@ import pathlib
 import numpy as np
 
 from tf_tempered.experiments import common, results
-from tf_tempered.experiments.train import run_training
+from tf_tempered.experiments.train import progress_verbosity, run_training
 
 __all__ = ["run_pareto", "define_flags", "main", "cli"]
 
@@ -144,7 +144,7 @@ def _run_from_flags(f):
     # The tempered sigmoid's (s, T, o) flags apply only if it is among --activations.
     config = common.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
     run_pareto(config, activations=f.activations, seeds=seeds, output_dir=f.output_dir,
-               verbose=2)
+               verbose=progress_verbosity())
 
 
 # `cli` is the console entry point tf-tempered-pareto.

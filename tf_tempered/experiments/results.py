@@ -35,7 +35,8 @@ def package_versions():
     """Versions of the packages a result depends on."""
     import tf_tempered  # pylint: disable=g-import-not-at-top
     versions = {"tf_tempered": tf_tempered.__version__}
-    for package in ("tensorflow", "tf-keras", "tensorflow-privacy", "dp-accounting", "numpy"):
+    for package in ("tensorflow", "keras", "tf-keras", "tensorflow-privacy", "dp-accounting",
+                    "numpy"):
         try:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:

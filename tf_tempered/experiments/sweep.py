@@ -31,7 +31,7 @@ import pathlib
 import numpy as np
 
 from tf_tempered.experiments import common, results
-from tf_tempered.experiments.train import run_training
+from tf_tempered.experiments.train import progress_verbosity, run_training
 
 __all__ = ["run_sweep", "top_fraction_mean", "define_flags", "main", "cli"]
 
@@ -162,7 +162,7 @@ def _run_from_flags(f):
     grid = {name: common.parse_floats(name, f[name].value)
             for name in ("scales", "inverse_temperatures", "offsets")}
     config = common.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
-    run_sweep(config, output_dir=f.output_dir, verbose=2, **grid)
+    run_sweep(config, output_dir=f.output_dir, verbose=progress_verbosity(), **grid)
 
 
 # `cli` is the console entry point tf-tempered-sweep.

@@ -16,11 +16,14 @@
     python -m tf_tempered.experiments.train --dataset=mnist --activation=tanh \\
         --epochs=60 --output_dir=/tmp/mnist_tanh
 
-Prints a progress bar and, each epoch, the test accuracy and ε (with δ, the
-accountant and the sampling it assumes); writes ``metrics.json`` (final test
-accuracy and ε, every flag, the per-epoch history, package versions, wall time)
-and ``model.keras`` (load it with ``keras.models.load_model(path, compile=False)``)
-into ``--output_dir``.
+Uses the Keras TensorFlow binds: Keras 3 by default, Keras 2 (tf-keras) when
+``TF_USE_LEGACY_KERAS=1`` is set in the environment. Prints, each epoch, one line
+with the training loss and accuracy, the fraction of clipped gradients, the test
+accuracy and ε (with δ, the accountant and the sampling it assumes), after Keras'
+progress bar when stdout is a terminal and alone otherwise (log files, CI);
+writes ``metrics.json`` (final test accuracy and ε, every flag, the per-epoch
+history, package versions and the Keras used, wall time) and ``model.keras``
+(load it with ``keras.models.load_model(path, compile=False)``) into ``--output_dir``.
 
 Randomness: ``--seed`` fixes weight initialisation, dropout and the shuffling of
 ``--nodpsgd`` runs; the DP noise, the Poisson batches and DP shuffling are keyed
@@ -38,17 +41,19 @@ the bound actually proven for shuffling (no amplification by subsampling).
 
 import math
 import pathlib
+import sys
 import time
 import warnings
 
 from tf_tempered import data as data_lib
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.experiments import common, results
 from tf_tempered.privacy import (accounting, has_secret_dp_randomness, make_private, optimizers,
                                   randomness, sampling)
 
-__all__ = ["PrivacyPlan", "plan_privacy", "run_training", "define_flags", "main", "cli"]
+__all__ = ["PrivacyPlan", "plan_privacy", "progress_verbosity", "run_training", "define_flags",
+           "main", "cli"]
 
 
 class PrivacyPlan:
@@ -175,8 +180,11 @@ class _EpochReport(keras.callbacks.Callback):
                 f"({self.plan.config.accountant.upper()})"
             if not self.plan.epsilon_holds:
                 extra += " [NOT PRIVATE: --insecure_dp_seed, this ε does not hold]"
-            print(f"Epoch {epoch + 1}/{self.plan.config.epochs}: train accuracy "
-                  f"{record.get('train_accuracy', math.nan):.4f}, test accuracy "
+            clipped = ("" if "dp_clipped_fraction" not in record else
+                       f", clipped fraction {record['dp_clipped_fraction']:.3f}")
+            print(f"Epoch {epoch + 1}/{self.plan.config.epochs}: loss "
+                  f"{record.get('train_loss', math.nan):.4f}, train accuracy "
+                  f"{record.get('train_accuracy', math.nan):.4f}{clipped}, test accuracy "
                   f"{record.get('test_accuracy', math.nan):.4f}, ε = {eps:.4g}{delta}{extra}",
                   flush=True)
 
@@ -184,7 +192,9 @@ class _EpochReport(keras.callbacks.Callback):
 def _make_optimizer(config, plan):
     lr = config.learning_rate
     if not config.dpsgd:
-        cls = {"sgd": keras.optimizers.legacy.SGD, "adam": keras.optimizers.legacy.Adam}
+        # Keras 2: the legacy optimizers, as TF Privacy's (hence the DP ones there) are.
+        module = keras.optimizers.legacy if KERAS_MAJOR == 2 else keras.optimizers
+        cls = {"sgd": module.SGD, "adam": module.Adam}
         return cls[config.optimizer](learning_rate=lr)
     # tf_tempered's own DP optimizers: TF Privacy's arguments and update rules, on every
     # supported Python (TF Privacy does not install on 3.12+).
@@ -214,18 +224,38 @@ def _train_dataset(config, plan, x, y):
     return ds.batch(config.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
+def progress_verbosity(stream=None):
+    """1 (progress bar and a line per epoch) on a terminal, else 2 (a line per epoch).
+
+    A progress bar rewrites its line with carriage returns hundreds of times per epoch,
+    which fills log files and CI output; there one line per epoch says the same.
+    """
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return 1 if isatty is not None and isatty() else 2
+    except ValueError:  # a closed stream
+        return 2
+
+
 def run_training(config, *, verbose=1, extra_callbacks=None):
     """Trains as ``config`` (a TrainConfig) says; returns the metrics dict (also written).
 
     Args:
         config: the run's settings; validated before anything else happens.
-        verbose: 0 silent, 1 progress bar and a line per epoch, 2 a line per epoch.
+        verbose: 0 silent, 1 progress bar and a line per epoch, 2 a line per epoch
+            (loss, accuracy, clipped fraction, test accuracy, ε) and no progress bar,
+            "auto" 1 when stdout is a terminal and 2 otherwise (log files, CI).
         extra_callbacks: optional ``f(model, dataset) -> list of Keras callbacks``.
 
     Raises:
         ConfigError: for invalid settings, before any data is loaded or model trained.
     """
     common.validate_config(config)
+    if verbose == "auto":
+        verbose = progress_verbosity()
+    if verbose not in (0, 1, 2):
+        raise ValueError(f"verbose must be 0, 1, 2 or 'auto', got {verbose!r}.")
     start = time.monotonic()
     out = pathlib.Path(config.output_dir) if config.output_dir else None
     if out is not None:
@@ -238,20 +268,25 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
     plan = plan_privacy(config, len(dataset.y_train))
 
     model = common.build_model(config, dataset)
+    loss_options = {}
     if config.dpsgd:
+        # Once, here: the builders return plain models, and a second call would re-key
+        # the noise. The DP optimizer from _make_optimizer carries C and σ.
         make_private(model, insecure_dp_seed=config.insecure_dp_seed)
         plan.epsilon_holds = has_secret_dp_randomness(model)
-        reduction = keras.losses.Reduction.NONE  # per-example losses for DP-SGD
-    else:
-        reduction = keras.losses.Reduction.AUTO
+        loss_options["reduction"] = "none"  # per-example losses for DP-SGD (both Kerases)
     model.compile(optimizer=_make_optimizer(config, plan),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  reduction=reduction),
+                                                                  **loss_options),
                   metrics=["accuracy"])
     train_ds = _train_dataset(config, plan, dataset.x_train, dataset.y_train)
     test_ds = tf.data.Dataset.from_tensor_slices(dataset.test).batch(1024)
     report = _EpochReport(plan, verbose)
-    callbacks = [keras.callbacks.ProgbarLogger(count_mode="steps")] if verbose else []
+    # First, so that the bar finishes its line before _EpochReport prints. verbose=2:
+    # no bar (fit verbose=0), the per-epoch line of _EpochReport only.
+    progbar = (keras.callbacks.ProgbarLogger(count_mode="steps") if KERAS_MAJOR == 2
+               else keras.callbacks.ProgbarLogger())
+    callbacks = [progbar] if verbose == 1 else []
     if config.dpsgd:
         # Logs ε each epoch, and with --target_epsilon stops before exceeding it (a
         # safety net: the calibrated σ already keeps the last epoch within it).
@@ -264,7 +299,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
     if extra_callbacks is not None:
         callbacks.extend(extra_callbacks(model, dataset))
     model.fit(train_ds, epochs=config.epochs, validation_data=test_ds, callbacks=callbacks,
-              verbose=verbose)
+              verbose=1 if verbose == 1 else 0, shuffle=False)  # train_ds is shuffled/sampled
     final_metrics = model.evaluate(test_ds, verbose=0, return_dict=True)
 
     # The steps actually taken (PrivacyBudget may stop early).
@@ -290,6 +325,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
         "model": {"name": model.name, "params": int(model.count_params())},
         "history": report.records,
         "versions": results.package_versions(),
+        # 3 by default; 2 with TF_USE_LEGACY_KERAS=1 (both are installed, see versions).
+        "keras_major": KERAS_MAJOR,
     }
     if config.dpsgd and config.sampling == "shuffle":
         result["epsilon_no_amplification"] = plan.epsilon_no_amplification(final)
@@ -316,7 +353,7 @@ def define_flags():
 
 
 def _run_from_flags(f):
-    run_training(common.validate_config(common.config_from_flags(f)), verbose=1)
+    run_training(common.validate_config(common.config_from_flags(f)), verbose="auto")
 
 
 # `cli` is the console entry point tf-tempered-train.
