@@ -143,3 +143,32 @@ def test_unused_layer_gets_zero_gradient_like_tf_privacy():
     assert scale > 0
     for r, o in zip(reference, ours):
         np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
+
+
+class TiedEmbeddings(keras.Model):
+    """Input and output embeddings tied: the table is also read outside the Embedding's call."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = keras.layers.Embedding(20, 8)
+        self.hidden = keras.layers.Dense(8, activation="tanh")
+
+    def call(self, ids):
+        h = self.hidden(tf.reduce_mean(self.embed(ids), axis=1))
+        return tf.matmul(h, self.embed.embeddings, transpose_b=True)
+
+
+def test_weight_read_outside_its_layer_call_is_refused_before_any_update():
+    # Its gradient from the tied projection would be missing from the norm: refuse.
+    model = TiedEmbeddings()
+    model(np.zeros((2, 5), "int32"))
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=0.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    before = model.get_weights()
+    ids = np.random.default_rng(0).integers(0, 20, (8, 5))
+    with pytest.raises(UnsupportedLayerError,
+                       match="embeddings[^']*' of layer 'embedding' is used in the forward pass "
+                             "outside that layer's call.*tied"):
+        model.fit(ids, np.arange(8), batch_size=4, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)

@@ -204,9 +204,12 @@ def check_same_keras(obj, argument):
     A Keras 3 model with a Keras 2 optimizer (or the reverse) cannot train; the
     message says which to change.
     """
-    module = type(obj).__module__.split(".")[0]
-    if module != other_keras_name():
+    # The class's own module, or its nearest Keras base's (a user's subclass of keras.Model).
+    roots = [c.__module__.split(".")[0] for c in type(obj).__mro__]
+    keras_roots = [r for r in roots if r in ("keras", "tf_keras")]
+    if not keras_roots or keras_roots[0] != other_keras_name():
         return
+    module = keras_roots[0]
     active = ("Keras 3 (`import keras`; TF_USE_LEGACY_KERAS is not set)" if KERAS_MAJOR == 3
               else "Keras 2 (tf-keras; TF_USE_LEGACY_KERAS=1)")
     theirs = "Keras 2 (tf_keras / tf.keras with TF_USE_LEGACY_KERAS=1)" if module == "tf_keras" \

@@ -26,7 +26,7 @@ that none is trained silently with a zero gradient.
 from tf_tempered._compat import keras
 from tf_tempered.privacy import keras_bridge, recording
 
-__all__ = ["check", "refuse_unrecorded_dependencies"]
+__all__ = ["check", "refuse_reads_outside_calls", "refuse_unrecorded_dependencies"]
 
 UnsupportedLayerError = recording.UnsupportedLayerError
 
@@ -83,6 +83,47 @@ def refuse_unrecorded_dependencies(model, unrecorded, grads):
             "Python <= 3.11; tf_tempered's own DP optimizers refuse to train without "
             "make_private), it then gets TF Privacy's own (slower) per-microbatch "
             "gradients, which back-propagate through every layer.")
+
+
+def refuse_reads_outside_calls(recorder):
+    """Raises for a recorded layer's weight read in the forward pass outside its calls.
+
+    A handler computes a layer's per-example gradient from its recorded calls
+    only; a weight also used elsewhere (tied input/output embeddings:
+    `ops.matmul(h, embedding.embeddings, transpose_b=True)`) would have that
+    use's gradient left out of the norm and the update. Checked while tracing,
+    from the graph ops each call created (no cost per step); nothing to check in
+    eager mode (run_eagerly=True), where the check cannot see the reads.
+    """
+    graph = recorder.graph
+    if graph is None or not recorder.forward_ops:
+        return
+    forward = {op.name for op in recorder.forward_ops}
+    inside = {}
+    for record in recorder.records:
+        inside.setdefault(id(record.layer), set()).update(op.name for op in record.ops)
+    captured = {id(external): internal for external, internal in graph.captures}
+    seen = set()
+    for record in recorder.records:
+        if id(record.layer) in seen:
+            continue
+        seen.add(id(record.layer))
+        for var in recording.own_trainable_weights(record.layer):
+            internal = captured.get(id(keras_bridge.tape_variable(var).handle))
+            if internal is None:
+                continue
+            for op in internal.consumers():
+                if op.name in forward and op.name not in inside[id(record.layer)]:
+                    raise UnsupportedLayerError(
+                        f"Trainable variable {var.name!r} of layer {record.layer.name!r} is "
+                        f"used in the forward pass outside that layer's call (by op "
+                        f"{op.name!r}), e.g. an embedding matrix tied to the output "
+                        "projection. The fast DP engine computes a layer's per-example "
+                        "gradients from its calls only, so that use's gradient would be "
+                        "missing from the clipping norm. Fix: use the weight only inside "
+                        "the layer's own call (e.g. a layer that does both the lookup and "
+                        "the tied projection in its call, or untie the weights with a "
+                        "separate output Dense).")
 
 
 def _rnn_holding(model, cell):

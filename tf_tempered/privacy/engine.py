@@ -219,9 +219,11 @@ def _train_step(self, data):
             losses, config.num_microbatches, poisson=normalizer is not None)
         microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
         total = tf.reduce_sum(microbatch_losses)
+        recorder.end_forward()
 
     records = recorder.records
     unrecorded = coverage.check(self, records)
+    coverage.refuse_reads_outside_calls(recorder)
     outputs = [r.output for r in records]
     # One backward pass (the tape is not persistent) for the recorded outputs and
     # the variables no recorded call covers; the latter only to see, while

@@ -62,6 +62,7 @@ class LayerRecord:
         self.call_kwargs = call_kwargs
         self.call_fn = call_fn  # the layer's own, uninstrumented call
         self.grad_output = None  # ∂(Σ ℓ_m)/∂output, filled after the backward pass
+        self.ops = ()  # graph ops this call created (while tracing)
 
     @property
     def kind(self):
@@ -69,20 +70,43 @@ class LayerRecord:
         return self.handler.name
 
 
+def _graph_position():
+    """(graph, number of ops so far) while tracing a tf.function; (None, 0) when eager."""
+    if tf.executing_eagerly():
+        return None, 0
+    graph = tf.compat.v1.get_default_graph()
+    return graph, len(graph.get_operations())
+
+
 class Recorder:
-    """Collects LayerRecords while active (a context manager, per thread)."""
+    """Collects LayerRecords while active (a context manager, per thread).
+
+    While tracing, it also notes which graph ops the forward pass created
+    (`forward_ops`) and each recorded call created (`LayerRecord.ops`), so that
+    coverage.refuse_reads_outside_calls can find a weight read outside its
+    layer's calls (tied weights), whose gradient no handler would see.
+    """
 
     def __init__(self):
         self.records = []
+        self.graph, self._start = None, 0
+        self.forward_ops = ()
 
     @contextlib.contextmanager
     def active(self):
         previous = _active_recorder()
         _STATE.recorder = self
+        self.graph, self._start = _graph_position()
         try:
             yield self
         finally:
             _STATE.recorder = previous
+
+    def end_forward(self):
+        """Marks the end of the forward pass (model call and loss)."""
+        graph, end = _graph_position()
+        if graph is not None and graph is self.graph:
+            self.forward_ops = graph.get_operations()[self._start:end]
 
 
 own_trainable_weights = keras_bridge.own_trainable_weights
@@ -134,6 +158,7 @@ def _wrap_call(layer):
         from tf_tempered.privacy import layer_grads  # pylint: disable=g-import-not-at-top
         # Keras built the layer before calling `call`: its hyperparameters are known.
         handler, params = layer_grads.lookup(layer)
+        graph, start = _graph_position()
         if handler.records_pre_activation:
             activation = layer.activation
             # Record the pre-activation output: bypass Keras attribute tracking so
@@ -143,14 +168,17 @@ def _wrap_call(layer):
                 z = original_call(inputs, *args, **kwargs)
             finally:
                 keras_bridge.set_untracked(layer, "activation", activation)
-            recorder.records.append(
-                LayerRecord(layer, handler, params, inputs, z, args, kwargs, original_call))
-            return activation(z) if activation is not None else z
-        outputs = original_call(inputs, *args, **kwargs)
-        if not isinstance(outputs, tf.Tensor):
-            raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
-        recorder.records.append(
-            LayerRecord(layer, handler, params, inputs, outputs, args, kwargs, original_call))
+            record = LayerRecord(layer, handler, params, inputs, z, args, kwargs, original_call)
+            outputs = activation(z) if activation is not None else z
+        else:
+            outputs = original_call(inputs, *args, **kwargs)
+            if not isinstance(outputs, tf.Tensor):
+                raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
+            record = LayerRecord(layer, handler, params, inputs, outputs, args, kwargs,
+                                 original_call)
+        if graph is not None:
+            record.ops = graph.get_operations()[start:]
+        recorder.records.append(record)
         return outputs
 
     keras_bridge.set_untracked(layer, "call", call)
