@@ -25,8 +25,10 @@ test accuracy and ε (RDP accountant, Poisson-sampling assumption as in TF Priva
 
 import argparse
 
-import tf_tempered  # binds tf.keras to Keras 2 (tf-keras) before TensorFlow is used
-from tf_tempered._compat import keras, tf
+import tensorflow as tf
+
+import tf_tempered  # uses the Keras TensorFlow binds: Keras 3, or Keras 2 with TF_USE_LEGACY_KERAS=1
+from tf_tempered._compat import keras
 from tf_tempered.privacy import DPKerasSGDOptimizer
 from tf_tempered.privacy.accounting import DEFAULT_DELTA, compute_epsilon
 
@@ -48,16 +50,17 @@ def main():
     resize = lambda images: tf.image.resize(images, (28, 28)).numpy()
     x_train, x_test = resize(digits.x_train), resize(digits.x_test)
 
-    model = tf_tempered.mnist_cnn("tempered_sigmoid", num_classes=digits.num_classes)
+    model = tf_tempered.make_private(
+        tf_tempered.mnist_cnn("tempered_sigmoid", num_classes=digits.num_classes))
     model.compile(
         optimizer=DPKerasSGDOptimizer(l2_norm_clip=args.l2_norm_clip,
                                       noise_multiplier=args.noise_multiplier,
                                       learning_rate=args.learning_rate),
         loss=keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=keras.losses.Reduction.NONE),
+            from_logits=True, reduction="none"),
         metrics=["accuracy"])
     # Which examples share a batch is privacy-relevant: a secret shuffle seed, not --seed
-    # (the noise is secret too: make_private, applied by mnist_cnn, keys it from OS entropy).
+    # (the noise is secret too: make_private keys it from OS entropy).
     train = (tf.data.Dataset.from_tensor_slices((x_train, digits.y_train))
              .shuffle(len(x_train), seed=tf_tempered.privacy.randomness.secret_seed())
              .batch(args.batch_size, drop_remainder=True))
