@@ -33,7 +33,7 @@ import numbers
 
 import numpy as np
 
-from tf_tempered._compat import KERAS_MAJOR, keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, register_activation_name, tf
 
 __all__ = ["tempered_sigmoid", "check_tempered_sigmoid_args", "inverse_softplus",
            "smallest_normal", "register_serializable"]
@@ -257,19 +257,5 @@ def _as_dtype(value, dtype):
     return _Ops.cast(value, dtype)
 
 
-def _register_activation_name():
-    """Makes the string "tempered_sigmoid" name this activation, on either Keras.
-
-    Keras 2 resolves activation strings through its custom-object registry. Keras 3's
-    ``keras.activations.get`` looks strings up in its table of built-in activations
-    only, so the name is added there too. Either way a user's own "tempered_sigmoid",
-    registered first, is kept.
-    """
-    keras.utils.get_custom_objects().setdefault("tempered_sigmoid", tempered_sigmoid)
-    if KERAS_MAJOR == 3:
-        # pylint: disable-next=g-import-not-at-top
-        from keras.src import activations as keras_activations
-        keras_activations.ALL_OBJECTS_DICT.setdefault("tempered_sigmoid", tempered_sigmoid)
-
-
-_register_activation_name()
+# The string "tempered_sigmoid" names this activation in `activation=` arguments.
+register_activation_name("tempered_sigmoid", tempered_sigmoid)

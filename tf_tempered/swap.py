@@ -22,20 +22,10 @@ its config, with every matching activation replaced by a fresh layer from
 import copy
 import itertools
 
-from tf_tempered._compat import KERAS_MAJOR, keras
+from tf_tempered._compat import is_functional_model, keras
 from tf_tempered.models import resolve_activation
 
-if KERAS_MAJOR == 3:
-    # Keras 3 has no public name for the class of Functional models.
-    # pylint: disable-next=g-import-not-at-top
-    from keras.src.models.functional import Functional as _Functional
-
-    def _is_functional(model):
-        return isinstance(model, _Functional)
-else:
-    def _is_functional(model):
-        # Keras 2 marks Functional models (and Sequential ones) as graph networks.
-        return getattr(model, "_is_graph_network", False)
+_is_functional = is_functional_model
 
 __all__ = ["swap_activations"]
 
