@@ -159,6 +159,8 @@ def _wrap_call(layer):
         # Keras built the layer before calling `call`: its hyperparameters are known.
         handler, params = layer_grads.lookup(layer)
         graph, start = _graph_position()
+        if graph is not recorder.graph:
+            raise UnsupportedLayerError(_nested_graph_message(layer))
         if handler.records_pre_activation:
             activation = layer.activation
             # Record the pre-activation output: bypass Keras attribute tracking so
@@ -190,6 +192,19 @@ _NO_FAST_PATH = (
     "of the same name (tensorflow_privacy, Python <= 3.11; tf_tempered's own DP "
     "optimizers refuse to train without make_private), it then gets TF Privacy's "
     "own (slower) per-microbatch gradients, which back-propagate through every layer.")
+
+
+def _nested_graph_message(layer):
+    return (f"Layer {layer.name!r} ({type(layer).__name__}) is called inside a loop or nested "
+            "function of the forward pass (tf-keras' TimeDistributed loops over time steps "
+            "for a custom layer when the batch size is static; RNNs loop over time steps), "
+            "so what it saw cannot be used by the DP engine, which computes per-example "
+            "gradients from each trainable layer's calls in the forward pass itself. Fix: "
+            "apply the layer to the whole sequence without TimeDistributed if it acts on the "
+            "last axis (e.g. an elementwise activation), feed batches of unknown size "
+            "(tf.data without drop_remainder: TimeDistributed then calls its layer once on "
+            "[batch·time, ...]), or use Keras 3, whose TimeDistributed calls the layer once "
+            f"per time step in the forward pass (supported). {_NO_FAST_PATH}")
 
 
 def _many_outputs_message(layer, outputs):
