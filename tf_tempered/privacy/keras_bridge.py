@@ -23,7 +23,7 @@ from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["flatten_layers", "is_trainable_batch_norm", "linear_activation",
            "own_trainable_weights", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
-           "variable_key", "IS_KERAS3"]
+           "variable_key", "watchable", "IS_KERAS3"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -48,6 +48,13 @@ def own_trainable_weights(layer):
 def variable_key(variable):
     """A hashable key of a variable (Keras 3 variables have no `.ref()`)."""
     return id(variable)
+
+
+def watchable(variable):
+    """What `tf.GradientTape.watch` takes for a layer variable: the variable in Keras 2,
+    the tf.Variable backing it in Keras 3 (the tape refuses a Keras 3 Variable;
+    `tape.gradient` w.r.t. either reaches the same resource)."""
+    return variable.value if IS_KERAS3 else variable
 
 
 def shape_of(variable):

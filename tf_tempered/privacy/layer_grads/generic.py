@@ -63,7 +63,7 @@ def _per_example_grads(call, variables):
     def one_example(args):
         x, gy = args
         with tf.GradientTape() as tape:
-            tape.watch(variables)
+            tape.watch([keras_bridge.watchable(v) for v in variables])
             y = call.call_fn(x[None], *call.call_args, **call.call_kwargs)
         grads = tape.gradient(y, variables, output_gradients=gy[None],
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
