@@ -79,11 +79,11 @@ def _engine_update(builder, weights, x, y, clip, num_microbatches, static_batch,
     return [a - b for a, b in zip(after, before)], history
 
 
-def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, static_batch=False,
-                                    dtype="float32", options=None):
-    """The engine's update (noise 0) equals the float64 reference, clip at the median norm."""
+_REFERENCES = {}  # cache_key -> (weights, norms, clip, clipped fraction, reference update)
+
+
+def _clipped_reference(builder, x, y, microbatches):
     weights = builder("float32").get_weights()
-    microbatches = num_microbatches or len(x)
     norms, reference_update = _reference(builder, weights, x, y, microbatches)
     if microbatches > 1:
         clip = float(np.median(norms))
@@ -91,7 +91,25 @@ def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, sta
         assert 0 < clipped < 1, norms  # a mix of clipped and unclipped microbatches
     else:  # one microbatch: clipped (half its norm)
         clip, clipped = float(norms[0]) / 2, 1.0
-    reference = reference_update(clip)
+    return weights, norms, clip, clipped, reference_update(clip)
+
+
+def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, static_batch=False,
+                                    dtype="float32", options=None, cache_key=None):
+    """The engine's update (noise 0) equals the float64 reference, clip at the median norm.
+
+    cache_key: tests that run one model on the same data under several engine
+    options (paths, static or dynamic batch) may share its reference (numpy
+    arrays only): pass a key that identifies (builder, x, y, num_microbatches).
+    """
+    microbatches = num_microbatches or len(x)
+    if cache_key is not None and cache_key in _REFERENCES:
+        weights, norms, clip, clipped, reference = _REFERENCES[cache_key]
+    else:
+        weights, norms, clip, clipped, reference = _clipped_reference(builder, x, y,
+                                                                      microbatches)
+        if cache_key is not None:
+            _REFERENCES[cache_key] = (weights, norms, clip, clipped, reference)
     ours, history = _engine_update(builder, weights, x, y, clip, num_microbatches,
                                    static_batch, dtype, options)
     np.testing.assert_allclose(history["dp_clipped_fraction"][0], clipped)
@@ -103,7 +121,6 @@ def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, sta
         assert r.shape == o.shape
         np.testing.assert_allclose(o, r, rtol=0, atol=atol)
     return norms
-
 
 
 def _seeded(builder, seed=0):

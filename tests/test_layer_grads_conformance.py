@@ -15,8 +15,18 @@
 
 One engine step (noise 0) of a small model holding the layer equals DP-SGD
 written out with one float64 GradientTape per microbatch (dp_reference.py;
-clip norm = median of the reference norms), for M = batch, a divisor and 1,
-static and unknown batch size, and every path the handler can take.
+clip norm = median of the reference norms: a mix of clipped and unclipped
+microbatches; all clipped for M = 1), for M = batch, a divisor and 1, static
+and unknown batch size, and every path the handler can take.
+
+Coverage without the full product (path × M × batch kind, 6 runs per path): a
+case with one path runs all 6 (M, batch kind) combinations; otherwise each path
+runs 3 of them, every M once, alternating between the two complementary
+patterns A and B below from one path to the next (so each path sees M = batch,
+4 and 1, static and unknown batch sizes, and each case every (M, batch kind)
+pair). Pattern A, the first path's (the handler's automatic choice), holds the
+per-step decisions of an unknown batch size with M = batch (the microbatch
+count is a tensor). The model's reference is computed once per (case, M).
 
 Adding a layer type = a handler in tf_tempered/privacy/layer_grads/ + one entry
 in CASES below.
@@ -28,7 +38,7 @@ import numpy as np
 import pytest
 
 from dp_reference import BATCH, assert_engine_matches_reference, seeded
-from tf_tempered._compat import keras
+from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, keras_bridge, layer_grads,
                                  make_private, native)
@@ -44,8 +54,9 @@ _CONV_PATHS = {
     "tf-materialize": {**_TF_OPS, "norm_path": "materialize"},
     "tf-depthwise": {**_TF_OPS, "norm_path": "depthwise"},
     "tf-chunks": {**_TF_OPS, "patch_chunk_bytes": 1, "depthwise_max_channel_pairs": 0},
-    "native-auto": {},
+    # Pattern A for the native op's automatic choice too (the order sets the pattern).
     "native-materialized": {"norm_path": "native", "native_materialize_min_rows": 0},
+    "native-auto": {},
     "native-norms-only": {"norm_path": "native", "materialize_max_bytes": 0},
 }
 
@@ -116,6 +127,29 @@ def _transformer_block(dtype):
     return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
 
 
+def _keras3_lora_and_frozen_bias(dtype):
+    """Keras 3 only: LoRA layers (kernel = frozen kernel + trainable low-rank factors,
+    `layer.kernel` a tensor) and a Dense whose bias alone is frozen: not the
+    variables the handlers' math is for, so every one takes the generic VJP.
+    (No EinsumDense here: on Keras 3 the generic VJP of an "abc,cd->abd"
+    EinsumDense crashes TF's vectorized_map; see the report of issue 15.)"""
+    tokens = keras.Input((6,), dtype=dtype)
+    x = keras.layers.Embedding(50, 4, lora_rank=2, dtype=dtype)(tokens)
+    x = keras.layers.Dense(5, activation="tanh", lora_rank=2, dtype=dtype)(x)
+    frozen_bias = keras.layers.Dense(4, activation="tanh", bias_initializer="ones",
+                                     dtype=dtype)
+    x = frozen_bias(keras.layers.Flatten(dtype=dtype)(x))
+    frozen_bias.bias.trainable = False
+    model = keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
+    rng = np.random.default_rng(0)
+    for layer in model.layers:
+        if getattr(layer, "lora_enabled", False):  # B = 0 at first: a zero LoRA gradient of A
+            for variable in layer.trainable_weights:
+                if not np.any(variable.numpy()):
+                    variable.assign(0.3 * rng.normal(size=variable.shape))
+    return model
+
+
 class _DenseWithOwnCall(keras.layers.Dense):
     """A Dense subclass overriding `call`: its handler must be the generic one."""
 
@@ -165,13 +199,41 @@ CASES = {
                  "TemperedSigmoid": "generic", "Dense": "dense"}),
 }
 
-_PARAMS = [pytest.param(case, path, id=f"{case}-{path}")
-           for case, (_, _, paths, _) in CASES.items() for path in paths]
+if KERAS_MAJOR == 3:  # Keras 2 has neither LoRA nor per-variable trainable flags
+    CASES["keras3_lora_frozen_bias"] = (
+        _keras3_lora_and_frozen_bias, lambda s: _ids((6,), s, 50), {"auto": {}},
+        {"Embedding": "generic", "Dense": {"generic", "dense"}})
+
+# (M, static batch size) combinations; see the module docstring.
+_M_IDS = {None: "M=batch", 4: "M=4", 1: "M=1"}
+_PATTERN_A = [(None, False), (4, True), (1, False)]
+_PATTERN_B = [(None, True), (4, False), (1, True)]
 
 
-@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
-@pytest.mark.parametrize("num_microbatches", [None, 4, 1], ids=["M=batch", "M=4", "M=1"])
-@pytest.mark.parametrize("case,path", _PARAMS)
+def _combinations(paths):
+    if len(paths) == 1:
+        return {path: _PATTERN_A + _PATTERN_B for path in paths}
+    return {path: (_PATTERN_A, _PATTERN_B)[i % 2] for i, path in enumerate(paths)}
+
+
+_PARAMS = [
+    pytest.param(case, path, m, static,
+                 id=f"{case}-{path}-{_M_IDS[m]}-{'static' if static else 'dynamic'}-batch")
+    for case, (_, _, paths, _) in CASES.items()
+    for path, combinations in _combinations(paths).items() for m, static in combinations]
+
+
+def test_the_combinations_cover_every_pair():
+    for case, (_, _, paths, _) in CASES.items():
+        combinations = _combinations(paths)
+        assert set().union(*map(set, combinations.values())) == set(_PATTERN_A + _PATTERN_B)
+        for path, pairs in combinations.items():
+            assert {m for m, _ in pairs} == set(_M_IDS), (case, path)
+            assert {static for _, static in pairs} == {False, True}, (case, path)
+        assert (None, False) in next(iter(combinations.values())), case
+
+
+@pytest.mark.parametrize("case,path,num_microbatches,static_batch", _PARAMS)
 def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
                                                         static_batch):
     builder, inputs, paths, _ = CASES[case]
@@ -181,7 +243,8 @@ def test_handler_update_equals_per_microbatch_reference(case, path, num_microbat
     y = np.random.default_rng(1).integers(0, 3, BATCH)
     assert_engine_matches_reference(seeded(builder), x, y, num_microbatches=num_microbatches,
                                     static_batch=static_batch,
-                                    options=EngineOptions(**paths[path]))
+                                    options=EngineOptions(**paths[path]),
+                                    cache_key=("conformance", case, num_microbatches))
 
 
 def _trainable_layers(model):
@@ -197,7 +260,7 @@ def test_each_layer_takes_its_handler(case):
     names = {}
     for layer in _trainable_layers(model):
         names.setdefault(type(layer).__name__, set()).add(layer_grads.lookup(layer)[0].name)
-    assert names == {k: {v} for k, v in expected.items()}
+    assert names == {k: set(v) if isinstance(v, set) else {v} for k, v in expected.items()}
 
 
 def test_subclass_inheriting_call_keeps_the_handler():
@@ -223,3 +286,26 @@ def test_generic_layers_are_logged_once_per_model(caplog):
     lines = [r.getMessage() for r in caplog.records if "generic per-layer VJP" in r.getMessage()]
     assert len(lines) == 1
     assert "layer_normalization" in lines[0] and "DenseWithOwnCall" in lines[0]
+
+
+@pytest.mark.skipif(KERAS_MAJOR != 3, reason="LoRA, quantization and per-variable trainable "
+                    "flags are Keras 3 features")
+def test_keras3_variants_take_the_generic_vjp():
+    """A handler applies only where its variables are the layer's own trainable weights."""
+    conv = keras.layers.Conv2D(3, 3, lora_rank=2)
+    conv.build((None, 8, 8, 2))
+    quantized = keras.layers.Dense(4)
+    quantized.build((None, 6))
+    quantized.quantize("int8")
+    frozen_kernel = keras.layers.Dense(4)
+    frozen_kernel.build((None, 6))
+    frozen_kernel.kernel.trainable = False
+    for layer in (conv, quantized, frozen_kernel):
+        assert layer_grads.lookup(layer)[0] is layer_grads.GENERIC, layer.name
+    assert layer_grads.derived_weights(conv).startswith("LoRA")
+    assert "int8" in layer_grads.derived_weights(quantized)
+    plain = keras.layers.Conv2D(3, 3, strides=(2, 1), padding="SAME")
+    plain.build((None, 8, 8, 2))
+    handler, params = layer_grads.lookup(plain)
+    assert handler.name == "conv2d" and layer_grads.derived_weights(plain) is None
+    assert (params.padding, params.strides, params.kernel_size) == ("same", (2, 1), (3, 3))

@@ -109,7 +109,7 @@ def refuse_reads_outside_calls(recorder):
             continue
         seen.add(id(record.layer))
         for var in recording.own_trainable_weights(record.layer):
-            internal = captured.get(id(keras_bridge.tape_variable(var).handle))
+            internal = captured.get(id(keras_bridge.watchable(var).handle))
             if internal is None:
                 continue
             for op in internal.consumers():

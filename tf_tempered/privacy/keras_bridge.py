@@ -21,9 +21,9 @@ below (chosen once by `tf_tempered._compat.KERAS_MAJOR`), so the handlers in
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["IS_KERAS3", "flatten_layers", "is_trainable_batch_norm", "linear_activation",
-           "own_trainable_weights", "set_untracked", "shape_of", "tape_variable",
-           "unpack_x_y_sample_weight", "variable_key"]
+__all__ = ["flatten_layers", "is_trainable_batch_norm", "linear_activation",
+           "own_trainable_weights", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
+           "variable_key", "watchable", "IS_KERAS3"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -50,11 +50,10 @@ def variable_key(variable):
     return id(variable)
 
 
-def tape_variable(variable):
-    """What a tf.GradientTape watches and differentiates for a Keras variable.
-
-    Keras 3 variables wrap a tf.Variable (``.value``); tape.watch refuses the wrapper.
-    """
+def watchable(variable):
+    """What `tf.GradientTape.watch` takes for a layer variable: the variable in Keras 2,
+    the tf.Variable backing it in Keras 3 (the tape refuses a Keras 3 Variable;
+    `tape.gradient` w.r.t. either reaches the same resource)."""
     return variable.value if IS_KERAS3 else variable
 
 

@@ -40,7 +40,10 @@ tests/test_layer_grads_conformance.py.
 import dataclasses
 from typing import Any, Callable, List
 
-__all__ = ["Handler", "Norms", "Step", "handler_for", "lookup", "register", "registered"]
+from tf_tempered.privacy import keras_bridge
+
+__all__ = ["Handler", "Norms", "Step", "derived_weights", "handler_for", "lookup", "register",
+           "registered"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,14 +134,46 @@ def handler_for(layer):
     return None
 
 
+def derived_weights(layer):
+    """Why `layer`'s weights are not the plain variables its handler's math is for, or None.
+
+    Keras 3 layers with LoRA (`lora_rank`, `enable_lora`) compute their kernel
+    (embeddings) from frozen weights plus trainable low-rank factors, and
+    quantized ones from integer weights and scales: `layer.kernel` is then a
+    tensor, not the trainable variable. A handler refuses such a layer
+    (hyperparameters returns None) so that it takes the generic per-example VJP,
+    which is exact for them. Keras 2 layers have neither.
+    """
+    if getattr(layer, "lora_enabled", False):
+        return "LoRA is enabled (its trainable weights are the low-rank factors)"
+    mode = getattr(layer, "quantization_mode", None)
+    if mode:
+        return f"it is quantized ({mode})"
+    return None
+
+
 def lookup(layer):
-    """(handler, plain hyperparameters) for `layer`; the generic handler where none applies."""
+    """(handler, plain hyperparameters) for `layer`; the generic handler where none applies.
+
+    A registered handler applies only if the variables it returns gradients for
+    are exactly the layer's own trainable weights: otherwise (a Keras 3 variable
+    frozen on its own, `layer.bias.trainable = False`; LoRA or quantized weights
+    a handler missed) its norms would count a frozen variable or miss a
+    trainable one, so the generic per-example VJP takes the layer.
+    """
     handler = handler_for(layer)
     if handler is not None:
         params = handler.hyperparameters(layer)
-        if params is not None:
+        if params is not None and _same_variables(handler.variables(layer, params),
+                                                  keras_bridge.own_trainable_weights(layer)):
             return handler, params
     return GENERIC, GENERIC.hyperparameters(layer)
+
+
+def _same_variables(ours, owned):
+    keys = [keras_bridge.variable_key(v) for v in ours]
+    return len(set(keys)) == len(keys) == len(owned) and set(keys) == {
+        keras_bridge.variable_key(v) for v in owned}
 
 
 # Handlers register themselves on import (after the definitions above).

@@ -32,7 +32,7 @@ from typing import Any, Tuple
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy import clip, conv_grads, native
-from tf_tempered.privacy.layer_grads import Handler, register, rows
+from tf_tempered.privacy.layer_grads import Handler, derived_weights, register, rows
 
 __all__ = ["Conv2DHandler", "Conv2DParams", "ConvPath", "choose_path"]
 
@@ -66,11 +66,15 @@ class Conv2DHandler(Handler):
     records_pre_activation = True
 
     def hyperparameters(self, layer):
-        if (getattr(layer, "groups", 1) != 1 or layer.data_format != "channels_last"
-                or layer.padding not in ("same", "valid")):
-            return None
-        return Conv2DParams(layer.name, tuple(layer.kernel_size), tuple(layer.strides),
-                            tuple(layer.dilation_rate), layer.padding, int(layer.filters),
+        # Keras 2 and 3 store padding and data_format lower-case, the sizes as tuples
+        # (lists in some configs): normalized here all the same.
+        padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
+        if (int(getattr(layer, "groups", 1) or 1) != 1 or data_format != "channels_last"
+                or padding not in ("same", "valid") or derived_weights(layer)):
+            return None  # grouped, channels_first, causal, LoRA, quantized: the generic VJP
+        pair = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v, v)))
+        return Conv2DParams(layer.name, pair(layer.kernel_size), pair(layer.strides),
+                            pair(layer.dilation_rate), padding, int(layer.filters),
                             bool(layer.use_bias), keras_bridge.shape_of(layer.kernel))
 
     def variables(self, layer, params):

@@ -18,7 +18,7 @@ from typing import Tuple
 
 from tf_tempered._compat import keras
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, register, rows
+from tf_tempered.privacy.layer_grads import Handler, derived_weights, register, rows
 
 __all__ = ["DenseHandler", "DenseParams"]
 
@@ -39,6 +39,8 @@ class DenseHandler(Handler):
     records_pre_activation = True
 
     def hyperparameters(self, layer):
+        if derived_weights(layer):  # Keras 3 LoRA / quantized: the generic VJP
+            return None
         return DenseParams(layer.name, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel))
 
     def variables(self, layer, params):

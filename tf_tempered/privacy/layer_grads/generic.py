@@ -64,12 +64,10 @@ def per_example_grads(call, variables, bypass_activation=False):
     pre-activation output (handlers with records_pre_activation), so the VJP
     runs the layer's call with its activation set to linear.
     """
-    variables = [keras_bridge.tape_variable(v) for v in variables]
-
     def one_example(args):
         x, gy = args
         with tf.GradientTape() as tape:
-            tape.watch(variables)
+            tape.watch([keras_bridge.watchable(v) for v in variables])
             y = call.call_fn(x[None], *call.call_args, **call.call_kwargs)
         grads = tape.gradient(y, variables, output_gradients=gy[None],
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
