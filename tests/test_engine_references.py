@@ -233,3 +233,29 @@ def test_dilated_conv2d_of_unknown_size_equals_reference(path):
     x, y = _images((10, 9, 2), seed=3)
     assert_engine_matches_reference(_seeded(_dilated_cnn_any_size), x, y, dtype="float64",
                                     options=options)
+
+
+class SequenceDense(keras.layers.Dense):
+    """A Dense subclass with its own call: no registered handler, the generic per-example VJP."""
+
+    def call(self, inputs, training=None):  # pylint: disable=arguments-differ
+        return super().call(inputs)
+
+
+def _generic_batched_matmul(dtype):
+    # On [B, T, d] the layer's matmul is batched; its per-example VJP runs in a while
+    # loop (TF 2.21's vectorized_map of it with oneDNN corrupts memory).
+    return keras.Sequential([
+        keras.Input((6, 5), dtype=dtype),
+        SequenceDense(4, activation="tanh", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+def test_generic_layer_with_batched_matmul_equals_reference(num_microbatches, static_batch):
+    x, y = _vectors((6, 5))
+    assert_engine_matches_reference(_seeded(_generic_batched_matmul), x, y,
+                                    num_microbatches=num_microbatches, static_batch=static_batch)

@@ -73,12 +73,28 @@ def per_example_grads(call, variables, bypass_activation=False):
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return [tf.convert_to_tensor(g) for g in grads]
 
+    def all_examples():
+        elems = (call.inputs, call.grad_output)
+        if _has_batch_matmul(one_example, elems):
+            # TF 2.21's vectorized_map (pfor) of a batched matmul's gradient with oneDNN
+            # on corrupts memory (aborts, or once a wrong norm): a while loop instead.
+            return tf.map_fn(one_example, elems, fn_output_signature=[
+                tf.TensorSpec(v.shape, v.dtype) for v in variables])
+        return tf.vectorized_map(one_example, elems)
+
     if not bypass_activation:
-        return tf.vectorized_map(one_example, (call.inputs, call.grad_output))
+        return all_examples()
     layer, activation = call.layer, call.layer.activation
     keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
-    try:  # vectorized_map traces one_example now: the swap covers the trace
-        return tf.vectorized_map(one_example, (call.inputs, call.grad_output))
+    try:  # the per-example function is traced now: the swap covers the trace
+        return all_examples()
     finally:
         keras_bridge.set_untracked(layer, "activation", activation)
+
+
+def _has_batch_matmul(one_example, elems):
+    """Whether one example's VJP uses a batched matmul (traced once, while tracing the step)."""
+    spec = tuple(tf.TensorSpec(t.shape[1:], t.dtype) for t in elems)
+    graph = tf.function(one_example).get_concrete_function(spec).graph
+    return any(op.type.startswith("BatchMatMul") for op in graph.get_operations())
 
