@@ -1,12 +1,12 @@
 # Copyright 2026 The tf_tempered Authors. Licensed under the Apache License, Version 2.0.
-"""Shared test setup: bind Keras 2 before any test module touches TensorFlow."""
+"""Shared test setup (the Keras is the one TensorFlow binds: 3, or 2 with TF_USE_LEGACY_KERAS=1)."""
 
 import os
 import pathlib
 
 import pytest
 
-import tf_tempered  # noqa: F401  (the compat bootstrap must run first)
+import tf_tempered  # noqa: F401
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
@@ -42,6 +42,8 @@ def shared_data_dir():
 
 @pytest.fixture(autouse=True)
 def _clear_keras_session():
-    from tf_tempered._compat import keras
-    keras.backend.clear_session()
+    from tf_tempered._compat import KERAS_MAJOR, keras
+    # Keras 3's clear_session also runs a full garbage collection by default, which
+    # costs seconds per test late in a long run; the session state is what matters.
+    keras.backend.clear_session(**({"free_memory": False} if KERAS_MAJOR == 3 else {}))
     yield
