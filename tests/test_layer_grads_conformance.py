@@ -34,6 +34,8 @@ in CASES below.
 
 import logging
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -167,6 +169,43 @@ def _generic(dtype):
     ])
 
 
+def _generic_conv1d(dtype):
+    # Layers without a handler of their own (generic VJP): dilated causal and grouped
+    # Conv1D, GroupNormalization.
+    return keras.Sequential([
+        keras.Input((10, 4), dtype=dtype),
+        keras.layers.Conv1D(6, 3, dilation_rate=2, padding="causal", activation="tanh",
+                            dtype=dtype),
+        keras.layers.GroupNormalization(groups=2, dtype=dtype),
+        keras.layers.Conv1D(4, 3, strides=2, groups=2, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _generic_conv2d_family(dtype):
+    # MobileNet-style depthwise/separable convolutions, a transposed and a grouped Conv2D.
+    return keras.Sequential([
+        keras.Input((6, 6, 2), dtype=dtype),
+        keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2, activation="tanh",
+                                     dtype=dtype),
+        keras.layers.SeparableConv2D(4, 3, activation="tanh", dtype=dtype),
+        keras.layers.Conv2DTranspose(4, 3, strides=2, dtype=dtype),
+        keras.layers.Conv2D(4, 3, groups=2, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _generic_conv3d(dtype):
+    return keras.Sequential([
+        keras.Input((4, 4, 4, 1), dtype=dtype),
+        keras.layers.Conv3D(2, 2, activation="tanh", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
 def _floats(shape, seed):
     return np.random.default_rng(seed).normal(size=(BATCH,) + shape)
 
@@ -197,6 +236,15 @@ CASES = {
     "generic": (_generic, lambda s: _floats((6,), s), {"auto": {}},
                 {"_DenseWithOwnCall": "generic", "LayerNormalization": "generic",
                  "TemperedSigmoid": "generic", "Dense": "dense"}),
+    "generic_conv1d": (_generic_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
+                       {"Conv1D": "generic", "GroupNormalization": "generic", "Dense": "dense"}),
+    "generic_conv2d_family": (_generic_conv2d_family, lambda s: _floats((6, 6, 2), s),
+                              {"auto": {}},
+                              {"DepthwiseConv2D": "generic", "SeparableConv2D": "generic",
+                               "Conv2DTranspose": "generic", "Conv2D": "generic",
+                               "Dense": "dense"}),
+    "generic_conv3d": (_generic_conv3d, lambda s: _floats((4, 4, 4, 1), s), {"auto": {}},
+                       {"Conv3D": "generic", "Dense": "dense"}),
 }
 
 if KERAS_MAJOR == 3:  # Keras 2 has neither LoRA nor per-variable trainable flags
@@ -309,3 +357,8 @@ def test_keras3_variants_take_the_generic_vjp():
     handler, params = layer_grads.lookup(plain)
     assert handler.name == "conv2d" and layer_grads.derived_weights(plain) is None
     assert (params.padding, params.strides, params.kernel_size) == ("same", (2, 1), (3, 3))
+
+
+def test_readme_supported_layers_table_is_generated_from_the_registry():
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert layer_grads.supported_layers_markdown() in readme

@@ -83,6 +83,7 @@ class Handler:
     """Base class of the per-layer handlers (stateless: one instance per family)."""
 
     name = None  # short name for messages, logs and tests ("dense", "conv2d", ...)
+    summary = None  # one line for the supported-layers table (supported_layers_markdown)
 
     # Whether recording bypasses the layer's activation so that the recorded
     # output is the pre-activation Z (the handler's math is for Z = f(A, W)).
@@ -187,3 +188,23 @@ from tf_tempered.privacy.layer_grads import multi_call
 # pylint: enable=g-import-not-at-top,wrong-import-position,unused-import
 
 GENERIC = generic.GenericHandler()
+
+
+def supported_layers_markdown():
+    """The README's "Which layers are supported, and how" table, generated from the registry.
+
+    >>> print(supported_layers_markdown().splitlines()[0])
+    | Layer | Handler | How per-example gradient norms and the clipped sum are computed |
+    """
+    lines = ["| Layer | Handler | How per-example gradient norms and the clipped sum are computed |",
+             "|---|---|---|"]
+    for cls, handler in sorted(registered().items(), key=lambda item: item[0].__name__):
+        lines.append(f"| `{cls.__name__}` | `{handler.name}` | {handler.summary} |")
+    lines.append(f"| every other layer with trainable weights | `{GENERIC.name}` | "
+                 f"{GENERIC.summary} |")
+    lines.append(f"| a layer called more than once (shared weights) | `multi_call` | "
+                 f"{multi_call.SUMMARY} |")
+    lines.append("| refused, with the fix in the message | — | trainable BatchNormalization "
+                 "(mixes examples), recurrent cells (LSTM, GRU, SimpleRNN), a weight read "
+                 "outside its layer's calls (tied embeddings), weight regularizers |")
+    return "\n".join(lines)

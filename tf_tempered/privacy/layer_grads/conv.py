@@ -63,6 +63,9 @@ class Conv2DHandler(Handler):
     """Conv2D; other configurations (groups, channels_first, causal) take the generic path."""
 
     name = "conv2d"
+    summary = ("groups=1, channels_last, any strides, dilations and padding: per-microbatch kernel "
+               "gradients by the native CPU op, a depthwise backprop or image patches, or ghost "
+               "norms from patches, whichever is cheaper for the shape; book-keeping clipped sum")
     records_pre_activation = True
 
     def hyperparameters(self, layer):

@@ -36,6 +36,8 @@ class DenseHandler(Handler):
     """Ghost norm or materialized per-microbatch gradients, by rows.choose_materialize."""
 
     name = "dense"
+    summary = ("inputs [B, ..., d]: ghost norm or materialized per-microbatch gradients, whichever "
+               "is cheaper for the shape; bias from the output gradients; book-keeping clipped sum")
     records_pre_activation = True
 
     def hyperparameters(self, layer):

@@ -35,6 +35,8 @@ class EinsumDenseHandler(Handler):
     """EinsumDense with a row-form equation (MultiHeadAttention's included)."""
 
     name = "einsum_dense"
+    summary = ("equations in row form (MultiHeadAttention's projections included): the Dense "
+               "row math on the equation's rows; other equations take the generic VJP")
     records_pre_activation = True  # the row math is for the einsum plus bias
 
     def hyperparameters(self, layer):

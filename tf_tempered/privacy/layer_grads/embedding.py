@@ -231,6 +231,8 @@ class EmbeddingHandler(Handler):
     """
 
     name = "embedding"
+    summary = ("ghost norms from the token ids (equal ids grouped per example; memory independent "
+               "of the vocabulary size); the clipped sum as a sparse update")
     records_pre_activation = False  # no activation: the output is the lookup itself
 
     def hyperparameters(self, layer):

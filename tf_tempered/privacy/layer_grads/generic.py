@@ -31,6 +31,10 @@ class GenericHandler(Handler):
     """Per-example VJP of the layer's own call (not registered: lookup's fallback)."""
 
     name = "generic"
+    summary = ("any other layer that treats examples independently (LayerNormalization, "
+               "GroupNormalization, Conv1D/Conv3D, DepthwiseConv2D, SeparableConv2D, "
+               "Conv2DTranspose, learnable TemperedSigmoid, custom layers, LoRA/quantized "
+               "variants): a vectorized per-example VJP of the layer alone, logged once per model")
     records_pre_activation = False
 
     def hyperparameters(self, layer):

@@ -39,7 +39,11 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy import clip, keras_bridge
 from tf_tempered.privacy.layer_grads import Norms, generic
 
-__all__ = ["group_calls", "multi_call_norms"]
+__all__ = ["SUMMARY", "group_calls", "multi_call_norms"]
+
+SUMMARY = ("each call's per-example contribution by a VJP of that call, summed per example "
+           "before the norm (a siamese tower, Keras 3's TimeDistributed); calls must see the "
+           "batch's examples on axis 0")
 
 
 def group_calls(records):
