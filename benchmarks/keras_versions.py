@@ -24,6 +24,7 @@ every raw number (also in --json).
 
     python benchmarks/keras_versions.py                             # MNIST CNN, batch 256
     python benchmarks/keras_versions.py --model=cifar10 --steps=3
+    python benchmarks/keras_versions.py --render=benchmarks/results/mnist_b256_keras3_vs_keras2.json
 """
 
 import argparse
@@ -90,7 +91,13 @@ def main():
     parser.add_argument("--timeout", type=float, default=900, help="seconds per process")
     parser.add_argument("--verbose", action="store_true", help="show the processes' stderr")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument("--render", metavar="JSON",
+                        help="print the report of a saved --json result (no measurement)")
     args = parser.parse_args()
+    if args.render:
+        with open(args.render) as f:
+            print(render(json.load(f)))
+        return
     if args.processes < 3:
         parser.error("--processes must be at least 3 (medians of fewer are not robust)")
     paths = args.paths.split(",")
@@ -108,55 +115,81 @@ def main():
                              "times": result["times"], "cpu_times": result["cpu_times"]})
                 print(f"process {i}, Keras {k}: " + ", ".join(
                     f"{p} {medians[p]:.1f} ms" for p in paths), flush=True)
-    load_after = _load()
+    print()
+    result = {"args": vars(args), "load_average_before": load_before,
+              "load_average_after": _load(),
+              "versions": {str(k): next(r["environment"] for r in runs if r["keras_major"] == k)
+                           for k in KERASES},
+              "rows": table_rows(runs, paths), "runs": runs}
+    print(render(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
 
+
+def table_rows(runs, paths):
+    """Per path: Keras 3 and Keras 2 medians over processes, their ratios, the raw numbers."""
     summary = summarize(runs, paths)
-    versions = {k: next(r["environment"] for r in runs if r["keras_major"] == k) for k in KERASES}
-    fmt = lambda xs: "/".join(f"{x:.2f}" for x in xs) if xs else "n/a"
-    print(f"\n{args.model} CNN, batch {args.batch_size}; Keras 3 = {versions[3]['keras_version']} "
-          f"({versions[3]['keras_module']}), Keras 2 = {versions[2]['keras_version']} "
-          f"({versions[2]['keras_module']}); TF {versions[3]['tensorflow']}, Python "
-          f"{versions[3]['python']}, {versions[3]['cpus']} CPUs; {args.processes} alternating "
-          f"processes per Keras (K3, K2, K3, ...), each {args.rounds} rounds x {args.steps} "
-          f"steps; load average (1/5/15 min) before {fmt(load_before)}, after {fmt(load_after)}")
-    print("| path | Keras 3 ms/step | Keras 2 ms/step | Keras 3 / Keras 2 | Keras 3 CPU ms | "
-          "Keras 2 CPU ms | CPU ratio | median pair ratio | Keras 3 per process | "
-          "Keras 2 per process |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     rows = []
     for p in paths:
         k3, k2 = summary[3][p], summary[2][p]
-        row = {"path": p, "keras3_ms_per_step": k3["ms_per_step"],
-               "keras2_ms_per_step": k2["ms_per_step"],
-               "keras3_over_keras2": k3["ms_per_step"] / k2["ms_per_step"],
-               "keras3_cpu_ms_per_step": k3["cpu_ms_per_step"],
-               "keras2_cpu_ms_per_step": k2["cpu_ms_per_step"],
-               "cpu_keras3_over_keras2": k3["cpu_ms_per_step"] / k2["cpu_ms_per_step"],
-               "pair_ratios": paired_ratios(runs, p),
-               "median_pair_ratio": statistics.median(paired_ratios(runs, p)),
-               "keras3_process_medians": k3["process_medians"],
-               "keras2_process_medians": k2["process_medians"]}
-        rows.append(row)
-        print(f"| {p} | {row['keras3_ms_per_step']:.1f} | {row['keras2_ms_per_step']:.1f} | "
-              f"{row['keras3_over_keras2']:.2f} | {row['keras3_cpu_ms_per_step']:.1f} | "
-              f"{row['keras2_cpu_ms_per_step']:.1f} | {row['cpu_keras3_over_keras2']:.2f} | "
-              f"{row['median_pair_ratio']:.2f} | "
-              f"{' '.join(f'{x:.1f}' for x in k3['process_medians'])} | "
-              f"{' '.join(f'{x:.1f}' for x in k2['process_medians'])} |")
+        rows.append({"path": p, "keras3_ms_per_step": k3["ms_per_step"],
+                     "keras2_ms_per_step": k2["ms_per_step"],
+                     "keras3_over_keras2": k3["ms_per_step"] / k2["ms_per_step"],
+                     "keras3_cpu_ms_per_step": k3["cpu_ms_per_step"],
+                     "keras2_cpu_ms_per_step": k2["cpu_ms_per_step"],
+                     "cpu_keras3_over_keras2": k3["cpu_ms_per_step"] / k2["cpu_ms_per_step"],
+                     "pair_ratios": paired_ratios(runs, p),
+                     "median_pair_ratio": statistics.median(paired_ratios(runs, p)),
+                     "keras3_process_medians": k3["process_medians"],
+                     "keras2_process_medians": k2["process_medians"]})
+    return rows
+
+
+def within_process_ratios(runs, keras_major, path, key="ms_per_step"):
+    """path / nonprivate inside each process of that Keras (the two interleaved there)."""
+    return [r[key][path] / r[key]["nonprivate"] for r in runs if r["keras_major"] == keras_major]
+
+
+def render(result):
+    """The markdown report of a result (as written to --json)."""
+    args, runs = result["args"], result["runs"]
+    versions = {int(k): v for k, v in result["versions"].items()}
+    fmt = lambda xs: "/".join(f"{x:.2f}" for x in xs) if xs else "n/a"
+    lines = [
+        f"{args['model']} CNN, batch {args['batch_size']}; Keras 3 = {versions[3]['keras_version']} "
+        f"({versions[3]['keras_module']}), Keras 2 = {versions[2]['keras_version']} "
+        f"({versions[2]['keras_module']}); TF {versions[3]['tensorflow']}, Python "
+        f"{versions[3]['python']}, {versions[3]['cpus']} CPUs; {args['processes']} alternating "
+        f"processes per Keras (K3, K2, K3, ...), each {args['rounds']} rounds x {args['steps']} "
+        f"steps; load average (1/5/15 min) before {fmt(result['load_average_before'])}, after "
+        f"{fmt(result['load_average_after'])}",
+        "| path | Keras 3 ms/step | Keras 2 ms/step | Keras 3 / Keras 2 | Keras 3 CPU ms | "
+        "Keras 2 CPU ms | CPU ratio | median pair ratio | Keras 3 per process | "
+        "Keras 2 per process |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for row in result["rows"]:
+        lines.append(
+            f"| {row['path']} | {row['keras3_ms_per_step']:.1f} | {row['keras2_ms_per_step']:.1f} | "
+            f"{row['keras3_over_keras2']:.2f} | {row['keras3_cpu_ms_per_step']:.1f} | "
+            f"{row['keras2_cpu_ms_per_step']:.1f} | {row['cpu_keras3_over_keras2']:.2f} | "
+            f"{row['median_pair_ratio']:.2f} | "
+            f"{' '.join(f'{x:.1f}' for x in row['keras3_process_medians'])} | "
+            f"{' '.join(f'{x:.1f}' for x in row['keras2_process_medians'])} |")
+    paths = [row["path"] for row in result["rows"]]
     if "nonprivate" in paths:
         for p in paths:
-            if p != "nonprivate":
-                print(f"\n{p} / nonprivate: Keras 3 "
-                      f"{summary[3][p]['ms_per_step'] / summary[3]['nonprivate']['ms_per_step']:.2f}, "
-                      f"Keras 2 "
-                      f"{summary[2][p]['ms_per_step'] / summary[2]['nonprivate']['ms_per_step']:.2f} "
-                      "(medians over processes)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "load_average_before": load_before,
-                       "load_average_after": load_after,
-                       "versions": {str(k): v for k, v in versions.items()},
-                       "rows": rows, "runs": runs}, f, indent=1)
+            if p == "nonprivate":
+                continue
+            lines.append("")
+            for k in KERASES:
+                wall = within_process_ratios(runs, k, p)
+                cpu = within_process_ratios(runs, k, p, "cpu_ms_per_step")
+                lines.append(
+                    f"{p} / nonprivate on Keras {k}, within each process (interleaved there): "
+                    f"median {statistics.median(wall):.2f} ({' '.join(f'{x:.2f}' for x in wall)}); "
+                    f"CPU median {statistics.median(cpu):.2f} ({' '.join(f'{x:.2f}' for x in cpu)})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -101,3 +101,25 @@ def test_keras_versions_summary_is_median_of_process_medians():
     assert summary[2]["tf_tempered"]["process_medians"] == [8.0, 9.0, 100.0]
     # Pairs in the order they ran: (10, 8), (30, 9), (11, 100).
     assert keras_versions.paired_ratios(runs, "tf_tempered") == [10.0 / 8.0, 30.0 / 9.0, 11.0 / 100.0]
+
+
+def test_keras_versions_report_from_saved_runs():
+    keras_versions = _load_module("keras_versions")
+    env = {"keras_version": "v", "keras_module": "m", "tensorflow": "t", "python": "p", "cpus": 2}
+    runs = [{"keras_major": k, "ms_per_step": {"nonprivate": np_ms, "tf_tempered": dp_ms},
+             "cpu_ms_per_step": {"nonprivate": np_ms, "tf_tempered": dp_ms}}
+            for k, np_ms, dp_ms in [(3, 10.0, 12.0), (2, 10.0, 11.0), (3, 20.0, 30.0),
+                                    (2, 20.0, 22.0), (3, 10.0, 13.0), (2, 10.0, 12.0)]]
+    assert keras_versions.within_process_ratios(runs, 3, "tf_tempered") == [1.2, 1.5, 1.3]
+    paths = ["nonprivate", "tf_tempered"]
+    result = {"args": {"model": "mnist", "batch_size": 256, "processes": 3, "rounds": 5, "steps": 10},
+              "load_average_before": [1.0, 2.0, 3.0], "load_average_after": None,
+              "versions": {"3": env, "2": env}, "rows": keras_versions.table_rows(runs, paths),
+              "runs": runs}
+    tf_tempered_row = result["rows"][1]
+    assert tf_tempered_row["keras3_ms_per_step"] == 13.0 and tf_tempered_row["keras2_ms_per_step"] == 12.0
+    assert tf_tempered_row["keras3_over_keras2"] == 13.0 / 12.0
+    report = keras_versions.render(result)
+    assert "| tf_tempered | 13.0 | 12.0 | 1.08 |" in report
+    assert "before 1.00/2.00/3.00, after n/a" in report
+    assert "on Keras 3, within each process (interleaved there): median 1.30 (1.20 1.50 1.30)" in report
