@@ -38,4 +38,4 @@ $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --steps=3 -
 # Keras 3 vs Keras 2 (one Keras per process): alternating fresh processes K3, K2, K3, K2, ...
 $PY benchmarks/keras_versions.py --model=mnist --batch_size=256 --processes=5 --json=$out/mnist_b256_keras3_vs_keras2.json | tee $out/mnist_b256_keras3_vs_keras2.md
 $PY benchmarks/keras_versions.py --model=cifar10 --batch_size=256 --processes=3 --steps=3 --rounds=3 --json=$out/cifar10_b256_keras3_vs_keras2.json | tee $out/cifar10_b256_keras3_vs_keras2.md
-# (results/*_run1.md, *_run2.*, *_run3.*: further runs of the same commands on 2026-11-23; see keras3_summary.md)
+# (results/*_run1.md, *_run2.*, *_run3.*: further runs of these commands on 2026-11-23 (MNIST run1 with --processes=4); see keras3_summary.md)
