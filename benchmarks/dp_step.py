@@ -35,9 +35,47 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --batch_size=4096 --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered --dynamic_batch
+    python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
+
+--keras=2|3 selects the Keras before TensorFlow is imported (it sets or unsets
+TF_USE_LEGACY_KERAS, TensorFlow's own switch); without it, the environment decides
+(Keras 3 unless TF_USE_LEGACY_KERAS=1). One process runs one Keras: to compare Keras 3
+with Keras 2, see benchmarks/keras_versions.py (alternating fresh processes).
 """
 
+import os
+import sys
+
+
+def select_keras(argv, environ):
+    """Applies --keras=2|3 from argv to environ (TF_USE_LEGACY_KERAS); returns 2, 3 or None.
+
+    Must run before TensorFlow is imported: TensorFlow reads the variable once, when
+    `tf.keras` is first touched.
+    """
+    value = None
+    for i, arg in enumerate(argv):
+        if arg.startswith("--keras="):
+            value = arg.split("=", 1)[1]
+        elif arg == "--keras" and i + 1 < len(argv):
+            value = argv[i + 1]
+    if value is None:
+        return None
+    if value not in ("2", "3"):
+        raise SystemExit(f"--keras must be 2 or 3, got {value!r}")
+    if value == "2":
+        environ["TF_USE_LEGACY_KERAS"] = "1"
+    else:
+        environ.pop("TF_USE_LEGACY_KERAS", None)
+    return int(value)
+
+
+if __name__ == "__main__":  # before TensorFlow is imported (below)
+    select_keras(sys.argv[1:], os.environ)
+
+# pylint: disable=wrong-import-position
 import argparse
+import importlib.metadata
 import json
 import platform
 import statistics
@@ -55,6 +93,23 @@ PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "dpsequential", "sto
 TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
 DEFAULT_PATHS = tuple(p for p in PATHS
                       if tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS)
+
+
+def environment():
+    """Which Keras (and versions) this process runs: recorded with every result."""
+    return {"keras_major": KERAS_MAJOR, "keras_version": keras.__version__,
+            "keras_module": keras.__name__, "tensorflow": tf.__version__,
+            "tf_tempered": tf_tempered.__version__,
+            "tensorflow_privacy": (importlib.metadata.version("tensorflow-privacy")
+                                   if tensorflow_privacy is not None else None),
+            "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+
+def _loads(values):
+    return "/".join(f"{v:.2f}" for v in values) if values else "n/a"
 
 
 def _model(kind, activation="tanh"):
@@ -127,9 +182,19 @@ def main():
                         help="timed steps per round for the (very slow) stock optimizer")
     parser.add_argument("--dynamic_batch", action="store_true",
                         help="hide the batch size from tracing (the path of model.fit on arrays)")
+    parser.add_argument("--keras", choices=("2", "3"),
+                        help="Keras 2 (tf-keras) or 3; default: the environment's "
+                             "(3 unless TF_USE_LEGACY_KERAS=1). Applied before TF is imported.")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    if args.keras is not None and int(args.keras) != KERAS_MAJOR:
+        raise SystemExit(f"--keras={args.keras} asked, but this process runs Keras {KERAS_MAJOR}: "
+                         "run dp_step.py as a program so the flag applies before TF is imported.")
     paths = args.paths.split(",")
+    if KERAS_MAJOR == 3 and any(p in TF_PRIVACY_PATHS for p in paths):
+        raise SystemExit(f"The paths {', '.join(TF_PRIVACY_PATHS)} need TF Privacy, which works "
+                         "with Keras 2 only: run with --keras=2, or leave them out of --paths.")
+    env_before = environment()
     data = _dataset(args.model, args.batch_size, args.dynamic_batch)
     compiled = {p: _compiled(p, args.model, args.batch_size) for p in paths}
     times = {p: [] for p in paths}
@@ -148,9 +213,14 @@ def main():
             peaks[p] = max(peaks[p], tf.config.experimental.get_memory_info("CPU:0")["peak"])
     base = statistics.median(times["nonprivate"]) if "nonprivate" in times else None
     rows = []
+    env = dict(env_before, load_average_before=env_before["load_average"],
+               load_average_after=environment()["load_average"])
+    del env["load_average"]
     print(f"\n{args.model} CNN, batch {args.batch_size}{' (dynamic)' if args.dynamic_batch else ''}, "
-          f"{platform.processor() or platform.machine()}, "
-          f"TF {tf.__version__}, tf_tempered {tf_tempered.__version__}")
+          f"Keras {env['keras_version']} ({env['keras_module']}), "
+          f"{env['processor']}, TF {tf.__version__}, tf_tempered {tf_tempered.__version__}, "
+          f"Python {env['python']}; load average (1/5/15 min) before "
+          f"{_loads(env['load_average_before'])}, after {_loads(env['load_average_after'])}")
     cpu_base = statistics.median(cpu_times["nonprivate"]) if base else None
     print("| path | ms/step | × non-private | CPU ms/step | × non-private | peak MiB | × non-private |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -159,7 +229,9 @@ def main():
         row = {"path": p, "ms_per_step": ms, "cpu_ms_per_step": cpu_ms, "peak_bytes": peaks[p],
                "time_ratio": ms / base if base else None,
                "cpu_ratio": cpu_ms / cpu_base if base else None,
-               "memory_ratio": peaks[p] / peaks["nonprivate"] if base else None}
+               "memory_ratio": peaks[p] / peaks["nonprivate"] if base else None,
+               # Keras 3's compile(jit_compile="auto") is False on a CPU-only machine.
+               "jit_compile": bool(getattr(compiled[p], "jit_compile", False))}
         rows.append(row)
         print(f"| {p} | {ms:.1f} | {row['time_ratio'] or float('nan'):.2f} | {cpu_ms:.1f} | "
               f"{row['cpu_ratio'] or float('nan'):.2f} | {peaks[p] / 2**20:.0f} | "
@@ -169,8 +241,8 @@ def main():
               "faster than the stock DPKerasSGDOptimizer.")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "rows": rows, "times": times, "cpu_times": cpu_times},
-                      f, indent=1)
+            json.dump({"args": vars(args), "environment": env, "rows": rows, "times": times,
+                       "cpu_times": cpu_times}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# Regenerates benchmarks/results/*.md|json (the README's tables). CPU-only; ~10 min on 2 cores.
+# Regenerates benchmarks/results/*.md|json (the README's tables). CPU-only; ~25 min on 2 cores.
+# Each command names its Keras (--keras=2|3), whatever TF_USE_LEGACY_KERAS says; the unsuffixed
+# files are Keras 2 (with TF Privacy's paths), the *_keras3* ones Keras 3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 out=benchmarks/results
-$PY benchmarks/dp_step.py --model=mnist --batch_size=256 --json=$out/mnist_b256.json | tee $out/mnist_b256.md
-$PY benchmarks/dp_step.py --model=mnist --batch_size=4096 --paths=nonprivate,tf_tempered --steps=3 --json=$out/mnist_b4096.json | tee $out/mnist_b4096.md
-$PY benchmarks/dp_step.py --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --steps=3 --json=$out/cifar10_b256.json | tee $out/cifar10_b256.md
+$PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=256 --json=$out/mnist_b256.json | tee $out/mnist_b256.md
+$PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=4096 --paths=nonprivate,tf_tempered --steps=3 --json=$out/mnist_b4096.json | tee $out/mnist_b4096.md
+$PY benchmarks/dp_step.py --keras=2 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --steps=3 --json=$out/cifar10_b256.json | tee $out/cifar10_b256.md
 # The batch size unknown while tracing: what model.fit(x, y, batch_size=...) on arrays runs after a short last batch.
-$PY benchmarks/dp_step.py --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --dynamic_batch --json=$out/mnist_b256_dynamic.json | tee $out/mnist_b256_dynamic.md
-$PY benchmarks/dp_step.py --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --steps=3 --dynamic_batch --json=$out/cifar10_b256_dynamic.json | tee $out/cifar10_b256_dynamic.md
+$PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --dynamic_batch --json=$out/mnist_b256_dynamic.json | tee $out/mnist_b256_dynamic.md
+$PY benchmarks/dp_step.py --keras=2 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --steps=3 --dynamic_batch --json=$out/cifar10_b256_dynamic.json | tee $out/cifar10_b256_dynamic.md
 # The machine is noisy: the batch-256 comparison again, six times.
 {
   echo "# Repeats of the MNIST batch-256 comparison (noisy shared 2-core machine)"; echo
-  echo 'Command: `for i in 1 2 3 4 5 6; do python benchmarks/dp_step.py --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --rounds=15; done`'; echo
+  echo 'Command: `for i in 1 2 3 4 5 6; do python benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --rounds=15; done`'; echo
   for i in 1 2 3 4 5 6; do
-    $PY benchmarks/dp_step.py --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --rounds=15 2>/dev/null \
+    $PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --rounds=15 2>/dev/null \
       | grep -E '^\| (non|tf_)|^\| path|^\|---'
     echo
   done
 } > $out/mnist_b256_repeats.md
+# Keras 3 (the default Keras): the same step, non-private vs tf_tempered vs TF ops only.
+$PY benchmarks/dp_step.py --keras=3 --model=mnist --batch_size=256 --json=$out/mnist_b256_keras3.json | tee $out/mnist_b256_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --steps=3 --json=$out/cifar10_b256_keras3.json | tee $out/cifar10_b256_keras3.md
+# The machine is noisy: the Keras 3 batch-256 comparison again, four times.
+{
+  echo "# Repeats of the MNIST batch-256 comparison on Keras 3 (noisy shared 2-core machine)"; echo
+  echo 'Command: `for i in 1 2 3 4; do python benchmarks/dp_step.py --keras=3 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --rounds=15; done`'; echo
+  for i in 1 2 3 4; do
+    $PY benchmarks/dp_step.py --keras=3 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --rounds=15 2>/dev/null \
+      | grep -E '^mnist|^\| (non|tf_)|^\| path|^\|---'
+    echo
+  done
+} > $out/mnist_b256_keras3_repeats.md
+# Keras 3 vs Keras 2 (one Keras per process): alternating fresh processes K3, K2, K3, K2, ...
+$PY benchmarks/keras_versions.py --model=mnist --batch_size=256 --processes=5 --json=$out/mnist_b256_keras3_vs_keras2.json | tee $out/mnist_b256_keras3_vs_keras2.md
+$PY benchmarks/keras_versions.py --model=cifar10 --batch_size=256 --processes=3 --steps=3 --rounds=3 --json=$out/cifar10_b256_keras3_vs_keras2.json | tee $out/cifar10_b256_keras3_vs_keras2.md
+# (results/*_run1.md, *_run2.*, *_run3.*: further runs of these commands on 2026-11-23 (MNIST run1 with --processes=4); see keras3_summary.md)

@@ -11,14 +11,19 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""benchmarks/dp_step.py (the README's speed table) still runs and reports every path."""
+"""benchmarks/dp_step.py (the README's speed table) still runs and reports every path;
+--keras selects the Keras of its process; keras_versions.py's medians and ratios."""
 
+import importlib.util
 import json
+import os
 import pathlib
 import subprocess
 import sys
 
-from tf_tempered._compat import tensorflow_privacy
+import pytest
+
+from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The last two are TF Privacy's own paths: only where it is installed (Python <= 3.11).
@@ -32,8 +37,89 @@ def test_dp_step_benchmark_runs_all_paths(tmp_path):
         [sys.executable, str(ROOT / "benchmarks" / "dp_step.py"), "--batch_size=8", "--steps=1",
          "--rounds=1", "--paths=" + ",".join(PATHS),
          f"--json={out}"], check=True, capture_output=True, timeout=600)
-    rows = {row["path"]: row for row in json.loads(out.read_text())["rows"]}
+    result = json.loads(out.read_text())
+    # The environment's Keras ran (no --keras), and the result says which.
+    assert result["environment"]["keras_major"] == KERAS_MAJOR
+    assert result["environment"]["keras_version"] == keras.__version__
+    rows = {row["path"]: row for row in result["rows"]}
     assert set(rows) == set(PATHS)
     assert rows["nonprivate"]["time_ratio"] == 1.0
     for row in rows.values():
         assert row["ms_per_step"] > 0 and row["cpu_ms_per_step"] > 0 and row["peak_bytes"] > 0
+
+
+def _load_module(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dp_step_keras_flag_overrides_the_environment(tmp_path):
+    """--keras=<the other Keras> runs that Keras, whatever TF_USE_LEGACY_KERAS says."""
+    other = 2 if KERAS_MAJOR == 3 else 3
+    out = tmp_path / "result.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "dp_step.py"), f"--keras={other}",
+         "--batch_size=8", "--steps=1", "--rounds=1", f"--json={out}"],
+        check=True, capture_output=True, timeout=600, env=dict(os.environ))
+    result = json.loads(out.read_text())
+    assert result["environment"]["keras_major"] == other
+    assert result["environment"]["keras_module"] == ("keras" if other == 3 else "tf_keras")
+    paths = [row["path"] for row in result["rows"]]
+    # The default paths: TF Privacy's own (Keras 2 only) are left out on Keras 3.
+    if other == 3:
+        assert paths == ["nonprivate", "tf_tempered", "tf_tempered_tf_ops"]
+        assert result["environment"]["tensorflow_privacy"] is None
+    else:
+        assert paths[:3] == ["nonprivate", "tf_tempered", "tf_tempered_tf_ops"]
+
+
+def test_select_keras_sets_and_unsets_the_legacy_switch():
+    select_keras = _load_module("dp_step").select_keras
+    environ = {"TF_USE_LEGACY_KERAS": "1", "OTHER": "x"}
+    assert select_keras(["--model=mnist", "--keras=3"], environ) == 3
+    assert environ == {"OTHER": "x"}
+    assert select_keras(["--keras", "2"], environ) == 2
+    assert environ == {"OTHER": "x", "TF_USE_LEGACY_KERAS": "1"}
+    assert select_keras(["--model=mnist"], environ) is None  # the environment decides
+    assert environ == {"OTHER": "x", "TF_USE_LEGACY_KERAS": "1"}
+    with pytest.raises(SystemExit, match="--keras must be 2 or 3, got '4'"):
+        select_keras(["--keras=4"], environ)
+
+
+def test_keras_versions_summary_is_median_of_process_medians():
+    keras_versions = _load_module("keras_versions")
+    summarize = keras_versions.summarize
+    runs = [{"keras_major": k, "ms_per_step": {"tf_tempered": ms}, "cpu_ms_per_step": {"tf_tempered": 2 * ms}}
+            for k, ms in [(3, 10.0), (2, 8.0), (3, 30.0), (2, 9.0), (3, 11.0), (2, 100.0)]]
+    summary = summarize(runs, ["tf_tempered"])
+    assert summary[3]["tf_tempered"]["ms_per_step"] == 11.0
+    assert summary[2]["tf_tempered"]["ms_per_step"] == 9.0
+    assert summary[3]["tf_tempered"]["cpu_ms_per_step"] == 22.0
+    assert summary[3]["tf_tempered"]["process_medians"] == [10.0, 30.0, 11.0]
+    assert summary[2]["tf_tempered"]["process_medians"] == [8.0, 9.0, 100.0]
+    # Pairs in the order they ran: (10, 8), (30, 9), (11, 100).
+    assert keras_versions.paired_ratios(runs, "tf_tempered") == [10.0 / 8.0, 30.0 / 9.0, 11.0 / 100.0]
+
+
+def test_keras_versions_report_from_saved_runs():
+    keras_versions = _load_module("keras_versions")
+    env = {"keras_version": "v", "keras_module": "m", "tensorflow": "t", "python": "p", "cpus": 2}
+    runs = [{"keras_major": k, "ms_per_step": {"nonprivate": np_ms, "tf_tempered": dp_ms},
+             "cpu_ms_per_step": {"nonprivate": np_ms, "tf_tempered": dp_ms}}
+            for k, np_ms, dp_ms in [(3, 10.0, 12.0), (2, 10.0, 11.0), (3, 20.0, 30.0),
+                                    (2, 20.0, 22.0), (3, 10.0, 13.0), (2, 10.0, 12.0)]]
+    assert keras_versions.within_process_ratios(runs, 3, "tf_tempered") == [1.2, 1.5, 1.3]
+    paths = ["nonprivate", "tf_tempered"]
+    result = {"args": {"model": "mnist", "batch_size": 256, "processes": 3, "rounds": 5, "steps": 10},
+              "load_average_before": [1.0, 2.0, 3.0], "load_average_after": None,
+              "versions": {"3": env, "2": env}, "rows": keras_versions.table_rows(runs, paths),
+              "runs": runs}
+    tf_tempered_row = result["rows"][1]
+    assert tf_tempered_row["keras3_ms_per_step"] == 13.0 and tf_tempered_row["keras2_ms_per_step"] == 12.0
+    assert tf_tempered_row["keras3_over_keras2"] == 13.0 / 12.0
+    report = keras_versions.render(result)
+    assert "| tf_tempered | 13.0 | 12.0 | 1.08 |" in report
+    assert "before 1.00/2.00/3.00, after n/a" in report
+    assert "on Keras 3, within each process (interleaved there): median 1.30 (1.20 1.50 1.30)" in report
