@@ -85,6 +85,12 @@ def refuse_unrecorded_dependencies(model, unrecorded, grads):
             "gradients, which back-propagate through every layer.")
 
 
+# Ops on a variable's handle that do not read its value into the computation (a layer
+# built at its first call, inside the traced step, initializes its weights then).
+_NOT_READS = frozenset({"VarIsInitializedOp", "AssignVariableOp", "AssignAddVariableOp",
+                        "AssignSubVariableOp", "DestroyResourceOp", "VariableShape"})
+
+
 def refuse_reads_outside_calls(recorder):
     """Raises for a recorded layer's weight read in the forward pass outside its calls.
 
@@ -98,10 +104,13 @@ def refuse_reads_outside_calls(recorder):
     graph = recorder.graph
     if graph is None or not recorder.forward_ops:
         return
-    forward = {op.name for op in recorder.forward_ops}
-    inside = {}
+    position = {op.name: i for i, op in enumerate(recorder.forward_ops)}
+    inside, first_call = {}, {}
     for record in recorder.records:
         inside.setdefault(id(record.layer), set()).update(op.name for op in record.ops)
+        if record.ops:
+            start = position.get(record.ops[0].name, len(position))
+            first_call[id(record.layer)] = min(first_call.get(id(record.layer), start), start)
     captured = {id(external): internal for external, internal in graph.captures}
     seen = set()
     for record in recorder.records:
@@ -112,18 +121,24 @@ def refuse_reads_outside_calls(recorder):
             internal = captured.get(id(keras_bridge.watchable(var).handle))
             if internal is None:
                 continue
+            short_name = var.name.split("/")[-1].split(":")[0]
             for op in internal.consumers():
-                if op.name in forward and op.name not in inside[id(record.layer)]:
-                    raise UnsupportedLayerError(
-                        f"Trainable variable {var.name!r} of layer {record.layer.name!r} is "
-                        f"used in the forward pass outside that layer's call (by op "
-                        f"{op.name!r}), e.g. an embedding matrix tied to the output "
-                        "projection. The fast DP engine computes a layer's per-example "
-                        "gradients from its calls only, so that use's gradient would be "
-                        "missing from the clipping norm. Fix: use the weight only inside "
-                        "the layer's own call (e.g. a layer that does both the lookup and "
-                        "the tied projection in its call, or untie the weights with a "
-                        "separate output Dense).")
+                if (op.type in _NOT_READS or op.name not in position
+                        or op.name in inside[id(record.layer)]):
+                    continue
+                if (position[op.name] < first_call.get(id(record.layer), 0)
+                        and f"/{short_name}/" in f"/{op.name}"):
+                    continue  # the variable's own initialization (built at its first call)
+                raise UnsupportedLayerError(
+                    f"Trainable variable {var.name!r} of layer {record.layer.name!r} is "
+                    f"used in the forward pass outside that layer's call (by op "
+                    f"{op.name!r}), e.g. an embedding matrix tied to the output "
+                    "projection. The fast DP engine computes a layer's per-example "
+                    "gradients from its calls only, so that use's gradient would be "
+                    "missing from the clipping norm. Fix: use the weight only inside "
+                    "the layer's own call (e.g. a layer that does both the lookup and "
+                    "the tied projection in its call, or untie the weights with a "
+                    "separate output Dense).")
 
 
 def _rnn_holding(model, cell):
