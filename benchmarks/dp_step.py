@@ -35,6 +35,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --batch_size=4096 --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered --dynamic_batch
+    python benchmarks/dp_step.py --model=text --paths=nonprivate,tf_tempered   # Embedding 50k×64 + MHA
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
 
 --keras=2|3 selects the Keras before TensorFlow is imported (it sets or unsets
@@ -112,7 +113,23 @@ def _loads(values):
     return "/".join(f"{v:.2f}" for v in values) if values else "n/a"
 
 
+TEXT_VOCAB, TEXT_LENGTH, TEXT_DIM = 50_000, 64, 64
+
+
+def _text_model():
+    """A text classifier: Embedding 50 000 × 64 + a Transformer encoder block (issue 14's row)."""
+    tokens = keras.Input((TEXT_LENGTH,), dtype="int32")
+    x = keras.layers.Embedding(TEXT_VOCAB, TEXT_DIM)(tokens)
+    attended = keras.layers.MultiHeadAttention(num_heads=4, key_dim=TEXT_DIM // 4)(x, x)
+    x = keras.layers.LayerNormalization()(keras.layers.Add()([x, attended]))
+    hidden = keras.layers.Dense(2 * TEXT_DIM, activation="tanh")(x)
+    x = keras.layers.LayerNormalization()(keras.layers.Add()([x, keras.layers.Dense(TEXT_DIM)(hidden)]))
+    return keras.Model(tokens, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
+
+
 def _model(kind, activation="tanh"):
+    if kind == "text":
+        return _text_model()
     return models.mnist_cnn(activation) if kind == "mnist" else models.cifar10_cnn(activation)
 
 
@@ -152,12 +169,15 @@ def _compiled(path, kind, batch_size):
 
 
 def _input_shape(kind):
-    return (28, 28, 1) if kind == "mnist" else (32, 32, 3)
+    return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
     rng = np.random.default_rng(0)
-    x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
+    if kind == "text":
+        x = rng.integers(0, TEXT_VOCAB, (batch_size,) + _input_shape(kind)).astype(np.int32)
+    else:
+        x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
     y = rng.integers(0, 10, batch_size)
     # tf.data's autotuner paces some fit() calls at ~15 ms/step on a 2-core
     # machine whatever the model costs (measured: 7.5 or 15.3 ms per step of the
@@ -173,7 +193,7 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("mnist", "cifar10"), default="mnist")
+    parser.add_argument("--model", choices=("mnist", "cifar10", "text"), default="mnist")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
@@ -216,7 +236,7 @@ def main():
     env = dict(env_before, load_average_before=env_before["load_average"],
                load_average_after=environment()["load_average"])
     del env["load_average"]
-    print(f"\n{args.model} CNN, batch {args.batch_size}{' (dynamic)' if args.dynamic_batch else ''}, "
+    print(f"\n{args.model} {'classifier' if args.model == 'text' else 'CNN'}, batch {args.batch_size}{' (dynamic)' if args.dynamic_batch else ''}, "
           f"Keras {env['keras_version']} ({env['keras_module']}), "
           f"{env['processor']}, TF {tf.__version__}, tf_tempered {tf_tempered.__version__}, "
           f"Python {env['python']}; load average (1/5/15 min) before "
