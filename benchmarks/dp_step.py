@@ -127,9 +127,38 @@ def _text_model():
     return keras.Model(tokens, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
 
 
+def _conv1d_model():
+    """An audio/text-style Conv1D stack (dilated, strided) on [B, 128, 16] (issue 14's row)."""
+    return keras.Sequential([
+        keras.Input((128, 16)),
+        keras.layers.Conv1D(32, 5, padding="same", activation="tanh"),
+        keras.layers.Conv1D(32, 3, dilation_rate=2, padding="causal", activation="tanh"),
+        keras.layers.Conv1D(64, 3, strides=2, activation="tanh"),
+        keras.layers.GlobalAveragePooling1D(),
+        keras.layers.Dense(10),
+    ])
+
+
+def _mobilenet_model():
+    """A MobileNet-style block: DepthwiseConv2D + pointwise Conv2D, SeparableConv2D (32×32×3)."""
+    return keras.Sequential([
+        keras.Input((32, 32, 3)),
+        keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="tanh"),
+        keras.layers.DepthwiseConv2D(3, padding="same", activation="tanh"),
+        keras.layers.Conv2D(32, 1, activation="tanh"),
+        keras.layers.SeparableConv2D(64, 3, strides=2, padding="same", activation="tanh"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(10),
+    ])
+
+
 def _model(kind, activation="tanh"):
     if kind == "text":
         return _text_model()
+    if kind == "conv1d":
+        return _conv1d_model()
+    if kind == "mobilenet":
+        return _mobilenet_model()
     return models.mnist_cnn(activation) if kind == "mnist" else models.cifar10_cnn(activation)
 
 
@@ -169,7 +198,8 @@ def _compiled(path, kind, batch_size):
 
 
 def _input_shape(kind):
-    return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,)}[kind]
+    return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
+            "conv1d": (128, 16), "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
@@ -193,7 +223,8 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("mnist", "cifar10", "text"), default="mnist")
+    parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "mobilenet"),
+                        default="mnist")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
@@ -236,7 +267,7 @@ def main():
     env = dict(env_before, load_average_before=env_before["load_average"],
                load_average_after=environment()["load_average"])
     del env["load_average"]
-    print(f"\n{args.model} {'classifier' if args.model == 'text' else 'CNN'}, batch {args.batch_size}{' (dynamic)' if args.dynamic_batch else ''}, "
+    print(f"\n{args.model} {'classifier' if args.model == 'text' else 'model'}, batch {args.batch_size}{' (dynamic)' if args.dynamic_batch else ''}, "
           f"Keras {env['keras_version']} ({env['keras_module']}), "
           f"{env['processor']}, TF {tf.__version__}, tf_tempered {tf_tempered.__version__}, "
           f"Python {env['python']}; load average (1/5/15 min) before "
