@@ -169,13 +169,24 @@ def _generic(dtype):
     ])
 
 
-def _generic_conv1d(dtype):
-    # Layers without a handler of their own (generic VJP): dilated causal and grouped
-    # Conv1D, GroupNormalization.
+def _conv1d(dtype):
+    # The Conv1D handler (Conv2D paths on [B, 1, L, C]): causal dilated, strided "same".
     return keras.Sequential([
         keras.Input((10, 4), dtype=dtype),
         keras.layers.Conv1D(6, 3, dilation_rate=2, padding="causal", activation="tanh",
                             dtype=dtype),
+        keras.layers.Conv1D(5, 3, strides=2, padding="same", activation="tanh", dtype=dtype),
+        keras.layers.Conv1D(4, 2, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _generic_conv1d(dtype):
+    # Layers without a handler of their own (generic VJP): grouped Conv1D,
+    # GroupNormalization.
+    return keras.Sequential([
+        keras.Input((10, 4), dtype=dtype),
         keras.layers.GroupNormalization(groups=2, dtype=dtype),
         keras.layers.Conv1D(4, 3, strides=2, groups=2, dtype=dtype),
         keras.layers.Flatten(dtype=dtype),
@@ -236,6 +247,8 @@ CASES = {
     "generic": (_generic, lambda s: _floats((6,), s), {"auto": {}},
                 {"_DenseWithOwnCall": "generic", "LayerNormalization": "generic",
                  "TemperedSigmoid": "generic", "Dense": "dense"}),
+    "conv1d": (_conv1d, lambda s: _floats((10, 4), s), _CONV_PATHS,
+               {"Conv1D": "conv1d", "Dense": "dense"}),
     "generic_conv1d": (_generic_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
                        {"Conv1D": "generic", "GroupNormalization": "generic", "Dense": "dense"}),
     "generic_conv2d_family": (_generic_conv2d_family, lambda s: _floats((6, 6, 2), s),

@@ -182,6 +182,7 @@ def _same_variables(ours, owned):
 from tf_tempered.privacy.layer_grads import generic
 from tf_tempered.privacy.layer_grads import dense
 from tf_tempered.privacy.layer_grads import conv
+from tf_tempered.privacy.layer_grads import conv1d
 from tf_tempered.privacy.layer_grads import embedding
 from tf_tempered.privacy.layer_grads import einsum_dense_handler
 from tf_tempered.privacy.layer_grads import multi_call
