@@ -24,7 +24,7 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy import clip, keras_bridge
 from tf_tempered.privacy.layer_grads import Handler, Norms
 
-__all__ = ["GenericHandler", "per_example_grads"]
+__all__ = ["GenericHandler", "norms_from_per_example", "per_example_grads"]
 
 
 class GenericHandler(Handler):
@@ -46,20 +46,25 @@ class GenericHandler(Handler):
 
     def norms(self, call, params, step):
         variables = keras_bridge.own_trainable_weights(call.layer)
-        num_microbatches = step.num_microbatches
-        per_example = per_example_grads(call, variables)
-        grouped = [clip.sum_microbatches(p, num_microbatches) for p in per_example]
-        sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [num_microbatches, -1])), 1)
-                       for p in grouped])
+        return norms_from_per_example(variables, per_example_grads(call, variables), step,
+                                      "generic")
 
-        def clipped_sum(weights):
-            grads = []
-            for var, p in zip(variables, grouped):
-                flat = weights.zero_nonfinite(tf.reshape(p, [tf.shape(p)[0], -1]))
-                grads.append(tf.reshape(clip.weighted_sum(flat, weights.scale), var.shape))
-            return grads
 
-        return Norms(sq, clipped_sum, "generic")
+def norms_from_per_example(variables, per_example, step, path):
+    """Norms from per-example gradients [B, *var.shape] of `variables` (summed per microbatch)."""
+    num_microbatches = step.num_microbatches
+    grouped = [clip.sum_microbatches(p, num_microbatches) for p in per_example]
+    sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [num_microbatches, -1])), 1)
+                   for p in grouped])
+
+    def clipped_sum(weights):
+        sums = []
+        for var, p in zip(variables, grouped):
+            flat = weights.zero_nonfinite(tf.reshape(p, [tf.shape(p)[0], -1]))
+            sums.append(tf.reshape(clip.weighted_sum(flat, weights.scale), var.shape))
+        return sums
+
+    return Norms(sq, clipped_sum, path, variables=variables)
 
 
 def per_example_grads(call, variables, bypass_activation=False):

@@ -36,8 +36,8 @@ engine checks the leading dimension of every call against the batch size).
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import clip, keras_bridge
-from tf_tempered.privacy.layer_grads import Norms, generic
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.layer_grads import generic
 
 __all__ = ["SUMMARY", "group_calls", "multi_call_norms"]
 
@@ -65,18 +65,8 @@ def multi_call_norms(calls, step):
                                           bypass_activation=call.handler.records_pre_activation)
         per_example = grads if per_example is None else [
             p + g for p, g in zip(per_example, grads)]
-    grouped = [clip.sum_microbatches(p, step.num_microbatches) for p in per_example]
-    sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [step.num_microbatches, -1])), 1)
-                   for p in grouped])
-
-    def clipped_sum(weights):
-        sums = []
-        for var, p in zip(variables, grouped):
-            flat = weights.zero_nonfinite(tf.reshape(p, [tf.shape(p)[0], -1]))
-            sums.append(tf.reshape(clip.weighted_sum(flat, weights.scale), var.shape))
-        return sums
-
-    return Norms(sq, clipped_sum, f"multi_call[{len(calls)}]", variables=variables)
+    return generic.norms_from_per_example(variables, per_example, step,
+                                          f"multi_call[{len(calls)}]")
 
 
 def _check_example_major(call, step):
