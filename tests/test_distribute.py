@@ -1,0 +1,71 @@
+# Copyright 2026 The tf_tempered Authors. Licensed under the Apache License, Version 2.0.
+"""DP-SGD under tf.distribute: R replicas give the single-device update (distribute.py).
+
+Logical devices and TF_CONFIG must be set before TensorFlow starts, so the runs are
+in fresh processes (tests/distributed_runs.py), each bounded in time.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+RUNS = pathlib.Path(__file__).with_name("distributed_runs.py")
+ROOT = RUNS.parents[1]
+
+
+def _run(*args, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, str(RUNS), *args], capture_output=True, text=True,
+                            timeout=timeout, env=env)
+    lines = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")]
+    assert result.returncode == 0 and lines, result.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def mirrored():
+    return _run("mirrored")
+
+
+def _assert_same_run(one, two):
+    for a, b in zip(one["weights"], two["weights"]):
+        a, b = np.asarray(a), np.asarray(b)
+        np.testing.assert_allclose(b, a, rtol=0, atol=2e-6 * max(1.0, np.abs(a).max()))
+    assert set(one["history"]) == set(two["history"])
+    for key, values in one["history"].items():
+        np.testing.assert_allclose(two["history"][key], values, rtol=2e-5, atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("config", ["per_example", "microbatches", "noisy_seeded"])
+def test_two_replicas_give_the_single_device_run(mirrored, config):
+    # Same global batches, noise 0 (or the same insecure seed: replica 0 draws the one
+    # N(0, σ²C²) of the step at the counter a single device would use): the same weights
+    # and the same global DP metrics (clipped fraction, gradient norm, loss).
+    run = mirrored[config]
+    _assert_same_run(run["one"], run["two"])
+    assert any(0 < f < 1 for f in run["two"]["history"]["dp_clipped_fraction"])  # clipping acts
+    changed = max(np.abs(np.asarray(a) - np.asarray(b)).max()
+                  for a, b in zip(run["one"]["weights"], mirrored["per_example"]["one"]["weights"]))
+    assert (changed > 1e-3) == (config != "per_example")  # the configurations differ
+
+
+@pytest.mark.parametrize("replicas", ["one", "two"])
+def test_noise_std_is_sigma_clip_once_per_step(mirrored, replicas):
+    # Zero gradients: each SGD step moves every weight by -lr·Z/B, Z ~ N(0, (σC)²) with a
+    # secret key. Over `steps` steps the std is √steps·lr·σ·C/B. Per-replica full noise
+    # would give √2 times that, noise averaged over replicas 1/√2 times.
+    noise = mirrored["noise"][replicas]
+    expected = np.sqrt(noise["steps"]) * noise["expected_per_step"]
+    # std estimate from n = 2000 normals: relative standard error 1/√(2n) = 1.6%.
+    assert abs(noise["std"] / expected - 1) < 0.08, (noise, expected)
+
+
+def test_microbatches_that_would_straddle_replicas_are_refused(mirrored):
+    message = mirrored["refusal"]
+    assert message is not None and "num_microbatches=3" in message
+    assert "straddle" in message and "multiple of 2" in message
