@@ -29,7 +29,8 @@ def _loss():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
 
-def _train(strategy, *, num_microbatches, sigma, seed, data, batch_size=8, epochs=2):
+def _train(strategy, *, num_microbatches, sigma, seed, data, batch_size=8, epochs=2,
+           dataset=False):
     import tf_tempered
     from tf_tempered._compat import keras
     x, y = data
@@ -41,7 +42,13 @@ def _train(strategy, *, num_microbatches, sigma, seed, data, batch_size=8, epoch
         tf_tempered.make_private(model, l2_norm_clip=2.0, noise_multiplier=sigma,
                                  num_microbatches=num_microbatches, insecure_dp_seed=seed)
         model.compile(optimizer=_sgd(0.5), loss=_loss())
-    history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
+    if dataset:  # global batches, tf.distribute splits (and shards) them
+        from tf_tempered._compat import tf
+        history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size),
+                            epochs=epochs, verbose=0)
+    else:
+        history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False,
+                            verbose=0)
     return {"weights": [w.tolist() for w in model.get_weights()],
             "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}}
 
@@ -59,10 +66,91 @@ def mirrored():
                          "noisy_seeded": dict(num_microbatches=None, sigma=1.3, seed=3)}.items():
         out[name] = {"one": _train(tf.distribute.get_strategy(), data=data, **kwargs),
                      "two": _train(two, data=data, **kwargs)}
+    # One example (on the second replica's half of a batch) has a non-finite gradient.
+    bad = (data[0].copy(), data[1])
+    bad[0][13, 0, 0, 0] = np.inf
+    out["nonfinite"] = {"one": _train(tf.distribute.get_strategy(), data=bad, num_microbatches=None,
+                                      sigma=0.0, seed=3),
+                        "two": _train(two, data=bad, num_microbatches=None, sigma=0.0, seed=3)}
     out["noise"] = {"one": _noise_updates(tf.distribute.get_strategy()),
                     "two": _noise_updates(two)}
     out["refusal"] = _refusal(two, data)
+    out["poisson"] = {"one": poisson_reference(2), "two": poisson_distributed(two)}
     return out
+
+
+def worker(index, ports):
+    """One worker of a MultiWorkerMirroredStrategy on 127.0.0.1 (one CPU replica each)."""
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports.split(",")]},
+        "task": {"type": "worker", "index": int(index)}})
+    from tf_tempered._compat import tf
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    if os.environ.get("DEBUG_TB"):
+        from tf_tempered._compat import keras
+        keras.config.disable_traceback_filtering()
+    rng = np.random.default_rng(0)
+    data = (rng.normal(size=(32, 5, 5, 2)).astype("float32"), rng.integers(0, 3, 32))
+    return {"replicas": strategy.num_replicas_in_sync,
+            "microbatches": _train(strategy, num_microbatches=4, sigma=0.0, seed=3, data=data,
+                                   dataset=True),
+            "poisson": poisson_distributed(strategy)}
+
+
+POISSON = dict(expected_batch_size=6, steps=4, max_batch_size=10, insecure_dp_seed=5)
+
+
+def _poisson_model(strategy):
+    import tf_tempered
+    from tf_tempered._compat import keras
+    with strategy.scope():
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4, activation="tanh"),
+                                  keras.layers.Dense(3)])
+        tf_tempered.make_private(model, l2_norm_clip=1.0, noise_multiplier=0.0)
+        model.compile(optimizer=_sgd(0.5), loss=_loss())
+    return model
+
+
+def _poisson_data():
+    rng = np.random.default_rng(2)
+    return rng.normal(size=(40, 5)).astype("float32"), rng.integers(0, 3, 40)
+
+
+def poisson_reference(num_shards):
+    """Single device on the replicas' Poisson batches concatenated (one global batch)."""
+    from tf_tempered._compat import KERAS_MAJOR, tf
+    from tf_tempered.privacy import poisson_batches
+    x, y = _poisson_data()
+    shards = [poisson_batches(x, y, num_shards=num_shards, shard_index=r, **POISSON)
+              for r in range(num_shards)]
+
+    def concat(*elements):
+        xs, ys, infos = zip(*elements)
+        return (tf.concat(xs, 0), tf.concat(ys, 0),
+                {"mask": tf.concat([i["mask"] for i in infos], 0),
+                 "expected_batch_size": infos[0]["expected_batch_size"]})
+
+    model = _poisson_model(tf.distribute.get_strategy())
+    data = tf.data.Dataset.zip(tuple(shards)).map(concat)
+    if KERAS_MAJOR == 3:
+        # Under a strategy Keras 3 builds the model on one batch of a first iterator
+        # (_maybe_symbolic_build), which takes the first pass of the sampler: train
+        # on the same (second) pass as the distributed run.
+        next(iter(data))
+    history = model.fit(data, verbose=0)
+    return {"weights": [w.tolist() for w in model.get_weights()],
+            "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}}
+
+
+def poisson_distributed(strategy):
+    from tf_tempered.privacy import distributed_poisson_batches
+    x, y = _poisson_data()
+    model = _poisson_model(strategy)
+    data = distributed_poisson_batches(strategy, x, y, **POISSON)
+    history = model.fit(data, steps_per_epoch=POISSON["steps"], verbose=0)
+    return {"weights": [w.tolist() for w in model.get_weights()],
+            "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}}
 
 
 def _noise_updates(strategy, *, steps=6, batch=8, sigma=1.5, clip=0.5, lr=0.25):
@@ -91,7 +179,7 @@ def _refusal(strategy, data):
 
 
 if __name__ == "__main__":
-    result = {"mirrored": mirrored}[sys.argv[1]]()
+    result = {"mirrored": mirrored, "worker": worker}[sys.argv[1]](*sys.argv[2:])
     print("RESULT " + json.dumps(result))
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown of the strategy threads

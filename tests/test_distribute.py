@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 
+from tf_tempered._compat import KERAS_MAJOR
+
 RUNS = pathlib.Path(__file__).with_name("distributed_runs.py")
 ROOT = RUNS.parents[1]
 
@@ -54,6 +56,14 @@ def test_two_replicas_give_the_single_device_run(mirrored, config):
     assert (changed > 1e-3) == (config != "per_example")  # the configurations differ
 
 
+def test_nonfinite_count_is_global(mirrored):
+    # One example with an infinite input: dropped (zero contribution) once per epoch,
+    # counted once, not once per replica nor 1/R times.
+    run = mirrored["nonfinite"]
+    assert run["one"]["history"]["dp_nonfinite"] == [1.0, 1.0]
+    _assert_same_run(run["one"], run["two"])
+
+
 @pytest.mark.parametrize("replicas", ["one", "two"])
 def test_noise_std_is_sigma_clip_once_per_step(mirrored, replicas):
     # Zero gradients: each SGD step moves every weight by -lr·Z/B, Z ~ N(0, (σC)²) with a
@@ -69,3 +79,64 @@ def test_microbatches_that_would_straddle_replicas_are_refused(mirrored):
     message = mirrored["refusal"]
     assert message is not None and "num_microbatches=3" in message
     assert "straddle" in message and "multiple of 2" in message
+
+
+def test_poisson_shards_on_two_replicas_give_the_single_device_run(mirrored):
+    # Replica r samples x[r::2] with the same q (distributed_poisson_batches): the step
+    # equals one device on the two samples concatenated, normalised by the global q·N.
+    run = mirrored["poisson"]
+    _assert_same_run(run["one"], run["two"])
+
+
+def _free_ports(count):
+    import socket  # pylint: disable=g-import-not-at-top
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+KERAS3_MWMS = (
+    "Keras 3's Model.fit fails under MultiWorkerMirroredStrategy before any train step, "
+    "for plain models too (TFEpochIterator/_maybe_symbolic_build reduces the tuple batch: "
+    "'Attempt to convert a value (PerReplica...)'; keras-team/keras#20585, "
+    "tensorflow/tensorflow#72388); the engine's multi-replica step is the one tested on "
+    "MirroredStrategy above")
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason=KERAS3_MWMS)
+def test_multi_worker_mirrored_strategy_gives_the_single_device_run():
+    # Two worker processes on 127.0.0.1 (one CPU replica each, TF_CONFIG), bounded in time.
+    sys.path.insert(0, str(RUNS.parent))
+    import distributed_runs  # pylint: disable=g-import-not-at-top
+    from tf_tempered._compat import tf
+    ports = ",".join(map(str, _free_ports(2)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("TF_CONFIG", None)
+    workers = [subprocess.Popen([sys.executable, str(RUNS), "worker", str(i), ports],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env) for i in range(2)]
+    try:
+        outputs = [w.communicate(timeout=150) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.communicate()
+    results = []
+    for w, (out, err) in zip(workers, outputs):
+        lines = [l for l in out.splitlines() if l.startswith("RESULT ")]
+        assert w.returncode == 0 and lines, err[-3000:]
+        results.append(json.loads(lines[-1][len("RESULT "):]))
+    rng = np.random.default_rng(0)
+    data = (rng.normal(size=(32, 5, 5, 2)).astype("float32"), rng.integers(0, 3, 32))
+    one = distributed_runs._train(tf.distribute.get_strategy(), num_microbatches=4,
+                                  sigma=0.0, seed=3, data=data)
+    poisson_one = distributed_runs.poisson_reference(2)
+    for result in results:
+        assert result["replicas"] == 2
+        _assert_same_run(one, result["microbatches"])
+        _assert_same_run(poisson_one, result["poisson"])

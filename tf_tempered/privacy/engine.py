@@ -145,6 +145,8 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
         # with the model's own metrics at the start of every epoch.
         keras_bridge.set_untracked(model, "_dp_metrics", dp_metrics)
         model.train_step = types.MethodType(_train_step, model)
+        distribute.accept_poisson_sample_weights(model, _unpack_sample_weight)
+        distribute.configure_model(model)
         model.reset_metrics = types.MethodType(_reset_metrics, model)
     # Untracked, like _dp_metrics: the key is in no weight list, checkpoint or
     # saved model.
@@ -306,7 +308,7 @@ def _train_step(self, data):
     # Global (all-replica) DP metrics and loss; Keras 3's compute_loss does not
     # feed its loss tracker (its train_step does), and Keras' mean would count
     # padded Poisson rows.
-    distribute.update_dp_metrics(metrics, stats)
+    distribute.update_dp_metrics(metrics, stats, replicas)
     if poisson_mask is None:
         logs = self.compute_metrics(x, y, y_pred, sample_weight)
     else:
