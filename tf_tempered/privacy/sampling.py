@@ -285,11 +285,11 @@ def distributed_poisson_batches(strategy, x, y, **kwargs):
 
     Replica r of R samples its shard ``x[r::R]`` with the same q (see the module
     docstring for why the union is a Poisson sample of all N examples, and the
-    single-device ε holds); takes :func:`poisson_batches`' arguments (q, steps,
-    ``max_batch_size`` per replica, ``insecure_dp_seed``). Every worker of a
-    MultiWorkerMirroredStrategy must pass the same x, y. Train with
-    ``model.fit(dataset, steps_per_epoch=<steps>)`` (a distributed dataset has no
-    known length); account for ``steps`` steps of q on N examples.
+    single-device ε holds); takes :func:`poisson_batches`' arguments (q, ``steps``
+    per pass, ``max_batch_size`` per replica, ``insecure_dp_seed``). Every worker of a
+    MultiWorkerMirroredStrategy must pass the same x, y. The dataset repeats (every
+    pass draws new batches): train with ``model.fit(dataset, epochs=E,
+    steps_per_epoch=<steps>)``, and account for E·steps steps of q on N examples.
     """
     for name in ("num_shards", "shard_index"):
         if name in kwargs:
@@ -303,9 +303,9 @@ def distributed_poisson_batches(strategy, x, y, **kwargs):
         shards = [poisson_batches(x, y, num_shards=total, shard_index=first + j, **kwargs)
                   for j in range(local)]
         if local == 1:
-            return shards[0]
+            return shards[0].repeat()
         # tf.distribute hands a worker's elements to its replicas in turn.
         return tf.data.Dataset.choose_from_datasets(
-            shards, tf.data.Dataset.range(local).repeat(), stop_on_empty_dataset=True)
+            shards, tf.data.Dataset.range(local).repeat(), stop_on_empty_dataset=True).repeat()
 
     return strategy.distribute_datasets_from_function(per_worker)
