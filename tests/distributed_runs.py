@@ -178,8 +178,34 @@ def _refusal(strategy, data):
     return None
 
 
+def killed_run(backup_dir, kill_epoch, kill_batch):
+    """The train script's run with --backup_dir, SIGKILLed after a given step (mid-epoch)."""
+    import signal
+    from tf_tempered._compat import keras
+    from tf_tempered.experiments import common, train
+
+    class Kill(keras.callbacks.Callback):
+        epoch = None
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):  # after PrivacyBudget's
+            if self.epoch == int(kill_epoch) and batch == int(kill_batch):
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    train.run_training(common.TrainConfig(**KILLED_CONFIG), verbose=2, backup_dir=backup_dir,
+                       extra_callbacks=lambda model, dataset: [Kill()])
+    return {"killed": False}
+
+
+KILLED_CONFIG = dict(dataset="digits", epochs=4, batch_size=128, learning_rate=0.5,
+                     save_model=False)
+
+
 if __name__ == "__main__":
-    result = {"mirrored": mirrored, "worker": worker}[sys.argv[1]](*sys.argv[2:])
+    result = {"mirrored": mirrored, "worker": worker,
+              "killed_run": killed_run}[sys.argv[1]](*sys.argv[2:])
     print("RESULT " + json.dumps(result))
     sys.stdout.flush()
     os._exit(0)  # skip interpreter teardown of the strategy threads

@@ -140,3 +140,58 @@ def test_multi_worker_mirrored_strategy_gives_the_single_device_run():
         assert result["replicas"] == 2
         _assert_same_run(one, result["microbatches"])
         _assert_same_run(poisson_one, result["poisson"])
+
+
+def _train_cli(*flags, timeout=240):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "tf_tempered.experiments.train", *flags],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_killed_run_resumes_and_counts_every_step(tmp_path):
+    # A run of 4 epochs of 11 Poisson steps (digits: N=1438, q=128/N) is SIGKILLed after
+    # step 6 of epoch 2; started again with the same --backup_dir it resumes after
+    # epoch 1 (BackupAndRestore: weights, optimizer state, epoch) and trains epochs
+    # 2-4. The optimizer took 44 steps; 11 + 6 + 33 = 50 DP steps were taken (the 6
+    # killed ones were redone and count again), and ε is that of 50 steps.
+    from tf_tempered.privacy import accounting
+    backup, out = tmp_path / "backup", tmp_path / "out"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    killed = subprocess.run([sys.executable, str(RUNS), "killed_run", str(backup), "1", "5"],
+                            capture_output=True, text=True, timeout=240, env=env)
+    assert killed.returncode == -9, killed.stderr[-3000:]  # SIGKILL, mid-run
+    ledger = json.loads((backup / "privacy_ledger.json").read_text())
+    assert ledger["steps"] == 17 and len(ledger["epsilons"]) == 1
+    resumed = _train_cli("--dataset=digits", "--epochs=4", "--batch_size=128",
+                         "--learning_rate=0.5", "--nosave_model", f"--backup_dir={backup}",
+                         f"--output_dir={out}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["steps_trained"] == 44 and metrics["steps"] == 50
+    assert [r["epoch"] for r in metrics["history"]] == [2, 3, 4]  # resumed after epoch 1
+    assert [r["steps"] for r in metrics["history"]] == [28, 39, 50]
+    expected = accounting.compute_epsilon(num_examples=1438, batch_size=128,
+                                          noise_multiplier=1.1, steps=50, delta=1e-5,
+                                          sampling="poisson")
+    assert metrics["epsilon"] == pytest.approx(expected, rel=1e-12)
+    assert f"ε = {expected:.4g}" in resumed.stdout
+    # 44 steps would have been less: the redone steps are not forgotten.
+    assert expected > accounting.compute_epsilon(num_examples=1438, batch_size=128,
+                                                 noise_multiplier=1.1, steps=44, delta=1e-5,
+                                                 sampling="poisson")
+
+
+def test_train_script_on_two_replicas_reports_the_single_device_accounting(tmp_path):
+    result = _train_cli("--dataset=digits", "--epochs=2", "--batch_size=128",
+                        "--learning_rate=0.5", "--nosave_model", "--strategy=mirrored",
+                        "--cpu_devices=2", f"--output_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["replicas"] == 2 and metrics["steps"] == metrics["steps_trained"] == 22
+    from tf_tempered.privacy import accounting
+    expected = accounting.compute_epsilon(num_examples=1438, batch_size=128,
+                                          noise_multiplier=1.1, steps=22, delta=1e-5,
+                                          sampling="poisson")
+    assert metrics["epsilon"] == pytest.approx(expected, rel=1e-12)
+    assert metrics["test_accuracy"] > 0.3  # it learns (10 classes: chance is 0.1)
+    assert "Test accuracy" in result.stdout and f"ε = {expected:.4g}" in result.stdout
