@@ -195,3 +195,34 @@ def test_train_script_on_two_replicas_reports_the_single_device_accounting(tmp_p
     assert metrics["epsilon"] == pytest.approx(expected, rel=1e-12)
     assert metrics["test_accuracy"] > 0.3  # it learns (10 classes: chance is 0.1)
     assert "Test accuracy" in result.stdout and f"ε = {expected:.4g}" in result.stdout
+
+
+def test_privacy_budget_ledger_adds_up_across_fits(tmp_path):
+    # Two fits of 2 epochs x 3 steps with one ledger: 12 steps, and the ε of 12 steps
+    # (the second fit does not start the count over). A corrupt ledger is refused.
+    from tf_tempered import callbacks, make_private
+    from tf_tempered._compat import keras
+    from tf_tempered.privacy import accounting
+    sys.path.insert(0, str(RUNS.parent))
+    import distributed_runs  # pylint: disable=g-import-not-at-top
+    model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=distributed_runs._sgd(0.1), loss=distributed_runs._loss())
+    x, y = np.zeros((24, 4), np.float32), np.zeros(24)
+    ledger = tmp_path / "ledger.json"
+    kwargs = dict(target_epsilon=100.0, delta=1e-5, num_examples=24, batch_size=8,
+                  ledger=ledger)
+    budget = callbacks.PrivacyBudget(**kwargs)
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[budget])
+    assert json.loads(ledger.read_text())["steps"] == 6
+    budget = callbacks.PrivacyBudget(**kwargs)
+    history = model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[budget]).history
+    assert budget.steps_taken == 12 and history["dp_steps"] == [9, 12]
+    expected = [accounting.compute_epsilon(num_examples=24, batch_size=8, noise_multiplier=1.0,
+                                           steps=s, delta=1e-5) for s in (9, 12)]
+    np.testing.assert_allclose(history["epsilon"], expected, rtol=1e-12)
+    assert len(budget.epsilons) == 4  # the first fit's two, kept in the ledger
+    ledger.write_text(json.dumps({"steps": -1}))
+    with pytest.raises(ValueError, match="corrupt"):
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0,
+                  callbacks=[callbacks.PrivacyBudget(**kwargs)])

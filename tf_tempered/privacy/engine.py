@@ -24,7 +24,10 @@ optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum (keyed by a secret, 
 `tf_tempered.privacy.randomness`: the global seed does not fix it), divides by the
 number of microbatches, and hands the result to the optimizer's own update rule
 (SGD, Adam, ...), exactly as TF Privacy's own slow `_compute_gradients` would. With any
-other optimizer the model trains as usual (non-privately).
+other optimizer the model trains as usual (non-privately). Under a tf.distribute
+MirroredStrategy or MultiWorkerMirroredStrategy each replica clips its own examples and
+the update is still the single-device one (noise once, global normaliser): see
+`tf_tempered.privacy.distribute`.
 
 Example:
 
@@ -120,6 +123,12 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     computed (native op, ghost norm, materialized gradients, chunk sizes); every
     choice gives the same update, so they trade speed and memory only. Calling
     make_private again replaces them.
+
+    Several devices or machines: build the model, call make_private and compile in
+    ``strategy.scope()`` (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``); each
+    step then gives the single-device update on the global batch
+    (:mod:`tf_tempered.privacy.distribute`; Poisson batches from
+    :func:`~tf_tempered.privacy.sampling.distributed_poisson_batches`).
 
     Raises UnsupportedLayerError (a ValueError) for layers that mix examples,
     such as a trainable BatchNormalization, and ValueError for invalid settings
