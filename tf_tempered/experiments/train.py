@@ -221,6 +221,12 @@ def make_strategy(name):
         return None
     if name not in STRATEGIES:
         raise common.ConfigError(f"--strategy={name!r} is invalid: use one of {STRATEGIES}.")
+    if name == "multi_worker" and KERAS_MAJOR == 3:
+        raise common.ConfigError(
+            "--strategy=multi_worker needs Keras 2: run with TF_USE_LEGACY_KERAS=1. Keras 3's "
+            "Model.fit fails under MultiWorkerMirroredStrategy before any step, for any model "
+            "(keras-team/keras#20585); tf_tempered's DP step itself works there in a custom "
+            "training loop (docs/distributed.md).")
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
