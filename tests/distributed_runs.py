@@ -29,19 +29,27 @@ def _loss():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
 
+def _model(*, x_shape, num_microbatches, sigma, seed):
+    import tf_tempered
+    from tf_tempered._compat import keras
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input(x_shape),
+                              keras.layers.Conv2D(3, 3, activation="tanh"),
+                              keras.layers.Flatten(), keras.layers.Dense(3)])
+    tf_tempered.make_private(model, l2_norm_clip=2.0, noise_multiplier=sigma,
+                             num_microbatches=num_microbatches, insecure_dp_seed=seed)
+    model.compile(optimizer=_sgd(0.5), loss=_loss())
+    return model
+
+
 def _train(strategy, *, num_microbatches, sigma, seed, data, batch_size=8, epochs=2,
            dataset=False):
     import tf_tempered
     from tf_tempered._compat import keras
     x, y = data
     with strategy.scope():
-        keras.utils.set_random_seed(1)
-        model = keras.Sequential([keras.Input(x.shape[1:]),
-                                  keras.layers.Conv2D(3, 3, activation="tanh"),
-                                  keras.layers.Flatten(), keras.layers.Dense(3)])
-        tf_tempered.make_private(model, l2_norm_clip=2.0, noise_multiplier=sigma,
-                                 num_microbatches=num_microbatches, insecure_dp_seed=seed)
-        model.compile(optimizer=_sgd(0.5), loss=_loss())
+        model = _model(x_shape=x.shape[1:], num_microbatches=num_microbatches, sigma=sigma,
+                       seed=seed)
     if dataset:  # global batches, tf.distribute splits (and shards) them
         from tf_tempered._compat import tf
         history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size),
@@ -84,39 +92,32 @@ def worker(index, ports):
     os.environ["TF_CONFIG"] = json.dumps({
         "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports.split(",")]},
         "task": {"type": "worker", "index": int(index)}})
-    from tf_tempered._compat import tf
+    from tf_tempered._compat import KERAS_MAJOR, tf
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    if os.environ.get("DEBUG_TB"):
-        from tf_tempered._compat import keras
-        keras.config.disable_traceback_filtering()
     rng = np.random.default_rng(0)
     data = (rng.normal(size=(32, 5, 5, 2)).astype("float32"), rng.integers(0, 3, 32))
-    from tf_tempered._compat import KERAS_MAJOR
     if KERAS_MAJOR == 3:  # Keras 3's fit fails under MWMS (upstream): a custom loop
-        return {"replicas": strategy.num_replicas_in_sync,
-                "microbatches": _custom_loop(strategy, data)}
-    return {"replicas": strategy.num_replicas_in_sync,
-            "microbatches": _train(strategy, num_microbatches=4, sigma=0.0, seed=3, data=data,
-                                   dataset=True),
+        with strategy.scope():
+            model = _model(x_shape=data[0].shape[1:], num_microbatches=4, sigma=0.0, seed=3)
+        dataset = strategy.experimental_distribute_dataset(
+            tf.data.Dataset.from_tensor_slices(data).batch(8))
+        microbatches = custom_loop(strategy, model, dataset, epochs=2)
+    else:
+        microbatches = _train(strategy, num_microbatches=4, sigma=0.0, seed=3, data=data,
+                              dataset=True)
+    return {"replicas": strategy.num_replicas_in_sync, "microbatches": microbatches,
             "poisson": poisson_distributed(strategy)}
 
 
-def _custom_loop(strategy, data, epochs=2, batch_size=8):
-    """The engine's train step run by strategy.run on each global batch (no Model.fit)."""
-    import tf_tempered
-    from tf_tempered._compat import keras, tf
-    x, y = data
-    with strategy.scope():
-        keras.utils.set_random_seed(1)
-        model = keras.Sequential([keras.Input(x.shape[1:]),
-                                  keras.layers.Conv2D(3, 3, activation="tanh"),
-                                  keras.layers.Flatten(), keras.layers.Dense(3)])
-        tf_tempered.make_private(model, l2_norm_clip=2.0, noise_multiplier=0.0,
-                                 num_microbatches=4, insecure_dp_seed=3)
-        model.compile(optimizer=_sgd(0.5), loss=_loss())
-        model.optimizer.build(model.trainable_variables)
-    dataset = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size))
+def custom_loop(strategy, model, dataset, *, epochs, steps_per_epoch=None):
+    """The engine's train step run by strategy.run on each global batch (no Model.fit).
+
+    One iterator for the whole run; the history holds each epoch's last logs.
+    """
+    from tf_tempered._compat import tf
+    if hasattr(model.optimizer, "build"):  # Keras 3 (Keras 2 legacy ones build lazily)
+        with strategy.scope():
+            model.optimizer.build(model.trainable_variables)
 
     @tf.function
     def step(batch):
@@ -124,12 +125,17 @@ def _custom_loop(strategy, data, epochs=2, batch_size=8):
         return {k: strategy.reduce("MEAN", v, axis=None) for k, v in logs.items()}
 
     history = {}
+    iterator = iter(dataset)
     for _ in range(epochs):
         model.reset_metrics()
-        for batch in dataset:
-            logs = step(batch)
+        if steps_per_epoch is None:
+            for batch in dataset:
+                logs = step(batch)
+        else:
+            for _ in range(steps_per_epoch):
+                logs = step(next(iterator))
         for key, value in logs.items():
-            if key in ("loss",) or key.startswith("dp_"):
+            if key == "loss" or key.startswith("dp_"):
                 history.setdefault(key, []).append(float(value))
     return {"weights": [w.tolist() for w in model.get_weights()], "history": history}
 
@@ -169,26 +175,25 @@ def poisson_reference(num_shards):
                  "expected_batch_size": infos[0]["expected_batch_size"]})
 
     model = _poisson_model(tf.distribute.get_strategy())
-    data = tf.data.Dataset.zip(tuple(shards)).map(concat)
-    if KERAS_MAJOR == 3:
-        # Under a strategy Keras 3 builds the model on one batch of a first iterator
-        # (_maybe_symbolic_build), which takes the first pass of the sampler: train
-        # on the same (second) pass as the distributed run.
-        next(iter(data))
-    history = model.fit(data, verbose=0)
+    # The first pass of each shard's sampler, as poisson_distributed trains on.
+    history = model.fit(tf.data.Dataset.zip(tuple(shards)).map(concat), verbose=0)
     return {"weights": [w.tolist() for w in model.get_weights()],
             "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}}
 
 
 def poisson_distributed(strategy):
+    """One pass of distributed_poisson_batches, in a custom loop with one iterator.
+
+    Not Model.fit: under a strategy Keras 3's fit first draws batches from an extra
+    iterator to build the model (_maybe_symbolic_build), and with prefetching how
+    many of the sampler's passes that consumes varies; those draws are discarded
+    (no privacy cost) but the trained pass is then not known to the reference.
+    """
     from tf_tempered.privacy import distributed_poisson_batches
     x, y = _poisson_data()
     model = _poisson_model(strategy)
     data = distributed_poisson_batches(strategy, x, y, **POISSON)
-    history = model.fit(data, steps_per_epoch=POISSON["steps"], verbose=0)
-    return {"weights": [w.tolist() for w in model.get_weights()],
-            "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}}
-
+    return custom_loop(strategy, model, data, epochs=1, steps_per_epoch=POISSON["steps"])
 
 def _noise_updates(strategy, *, steps=6, batch=8, sigma=1.5, clip=0.5, lr=0.25):
     """Weight updates of SGD on zero gradients (zero input, no bias): pure DP noise."""

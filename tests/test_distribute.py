@@ -101,7 +101,8 @@ def _free_ports(count):
 
 def test_multi_worker_mirrored_strategy_gives_the_single_device_run():
     # Two worker processes on 127.0.0.1 (one CPU replica each, TF_CONFIG), bounded in time.
-    # Keras 2: Model.fit, shuffled batches and Poisson shards. Keras 3's Model.fit fails
+    # Keras 2: Model.fit on shuffled batches; Poisson shards in a custom loop (see
+    # distributed_runs.poisson_distributed). Keras 3's Model.fit fails
     # under MultiWorkerMirroredStrategy before any train step, for plain models too
     # (_maybe_symbolic_build reduces the tuple batch: "Attempt to convert a value
     # (PerReplica...)"; keras-team/keras#20585, tensorflow/tensorflow#72388), so on
@@ -132,14 +133,11 @@ def test_multi_worker_mirrored_strategy_gives_the_single_device_run():
     data = (rng.normal(size=(32, 5, 5, 2)).astype("float32"), rng.integers(0, 3, 32))
     one = distributed_runs._train(tf.distribute.get_strategy(), num_microbatches=4,
                                   sigma=0.0, seed=3, data=data)
-    poisson_one = distributed_runs.poisson_reference(2) if KERAS_MAJOR == 2 else None
+    poisson_one = distributed_runs.poisson_reference(2)
     for result in results:
         assert result["replicas"] == 2
         _assert_same_run(one, result["microbatches"])
-        if KERAS_MAJOR == 2:
-            _assert_same_run(poisson_one, result["poisson"])
-        else:
-            assert "poisson" not in result
+        _assert_same_run(poisson_one, result["poisson"])
 
 
 def _train_cli(*flags, timeout=240):
