@@ -83,6 +83,7 @@ def mirrored():
     out["noise"] = {"one": _noise_updates(tf.distribute.get_strategy()),
                     "two": _noise_updates(two)}
     out["refusal"] = _refusal(two, data)
+    out["clipnorm_refusal"] = _clipnorm_refusal(two, data)
     out["poisson"] = {"one": poisson_reference(2), "two": poisson_distributed(two)}
     return out
 
@@ -209,6 +210,22 @@ def _noise_updates(strategy, *, steps=6, batch=8, sigma=1.5, clip=0.5, lr=0.25):
     delta = model.get_weights()[0] - before
     return {"std": float(delta.std()), "count": int(delta.size), "steps": steps,
             "expected_per_step": lr * sigma * clip / batch}
+
+
+def _clipnorm_refusal(strategy, data):
+    """Keras 3 clips each replica's gradient before the all-reduce: refused (Keras 2: None)."""
+    from tf_tempered._compat import KERAS_MAJOR, keras
+    if KERAS_MAJOR == 2:
+        return None
+    x, y = data
+    with strategy.scope():
+        model = _model(x_shape=x.shape[1:], num_microbatches=None, sigma=0.0, seed=None)
+        model.compile(optimizer=keras.optimizers.SGD(0.5, clipnorm=1.0), loss=_loss())
+    try:
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    except ValueError as e:
+        return str(e)
+    return "not refused"
 
 
 def _refusal(strategy, data):

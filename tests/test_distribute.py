@@ -75,6 +75,12 @@ def test_noise_std_is_sigma_clip_once_per_step(mirrored, replicas):
     assert abs(noise["std"] / expected - 1) < 0.08, (noise, expected)
 
 
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 2 clips after the all-reduce: allowed")
+def test_keras3_optimizer_clipnorm_is_refused_on_two_replicas(mirrored):
+    message = mirrored["clipnorm_refusal"]
+    assert "clipnorm=1.0" in message and "Drop clipnorm" in message
+
+
 def test_microbatches_that_would_straddle_replicas_are_refused(mirrored):
     message = mirrored["refusal"]
     assert message is not None and "num_microbatches=3" in message
