@@ -232,7 +232,8 @@ def test_privacy_budget_ledger_adds_up_across_fits(tmp_path):
                   callbacks=[callbacks.PrivacyBudget(**kwargs)])
 
 
-@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 2's fit works under MultiWorkerMirroredStrategy")
+@pytest.mark.skipif(KERAS_MAJOR == 2,
+                    reason="Keras 2's fit works under MultiWorkerMirroredStrategy")
 def test_train_script_refuses_multi_worker_on_keras3():
     from tf_tempered.experiments import common, train
     with pytest.raises(common.ConfigError, match="TF_USE_LEGACY_KERAS=1"):
