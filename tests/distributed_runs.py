@@ -84,6 +84,7 @@ def mirrored():
                     "two": _noise_updates(two)}
     out["refusal"] = _refusal(two, data)
     out["clipnorm_refusal"] = _clipnorm_refusal(two, data)
+    out["uneven_refusal"] = _uneven_refusal(two)
     out["poisson"] = {"one": poisson_reference(2), "two": poisson_distributed(two)}
     return out
 
@@ -210,6 +211,27 @@ def _noise_updates(strategy, *, steps=6, batch=8, sigma=1.5, clip=0.5, lr=0.25):
     delta = model.get_weights()[0] - before
     return {"std": float(delta.std()), "count": int(delta.size), "steps": steps,
             "expected_per_step": lr * sigma * clip / batch}
+
+
+def _uneven_refusal(strategy):
+    """Replicas given 4 and 2 rows with num_microbatches=2: microbatches of 4 and 2 rows,
+    not the global batch's two of 3 (one would straddle the replicas): refused."""
+    from tf_tempered._compat import tf
+    with strategy.scope():
+        model = _model(x_shape=(5, 5, 2), num_microbatches=2, sigma=0.0, seed=None)
+
+    def per_worker(context):
+        del context
+        rows = lambda n: tf.data.Dataset.from_tensors((tf.ones([n, 5, 5, 2]),
+                                                       tf.zeros([n], tf.int64)))
+        return rows(4).concatenate(rows(2))  # element i goes to replica i
+
+    data = strategy.distribute_datasets_from_function(per_worker)
+    try:
+        custom_loop(strategy, model, data, epochs=1, steps_per_epoch=1)
+    except tf.errors.InvalidArgumentError as e:
+        return e.message
+    return None
 
 
 def _clipnorm_refusal(strategy, data):

@@ -75,6 +75,12 @@ def test_noise_std_is_sigma_clip_once_per_step(mirrored, replicas):
     assert abs(noise["std"] / expected - 1) < 0.08, (noise, expected)
 
 
+def test_an_uneven_split_with_microbatches_is_refused(mirrored):
+    message = mirrored["uneven_refusal"]
+    assert message is not None and "straddles two replicas" in message
+    assert "drop_remainder=True" in message
+
+
 @pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 2 clips after the all-reduce: allowed")
 def test_keras3_optimizer_clipnorm_is_refused_on_two_replicas(mirrored):
     message = mirrored["clipnorm_refusal"]
