@@ -575,29 +575,7 @@ def test_update_with_active_dropout_equals_tf_privacy():
         np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
 
 
-def test_multi_replica_strategy_is_refused():
-    # Logical devices must be configured before TensorFlow initializes: a fresh process.
-    import subprocess  # pylint: disable=g-import-not-at-top
-    import sys  # pylint: disable=g-import-not-at-top
-    code = """
-import numpy as np, tf_tempered
-import tf_tempered
-from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import DPKerasSGDOptimizer
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
-    model = tf_tempered.make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]))
-    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"))
-try:
-    model.fit(np.zeros((8, 4)), np.zeros(8), batch_size=8, verbose=0)
-except NotImplementedError as e:
-    print("REFUSED", e)
-"""
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=300)
-    assert "REFUSED" in result.stdout and "2 replicas" in result.stdout, result.stderr[-2000:]
+# Multi-replica training (MirroredStrategy, MultiWorkerMirroredStrategy): tests/test_distribute.py.
 
 
 # --- DP settings given to make_private: any Keras optimizer ------------------------

@@ -26,8 +26,11 @@ Both are callbacks of the active Keras (Keras 3 by default, Keras 2 with
   sigmoids keep activations bounded while ReLU activations grow) and plots it.
 """
 
+import json
 import math
 import numbers
+import os
+import pathlib
 import warnings
 
 import numpy as np
@@ -106,6 +109,18 @@ class PrivacyBudget(keras.callbacks.Callback):
     ``make_private(model, l2_norm_clip=..., noise_multiplier=...)``, else to the
     model's DP optimizer's.
 
+    Runs that are killed and resumed (``keras.callbacks.BackupAndRestore``): pass
+    ``ledger="<backup dir>/privacy_ledger.json"``. The callback then counts every DP
+    step it sees end (``on_train_batch_end``), writes the count to that file after
+    each step (atomically), and at the start of a later ``fit`` with the same ledger
+    adds to it. ε is then computed from the steps actually taken, INCLUDING the steps
+    of a killed run that the restore rolled back and training redid: those steps
+    ran, and their noisy updates may have been seen (logs, intermediate backups), so
+    they are counted again, never forgotten. ``steps_taken`` and ``logs["dp_steps"]``
+    give that count. Needs ``steps_per_execution=1`` (the default). The ledger also
+    keeps ``epsilons`` across resumes. Without a ledger, ε after epoch k counts k
+    whole epochs (``initial_epoch`` of a resumed fit included).
+
     ε holds only if the DP noise and batches are secret. ``epsilon_holds`` is False
     (and a warning says the ε does not hold) for a model made private with
     ``insecure_dp_seed``; None when tf_tempered does not draw the model's noise (TF
@@ -120,7 +135,8 @@ class PrivacyBudget(keras.callbacks.Callback):
 
     def __init__(self, *, target_epsilon, delta, num_examples, batch_size=None,
                  noise_multiplier=None, sampling=accounting.DEFAULT_SAMPLING,
-                 accountant=accounting.DEFAULT_ACCOUNTANT, microbatch_size=None):
+                 accountant=accounting.DEFAULT_ACCOUNTANT, microbatch_size=None,
+                 ledger=None):
         super().__init__()
         if (isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real)
                 or not target_epsilon > 0):
@@ -146,6 +162,25 @@ class PrivacyBudget(keras.callbacks.Callback):
         self.stopped_epoch = None  # epoch index after which training was stopped
         self.epsilon_holds = None  # see the class docstring; set at on_train_begin
         self._blocked_train_function = None
+        self.ledger = None if ledger is None else pathlib.Path(ledger)
+        self.steps_taken = 0  # DP steps counted in the ledger (all runs), if any
+
+    def _load_ledger(self):
+        if self.ledger is None or not self.ledger.exists():
+            return {"steps": 0, "epsilons": []}
+        state = json.loads(self.ledger.read_text())
+        if not isinstance(state.get("steps"), int) or state["steps"] < 0:
+            raise ValueError(f"PrivacyBudget: ledger {self.ledger} is corrupt ({state!r}); "
+                             f"restore it or start a new run with a new backup directory.")
+        return state
+
+    def _write_ledger(self):
+        state = {"steps": self.steps_taken, "epsilons": self.epsilons,
+                 "noise_multiplier": self._noise_multiplier, "batch_size": self.batch_size,
+                 "num_examples": self.num_examples}
+        tmp = self.ledger.with_name(self.ledger.name + ".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.ledger)  # atomic: a kill leaves the old or the new count
 
     def _resolve(self):
         """Fills in batch size, σ and microbatch size; validates them with compute_epsilon."""
@@ -208,12 +243,26 @@ class PrivacyBudget(keras.callbacks.Callback):
                 f"regenerate the noise, and the epsilon does not hold. Use "
                 f"tf_tempered.make_private(model) for secret noise.", UserWarning, stacklevel=3)
 
+    def _steps_per_execution(self):
+        value = getattr(self.model, "steps_per_execution", None)
+        if value is None:
+            value = getattr(self.model, "_steps_per_execution", None)
+        return 1 if value is None else int(value.numpy() if hasattr(value, "numpy") else value)
+
     def on_train_begin(self, logs=None):
         self._resolve()
         self._check_randomness()
         self.epsilons = []
         self.stopped_epoch = None
-        first = self.epsilon_after(1, steps_per_epoch=self._steps_per_epoch())
+        if self.ledger is not None:
+            if self._steps_per_execution() != 1:
+                raise ValueError(
+                    "PrivacyBudget(ledger=...) counts one DP step per train batch; compile "
+                    "with steps_per_execution=1 (the default).")
+            state = self._load_ledger()
+            self.steps_taken, self.epsilons = state["steps"], list(state["epsilons"])
+            self.ledger.parent.mkdir(parents=True, exist_ok=True)
+        first = self._epsilon_now(1)
         if first > self.target_epsilon:
             warnings.warn(
                 f"PrivacyBudget: one epoch already spends epsilon={first:.4g} > "
@@ -226,15 +275,38 @@ class PrivacyBudget(keras.callbacks.Callback):
             self._blocked_train_function = self.model.train_function
             self.model.train_function = lambda iterator: {}
 
+    def _epsilon_now(self, more_epochs, epoch=-1):
+        """ε after ``more_epochs`` more epochs (from the ledger's steps, or epoch + 1 + more)."""
+        steps_per_epoch = self._steps_per_epoch()
+        if self.ledger is None:
+            return self.epsilon_after(epoch + 1 + more_epochs, steps_per_epoch=steps_per_epoch)
+        if steps_per_epoch is None:
+            raise ValueError("PrivacyBudget(ledger=...) needs the steps per epoch: pass "
+                             "steps_per_epoch= to fit, or a dataset of known length.")
+        steps = self.steps_taken + more_epochs * steps_per_epoch
+        if steps == 0:
+            return 0.0
+        if self.sampling == "shuffle":  # counted in (partial epochs rounded up) epochs
+            return self.epsilon_after(steps / steps_per_epoch, steps_per_epoch=None)
+        return self.epsilon_after(1, steps_per_epoch=steps)  # `steps` steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.ledger is not None and self._blocked_train_function is None:
+            self.steps_taken += 1
+            self._write_ledger()
+
     def on_epoch_end(self, epoch, logs=None):
         if self._blocked_train_function is not None:
             return
-        steps_per_epoch = self._steps_per_epoch()
-        epsilon = self.epsilon_after(epoch + 1, steps_per_epoch=steps_per_epoch)
+        epsilon = self._epsilon_now(0, epoch)
         self.epsilons.append(epsilon)
         if logs is not None:
             logs["epsilon"] = epsilon
-        following = self.epsilon_after(epoch + 2, steps_per_epoch=steps_per_epoch)
+            if self.ledger is not None:
+                logs["dp_steps"] = self.steps_taken
+        if self.ledger is not None:
+            self._write_ledger()
+        following = self._epsilon_now(1, epoch)
         if following > self.target_epsilon:
             self.model.stop_training = True
             self.stopped_epoch = epoch

@@ -39,6 +39,7 @@ reported as TF Privacy does, *assuming* Poisson sampling, and labelled so, next 
 the bound actually proven for shuffling (no amplification by subsampling).
 """
 
+import contextlib
 import math
 import pathlib
 import sys
@@ -158,7 +159,8 @@ class _EpochReport(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs if logs is not None else {}
-        steps = (epoch + 1) * self.plan.steps_per_epoch
+        # With a PrivacyBudget ledger (--backup_dir): every DP step taken, redone ones too.
+        steps = int(logs.get("dp_steps", (epoch + 1) * self.plan.steps_per_epoch))
         # PrivacyBudget, which runs before this callback, has put ε into the logs.
         eps = logs["epsilon"] if "epsilon" in logs else self.plan.epsilon(steps)
         eps_shuffle = self.plan.epsilon_no_amplification(steps)
@@ -168,7 +170,7 @@ class _EpochReport(keras.callbacks.Callback):
             record["epsilon_no_amplification"] = eps_shuffle
         for key, value in logs.items():
             # val_dp_* are the DP training metrics, idle (zero) in evaluation.
-            if key != "epsilon" and not key.startswith("val_dp_"):
+            if key not in ("epsilon", "dp_steps") and not key.startswith("val_dp_"):
                 name = key.replace("val_", "test_", 1) if key.startswith("val_") else (
                     key if key.startswith("dp_") else f"train_{key}")
                 record[name] = float(value)
@@ -206,7 +208,39 @@ def _make_optimizer(config, plan):
                num_microbatches=microbatches, learning_rate=lr)
 
 
-def _train_dataset(config, plan, x, y):
+STRATEGIES = ("mirrored", "multi_worker")
+
+
+def make_strategy(name):
+    """None (no strategy), or the tf.distribute strategy --strategy names.
+
+    "mirrored": MirroredStrategy on this machine's GPUs (one CPU replica without
+    GPUs); "multi_worker": MultiWorkerMirroredStrategy, the cluster from TF_CONFIG.
+    """
+    if name is None:
+        return None
+    if name not in STRATEGIES:
+        raise common.ConfigError(f"--strategy={name!r} is invalid: use one of {STRATEGIES}.")
+    if name == "multi_worker" and KERAS_MAJOR == 3:
+        raise common.ConfigError(
+            "--strategy=multi_worker needs Keras 2: run with TF_USE_LEGACY_KERAS=1. Keras 3's "
+            "Model.fit fails under MultiWorkerMirroredStrategy before any step, for any model "
+            "(keras-team/keras#20585); tf_tempered's DP step itself works there in a custom "
+            "training loop (docs/distributed.md).")
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def _train_dataset(config, plan, x, y, strategy=None):
+    replicas = 1 if strategy is None else strategy.num_replicas_in_sync
+    if config.dpsgd and config.sampling == "poisson" and replicas > 1:
+        # Replica r samples x[r::R] with the same q: a Poisson sample of all N per step.
+        return sampling.distributed_poisson_batches(
+            strategy, x, y, expected_batch_size=config.batch_size,
+            steps=plan.steps_per_epoch, insecure_dp_seed=config.insecure_dp_seed)
     if config.dpsgd and config.sampling == "poisson":
         q = config.batch_size / len(x)
         max_batch = sampling.default_max_batch_size(
@@ -238,7 +272,7 @@ def progress_verbosity(stream=None):
         return 2
 
 
-def run_training(config, *, verbose=1, extra_callbacks=None):
+def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, strategy=None):
     """Trains as ``config`` (a TrainConfig) says; returns the metrics dict (also written).
 
     Args:
@@ -247,6 +281,14 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
             (loss, accuracy, clipped fraction, test accuracy, ε) and no progress bar,
             "auto" 1 when stdout is a terminal and 2 otherwise (log files, CI).
         extra_callbacks: optional ``f(model, dataset) -> list of Keras callbacks``.
+        backup_dir: where ``keras.callbacks.BackupAndRestore`` keeps the run's state
+            (weights, optimizer state, epoch) at each epoch end, and PrivacyBudget its
+            ledger of DP steps taken; a run killed and started again with the same
+            directory resumes from the last completed epoch, and its ε counts every
+            DP step taken, the redone ones included (``steps``; ``steps_trained`` is
+            the optimizer's count).
+        strategy: None, "mirrored" or "multi_worker" (see :func:`make_strategy`), or
+            a ``tf.distribute.Strategy``; the same DP-SGD update and ε as one device.
 
     Raises:
         ConfigError: for invalid settings, before any data is loaded or model trained.
@@ -267,43 +309,64 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
     common.check_num_examples(config, len(dataset.y_train))
     plan = plan_privacy(config, len(dataset.y_train))
 
-    model = common.build_model(config, dataset)
-    loss_options = {}
-    if config.dpsgd:
-        # Once, here: the builders return plain models, and a second call would re-key
-        # the noise. The DP optimizer from _make_optimizer carries C and σ.
-        make_private(model, insecure_dp_seed=config.insecure_dp_seed)
-        plan.epsilon_holds = has_secret_dp_randomness(model)
-        loss_options["reduction"] = "none"  # per-example losses for DP-SGD (both Kerases)
-    model.compile(optimizer=_make_optimizer(config, plan),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  **loss_options),
-                  metrics=["accuracy"])
-    train_ds = _train_dataset(config, plan, dataset.x_train, dataset.y_train)
-    test_ds = tf.data.Dataset.from_tensor_slices(dataset.test).batch(1024)
+    if isinstance(strategy, str):
+        strategy = make_strategy(strategy)
+    scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
+    with scope:  # variables (model, optimizer, DP noise counter) on every replica
+        model = common.build_model(config, dataset)
+        loss_options = {}
+        if config.dpsgd:
+            # Once, here: the builders return plain models, and a second call would
+            # re-key the noise. The DP optimizer from _make_optimizer carries C and σ.
+            make_private(model, insecure_dp_seed=config.insecure_dp_seed)
+            plan.epsilon_holds = has_secret_dp_randomness(model)
+            loss_options["reduction"] = "none"  # per-example losses (both Kerases)
+        model.compile(optimizer=_make_optimizer(config, plan),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                      **loss_options),
+                      metrics=["accuracy"])
+    train_ds = _train_dataset(config, plan, dataset.x_train, dataset.y_train, strategy)
+    test_batch = 1024
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        # Keras 3 builds evaluate() on its first batch averaged over the replicas,
+        # which fails if that batch splits unevenly: make it a multiple of R.
+        replicas = strategy.num_replicas_in_sync
+        test_batch = max(replicas, min(test_batch, len(dataset.y_test)) // replicas * replicas)
+    test_ds = tf.data.Dataset.from_tensor_slices(dataset.test).batch(test_batch)
     report = _EpochReport(plan, verbose)
     # First, so that the bar finishes its line before _EpochReport prints. verbose=2:
     # no bar (fit verbose=0), the per-epoch line of _EpochReport only.
     progbar = (keras.callbacks.ProgbarLogger(count_mode="steps") if KERAS_MAJOR == 2
                else keras.callbacks.ProgbarLogger())
     callbacks = [progbar] if verbose == 1 else []
+    ledger = None
+    if backup_dir is not None:
+        callbacks.append(keras.callbacks.BackupAndRestore(str(backup_dir)))
+        ledger = pathlib.Path(backup_dir) / "privacy_ledger.json"
+    budget = None
     if config.dpsgd:
         # Logs ε each epoch, and with --target_epsilon stops before exceeding it (a
         # safety net: the calibrated σ already keeps the last epoch within it).
-        callbacks.append(PrivacyBudget(
+        budget = PrivacyBudget(
             target_epsilon=config.target_epsilon or math.inf, delta=config.delta,
             num_examples=plan.num_examples, batch_size=config.batch_size,
             noise_multiplier=plan.noise_multiplier, sampling="poisson",
-            accountant=config.accountant, microbatch_size=plan.microbatch_size))
+            accountant=config.accountant, microbatch_size=plan.microbatch_size,
+            ledger=ledger)
+        callbacks.append(budget)
     callbacks.append(report)
     if extra_callbacks is not None:
         callbacks.extend(extra_callbacks(model, dataset))
     model.fit(train_ds, epochs=config.epochs, validation_data=test_ds, callbacks=callbacks,
-              verbose=1 if verbose == 1 else 0, shuffle=False)  # train_ds is shuffled/sampled
+              verbose=1 if verbose == 1 else 0, shuffle=False,  # train_ds is shuffled/sampled
+              steps_per_epoch=plan.steps_per_epoch if strategy is not None else None)
     final_metrics = model.evaluate(test_ds, verbose=0, return_dict=True)
 
-    # The steps actually taken (PrivacyBudget may stop early).
+    # The steps actually taken (PrivacyBudget may stop early; with a ledger, the
+    # steps of killed runs that were redone after a restore count again).
     final = report.records[-1]["steps"] if report.records else 0
+    if budget is not None and budget.ledger is not None:
+        final = budget.steps_taken
     result = {
         "test_accuracy": float(final_metrics["accuracy"]),
         "test_loss": float(final_metrics["loss"]),
@@ -317,6 +380,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None):
         "sampling": config.sampling if config.dpsgd else "shuffle (non-private)",
         "noise_multiplier": plan.noise_multiplier,
         "steps": final,
+        "steps_trained": int(model.optimizer.iterations.numpy()),
+        "replicas": 1 if strategy is None else strategy.num_replicas_in_sync,
         "steps_per_epoch": plan.steps_per_epoch,
         "flags": config.to_dict(),
         "dataset": {"name": dataset.name, "source": dataset.source,
@@ -350,10 +415,25 @@ def define_flags():
     """Defines this script's absl flags (call once, from the entry point)."""
     from absl import flags  # pylint: disable=g-import-not-at-top
     common.define_training_flags(flags.FLAGS)
+    flags.DEFINE_string("backup_dir", None, "Back up the run (weights, optimizer, epoch, "
+                        "DP steps taken) here after every epoch, and resume from it if "
+                        "present: a killed run started again continues, and its ε counts "
+                        "every DP step taken, redone ones included.")
+    flags.DEFINE_enum("strategy", None, list(STRATEGIES), "tf.distribute strategy: "
+                      "mirrored (this machine's GPUs) or multi_worker (TF_CONFIG cluster). "
+                      "Same DP-SGD update and ε as one device.")
+    flags.DEFINE_integer("cpu_devices", None, "Split the CPU into this many logical devices "
+                         "(before TensorFlow starts), e.g. to try --strategy=mirrored with "
+                         "several replicas on a machine without GPUs.")
 
 
 def _run_from_flags(f):
-    run_training(common.validate_config(common.config_from_flags(f)), verbose="auto")
+    if f["cpu_devices"].value is not None:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * f["cpu_devices"].value)
+    run_training(common.validate_config(common.config_from_flags(f)), verbose="auto",
+                 backup_dir=f["backup_dir"].value, strategy=f["strategy"].value)
 
 
 # `cli` is the console entry point tf-tempered-train.

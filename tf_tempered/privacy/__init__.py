@@ -20,7 +20,8 @@ from tf_tempered.privacy.engine import (DPConfig, EngineOptions, UnsupportedLaye
 from tf_tempered.privacy.optimizers import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,
                                             DPKerasSGDOptimizer)
 from tf_tempered.privacy.randomness import InsecureDPRandomnessWarning
-from tf_tempered.privacy.sampling import (default_max_batch_size, poisson_batches,
+from tf_tempered.privacy.sampling import (default_max_batch_size,
+                                          distributed_poisson_batches, poisson_batches,
                                           poisson_steps_per_epoch)
 
 # `tf_tempered.privacy.epsilon` (the CLI) is not imported here, so that
@@ -43,5 +44,6 @@ __all__ = [
     "noise_multiplier_for_epsilon",
     "num_steps",
     "poisson_batches",
+    "distributed_poisson_batches",
     "poisson_steps_per_epoch",
 ]

@@ -24,7 +24,10 @@ optimizer's `l2_norm_clip`, adds N(0, (σ·C)²) to the sum (keyed by a secret, 
 `tf_tempered.privacy.randomness`: the global seed does not fix it), divides by the
 number of microbatches, and hands the result to the optimizer's own update rule
 (SGD, Adam, ...), exactly as TF Privacy's own slow `_compute_gradients` would. With any
-other optimizer the model trains as usual (non-privately).
+other optimizer the model trains as usual (non-privately). Under a tf.distribute
+MirroredStrategy or MultiWorkerMirroredStrategy each replica clips its own examples and
+the update is still the single-device one (noise once, global normaliser): see
+`tf_tempered.privacy.distribute`.
 
 Example:
 
@@ -47,7 +50,8 @@ import types
 import numpy as np
 
 from tf_tempered._compat import check_same_keras, keras, tf
-from tf_tempered.privacy import coverage, keras_bridge, layer_grads, randomness, recording
+from tf_tempered.privacy import (coverage, distribute, keras_bridge, layer_grads, randomness,
+                                 recording)
 from tf_tempered.privacy.clip import ClipWeights
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import DPConfig, dp_config, model_dp_config, settings_config
@@ -120,6 +124,12 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     choice gives the same update, so they trade speed and memory only. Calling
     make_private again replaces them.
 
+    Several devices or machines: build the model, call make_private and compile in
+    ``strategy.scope()`` (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``); each
+    step then gives the single-device update on the global batch
+    (:mod:`tf_tempered.privacy.distribute`; Poisson batches from
+    :func:`~tf_tempered.privacy.sampling.distributed_poisson_batches`).
+
     Raises UnsupportedLayerError (a ValueError) for layers that mix examples,
     such as a trainable BatchNormalization, and ValueError for invalid settings
     (naming the argument).
@@ -134,14 +144,18 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     elif not isinstance(options, EngineOptions):
         raise TypeError(f"make_private: options must be a tf_tempered.privacy.EngineOptions, "
                         f"got {type(options).__name__}.")
-    noise = randomness.DPRandomness("noise", insecure_dp_seed=insecure_dp_seed)
+    with model.distribute_strategy.scope():  # replicated variables under a strategy
+        noise = randomness.DPRandomness("noise", insecure_dp_seed=insecure_dp_seed)
+        dp_metrics = None if is_private(model) else _DPMetrics()
     recording.instrument(model)
     if not is_private(model):
         keras_bridge.set_untracked(model, "_tf_tempered_private", True)
         # Kept out of model.metrics so evaluate() does not report them; reset
         # with the model's own metrics at the start of every epoch.
-        keras_bridge.set_untracked(model, "_dp_metrics", _DPMetrics())
+        keras_bridge.set_untracked(model, "_dp_metrics", dp_metrics)
         model.train_step = types.MethodType(_train_step, model)
+        distribute.accept_poisson_sample_weights(model, _unpack_sample_weight)
+        distribute.configure_model(model)
         model.reset_metrics = types.MethodType(_reset_metrics, model)
     # Untracked, like _dp_metrics: the key is in no weight list, checkpoint or
     # saved model.
@@ -195,14 +209,9 @@ def _train_step(self, data):
     poisson_mask = sample_weight if normalizer is not None else None
     if config is None:
         return type(self).train_step(self, (x, y, sample_weight) if sample_weight is not None else (x, y))
-    if self.distribute_strategy.num_replicas_in_sync > 1:
-        # Each replica would clip, noise and normalize its own shard, then Keras
-        # would sum across replicas: not the noise and scale the optimizer promises.
-        raise NotImplementedError(
-            "The fast DP engine runs on one replica; this model was built under a "
-            f"strategy with {self.distribute_strategy.num_replicas_in_sync} replicas. "
-            "Build and train it outside the tf.distribute strategy scope (one GPU or "
-            "CPU).")
+    # Under a strategy: this replica's share of the batch (see distribute.py).
+    replicas = distribute.Replicas(self)
+    replicas.check_optimizer(self.optimizer)
     if self.losses:
         raise ValueError(
             "The model has regularization losses (e.g. kernel_regularizer); the fast "
@@ -216,7 +225,8 @@ def _train_step(self, data):
             y_pred = self(x, training=True)
         losses = self.compute_loss(x, y, y_pred, sample_weight)
         num_microbatches, examples_per_microbatch = _microbatching(
-            losses, config.num_microbatches, poisson=normalizer is not None)
+            losses, replicas.local_microbatches(config.num_microbatches),
+            poisson=normalizer is not None)
         microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
         total = tf.reduce_sum(microbatch_losses)
         recorder.end_forward()
@@ -275,11 +285,23 @@ def _train_step(self, data):
             key = keras_bridge.variable_key(var)
             summed[key] = summed[key] + grad if key in summed else grad
 
-    if normalizer is None:
-        normalizer = num_microbatches
+    real = finite
+    if poisson_mask is not None:  # padded rows are not examples: leave them out
+        real *= tf.cast(poisson_mask, tf.float32)
+    stats = distribute.step_stats(  # summed over replicas
+        replicas, num_microbatches=num_microbatches, rows=tf.shape(losses)[0], norm=norm,
+        finite=finite, clip=clip, real=real, losses=losses, loss_weight=poisson_mask)
+    if normalizer is None:  # the global number of microbatches
+        check = (replicas.check_even_split(tf.shape(losses)[0], stats[1])
+                 if config.num_microbatches is not None else tf.no_op())
+        with tf.control_dependencies([check]):
+            normalizer = tf.identity(stats[0])
     variables = self.trainable_variables
     with tf.control_dependencies([total]):
-        noises = _gaussian_noise(variables, config.noise_stddev, self._dp_noise)
+        counter = self._dp_noise.next_counter()  # on every replica: a synchronised step
+        noises = replicas.noise(
+            lambda c: _gaussian_noise(variables, config.noise_stddev, self._dp_noise, c),
+            variables, counter)
     grads_and_vars = []
     for var, noise in zip(variables, noises):
         grad = summed.get(keras_bridge.variable_key(var))
@@ -292,27 +314,20 @@ def _train_step(self, data):
     self.optimizer.apply_gradients(grads_and_vars)
 
     metrics = self._dp_metrics
-    real = finite
-    if poisson_mask is not None:  # padded rows are not examples: leave them out
-        real *= tf.cast(poisson_mask, tf.float32)
-    metrics.clipped_fraction.update_state(tf.cast(norm > clip, tf.float32), sample_weight=real)
-    metrics.grad_norm.update_state(tf.where(finite > 0, norm, 0.0), sample_weight=real)
-    metrics.nonfinite.update_state(tf.reduce_sum(1.0 - finite))
+    # Global (all-replica) DP metrics and loss; Keras 3's compute_loss does not
+    # feed its loss tracker (its train_step does), and Keras' mean would count
+    # padded Poisson rows.
+    distribute.update_dp_metrics(metrics, stats, replicas)
     if poisson_mask is None:
         logs = self.compute_metrics(x, y, y_pred, sample_weight)
-        # Keras 3's compute_loss does not feed its loss tracker (its train_step does).
-        metrics.masked_loss.update_state(losses)
-        logs["loss"] = metrics.masked_loss.result()
     else:
         # Padded rows are not examples. Keras applies sample weights to
-        # `weighted_metrics` only, so drop the rows for the compiled metrics, and
-        # replace Keras' loss mean (over all rows) with one over the real rows.
+        # `weighted_metrics` only, so drop the rows for the compiled metrics.
         keep = tf.greater(poisson_mask, 0)
         real_rows = lambda t: tf.boolean_mask(t, keep)
         logs = self.compute_metrics(x, tf.nest.map_structure(real_rows, y),
                                     tf.nest.map_structure(real_rows, y_pred), None)
-        metrics.masked_loss.update_state(losses, sample_weight=poisson_mask)
-        logs["loss"] = metrics.masked_loss.result()
+    logs["loss"] = metrics.masked_loss.result()
     logs.update({m.name: m.result() for m in metrics.all() if m is not metrics.masked_loss})
     return logs
 
@@ -335,7 +350,7 @@ def _log_generic_layers(model, records):
                   "registered handler) for: %s", ", ".join(names))
 
 
-def _gaussian_noise(variables, stddev, source):
+def _gaussian_noise(variables, stddev, source, counter):
     """Independent N(0, stddev²) noise shaped like each variable, from ``source``.
 
     One Philox draw for all coordinates at a fresh counter of the model's secret
@@ -343,7 +358,7 @@ def _gaussian_noise(variables, stddev, source):
     stateful tf.random.normal per variable, same distribution.
     """
     sizes = [int(np.prod(v.shape)) for v in variables]
-    flat = source.normal([sum(sizes)], stddev=stddev, counter=source.next_counter())
+    flat = source.normal([sum(sizes)], stddev=stddev, counter=counter)
     return [tf.reshape(n, v.shape) for n, v in zip(tf.split(flat, sizes), variables)]
 
 

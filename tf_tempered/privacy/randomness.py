@@ -26,8 +26,9 @@ The key and a draw counter live in two untracked ``tf.Variable`` objects: their
 values are not in traced graphs (nothing to leak through TensorBoard's graph
 dump), not in ``model.weights``, checkpoints or ``model.keras``, and never printed.
 Each draw is one stateless Philox call (``StatelessRandomNormalV2`` /
-``StatelessRandomUniformV2``, XLA-compilable) at counter ``[0, c]``, where ``c``
-is distinct per draw, so no two draws share Philox blocks.
+``StatelessRandomUniformV2``, XLA-compilable) at counter ``[s, c]``, where ``c``
+is distinct per draw of a stream ``s`` (0 unless a caller splits the key into
+streams, e.g. one per Poisson shard), so no two draws share Philox blocks.
 
 ``insecure_dp_seed=K`` (an int) derives the key from K instead: bit-for-bit
 reproducible DP runs for debugging and tests, and NOT private; the first such use
@@ -146,8 +147,12 @@ class DPRandomness:
         with tf.init_scope():  # created eagerly even if called while tracing
             self._key = tf.Variable(_to_int64(key), dtype=tf.int64, trainable=False,
                                     name=f"dp_{purpose}_key")
-            self._counter = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                        name=f"dp_{purpose}_counter")
+            # Under a tf.distribute strategy (created in its scope) one counter is
+            # shared by the replicas: advanced once per synchronised call, every
+            # replica reads the same value (a no-op outside strategies).
+            self._counter = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name=f"dp_{purpose}_counter",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
     @property
     def is_secret(self):
@@ -162,20 +167,25 @@ class DPRandomness:
         """A new counter value (int64 scalar tensor): 1, 2, 3, ... Stateful."""
         return self._counter.assign_add(1)
 
-    def _key_counter(self, counter):
+    def _key_counter(self, counter, stream):
         key = tf.reshape(tf.bitcast(self._key.read_value(), tf.uint64), [1])
         counter = tf.cast(counter, tf.int64)
-        return key, tf.bitcast(tf.stack([tf.zeros([], tf.int64), counter]), tf.uint64)
+        stream = tf.cast(stream, tf.int64)
+        return key, tf.bitcast(tf.stack([stream, counter]), tf.uint64)
 
-    def normal(self, shape, *, stddev, counter, dtype=tf.float32):
-        """N(0, stddev²) of ``shape``: one Philox draw at ``counter``."""
-        key, counter = self._key_counter(counter)
+    def normal(self, shape, *, stddev, counter, stream=0, dtype=tf.float32):
+        """N(0, stddev²) of ``shape``: one Philox draw at 128-bit counter ``[stream, counter]``.
+
+        ``stream`` (default 0) separates independent sub-streams of one key, e.g. the
+        shards of :func:`~tf_tempered.privacy.sampling.poisson_batches`.
+        """
+        key, counter = self._key_counter(counter, stream)
         draw = tf.raw_ops.StatelessRandomNormalV2(shape=shape, key=key, counter=counter,
                                                   alg=_PHILOX, dtype=dtype)
         return draw * tf.cast(stddev, dtype)
 
-    def uniform(self, shape, *, counter, dtype=tf.float64):
-        """U[0, 1) of ``shape``: one Philox draw at ``counter``."""
-        key, counter = self._key_counter(counter)
+    def uniform(self, shape, *, counter, stream=0, dtype=tf.float64):
+        """U[0, 1) of ``shape``: one Philox draw at counter ``[stream, counter]``."""
+        key, counter = self._key_counter(counter, stream)
         return tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter,
                                                    alg=_PHILOX, dtype=dtype)

@@ -28,6 +28,24 @@ steps=<number of steps>, sampling="poisson", ...)``.
 Membership is secret: drawn from a key read from the OS's entropy (see
 :mod:`tf_tempered.privacy.randomness`), never from a seed, because amplification by
 subsampling, hence that ε, holds only if nobody can tell which examples a step used.
+
+Several replicas or workers (``tf.distribute``): :func:`distributed_poisson_batches`
+gives replica ``r`` of ``R`` the shard ``x[r::R]`` (``num_shards=R, shard_index=r``
+of :func:`poisson_batches`) and samples it with the SAME q, from its own Philox
+stream (``stream=r`` of the key; on another worker another secret key as well).
+Why the single-machine ε is still the right one: the shards are disjoint and cover
+the N examples, and within a step every example's inclusion is a Bernoulli(q) draw
+independent of every other example's (independent within a shard by construction,
+across shards because the streams, or keys, are independent). The union of the
+replicas' samples, which is the step's global batch, therefore includes each of
+the N examples independently with probability q: exactly a Poisson sample of the
+whole dataset, the sampling ``compute_epsilon(num_examples=N, batch_size=q·N,
+sampling="poisson")`` assumes. Each replica pads its own sample to its own
+``max_batch_size`` with a mask, and every replica carries the GLOBAL expected
+batch size q·N, the normaliser of the summed update (see
+:mod:`tf_tempered.privacy.distribute`). Splitting one padded global batch among the
+replicas instead would put the padding on the last replicas (and tf.distribute
+cannot split the scalar expected batch size), hence a per-replica sampler.
 """
 
 import math
@@ -45,6 +63,7 @@ __all__ = [
     "poisson_steps_per_epoch",
     "default_max_batch_size",
     "poisson_batches",
+    "distributed_poisson_batches",
 ]
 
 # Default bound on the probability that any step of a run samples more than
@@ -133,7 +152,8 @@ def _check_positive_int(name, value):
 
 
 def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None, epochs=None,
-                    steps=None, max_batch_size=None, seed=None, insecure_dp_seed=None):
+                    steps=None, max_batch_size=None, seed=None, insecure_dp_seed=None,
+                    num_shards=1, shard_index=0):
     """tf.data.Dataset of Poisson-sampled, zero-padded batches of (x, y) with a mask.
 
     Each step includes each example independently with probability q (a Bernoulli
@@ -143,6 +163,11 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
     ``max_batch_size`` (default: see ``default_max_batch_size``); a step that samples
     more raises ``InvalidArgumentError`` naming max_batch_size, never drops examples.
     Account with ``compute_epsilon(num_examples=N, batch_size=q·N, steps=<steps>)``.
+
+    ``num_shards=R, shard_index=r`` (for one replica of R; see
+    :func:`distributed_poisson_batches`) samples only the examples ``x[r::R]``, with
+    the same q and its own Philox stream; ``expected_batch_size`` stays the global
+    q·N, and the default ``max_batch_size`` bounds the overflow of all R shards.
 
     Membership is secret: the draws come from a key read from the OS's entropy when
     the dataset is built, at a fresh counter for every pass over the dataset (each
@@ -176,6 +201,14 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
     if y.shape.rank == 0 or y.shape[0] != num_examples:
         raise ValueError(f"y must have one row per example of x ({num_examples}), got shape "
                          f"{y.shape}; pass labels aligned with x.")
+    _check_positive_int("num_shards", num_shards)
+    if (isinstance(shard_index, bool) or not isinstance(shard_index, numbers.Integral)
+            or not 0 <= shard_index < num_shards):
+        raise ValueError(f"shard_index must be an integer in [0, num_shards={num_shards}), "
+                         f"got {shard_index!r}.")
+    if num_shards > num_examples:
+        raise ValueError(f"num_shards={num_shards} exceeds the {num_examples} examples; "
+                         f"every shard needs at least one example.")
     q = poisson_sampling_probability(num_examples=num_examples,
                                      expected_batch_size=expected_batch_size,
                                      sampling_probability=sampling_probability)
@@ -188,9 +221,13 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
                                                       sampling_probability=q)
     _check_positive_int("steps", steps)
     steps = int(steps)
-    if max_batch_size is None:
-        max_batch_size = default_max_batch_size(num_examples=num_examples,
-                                                sampling_probability=q, total_steps=steps)
+    if num_shards > 1:  # this replica's examples; q and q·N stay global
+        x, y = x[shard_index::num_shards], y[shard_index::num_shards]
+    shard_examples = int(x.shape[0])
+    if max_batch_size is None:  # over all shards' steps (union bound)
+        max_batch_size = default_max_batch_size(num_examples=shard_examples,
+                                                sampling_probability=q,
+                                                total_steps=steps * num_shards)
     _check_positive_int("max_batch_size", max_batch_size)
     max_batch_size = int(max_batch_size)
     if steps >= 2 ** 32:  # the Philox counter holds (pass, step) as two 32-bit halves
@@ -201,7 +238,8 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
     expected = tf.constant(q * num_examples, tf.float32)
     overflow_message = (
         f"poisson_batches: a step sampled more examples than max_batch_size="
-        f"{max_batch_size} (N={num_examples}, q={q:.6g}, expected {q * num_examples:.6g}); "
+        f"{max_batch_size} (N={shard_examples}, q={q:.6g}, expected "
+        f"{q * shard_examples:.6g}); "
         f"pass a larger max_batch_size, or leave it None for a size that overflows with "
         f"probability < {OVERFLOW_PROBABILITY:g} over the run. Sampled count:")
 
@@ -213,7 +251,8 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
     def draw(step, iteration):
         # A distinct Philox counter per (pass over the dataset, step).
         counter = tf.bitwise.left_shift(iteration, 32) + step
-        uniform = source.uniform([num_examples], counter=counter, dtype=tf.float64)
+        uniform = source.uniform([shard_examples], counter=counter, stream=shard_index,
+                                 dtype=tf.float64)
         index = tf.where(uniform < q64)[:, 0]
         count = tf.size(index)
         check = tf.debugging.assert_less_equal(count, max_batch_size, message=overflow_message)
@@ -239,3 +278,34 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
     dataset = dataset.map(draw, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def distributed_poisson_batches(strategy, x, y, **kwargs):
+    """Poisson batches for every replica of ``strategy`` (a ``tf.distribute`` dataset).
+
+    Replica r of R samples its shard ``x[r::R]`` with the same q (see the module
+    docstring for why the union is a Poisson sample of all N examples, and the
+    single-device ε holds); takes :func:`poisson_batches`' arguments (q, ``steps``
+    per pass, ``max_batch_size`` per replica, ``insecure_dp_seed``). Every worker of a
+    MultiWorkerMirroredStrategy must pass the same x, y. The dataset repeats (every
+    pass draws new batches): train with ``model.fit(dataset, epochs=E,
+    steps_per_epoch=<steps>)``, and account for E·steps steps of q on N examples.
+    """
+    for name in ("num_shards", "shard_index"):
+        if name in kwargs:
+            raise ValueError(f"distributed_poisson_batches chooses {name} per replica; "
+                             f"do not pass it.")
+
+    def per_worker(context):
+        total = context.num_replicas_in_sync
+        local = total // context.num_input_pipelines
+        first = context.input_pipeline_id * local
+        shards = [poisson_batches(x, y, num_shards=total, shard_index=first + j, **kwargs)
+                  for j in range(local)]
+        if local == 1:
+            return shards[0].repeat()
+        # tf.distribute hands a worker's elements to its replicas in turn.
+        return tf.data.Dataset.choose_from_datasets(
+            shards, tf.data.Dataset.range(local).repeat(), stop_on_empty_dataset=True).repeat()
+
+    return strategy.distribute_datasets_from_function(per_worker)
