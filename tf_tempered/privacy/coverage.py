@@ -79,10 +79,11 @@ def refuse_unrecorded_dependencies(model, unrecorded, grads):
             "layers a clip norm that leaves it out). This happens when a layer's weights "
             "are used without calling the layer, as in the fused kernels of LSTM and GRU, "
             "which the engine does not support yet. Train this model without make_private: "
-            "compiled with TF Privacy's optimizer of the same name (tensorflow_privacy, "
-            "Python <= 3.11; tf_tempered's own DP optimizers refuse to train without "
-            "make_private), it then gets TF Privacy's own (slower) per-microbatch "
-            "gradients, which back-propagate through every layer.")
+            "compiled with TF Privacy's optimizer of the same name (tensorflow_privacy: "
+            "Keras 2 with TF_USE_LEGACY_KERAS=1, Python <= 3.11; tf_tempered's own DP "
+            "optimizers refuse to train without make_private), it then gets TF Privacy's "
+            "own (slower) per-microbatch gradients, which back-propagate through every "
+            "layer.")
 
 
 # Ops on a variable's handle that do not read its value into the computation (a layer

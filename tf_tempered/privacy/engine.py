@@ -218,7 +218,7 @@ def _train_step(self, data):
             "DP engine does not fold data-independent penalties into per-example "
             "gradients. Remove the regularizers (use weight decay in the optimizer, "
             "or rely on clipping and noise), or train without make_private with TF "
-            "Privacy's own optimizer (Python <= 3.11).")
+            "Privacy's own optimizer (Keras 2 with TF_USE_LEGACY_KERAS=1, Python <= 3.11).")
     recorder = recording.Recorder()
     with tf.GradientTape() as tape:
         with recorder.active():

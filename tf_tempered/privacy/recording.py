@@ -189,9 +189,10 @@ def _wrap_call(layer):
 
 _NO_FAST_PATH = (
     "Train this model without make_private: compiled with TF Privacy's optimizer "
-    "of the same name (tensorflow_privacy, Python <= 3.11; tf_tempered's own DP "
-    "optimizers refuse to train without make_private), it then gets TF Privacy's "
-    "own (slower) per-microbatch gradients, which back-propagate through every layer.")
+    "of the same name (tensorflow_privacy: Keras 2 with TF_USE_LEGACY_KERAS=1, "
+    "Python <= 3.11; tf_tempered's own DP optimizers refuse to train without "
+    "make_private), it then gets TF Privacy's own (slower) per-microbatch gradients, "
+    "which back-propagate through every layer.")
 
 
 def _nested_graph_message(layer):
