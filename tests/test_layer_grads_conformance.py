@@ -62,6 +62,12 @@ _CONV_PATHS = {
     "native-norms-only": {"norm_path": "native", "materialize_max_bytes": 0},
 }
 
+# Paths of the depthwise part (DepthwiseConv2D, SeparableConv2D): the folded
+# backprop in one call or in chunks of 3 examples (padded chunks with a dynamic
+# batch), image patches; no native op there.
+_DEPTHWISE_PATHS = {"auto": {}, "patches": {"norm_path": "materialize"},
+                    "chunks": {"depthwise_chunk": 3, "materialize_max_bytes": 0}}
+
 
 def _dense(dtype):
     # [B, T, d] input: several rows per example.
@@ -194,14 +200,38 @@ def _generic_conv1d(dtype):
     ])
 
 
-def _generic_conv2d_family(dtype):
-    # MobileNet-style depthwise/separable convolutions, a transposed and a grouped Conv2D.
+def _depthwise(dtype):
+    # depth_multiplier, "same"/"valid", strides, dilation, no bias.
     return keras.Sequential([
-        keras.Input((6, 6, 2), dtype=dtype),
+        keras.Input((7, 6, 2), dtype=dtype),
         keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2, activation="tanh",
                                      dtype=dtype),
-        keras.layers.SeparableConv2D(4, 3, activation="tanh", dtype=dtype),
-        keras.layers.Conv2DTranspose(4, 3, strides=2, dtype=dtype),
+        keras.layers.DepthwiseConv2D((2, 3), strides=2, activation="tanh", dtype=dtype),
+        keras.layers.DepthwiseConv2D(2, dilation_rate=(2, 1), padding="same", depth_multiplier=3,
+                                     use_bias=False, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _separable(dtype):
+    return keras.Sequential([
+        keras.Input((7, 6, 2), dtype=dtype),
+        keras.layers.SeparableConv2D(3, 3, padding="same", depth_multiplier=2, activation="tanh",
+                                     dtype=dtype),
+        keras.layers.SeparableConv2D(4, (3, 2), strides=2, activation="tanh", dtype=dtype),
+        keras.layers.SeparableConv2D(2, 2, dilation_rate=2, padding="same", use_bias=False,
+                                     dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _generic_conv2d_family(dtype):
+    # A transposed and a grouped Conv2D.
+    return keras.Sequential([
+        keras.Input((6, 6, 2), dtype=dtype),
+        keras.layers.Conv2DTranspose(4, 3, strides=2, activation="tanh", dtype=dtype),
         keras.layers.Conv2D(4, 3, groups=2, dtype=dtype),
         keras.layers.Flatten(dtype=dtype),
         keras.layers.Dense(3, dtype=dtype),
@@ -251,10 +281,14 @@ CASES = {
                {"Conv1D": "conv1d", "Dense": "dense"}),
     "generic_conv1d": (_generic_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
                        {"Conv1D": "generic", "GroupNormalization": "generic", "Dense": "dense"}),
+    "depthwise": (_depthwise, lambda s: _floats((7, 6, 2), s), _DEPTHWISE_PATHS,
+                  {"DepthwiseConv2D": "depthwise_conv2d", "Dense": "dense"}),
+    "separable": (_separable, lambda s: _floats((7, 6, 2), s),
+                  {**_DEPTHWISE_PATHS, "ghost": {"norm_path": "ghost"}},
+                  {"SeparableConv2D": "separable_conv2d", "Dense": "dense"}),
     "generic_conv2d_family": (_generic_conv2d_family, lambda s: _floats((6, 6, 2), s),
                               {"auto": {}},
-                              {"DepthwiseConv2D": "generic", "SeparableConv2D": "generic",
-                               "Conv2DTranspose": "generic", "Conv2D": "generic",
+                              {"Conv2DTranspose": "generic", "Conv2D": "generic",
                                "Dense": "dense"}),
     "generic_conv3d": (_generic_conv3d, lambda s: _floats((4, 4, 4, 1), s), {"auto": {}},
                        {"Conv3D": "generic", "Dense": "dense"}),

@@ -1,0 +1,171 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""DepthwiseConv2D (channels_last, "same"/"valid"): per-example kernel gradients, always kept.
+
+Output channel (c, o) of a depthwise conv sees input channel c only, so example
+b's kernel gradient is, per channel c and kernel tap k,
+
+    ∂ℓ_b/∂W[k, c, o] = Σ_p x_b[p + k, c] · g_b[p, c, o]   (p: output pixels)
+
+— at most kh·kw·cin·dm values per example, small enough to keep for every
+microbatch (a matrix-vector clipped sum). A layer's path (`DepthwisePath`):
+
+* folded (undilated): one depthwise-conv backprop with the batch folded into
+  the channels (input channel (b, c) has output channels (b, c, o)): the
+  backprop filter of [1, H, W, B·cin] is the per-example gradients;
+* patches (dilated layers, or forced by norm_path="materialize"): image
+  patches (conv_grads.patches) contracted with the output gradients per
+  channel, an einsum.
+
+The batch goes through either in chunks of EngineOptions.depthwise_chunk examples.
+"""
+
+import dataclasses
+from typing import Tuple
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import conv_grads, keras_bridge
+from tf_tempered.privacy.layer_grads import Handler, derived_weights, register, rows
+
+__all__ = ["DepthwiseConv2DHandler", "DepthwiseParams", "DepthwisePath", "choose_path",
+           "depthwise_norms", "per_example_kernel_grads"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthwiseParams:
+    """Plain hyperparameters of a depthwise convolution (conv_grads.patches reads them too)."""
+    name: str
+    kernel_size: Tuple[int, int]
+    strides: Tuple[int, int]
+    dilation_rate: Tuple[int, int]
+    padding: str
+    depth_multiplier: int
+    use_bias: bool
+    kernel_shape: Tuple[int, int, int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthwisePath:
+    """method: "folded" (depthwise backprop, batch folded into channels) or "patches"."""
+    method: str
+    materialize: bool = True  # always: rows.linear_norms reads it
+
+
+def depthwise_params(layer, kernel, use_bias):
+    """DepthwiseParams of a DepthwiseConv2D or SeparableConv2D, or None where not covered."""
+    padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
+    if data_format != "channels_last" or padding not in ("same", "valid") or derived_weights(layer):
+        return None  # channels_first, LoRA, quantized: the generic VJP
+    pair = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v, v)))
+    strides, dilation = pair(layer.strides), pair(layer.dilation_rate)
+    if max(strides) > 1 and max(dilation) > 1:
+        return None  # tf.nn.depthwise_conv2d refuses both (Keras does too)
+    return DepthwiseParams(layer.name, pair(layer.kernel_size), strides, dilation, padding,
+                           int(layer.depth_multiplier), bool(use_bias),
+                           keras_bridge.shape_of(kernel))
+
+
+@register(keras.layers.DepthwiseConv2D)
+class DepthwiseConv2DHandler(Handler):
+    """DepthwiseConv2D; channels_first takes the generic path."""
+
+    name = "depthwise_conv2d"
+    summary = ("channels_last, any depth_multiplier, strides, dilations and padding: "
+               "per-microbatch kernel gradients from one depthwise-conv backprop with the batch "
+               "folded into channels (or image patches), kept for a matrix-vector clipped sum")
+    records_pre_activation = True
+
+    def hyperparameters(self, layer):
+        return depthwise_params(layer, _kernel(layer), layer.use_bias)
+
+    def variables(self, layer, params):
+        kernel = _kernel(layer)
+        return [kernel, layer.bias] if params.use_bias else [kernel]
+
+    def norms(self, call, params, step):
+        return depthwise_norms(call.inputs, call.grad_output, params, step)
+
+
+def _kernel(layer):
+    # Keras 3 names a DepthwiseConv2D's kernel `kernel`, Keras 2 `depthwise_kernel`.
+    return layer.depthwise_kernel if hasattr(layer, "depthwise_kernel") else layer.kernel
+
+
+def choose_path(params, options):
+    """The DepthwisePath of a layer (chosen while tracing)."""
+    # Not folded when dilated: TF 2.21's CPU depthwise backprop-filter ignores
+    # `dilations` eagerly (wrong gradients) and fails in graphs, and
+    # tf.nn.depthwise_conv2d's space-to-batch needs a static channel count,
+    # which the folded batch does not have when the batch size is unknown.
+    if options.forced == "materialize" or params.dilation_rate != (1, 1):
+        return DepthwisePath("patches")
+    return DepthwisePath("folded")
+
+
+def depthwise_norms(x, g, params, step):
+    """Norms (kernel, bias) of a depthwise convolution from its input x and output gradient g."""
+    path = choose_path(params, step.options)
+    num_microbatches = step.num_microbatches
+    per_row = per_example_kernel_grads(params, x, g, path, step.options.depthwise_chunk)
+    # Summed per microbatch even with one example each: an example may have
+    # several rows (TimeDistributed gives its layer [B·T, ...]).
+    middle = tf.reduce_sum(tf.reshape(
+        per_row, [per_row.shape[0], num_microbatches, -1, per_row.shape[-1]]), 2)
+
+    def materialized_sum(weights):  # middle: [kh·kw, M, cin·dm]
+        kept = weights.zero_nonfinite(middle, axis=1)
+        return tf.matmul(tf.cast(weights.scale, kept.dtype)[None, None, :], kept)
+
+    kernel = rows.KernelGrads(tf.reduce_sum(tf.square(middle), [0, 2]), materialized_sum)
+    src = rows.RowSource(x, g, params.kernel_size[0] * params.kernel_size[1], step.options)
+    return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
+                             use_bias=params.use_bias, kernel=kernel)
+
+
+def per_example_kernel_grads(params, x, g, path, chunk):
+    """Per-example ∂ℓ_b/∂W as [kh·kw, B, cin·dm] (examples on the middle axis, as folded gives)."""
+    fn = _folded if path.method == "folded" else _from_patches
+    x = tf.cast(x, g.dtype)
+    batch = x.shape[0]
+    if batch is not None:
+        return tf.concat([fn(params, x[i:i + chunk], g[i:i + chunk])
+                          for i in range(0, batch, chunk)], 1)
+
+    def in_chunks():
+        grads = conv_grads.map_padded_chunks(lambda xc, gc: fn(params, xc, gc), x, g, chunk,
+                                             parallel_iterations=2)
+        grads = tf.transpose(grads, [1, 0, 2, 3])  # [kh·kw, chunks, chunk, cin·dm]
+        return tf.reshape(grads, [grads.shape[0], -1, grads.shape[-1]])[:, :tf.shape(x)[0]]
+
+    return tf.cond(tf.shape(x)[0] <= chunk, lambda: fn(params, x, g), in_chunks)
+
+
+def _folded(params, x, g):
+    batch = tf.shape(x)[0]
+    height, width, cin = x.shape[1], x.shape[2], x.shape[3]
+    oh, ow = g.shape[1], g.shape[2]
+    (kh, kw), dm = params.kernel_size, params.depth_multiplier
+    x_folded = tf.reshape(tf.transpose(x, [1, 2, 0, 3]), [1, height, width, batch * cin])
+    g_folded = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, oh, ow, batch * cin * dm])
+    filters = tf.compat.v1.nn.depthwise_conv2d_native_backprop_filter(
+        x_folded, tf.stack([kh, kw, batch * cin, dm]), g_folded,
+        strides=[1, *params.strides, 1], padding=params.padding.upper())
+    return tf.reshape(filters, [kh * kw, batch, cin * dm])
+
+
+def _from_patches(params, x, g):
+    (kh, kw), dm, cin = params.kernel_size, params.depth_multiplier, x.shape[-1]
+    patches = tf.reshape(conv_grads.patches(params, x), [tf.shape(x)[0], -1, kh * kw, cin])
+    g = tf.reshape(g, [tf.shape(g)[0], -1, cin, dm])
+    return tf.reshape(tf.einsum("bpkc,bpcm->kbcm", patches, g), [kh * kw, -1, cin * dm])

@@ -1,0 +1,98 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""SeparableConv2D: a depthwise convolution, then a pointwise (1×1) one and the bias.
+
+The layer computes U = depthwise(X, D) and Z = U·P + b per pixel. With G = ∂ℓ/∂Z
+recorded, the pointwise kernel and bias are a Dense on the rows of U (ghost norm
+or materialized, rows.py), and the depthwise kernel a DepthwiseConv2D with output
+gradient ∂ℓ/∂U = G·Pᵀ (depthwise.py). The layer does not expose U: it is
+recomputed from the recorded X (one depthwise convolution, a small part of the
+layer's cost). A microbatch's squared norm is the sum of the two parts'.
+"""
+
+import dataclasses
+from typing import Any, Tuple
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.layer_grads import Handler, Norms, register, rows
+from tf_tempered.privacy.layer_grads.depthwise import depthwise_norms, depthwise_params
+
+__all__ = ["SeparableConv2DHandler", "SeparableParams", "SeparablePath"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SeparableParams:
+    """The depthwise part's DepthwiseParams (no bias), the pointwise kernel's shape, the bias."""
+    depthwise: Any
+    pointwise_shape: Tuple[int, int, int, int]
+    use_bias: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class SeparablePath:
+    """The depthwise part's DepthwisePath and the pointwise part's rows.RowsPath."""
+    depthwise: Any
+    pointwise: Any
+
+
+@register(keras.layers.SeparableConv2D)
+class SeparableConv2DHandler(Handler):
+    """SeparableConv2D; channels_first takes the generic path."""
+
+    name = "separable_conv2d"
+    summary = ("channels_last, any depth_multiplier, strides, dilations and padding: the "
+               "depthwise kernel as DepthwiseConv2D (output gradient G·Pᵀ), the pointwise kernel "
+               "and bias as a Dense on the recomputed depthwise output")
+    records_pre_activation = True
+
+    def hyperparameters(self, layer):
+        depthwise = depthwise_params(layer, layer.depthwise_kernel, use_bias=False)
+        if depthwise is None:
+            return None
+        return SeparableParams(depthwise, keras_bridge.shape_of(layer.pointwise_kernel),
+                               bool(layer.use_bias))
+
+    def variables(self, layer, params):
+        kernels = [layer.depthwise_kernel, layer.pointwise_kernel]
+        return kernels + [layer.bias] if params.use_bias else kernels
+
+    def norms(self, call, params, step):
+        g = call.grad_output  # [B, oh, ow, filters]
+        dw = params.depthwise
+        x = tf.cast(call.inputs, g.dtype)
+        depthwise_kernel = tf.cast(_value(call.layer.depthwise_kernel), g.dtype)
+        pointwise = tf.reshape(tf.cast(_value(call.layer.pointwise_kernel), g.dtype),
+                               params.pointwise_shape[2:])  # [cin·dm, filters]
+        u = tf.nn.depthwise_conv2d(x, depthwise_kernel, strides=[1, *dw.strides, 1],
+                                   padding=dw.padding.upper(), dilations=list(dw.dilation_rate))
+        pointwise_src = rows.RowSource(u, g, pointwise.shape[0], step.options)
+        pointwise_path = rows.RowsPath(rows.choose_materialize(
+            pointwise_src, step.num_microbatches, step.examples_per_microbatch))
+        pointwise_norms = rows.linear_norms(pointwise_src, pointwise_path, step,
+                                            kernel_shape=params.pointwise_shape,
+                                            use_bias=params.use_bias)
+        grad_u = tf.tensordot(g, pointwise, [[3], [1]])  # ∂ℓ/∂U = G·Pᵀ
+        depthwise = depthwise_norms(x, grad_u, dw, step)
+
+        def clipped_sum(weights):
+            return depthwise.clipped_sum(weights) + pointwise_norms.clipped_sum(weights)
+
+        return Norms(depthwise.sq_norms + pointwise_norms.sq_norms, clipped_sum,
+                     SeparablePath(depthwise.path, pointwise_path))
+
+
+def _value(variable):
+    """The variable's current value as a tensor (the step's own: nothing updated it yet)."""
+    return tf.convert_to_tensor(keras_bridge.watchable(variable))
