@@ -17,7 +17,8 @@ import pytest
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import EngineOptions, native
-from tf_tempered.privacy.layer_grads import conv, dense, rows
+from tf_tempered.privacy import layer_grads
+from tf_tempered.privacy.layer_grads import conv, dense, depthwise, rows
 
 BATCH = 256
 
@@ -125,3 +126,29 @@ def test_input_width_and_rows():
     assert src.d_in == 4 * 4 * 16
     assert rows.static_rows(src.grad_output, 3) == 48
     assert rows.static_rows(tf.zeros((5, 7)), None) == 1
+
+
+@pytest.mark.parametrize("layer,options,method", [
+    (keras.layers.DepthwiseConv2D(3, depth_multiplier=2), {}, "folded"),
+    (keras.layers.DepthwiseConv2D(3, strides=2), {"norm_path": "depthwise"}, "folded"),
+    # TF's CPU backprop-filter op ignores dilations: patches, whatever the options.
+    (keras.layers.DepthwiseConv2D(3, dilation_rate=2), {}, "patches"),
+    (keras.layers.DepthwiseConv2D(3), {"norm_path": "materialize"}, "patches"),
+])
+def test_depthwise_path(layer, options, method):
+    layer.build((None, 9, 9, 3))
+    handler, params = layer_grads.lookup(layer)
+    assert handler.name == "depthwise_conv2d"
+    assert params.kernel_shape == (3, 3, 3, layer.depth_multiplier)
+    assert depthwise.choose_path(params, EngineOptions(**options)).method == method
+
+
+def test_separable_conv2d_takes_its_handler_unless_channels_first():
+    layer = keras.layers.SeparableConv2D(4, 3, depth_multiplier=2)
+    layer.build((None, 9, 9, 3))
+    handler, params = layer_grads.lookup(layer)
+    assert handler.name == "separable_conv2d"
+    assert (params.depthwise.kernel_shape, params.pointwise_shape) == ((3, 3, 3, 2), (1, 1, 6, 4))
+    first = keras.layers.SeparableConv2D(4, 3, data_format="channels_first")
+    first.build((None, 3, 9, 9))
+    assert layer_grads.lookup(first)[0] is layer_grads.GENERIC
