@@ -227,12 +227,25 @@ def _separable(dtype):
     ])
 
 
+def _conv_transpose(dtype):
+    # Strided with output_padding and no bias, unstrided, strided "same". (Not
+    # dilated: TF's CPU Conv2DBackpropInput refuses dilations, so the layer cannot run.)
+    return keras.Sequential([
+        keras.Input((3, 2, 3), dtype=dtype),
+        keras.layers.Conv2DTranspose(3, 3, strides=2, output_padding=1, use_bias=False,
+                                     activation="tanh", dtype=dtype),
+        keras.layers.Conv2DTranspose(4, (2, 3), activation="tanh", dtype=dtype),
+        keras.layers.Conv2DTranspose(2, 3, strides=2, padding="same", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
 def _generic_conv2d_family(dtype):
-    # A transposed and a grouped Conv2D.
+    # A grouped Conv2D.
     return keras.Sequential([
         keras.Input((6, 6, 2), dtype=dtype),
-        keras.layers.Conv2DTranspose(4, 3, strides=2, activation="tanh", dtype=dtype),
-        keras.layers.Conv2D(4, 3, groups=2, dtype=dtype),
+        keras.layers.Conv2D(4, 3, groups=2, activation="tanh", dtype=dtype),
         keras.layers.Flatten(dtype=dtype),
         keras.layers.Dense(3, dtype=dtype),
     ])
@@ -288,8 +301,9 @@ CASES = {
                   {"SeparableConv2D": "separable_conv2d", "Dense": "dense"}),
     "generic_conv2d_family": (_generic_conv2d_family, lambda s: _floats((6, 6, 2), s),
                               {"auto": {}},
-                              {"Conv2DTranspose": "generic", "Conv2D": "generic",
-                               "Dense": "dense"}),
+                              {"Conv2D": "generic", "Dense": "dense"}),
+    "conv_transpose": (_conv_transpose, lambda s: _floats((3, 2, 3), s), _CONV_PATHS,
+                       {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
     "generic_conv3d": (_generic_conv3d, lambda s: _floats((4, 4, 4, 1), s), {"auto": {}},
                        {"Conv3D": "generic", "Dense": "dense"}),
 }

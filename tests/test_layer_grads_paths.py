@@ -152,3 +152,16 @@ def test_separable_conv2d_takes_its_handler_unless_channels_first():
     first = keras.layers.SeparableConv2D(4, 3, data_format="channels_first")
     first.build((None, 3, 9, 9))
     assert layer_grads.lookup(first)[0] is layer_grads.GENERIC
+
+
+def test_conv2d_transpose_is_a_conv2d_on_swapped_roles():
+    layer = keras.layers.Conv2DTranspose(4, (3, 2), strides=2, output_padding=1)
+    layer.build((None, 5, 5, 3))
+    handler, params = layer_grads.lookup(layer)
+    assert handler.name == "conv2d_transpose" and params.use_bias
+    # The equivalent Conv2D: input G (4 channels), output gradient X (3 channels), no bias.
+    assert (params.conv2d.kernel_shape, params.conv2d.filters, params.conv2d.use_bias) == (
+        (3, 2, 4, 3), 3, False)
+    dilated = keras.layers.Conv2DTranspose(4, 3, dilation_rate=2)
+    dilated.build((None, 5, 5, 3))
+    assert layer_grads.lookup(dilated)[0] is layer_grads.GENERIC

@@ -183,6 +183,7 @@ from tf_tempered.privacy.layer_grads import generic
 from tf_tempered.privacy.layer_grads import dense
 from tf_tempered.privacy.layer_grads import conv
 from tf_tempered.privacy.layer_grads import conv1d
+from tf_tempered.privacy.layer_grads import conv_transpose
 from tf_tempered.privacy.layer_grads import depthwise
 from tf_tempered.privacy.layer_grads import separable
 from tf_tempered.privacy.layer_grads import embedding

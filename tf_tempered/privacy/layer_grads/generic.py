@@ -32,9 +32,9 @@ class GenericHandler(Handler):
 
     name = "generic"
     summary = ("any other layer that treats examples independently (LayerNormalization, "
-               "GroupNormalization, grouped Conv1D/Conv2D, Conv3D, Conv2DTranspose, "
-               "learnable TemperedSigmoid, custom layers, LoRA/quantized variants): a vectorized per-example VJP of the layer alone, "
-               "logged once per model")
+               "GroupNormalization, grouped Conv1D/Conv2D, Conv3D, dilated Conv2DTranspose, "
+               "learnable TemperedSigmoid, custom layers, LoRA/quantized variants): a vectorized "
+               "per-example VJP of the layer alone, logged once per model")
     records_pre_activation = False
 
     def hyperparameters(self, layer):
