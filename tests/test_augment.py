@@ -156,3 +156,30 @@ def test_augmult_batches_validates(kwargs, name):
     ds = tf.data.Dataset.from_tensors((np.zeros((2, 4, 4, 1), "float32"), np.zeros(2)))
     with pytest.raises(ValueError, match=rf"^{name}=.* is invalid"):
         augment.augmult_batches(ds, **kwargs)
+
+
+def test_train_script_trains_on_k_copies_with_the_same_epsilon():
+    from tf_tempered.experiments import common, train
+    base = common.TrainConfig(dataset="digits", num_train=256, num_test=64, batch_size=32,
+                              epochs=1, learning_rate=0.5, seed=0, insecure_dp_seed=1)
+    plain = train.run_training(base, verbose=0)
+    config = base.replace(augmult=3, augment_shift=1, momentum=0.5)
+    plan = train.plan_privacy(config, 256)
+    batch = next(iter(train._train_dataset(config, plan, np.zeros((256, 8, 8, 1), "float32"),
+                                            np.zeros(256))))
+    assert batch[0].shape[0] % 3 == 0 and float(tf.reduce_sum(batch[2]["mask"])) % 3 == 0
+    result = train.run_training(config, verbose=0)
+    assert result["flags"]["augmult"] == 3
+    assert result["epsilon"] == pytest.approx(plain["epsilon"], rel=1e-12)  # no privacy cost
+    assert 0.0 <= result["test_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("changes, flag", [({"augmult": 0}, "augmult"),
+                                           ({"momentum": 1.0}, "momentum"),
+                                           ({"momentum": 0.9, "optimizer": "adam"}, "momentum"),
+                                           ({"augment_flip": True}, "augment_flip"),
+                                           ({"augmult": 2, "augment_shift": -1}, "augment_shift")])
+def test_train_script_validates_augmentation_flags(changes, flag):
+    from tf_tempered.experiments import common
+    with pytest.raises(common.ConfigError, match=rf"--{flag}"):
+        common.validate_config(common.TrainConfig(dataset="digits").replace(**changes))
