@@ -156,6 +156,9 @@ sys.modules["tensorflow_privacy"] = None
 import numpy as np
 import tf_tempered
 from tf_tempered._compat import keras, require_tensorflow_privacy, tensorflow_privacy
+
+# Also run on Python 3.11 with Keras 3 and TF Privacy installed (see conftest, .ci/run).
+pytestmark = pytest.mark.keras_matrix
 assert tensorflow_privacy is None
 try:
     require_tensorflow_privacy("The comparison")

@@ -92,6 +92,9 @@ import tf_tempered  # first, as a user would
 import keras
 import tensorflow as tf
 from tf_tempered._compat import KERAS_MAJOR
+
+# Also run on Python 3.11 with Keras 3 and TF Privacy installed (see conftest, .ci/run).
+pytestmark = pytest.mark.keras_matrix
 out = {"keras_version": keras.__version__, "keras_major": KERAS_MAJOR,
        "tf_keras_layer_is_keras3": tf.keras.layers.Layer is keras.layers.Layer,
        "tf_keras_imported": "tf_keras" in sys.modules,
