@@ -20,6 +20,11 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "tf_privacy: compares with TensorFlow Privacy; skipped where it is not "
         "installed (Python 3.12+)")
+    config.addinivalue_line(
+        "markers", "keras_matrix: depends on which Keras is bound and whether TF Privacy is "
+        "installed, beyond the engine itself (imports, version selection, Keras 2 vs 3 vs TF "
+        "Privacy); CI runs these also on Python 3.11 with Keras 3 and TF Privacy installed "
+        "(`-m keras_matrix`), where the rest of the suite repeats the Python 3.12 Keras 3 run")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -61,10 +61,10 @@ def _reference(builder, weights, x, y, num_microbatches):
 
 
 def _engine_update(builder, weights, x, y, clip, num_microbatches, static_batch, dtype,
-                   options=None):
+                   options=None, augmentation_multiplicity=1):
     model = builder(dtype)
     model.set_weights([w.astype(dtype) for w in weights])
-    make_private(model, options=options)
+    make_private(model, options=options, augmentation_multiplicity=augmentation_multiplicity)
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=0.0,
                                                 num_microbatches=num_microbatches,
                                                 learning_rate=1.0), loss=LOSS)
@@ -95,14 +95,18 @@ def _clipped_reference(builder, x, y, microbatches):
 
 
 def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, static_batch=False,
-                                    dtype="float32", options=None, cache_key=None):
+                                    dtype="float32", options=None, cache_key=None,
+                                    augmentation_multiplicity=1):
     """The engine's update (noise 0) equals the float64 reference, clip at the median norm.
+
+    augmentation_multiplicity=K: the rows of x are K consecutive copies of each
+    example; the reference's microbatches are then groups of K rows (one example).
 
     cache_key: tests that run one model on the same data under several engine
     options (paths, static or dynamic batch) may share its reference (numpy
     arrays only): pass a key that identifies (builder, x, y, num_microbatches).
     """
-    microbatches = num_microbatches or len(x)
+    microbatches = num_microbatches or len(x) // augmentation_multiplicity
     if cache_key is not None and cache_key in _REFERENCES:
         weights, norms, clip, clipped, reference = _REFERENCES[cache_key]
     else:
@@ -111,7 +115,7 @@ def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, sta
         if cache_key is not None:
             _REFERENCES[cache_key] = (weights, norms, clip, clipped, reference)
     ours, history = _engine_update(builder, weights, x, y, clip, num_microbatches,
-                                   static_batch, dtype, options)
+                                   static_batch, dtype, options, augmentation_multiplicity)
     np.testing.assert_allclose(history["dp_clipped_fraction"][0], clipped)
     np.testing.assert_allclose(history["dp_grad_norm"][0], norms.mean(), rtol=1e-4)
     scale = max(np.abs(r).max() for r in reference)

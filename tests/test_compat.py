@@ -24,6 +24,9 @@ import pytest
 from tf_tempered import _compat
 from tf_tempered._compat import keras, tensorflow_privacy, tf
 
+# Also run on Python 3.11 with Keras 3 and TF Privacy installed (see conftest, .ci/run).
+pytestmark = pytest.mark.keras_matrix
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -156,6 +159,7 @@ sys.modules["tensorflow_privacy"] = None
 import numpy as np
 import tf_tempered
 from tf_tempered._compat import keras, require_tensorflow_privacy, tensorflow_privacy
+
 assert tensorflow_privacy is None
 try:
     require_tensorflow_privacy("The comparison")

@@ -34,6 +34,9 @@ import tf_tempered
 from tf_tempered import _compat
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
+# Also run on Python 3.11 with Keras 3 and TF Privacy installed (see conftest, .ci/run).
+pytestmark = pytest.mark.keras_matrix
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACTIVE_PACKAGE = "keras" if KERAS_MAJOR == 3 else "tf_keras"
 
@@ -92,6 +95,7 @@ import tf_tempered  # first, as a user would
 import keras
 import tensorflow as tf
 from tf_tempered._compat import KERAS_MAJOR
+
 out = {"keras_version": keras.__version__, "keras_major": KERAS_MAJOR,
        "tf_keras_layer_is_keras3": tf.keras.layers.Layer is keras.layers.Layer,
        "tf_keras_imported": "tf_keras" in sys.modules,

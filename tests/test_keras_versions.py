@@ -18,6 +18,9 @@ import pytest
 
 from tf_tempered._compat import tensorflow_privacy
 
+# Also run on Python 3.11 with Keras 3 and TF Privacy installed (see conftest, .ci/run).
+pytestmark = pytest.mark.keras_matrix
+
 HERE = pathlib.Path(__file__).resolve().parent
 INPUT_SHAPES = {"mnist_cnn": (28, 28, 1), "cifar10_cnn": (32, 32, 3),
                 "learnable_tempered": (10, 10, 1)}

@@ -72,6 +72,7 @@ class TrainConfig:
     dpsgd: bool = True
     optimizer: str = "sgd"
     learning_rate: float = 0.15
+    momentum: float = 0.0
     l2_norm_clip: float = 1.0
     noise_multiplier: float = None
     target_epsilon: float = None
@@ -83,6 +84,9 @@ class TrainConfig:
     delta: float = accounting.DEFAULT_DELTA
     seed: int = 0
     insecure_dp_seed: int = None
+    augmult: int = 1
+    augment_shift: int = 2
+    augment_flip: bool = False
     output_dir: str = None
     save_model: bool = True
 
@@ -137,6 +141,19 @@ def validate_config(config):
         _check_positive(config, name, integer=True)
     for name in ("num_train", "num_test", "microbatches"):
         _check_positive(config, name, integer=True, optional=True)
+    _check_positive(config, "augmult", integer=True)
+    if not _is_number(config.momentum) or not 0 <= config.momentum < 1:
+        _fail(f"--momentum={config.momentum!r} is invalid: it must be in [0, 1). Fix: e.g. "
+              "--momentum=0.9, or 0 for plain SGD.")
+    if config.augment_flip and config.augmult == 1:
+        _fail("--augment_flip has no effect without augmentation: give --augmult=K (K > 1), "
+              "or drop --augment_flip.")
+    if config.momentum and config.optimizer != "sgd":
+        _fail(f"--momentum only applies to --optimizer=sgd, not --optimizer={config.optimizer}. "
+              "Fix: drop --momentum.")
+    if not _is_number(config.augment_shift, integer=True) or config.augment_shift < 0:
+        _fail(f"--augment_shift={config.augment_shift!r} is invalid: it must be an integer "
+              ">= 0 (pixels). Fix: e.g. --augment_shift=2.")
     for name in ("noise_multiplier", "target_epsilon"):
         _check_positive(config, name, optional=True)
     if config.activation == "tempered_sigmoid":
@@ -213,6 +230,7 @@ def define_training_flags(flag_values, exclude=()):
                                    "(shuffled batches, ε = inf)."),
         ("enum", "optimizer", d.optimizer, "Update rule.", OPTIMIZERS),
         ("float", "learning_rate", d.learning_rate, "Learning rate."),
+        ("float", "momentum", d.momentum, "Momentum of --optimizer=sgd (0: plain SGD)."),
         ("float", "l2_norm_clip", d.l2_norm_clip, "Clipping norm C."),
         ("float", "noise_multiplier", None,
          f"Noise multiplier σ (default {DEFAULT_NOISE_MULTIPLIER} unless --target_epsilon)."),
@@ -234,6 +252,15 @@ def define_training_flags(flag_values, exclude=()):
          "NOT PRIVATE, for debugging and tests: derive the DP noise, Poisson batches and "
          "DP shuffling from this seed, so the run is reproducible bit for bit but its ε "
          "does not hold (metrics.json and the summary say so)."),
+        ("integer", "augmult", d.augmult,
+         "Augmentation multiplicity K (De et al. 2022): each sampled example is trained on "
+         "as K augmented copies (random shifts of up to --augment_shift pixels, and "
+         "left-right flips with --augment_flip) whose mean gradient is clipped once: same "
+         "ε, K times the compute. 1: no augmentation."),
+        ("integer", "augment_shift", d.augment_shift,
+         "With --augmult > 1: largest random shift, in pixels (zero fill)."),
+        ("bool", "augment_flip", d.augment_flip,
+         "With --augmult > 1: also flip copies left-right at random (not for digits)."),
         ("string", "output_dir", None, "Where to write results (default: write nothing)."),
         ("bool", "save_model", d.save_model, "Also save model.keras into --output_dir."),
     ]

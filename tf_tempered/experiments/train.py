@@ -46,6 +46,7 @@ import sys
 import time
 import warnings
 
+from tf_tempered import augment
 from tf_tempered import data as data_lib
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
@@ -193,11 +194,12 @@ class _EpochReport(keras.callbacks.Callback):
 
 def _make_optimizer(config, plan):
     lr = config.learning_rate
+    extra = {"momentum": config.momentum} if config.momentum else {}
     if not config.dpsgd:
         # Keras 2: the legacy optimizers, as TF Privacy's (hence the DP ones there) are.
         module = keras.optimizers.legacy if KERAS_MAJOR == 2 else keras.optimizers
         cls = {"sgd": module.SGD, "adam": module.Adam}
-        return cls[config.optimizer](learning_rate=lr)
+        return cls[config.optimizer](learning_rate=lr, **extra)
     # tf_tempered's own DP optimizers: TF Privacy's arguments and update rules, on every
     # supported Python (TF Privacy does not install on 3.12+).
     cls = {"sgd": optimizers.DPKerasSGDOptimizer,
@@ -205,7 +207,7 @@ def _make_optimizer(config, plan):
     # Poisson batches vary in size: one example per microbatch (None) is the only fit.
     microbatches = None if config.sampling == "poisson" else config.microbatches
     return cls(l2_norm_clip=config.l2_norm_clip, noise_multiplier=plan.noise_multiplier,
-               num_microbatches=microbatches, learning_rate=lr)
+               num_microbatches=microbatches, learning_rate=lr, **extra)
 
 
 STRATEGIES = ("mirrored", "multi_worker")
@@ -235,6 +237,16 @@ def make_strategy(name):
 
 
 def _train_dataset(config, plan, x, y, strategy=None):
+    batches = _sampled_batches(config, plan, x, y, strategy)
+    if config.augmult == 1:
+        return batches
+    # Public augmentation randomness (see tf_tempered.augment): from --seed.
+    return augment.augmult_batches(batches, multiplicity=config.augmult,
+                                   max_shift=config.augment_shift, flip=config.augment_flip,
+                                   seed=config.seed)
+
+
+def _sampled_batches(config, plan, x, y, strategy=None):
     replicas = 1 if strategy is None else strategy.num_replicas_in_sync
     if config.dpsgd and config.sampling == "poisson" and replicas > 1:
         # Replica r samples x[r::R] with the same q: a Poisson sample of all N per step.
@@ -311,6 +323,11 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
 
     if isinstance(strategy, str):
         strategy = make_strategy(strategy)
+    if config.augmult > 1 and strategy is not None and strategy.num_replicas_in_sync > 1:
+        raise common.ConfigError(
+            f"--augmult={config.augmult} is not supported with several replicas yet (a "
+            "replica's share of a batch could split an example's copies). Fix: drop "
+            "--strategy or --augmult.")
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:  # variables (model, optimizer, DP noise counter) on every replica
         model = common.build_model(config, dataset)
@@ -318,7 +335,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         if config.dpsgd:
             # Once, here: the builders return plain models, and a second call would
             # re-key the noise. The DP optimizer from _make_optimizer carries C and σ.
-            make_private(model, insecure_dp_seed=config.insecure_dp_seed)
+            make_private(model, insecure_dp_seed=config.insecure_dp_seed,
+                         augmentation_multiplicity=config.augmult)
             plan.epsilon_holds = has_secret_dp_randomness(model)
             loss_options["reduction"] = "none"  # per-example losses (both Kerases)
         model.compile(optimizer=_make_optimizer(config, plan),

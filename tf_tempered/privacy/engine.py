@@ -50,8 +50,8 @@ import types
 import numpy as np
 
 from tf_tempered._compat import check_same_keras, keras, tf
-from tf_tempered.privacy import (coverage, distribute, keras_bridge, layer_grads, randomness,
-                                 recording)
+from tf_tempered.privacy import (coverage, distribute, keras_bridge, layer_grads,
+                                 microbatching, randomness, recording)
 from tf_tempered.privacy.clip import ClipWeights
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import DPConfig, dp_config, model_dp_config, settings_config
@@ -62,11 +62,6 @@ __all__ = ["DPConfig", "EngineOptions", "dp_config", "make_private", "is_private
 UnsupportedLayerError = recording.UnsupportedLayerError
 
 _LOG = logging.getLogger(__name__)
-
-_LOSS_FIX = (
-    "compile with a per-example loss, e.g. loss=keras.losses.SparseCategoricalCrossentropy("
-    "from_logits=True, reduction=\"none\")")
-
 
 def is_private(model):
     """True if `make_private` has prepared `model` for the fast DP engine."""
@@ -88,7 +83,7 @@ def has_secret_dp_randomness(model):
 
 
 def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microbatches=None,
-                 insecure_dp_seed=None, options=None):
+                 insecure_dp_seed=None, options=None, augmentation_multiplicity=1):
     """Prepares a Keras model for fast, exact DP-SGD and returns it (the same object).
 
     Works for Sequential, Functional and subclassed models of the active Keras
@@ -124,6 +119,12 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     choice gives the same update, so they trade speed and memory only. Calling
     make_private again replaces them.
 
+    ``augmentation_multiplicity=K`` (De et al. 2022): every batch holds K
+    consecutive augmented copies of each example (build them with
+    :func:`tf_tempered.augment.augmult_batches`); an example's gradient is the mean
+    over its copies, clipped once, so sensitivity, normaliser and ε are those of
+    per-example clipping (:mod:`tf_tempered.privacy.microbatching`).
+
     Several devices or machines: build the model, call make_private and compile in
     ``strategy.scope()`` (``MirroredStrategy``, ``MultiWorkerMirroredStrategy``); each
     step then gives the single-device update on the global batch
@@ -139,6 +140,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
         raise TypeError(f"make_private expects a keras.Model, got {type(model).__name__}.")
     config = settings_config(l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
                              num_microbatches=num_microbatches)
+    augmentation_multiplicity = microbatching.validate_multiplicity(augmentation_multiplicity)
     if options is None:
         options = EngineOptions()
     elif not isinstance(options, EngineOptions):
@@ -162,6 +164,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     keras_bridge.set_untracked(model, "_dp_noise", noise)
     keras_bridge.set_untracked(model, "_dp_options", options)
     keras_bridge.set_untracked(model, "_dp_settings", config)
+    keras_bridge.set_untracked(model, "_dp_augmult", augmentation_multiplicity)
     keras_bridge.set_untracked(model, "_dp_generic_logged", False)
     model.train_function = None  # drop a step compiled before this call (old key)
     return model
@@ -212,6 +215,13 @@ def _train_step(self, data):
     # Under a strategy: this replica's share of the batch (see distribute.py).
     replicas = distribute.Replicas(self)
     replicas.check_optimizer(self.optimizer)
+    multiplicity = getattr(self, "_dp_augmult", 1)
+    if multiplicity > 1 and replicas.distributed:
+        raise ValueError(
+            f"augmentation_multiplicity={multiplicity} is not supported under a "
+            "tf.distribute strategy with several replicas yet (a replica's share of the "
+            "batch could split an example's copies). Fix: train on one replica, or call "
+            "make_private without augmentation_multiplicity.")
     if self.losses:
         raise ValueError(
             "The model has regularization losses (e.g. kernel_regularizer); the fast "
@@ -224,9 +234,9 @@ def _train_step(self, data):
         with recorder.active():
             y_pred = self(x, training=True)
         losses = self.compute_loss(x, y, y_pred, sample_weight)
-        num_microbatches, examples_per_microbatch = _microbatching(
-            losses, replicas.local_microbatches(config.num_microbatches),
-            poisson=normalizer is not None)
+        num_microbatches, examples_per_microbatch = microbatching.microbatch_layout(
+            losses, num_microbatches=replicas.local_microbatches(config.num_microbatches),
+            multiplicity=multiplicity, poisson=normalizer is not None)
         microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
         total = tf.reduce_sum(microbatch_losses)
         recorder.end_forward()
@@ -287,7 +297,7 @@ def _train_step(self, data):
 
     real = finite
     if poisson_mask is not None:  # padded rows are not examples: leave them out
-        real *= tf.cast(poisson_mask, tf.float32)
+        real *= microbatching.microbatch_mask(poisson_mask, num_microbatches)
     stats = distribute.step_stats(  # summed over replicas
         replicas, num_microbatches=num_microbatches, rows=tf.shape(losses)[0], norm=norm,
         finite=finite, clip=clip, real=real, losses=losses, loss_weight=poisson_mask)
@@ -360,35 +370,3 @@ def _gaussian_noise(variables, stddev, source, counter):
     sizes = [int(np.prod(v.shape)) for v in variables]
     flat = source.normal([sum(sizes)], stddev=stddev, counter=counter)
     return [tf.reshape(n, v.shape) for n, v in zip(tf.split(flat, sizes), variables)]
-
-
-def _microbatching(losses, num_microbatches, *, poisson):
-    """(number of microbatches, examples per microbatch or None if not static)."""
-    if losses.shape.rank == 0:
-        raise ValueError(
-            "DP-SGD needs one loss per example, but the compiled loss reduces the "
-            "batch to a scalar (TF Privacy would then clip the batch-mean gradient, "
-            f"which is not differentially private per example): {_LOSS_FIX}.")
-    static_batch = losses.shape[0]
-    batch_size = static_batch if static_batch is not None else tf.shape(losses)[0]
-    if num_microbatches is None:
-        return batch_size, 1
-    if poisson:
-        raise ValueError(
-            "Poisson-sampled batches need one example per microbatch: create the "
-            "DP optimizer with num_microbatches=None.")
-    if static_batch is not None:
-        if static_batch % num_microbatches:
-            raise ValueError(_microbatch_message(static_batch, num_microbatches))
-        return num_microbatches, static_batch // num_microbatches
-    tf.debugging.assert_equal(batch_size % num_microbatches, 0,
-                              message=_microbatch_message("this", num_microbatches))
-    return num_microbatches, None
-
-
-def _microbatch_message(batch, num_microbatches):
-    return (f"num_microbatches={num_microbatches} does not divide {batch} batch size; "
-            "each microbatch must hold the same number of examples. Use a batch size "
-            "that is a multiple of num_microbatches and drop the short last batch "
-            "(tf.data: .batch(batch_size, drop_remainder=True)), or set "
-            "num_microbatches=None (one example per microbatch).")

@@ -1,0 +1,118 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Augmentation multiplicity for DP-SGD (De et al. 2022, "Unlocking high-accuracy DP image
+classification through scale").
+
+Each example of a batch is replaced by K augmented copies, consecutive in the batch
+(rows i·K … i·K+K−1 are example i), and the model is prepared with
+``make_private(..., augmentation_multiplicity=K)``: example i's gradient is the mean
+over its copies, clipped once,
+
+    g_i = clip_C( (1/K) Σ_k ∇ℓ(aug_k(x_i), y_i) ),
+
+so the sensitivity (C), the normaliser and ε are those of per-example clipping:
+augmentation multiplicity costs compute, not privacy. The augmentations' randomness
+need not be secret: it is drawn independently of the data and acts inside each
+example's clipped term, so the DP guarantee holds for every value of it.
+
+>>> import numpy as np
+>>> ds = tf.data.Dataset.from_tensor_slices((np.zeros((4, 6, 6, 1), "float32"),
+...                                          np.arange(4))).batch(2)
+>>> x, y = next(iter(augmult_batches(ds, multiplicity=3, max_shift=1, seed=0)))
+>>> x.shape, y.numpy().tolist()
+(TensorShape([6, 6, 6, 1]), [0, 0, 0, 1, 1, 1])
+"""
+
+from tf_tempered._compat import tf
+
+__all__ = ["augmult_batches", "random_shift_flip"]
+
+
+def random_shift_flip(images, *, max_shift, flip, seed):
+    """Each image shifted by an independent uniform (dy, dx) in [−max_shift, max_shift]²
+    (zero fill) and, with ``flip``, mirrored left-right with probability 1/2.
+
+    ``images``: [N, H, W, C]; ``seed``: a stateless seed, shape [2] (int).
+    Shifting by s and padding with zeros is a random crop of the image padded by s.
+
+    >>> x = tf.reshape(tf.range(9, dtype=tf.float32), [1, 3, 3, 1])
+    >>> random_shift_flip(x, max_shift=0, flip=False, seed=[1, 2]).numpy().ravel().tolist()
+    [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    """
+    images = tf.convert_to_tensor(images)
+    if images.shape.rank != 4:
+        raise ValueError(f"random_shift_flip expects images of shape [N, H, W, C], got "
+                         f"{images.shape}. Fix: add a channel axis (e.g. x[..., None]).")
+    n, h, w = tf.shape(images)[0], images.shape[1], images.shape[2]
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2)
+    if max_shift:
+        s = int(max_shift)
+        padded = tf.pad(images, [[0, 0], [s, s], [s, s], [0, 0]])
+        offsets = tf.random.stateless_uniform([n, 2], seeds[0], minval=0, maxval=2 * s + 1,
+                                              dtype=tf.int32)
+        rows = offsets[:, :1] + tf.range(h)[None]  # [N, H] rows of the padded image
+        cols = offsets[:, 1:] + tf.range(w)[None]
+        images = tf.gather(padded, rows, axis=1, batch_dims=1)
+        images = tf.gather(images, cols, axis=2, batch_dims=1)
+    if flip:
+        mirror = tf.random.stateless_uniform([n], seeds[1]) < 0.5
+        images = tf.where(mirror[:, None, None, None], images[:, :, ::-1], images)
+    return images
+
+
+def augmult_batches(dataset, *, multiplicity, max_shift=0, flip=False, augment=None,
+                    seed=None):
+    """``dataset``'s batches with each example repeated ``multiplicity`` times, augmented.
+
+    ``dataset`` yields (x, y) or (x, y, sample_weight) batches, e.g. from
+    :func:`tf_tempered.privacy.poisson_batches` (whose mask is repeated with the
+    rows and whose expected batch size, counted in examples, is kept). Copies are
+    augmented by ``augment(images, seed)`` if given, else by
+    :func:`random_shift_flip` with ``max_shift`` and ``flip``. ``seed`` (public)
+    makes the augmentations reproducible; None draws it once at random.
+    """
+    if isinstance(multiplicity, bool) or not isinstance(multiplicity, int) or multiplicity < 1:
+        raise ValueError(f"multiplicity={multiplicity!r} is invalid: it must be an int >= 1 "
+                         "(augmented copies of each example). Fix: e.g. multiplicity=4.")
+    if isinstance(max_shift, bool) or not isinstance(max_shift, int) or max_shift < 0:
+        raise ValueError(f"max_shift={max_shift!r} is invalid: it must be an int >= 0 "
+                         "(pixels). Fix: e.g. max_shift=2.")
+    k = multiplicity
+    if augment is None:
+        def augment(images, s):
+            return random_shift_flip(images, max_shift=max_shift, flip=flip, seed=s)
+    if seed is None:
+        seed = int(tf.random.uniform([], maxval=2**31 - 1, dtype=tf.int32))
+    # Fresh augmentations every epoch (each iteration of the dataset).
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2)
+
+    def repeat(t):
+        return tf.repeat(t, k, axis=0)
+
+    def expand(batch, s):
+        x, y, *rest = batch
+        x = augment(repeat(x), s)
+        y = tf.nest.map_structure(repeat, y)
+        if rest:
+            weight = rest[0]
+            if isinstance(weight, dict) and "expected_batch_size" in weight:
+                weight = dict(weight, mask=repeat(weight["mask"]))
+            else:
+                weight = tf.nest.map_structure(repeat, weight)
+            return x, y, weight
+        return x, y
+
+    return tf.data.Dataset.zip((dataset, seeds)).map(
+        lambda batch, s: expand(batch, s), num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True).prefetch(tf.data.AUTOTUNE)
