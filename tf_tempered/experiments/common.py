@@ -79,6 +79,7 @@ class TrainConfig:
     batch_size: int = 256
     microbatches: int = None
     epochs: int = 60
+    ema_decay: float = None
     sampling: str = accounting.DEFAULT_SAMPLING
     accountant: str = accounting.DEFAULT_ACCOUNTANT
     delta: float = accounting.DEFAULT_DELTA
@@ -143,6 +144,10 @@ def validate_config(config):
               "non-negative integer (0: no validation split). Fix: e.g. --validation_size=5000.")
     for name in ("noise_multiplier", "target_epsilon"):
         _check_positive(config, name, optional=True)
+    if config.ema_decay is not None and not (_is_number(config.ema_decay)
+                                             and 0 < config.ema_decay < 1):
+        _fail(f"--ema_decay={config.ema_decay!r} is invalid: it must be in (0, 1). Fix: e.g. "
+              "--ema_decay=0.999, or drop it (no averaging).")
     if config.activation == "tempered_sigmoid":
         for name in ("scale", "inverse_temperature"):
             _check_positive(config, name)
@@ -240,6 +245,9 @@ def define_training_flags(flag_values, exclude=()):
         ("integer", "microbatches", None, "Microbatches per batch (default: one per "
                                           "example); must divide --batch_size."),
         ("integer", "epochs", d.epochs, "Epochs."),
+        ("float", "ema_decay", None, "Average the weights: shadow <- d*shadow + (1-d)*w after "
+                                     "each step; evaluate and save the average (no privacy "
+                                     "cost: post-processing). Default: off."),
         ("enum", "sampling", d.sampling, "poisson: Poisson-sampled batches (the ε "
                                          "accounting assumes); shuffle: shuffled fixed-size "
                                          "batches.", SAMPLINGS),

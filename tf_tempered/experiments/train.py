@@ -54,6 +54,7 @@ import time
 from tf_tempered import data as data_lib
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
+from tf_tempered.ema import ExponentialMovingAverage
 from tf_tempered.experiments import common, results
 # Re-exported: PrivacyPlan and plan_privacy lived here before privacy_plan.py.
 from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
@@ -268,6 +269,9 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
     progbar = (keras.callbacks.ProgbarLogger(count_mode="steps") if KERAS_MAJOR == 2
                else keras.callbacks.ProgbarLogger())
     callbacks = [progbar] if verbose == 1 else []
+    if config.ema_decay is not None:
+        # Validation sees the average; at the end the model keeps it (evaluated, saved).
+        callbacks.append(ExponentialMovingAverage(decay=config.ema_decay))
     ledger = None
     if backup_dir is not None:
         callbacks.append(keras.callbacks.BackupAndRestore(str(backup_dir)))
