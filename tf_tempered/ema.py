@@ -42,7 +42,7 @@ __all__ = ["ExponentialMovingAverage"]
 
 
 class ExponentialMovingAverage(keras.callbacks.Callback):
-    """Keeps ``shadow ← decay·shadow + (1−decay)·w`` after each batch; see the module docstring.
+    """Keeps ``shadow ← decay·shadow + (1−decay)·w`` after each batch (module docstring).
 
     Args:
         decay: in (0, 1); the average spans about ``1 / (1 − decay)`` steps.
