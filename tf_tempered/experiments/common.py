@@ -87,6 +87,7 @@ class TrainConfig:
     insecure_dp_seed: int = None
     output_dir: str = None
     save_model: bool = True
+    recipe: str = None
 
     def replace(self, **changes):
         """A copy with ``changes`` applied."""
@@ -162,6 +163,9 @@ def validate_config(config):
     if not _is_number(config.delta) or not 0 < config.delta < 1:
         _fail(f"--delta={config.delta!r} is invalid: it must be in (0, 1). Fix: e.g. "
               "--delta=1e-5 (below 1/number of training examples).")
+    if config.recipe is not None:
+        from tf_tempered.experiments import recipes  # pylint: disable=g-import-not-at-top
+        recipes.recipe_flags(config.recipe, config.dataset)  # refuses unknown names
     if config.seed is not None and not _is_number(config.seed, integer=True):
         _fail(f"--seed={config.seed!r} is invalid: it must be an integer.")
     if config.insecure_dp_seed is not None and not _is_number(config.insecure_dp_seed,
@@ -263,6 +267,8 @@ def define_training_flags(flag_values, exclude=()):
          "does not hold (metrics.json and the summary say so)."),
         ("string", "output_dir", None, "Where to write results (default: write nothing)."),
         ("bool", "save_model", d.save_model, "Also save model.keras into --output_dir."),
+        ("string", "recipe", None, "Named bundle of flag defaults (experiments/recipes.py, "
+                                   "e.g. paper); flags given explicitly override it."),
     ]
     for kind, name, default, help_text, *choices in specs:
         if name in exclude or name in flag_values:
@@ -272,9 +278,12 @@ def define_training_flags(flag_values, exclude=()):
 
 
 def config_from_flags(flag_values, **overrides):
-    """A TrainConfig from parsed absl flags (those defined), then ``overrides``."""
+    """A TrainConfig from parsed absl flags (those defined), --recipe, then ``overrides``."""
+    from tf_tempered.experiments import recipes  # pylint: disable=g-import-not-at-top
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     values = {n: flag_values[n].value for n in names if n in flag_values}
+    # --recipe's values fill in the flags not given on the command line.
+    values = recipes.apply_recipe(values, {n for n in values if flag_values[n].present})
     values.update(overrides)
     return TrainConfig(**values)
 
