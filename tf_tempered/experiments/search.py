@@ -166,7 +166,7 @@ def best_command(config, output_dir="results/best"):
     args = []
     for name, value in config.replace(output_dir=output_dir,
                                       save_model=True).to_dict().items():
-        if value == getattr(defaults, name):
+        if value == getattr(defaults, name) and name != "dataset":  # always say which data
             continue
         if isinstance(value, bool):
             args.append(f"--{name}" if value else f"--no{name}")
