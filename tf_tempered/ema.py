@@ -32,6 +32,10 @@ Only trainable variables are averaged. Non-trainable ones keep their current val
 they hold counters and RNG state (the DP noise counter, seed generators), where an
 average is meaningless, and statistics such as BatchNormalization's moving moments,
 which are themselves averages already (the paper's models have none).
+
+The shadow lives in the callback, not in the model: a run resumed by
+``keras.callbacks.BackupAndRestore`` restarts the average from the restored weights.
+Tested on one device (both Kerases); not tested under a tf.distribute strategy.
 """
 
 import numbers
