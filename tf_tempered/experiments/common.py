@@ -64,6 +64,7 @@ class TrainConfig:
     data_dir: str = None
     num_train: int = None
     num_test: int = None
+    validation_size: int = 0
     activation: str = "tempered_sigmoid"
     scale: float = 2.0
     inverse_temperature: float = 2.0
@@ -79,6 +80,7 @@ class TrainConfig:
     batch_size: int = 256
     microbatches: int = None
     epochs: int = 60
+    ema_decay: float = None
     sampling: str = accounting.DEFAULT_SAMPLING
     accountant: str = accounting.DEFAULT_ACCOUNTANT
     delta: float = accounting.DEFAULT_DELTA
@@ -89,6 +91,7 @@ class TrainConfig:
     augment_flip: bool = False
     output_dir: str = None
     save_model: bool = True
+    recipe: str = None
 
     def replace(self, **changes):
         """A copy with ``changes`` applied."""
@@ -154,8 +157,15 @@ def validate_config(config):
     if not _is_number(config.augment_shift, integer=True) or config.augment_shift < 0:
         _fail(f"--augment_shift={config.augment_shift!r} is invalid: it must be an integer "
               ">= 0 (pixels). Fix: e.g. --augment_shift=2.")
+    if not _is_number(config.validation_size, integer=True) or config.validation_size < 0:
+        _fail(f"--validation_size={config.validation_size!r} is invalid: it must be a "
+              "non-negative integer (0: no validation split). Fix: e.g. --validation_size=5000.")
     for name in ("noise_multiplier", "target_epsilon"):
         _check_positive(config, name, optional=True)
+    if config.ema_decay is not None and not (_is_number(config.ema_decay)
+                                             and 0 < config.ema_decay < 1):
+        _fail(f"--ema_decay={config.ema_decay!r} is invalid: it must be in (0, 1). Fix: e.g. "
+              "--ema_decay=0.999, or drop it (no averaging).")
     if config.activation == "tempered_sigmoid":
         for name in ("scale", "inverse_temperature"):
             _check_positive(config, name)
@@ -170,6 +180,9 @@ def validate_config(config):
     if not _is_number(config.delta) or not 0 < config.delta < 1:
         _fail(f"--delta={config.delta!r} is invalid: it must be in (0, 1). Fix: e.g. "
               "--delta=1e-5 (below 1/number of training examples).")
+    if config.recipe is not None:
+        from tf_tempered.experiments import recipes  # pylint: disable=g-import-not-at-top
+        recipes.recipe_flags(config.recipe, config.dataset)  # refuses unknown names
     if config.seed is not None and not _is_number(config.seed, integer=True):
         _fail(f"--seed={config.seed!r} is invalid: it must be an integer.")
     if config.insecure_dp_seed is not None and not _is_number(config.insecure_dp_seed,
@@ -200,12 +213,23 @@ def validate_config(config):
 
 
 def check_num_examples(config, num_examples):
-    """Checks the settings that depend on the number of training examples."""
+    """Checks the settings that depend on the number of training examples.
+
+    ``num_examples``: the training examples loaded, before the validation split.
+    """
+    if config.validation_size >= num_examples:
+        _fail(f"--validation_size={config.validation_size} leaves no training examples: "
+              f"--dataset={config.dataset} has {num_examples}"
+              f"{f' (--num_train={config.num_train})' if config.num_train else ''}. Fix: use "
+              f"--validation_size={num_examples // 10} or less.")
+    num_examples -= config.validation_size
     if num_examples < config.batch_size:
+        held_out = config.validation_size
         _fail(f"--batch_size={config.batch_size} is larger than the {num_examples} training "
               f"examples of --dataset={config.dataset}"
-              f"{f' (--num_train={config.num_train})' if config.num_train else ''}. Fix: use "
-              f"--batch_size={num_examples} or less, or more training data.")
+              f"{f' (--num_train={config.num_train})' if config.num_train else ''}"
+              f"{f' after --validation_size={held_out}' if held_out else ''}"
+              f". Fix: use --batch_size={num_examples} or less, or more training data.")
 
 
 def define_training_flags(flag_values, exclude=()):
@@ -221,6 +245,10 @@ def define_training_flags(flag_values, exclude=()):
         ("string", "data_dir", None, "Folder with the dataset files (see tf_tempered.data)."),
         ("integer", "num_train", None, "Keep only the first so many training examples."),
         ("integer", "num_test", None, "Keep only the first so many test examples."),
+        ("integer", "validation_size", d.validation_size,
+         "Hold out the LAST so many training examples as a validation set (0: none). "
+         "Training, σ and ε use the others only; per-epoch and final accuracy are then on "
+         "the validation set, and the test set is evaluated once, at the end."),
         ("enum", "activation", d.activation, "Activation of every hidden layer.", ACTIVATIONS),
         ("float", "scale", d.scale, "Tempered sigmoid scale s."),
         ("float", "inverse_temperature", d.inverse_temperature, "Tempered sigmoid T."),
@@ -239,6 +267,9 @@ def define_training_flags(flag_values, exclude=()):
         ("integer", "microbatches", None, "Microbatches per batch (default: one per "
                                           "example); must divide --batch_size."),
         ("integer", "epochs", d.epochs, "Epochs."),
+        ("float", "ema_decay", None, "Average the weights: shadow <- d*shadow + (1-d)*w after "
+                                     "each step; evaluate and save the average (no privacy "
+                                     "cost: post-processing). Default: off."),
         ("enum", "sampling", d.sampling, "poisson: Poisson-sampled batches (the ε "
                                          "accounting assumes); shuffle: shuffled fixed-size "
                                          "batches.", SAMPLINGS),
@@ -263,6 +294,8 @@ def define_training_flags(flag_values, exclude=()):
          "With --augmult > 1: also flip copies left-right at random (not for digits)."),
         ("string", "output_dir", None, "Where to write results (default: write nothing)."),
         ("bool", "save_model", d.save_model, "Also save model.keras into --output_dir."),
+        ("string", "recipe", None, "Named bundle of flag defaults (experiments/recipes.py, "
+                                   "e.g. paper); flags given explicitly override it."),
     ]
     for kind, name, default, help_text, *choices in specs:
         if name in exclude or name in flag_values:
@@ -272,9 +305,12 @@ def define_training_flags(flag_values, exclude=()):
 
 
 def config_from_flags(flag_values, **overrides):
-    """A TrainConfig from parsed absl flags (those defined), then ``overrides``."""
+    """A TrainConfig from parsed absl flags (those defined), --recipe, then ``overrides``."""
+    from tf_tempered.experiments import recipes  # pylint: disable=g-import-not-at-top
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     values = {n: flag_values[n].value for n in names if n in flag_values}
+    # --recipe's values fill in the flags not given on the command line.
+    values = recipes.apply_recipe(values, {n for n in values if flag_values[n].present})
     values.update(overrides)
     return TrainConfig(**values)
 

@@ -1,0 +1,81 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Named bundles of train-flag defaults: ``--recipe=NAME``; flags given explicitly win.
+
+``RECIPES[name]`` is either ``{flag: value}`` (any dataset) or
+``{dataset: {flag: value}}`` (per dataset; a dataset absent there is refused).
+
+* ``paper``: the settings the train script has always defaulted to (TF Privacy's
+  MNIST tutorial as the paper uses it: SGD, learning rate 0.15, C = 1, batch 256,
+  60 epochs, tempered sigmoid (2, 2, 1) = tanh), spelt out so that they stay fixed
+  if the defaults move.
+
+There is deliberately no ``best`` recipe yet: it is to be filled in per dataset
+(``RECIPES["best"] = {"mnist": {...}, "fashion_mnist": {...}}``) from a search
+selected on validation accuracy (tf_tempered.experiments.search), with the command
+that measured it, once measured; none is invented here.
+"""
+
+from tf_tempered.experiments import common
+
+__all__ = ["RECIPES", "recipe_flags", "apply_recipe"]
+
+RECIPES = {
+    "paper": {"optimizer": "sgd", "learning_rate": 0.15, "l2_norm_clip": 1.0,
+              "batch_size": 256, "epochs": 60, "activation": "tempered_sigmoid",
+              "scale": 2.0, "inverse_temperature": 2.0, "offset": 1.0, "learnable": False,
+              "ema_decay": None},
+}
+
+
+def recipe_flags(name, dataset, recipes=None):
+    """``{flag: value}`` of recipe ``name`` for ``dataset``; ConfigError naming the choices.
+
+    >>> recipe_flags("paper", "mnist")["learning_rate"]
+    0.15
+    """
+    recipes = RECIPES if recipes is None else recipes
+    if name not in recipes:
+        raise common.ConfigError(f"--recipe={name!r} is unknown: choose one of "
+                                 f"{', '.join(sorted(recipes))}.")
+    recipe = recipes[name]
+    if recipe and set(recipe) <= set(common.DATASETS):  # per-dataset values
+        if dataset not in recipe:
+            raise common.ConfigError(
+                f"--recipe={name} has no values for --dataset={dataset}; it covers "
+                f"{', '.join(sorted(recipe))}. Fix: pick one of those datasets or another "
+                "recipe.")
+        recipe = recipe[dataset]
+    fields = set(common.TrainConfig.__dataclass_fields__)
+    unknown = sorted(set(recipe) - fields)
+    if unknown:
+        raise common.ConfigError(f"--recipe={name} sets unknown flags {unknown}.")
+    return dict(recipe)
+
+
+def apply_recipe(values, present, recipes=None):
+    """``values`` (flag -> value) with ``values["recipe"]``'s defaults for flags not in ``present``.
+
+    ``present``: the names of the flags given explicitly (absl: ``FLAGS[name].present``);
+    those keep their value. Flags the recipe sets but ``values`` lacks are skipped (a
+    script that does not define them).
+    """
+    name = values.get("recipe")
+    if not name:
+        return dict(values)
+    out = dict(values)
+    for flag, value in recipe_flags(name, values.get("dataset"), recipes).items():
+        if flag in out and flag not in present:
+            out[flag] = value
+    return out
