@@ -76,10 +76,11 @@ def _check_example_major(call, step):
                "input does not have the batch's examples on its first axis, so the DP engine "
                "cannot add up each example's contributions of the calls. Call a shared layer "
                "on tensors of shape [batch, ...] (reshape after the call, not before).")
-    rows = call.inputs.shape[0]
+    inputs = tf.nest.flatten(call.inputs)[0]  # a recurrent layer's may be [x, *states]
+    rows = inputs.shape[0]
     if rows is not None and isinstance(step.batch_size, int):
         if rows != step.batch_size:
             raise UnsupportedLayerError(message + f" (got {rows} rows for a batch of "
                                         f"{step.batch_size}).")
         return
-    tf.debugging.assert_equal(tf.shape(call.inputs)[0], step.batch_size, message=message)
+    tf.debugging.assert_equal(tf.shape(inputs)[0], step.batch_size, message=message)
