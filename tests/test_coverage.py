@@ -13,12 +13,14 @@
 # limitations under the License.
 """The DP engine's coverage checks: no trainable variable is trained without its per-example gradients."""
 
+import logging
+
 import numpy as np
 import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from dp_reference import _seeded, assert_engine_matches_reference
-from tf_tempered.privacy import DPKerasSGDOptimizer
+from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions
 from tf_tempered.privacy import UnsupportedLayerError, make_private
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -111,6 +113,18 @@ def test_recurrent_layers_train_exactly(rnn):
     x, y = rng.normal(size=(BATCH, 5, 3)), rng.integers(0, 3, BATCH)
     assert_engine_matches_reference(_seeded(_recurrent(rnn)), x, y, num_microbatches=4,
                                     static_batch=True)
+
+
+def test_recurrent_layers_are_logged_as_taking_the_vjp(caplog):
+    model = make_private(_recurrent(lambda dtype: keras.layers.Bidirectional(
+        keras.layers.GRU(3, dtype=dtype), name="bi_gru"))("float32"),
+        options=EngineOptions(vectorize_recurrent=False))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                                learning_rate=0.1), loss=LOSS)
+    with caplog.at_level(logging.INFO, logger="tf_tempered.privacy.engine"):
+        model.fit(np.ones((4, 5, 3)), np.zeros(4), batch_size=4, verbose=0)
+    lines = [r.getMessage() for r in caplog.records if "per-layer VJP" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].endswith("for: bi_gru (Bidirectional)"), lines
 
 
 def test_shared_recurrent_layer_sums_its_calls():

@@ -24,8 +24,7 @@ case with one path runs all 6 (M, batch kind) combinations; otherwise each path
 runs 3 of them, every M once, alternating between the two complementary
 patterns A and B below from one path to the next (so each path sees M = batch,
 4 and 1, static and unknown batch sizes, and each case every (M, batch kind)
-pair; the recurrent cases, slow to trace, run one pattern each, A and B
-alternately). Pattern A, the first path's (the handler's automatic choice), holds the
+pair; the recurrent cases, slow to trace, see _RECURRENT). Pattern A, the first path's (the handler's automatic choice), holds the
 per-step decisions of an unknown batch size with M = batch (the microbatch
 count is a tensor). The model's reference is computed once per (case, M).
 
@@ -51,6 +50,9 @@ _TF_OPS = {"native": False}
 _ROW_PATHS = {"auto": {}, "ghost": {"norm_path": "ghost"},
               "materialize": {"norm_path": "materialize"},
               "no-memory": {"materialize_max_bytes": 0}}
+# Recurrent layers: TF's vectorized_map (the default on Keras 3) or a tf.map_fn
+# (tf-keras' RNNs always take the tf.map_fn).
+_RNN_PATHS = {"vectorized": {}, "map_fn": {"vectorize_recurrent": False}}
 _CONV_PATHS = {
     "tf-auto": _TF_OPS,
     "tf-ghost": {**_TF_OPS, "norm_path": "ghost"},
@@ -299,12 +301,12 @@ CASES = {
                                "Dense": "dense"}),
     "generic_conv3d": (_generic_conv3d, lambda s: _floats((4, 4, 4, 1), s), {"auto": {}},
                        {"Conv3D": "generic", "Dense": "dense"}),
-    "rnn": (_rnn, lambda s: _floats((5, 3), s), {"auto": {}},
+    "rnn": (_rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,
             {"SimpleRNN": "rnn", "LSTM": "rnn", "GRU": "rnn", "Dense": "dense"}),
     "rnn_masked_bidirectional": (_rnn_masked_bidirectional, lambda s: _padded_ids((6,), s),
-                                 {"auto": {}}, {"Embedding": "embedding", "Bidirectional": "rnn",
+                                 _RNN_PATHS, {"Embedding": "embedding", "Bidirectional": "rnn",
                                                 "GRU": "rnn", "Dense": "dense"}),
-    "rnn_states": (_rnn_states, lambda s: _floats((4, 5, 2), s), {"auto": {}},
+    "rnn_states": (_rnn_states, lambda s: _floats((4, 5, 2), s), _RNN_PATHS,
                    {"ConvLSTM1D": "rnn", "LSTM": "rnn", "Dense": "dense"}),
 }
 
@@ -319,14 +321,17 @@ _PATTERN_A = [(None, False), (4, True), (1, False)]
 _PATTERN_B = [(None, True), (4, False), (1, True)]
 
 
-# Cases whose per-example VJP is slow to trace (TF's vectorized_map of a recurrent
-# layer's time loop, ~15 s a step on 2 CPUs): one pattern each, A and B alternately.
-_ONE_PATTERN = ("rnn", "rnn_masked_bidirectional", "rnn_states")
+# Recurrent cases: their vectorized per-example VJP is slow to trace (TF's
+# vectorized_map of a time loop, 15-40 s a step on 2 busy CPUs), so the
+# "vectorized" path runs one (M, batch kind) pair per case, pattern A's pairs
+# spread over the three cases; "map_fn" (seconds) runs pattern A or B alternately.
+_RECURRENT = ("rnn", "rnn_masked_bidirectional", "rnn_states")
 
 
 def _combinations(paths, case=None):
-    if case in _ONE_PATTERN:
-        return {path: (_PATTERN_A, _PATTERN_B)[_ONE_PATTERN.index(case) % 2] for path in paths}
+    if case in _RECURRENT:
+        i = _RECURRENT.index(case)
+        return {"vectorized": [_PATTERN_A[i]], "map_fn": (_PATTERN_A, _PATTERN_B)[i % 2]}
     if len(paths) == 1:
         return {path: _PATTERN_A + _PATTERN_B for path in paths}
     return {path: (_PATTERN_A, _PATTERN_B)[i % 2] for i, path in enumerate(paths)}
@@ -342,16 +347,21 @@ _PARAMS = [
 def test_the_combinations_cover_every_pair():
     for case, (_, _, paths, _) in CASES.items():
         combinations = _combinations(paths, case)
+        assert set(combinations) == set(paths), case
         for path, pairs in combinations.items():
+            if case in _RECURRENT and path == "vectorized":
+                continue
             assert {m for m, _ in pairs} == set(_M_IDS), (case, path)
             assert {static for _, static in pairs} == {False, True}, (case, path)
-        if case in _ONE_PATTERN:
+        if case in _RECURRENT:
             continue
         assert set().union(*map(set, combinations.values())) == set(_PATTERN_A + _PATTERN_B)
         assert (None, False) in next(iter(combinations.values())), case
-    # The recurrent cases together cover every (M, batch kind) pair.
-    assert set().union(*(set().union(*map(set, _combinations(CASES[c][2], c).values()))
-                         for c in _ONE_PATTERN)) == set(_PATTERN_A + _PATTERN_B)
+    # The recurrent cases together: every pair on "map_fn", every M on "vectorized".
+    recurrent = [_combinations(CASES[c][2], c) for c in _RECURRENT]
+    assert set().union(*(map(tuple, r["map_fn"]) for r in recurrent)) == set(
+        _PATTERN_A + _PATTERN_B)
+    assert {m for r in recurrent for m, _ in r["vectorized"]} == set(_M_IDS)
 
 
 @pytest.mark.parametrize("case,path,num_microbatches,static_batch", _PARAMS)

@@ -349,7 +349,8 @@ def _log_generic_layers(model, records):
              if r.handler is layer_grads.GENERIC or r.handler.vjp_of_own_call]
     if names:
         _LOG.info("tf_tempered: per-example gradients by the generic per-layer VJP (no "
-                  "registered handler) for: %s", ", ".join(names))
+                  "handler of their own; a recurrent layer as one unit) for: %s",
+                  ", ".join(names))
 
 
 def _gaussian_noise(variables, stddev, source, counter):

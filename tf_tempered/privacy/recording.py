@@ -19,7 +19,10 @@ While a `Recorder` is active (the DP training step), each call leaves a
 when the layer's handler asks for it, see layer_grads/: the activation is then
 applied after recording) and the handler that will compute its per-microbatch
 gradients; otherwise the hook does nothing, so inference, evaluation and saving
-are unaffected.
+are unaffected. A recurrent layer (RNN and its subclasses, Bidirectional) is
+instrumented as one unit, its cells and wrapped layers not at all: its record
+holds the whole call (inputs, mask and initial states in its arguments, and
+its output or [output, *states]), see layer_grads/rnn.py.
 """
 
 import contextlib

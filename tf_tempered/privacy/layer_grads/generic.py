@@ -67,7 +67,7 @@ def norms_from_per_example(variables, per_example, step, path):
     return Norms(sq, clipped_sum, path, variables=variables)
 
 
-def per_example_grads(call, variables, bypass_activation=False):
+def per_example_grads(call, variables, bypass_activation=False, options=None):
     """Per-example gradients of a layer's own weights, by a VJP of that layer alone.
 
     `bypass_activation`: the recorded output (and its gradient) is the layer's
@@ -75,7 +75,8 @@ def per_example_grads(call, variables, bypass_activation=False):
     runs the layer's call with its activation set to linear. A handler with
     `slices_call_args` (rnn.py) gets its call's inputs and the tensors among its
     other arguments (mask, initial states) sliced per example too; its output
-    may be a structure ([output, *states]).
+    may be a structure ([output, *states]). A handler's
+    `per_example_while_loop(options)` may ask for a tf.map_fn over the examples.
     """
     slices = getattr(call.handler, "slices_call_args", False)
     per_example_args, fixed_args = _split_call_args(call, slices)
@@ -97,7 +98,8 @@ def per_example_grads(call, variables, bypass_activation=False):
     def all_examples():
         elems = (call.inputs, call.grad_output) + ((per_example_args,) if per_example_args
                                                   else ())
-        if (getattr(call.handler, "per_example_while_loop", False)
+        while_loop = getattr(call.handler, "per_example_while_loop", None)
+        if ((while_loop is not None and while_loop(options))
                 or _has_batch_matmul(one_example, elems)):
             # TF 2.21's vectorized_map (pfor) of a batched matmul's gradient with oneDNN
             # on corrupts memory (aborts, or once a wrong norm): a while loop instead.

@@ -62,7 +62,8 @@ def multi_call_norms(calls, step):
     for call in calls:
         _check_example_major(call, step)
         grads = generic.per_example_grads(call, variables,
-                                          bypass_activation=call.handler.records_pre_activation)
+                                          bypass_activation=call.handler.records_pre_activation,
+                                          options=step.options)
         per_example = grads if per_example is None else [
             p + g for p, g in zip(per_example, grads)]
     return generic.norms_from_per_example(variables, per_example, step,

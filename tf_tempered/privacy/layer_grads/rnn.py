@@ -52,13 +52,17 @@ class RecurrentHandler(Handler):
     summary = ("the whole layer as one unit, its cells' weights included (SimpleRNN, LSTM, "
                "GRU, ConvLSTM1D/2D/3D, RNN(cell) and subclasses; Bidirectional over them; "
                "tf-keras' fused LSTM/GRU kernels): a per-example VJP of its call with its mask "
-               "and initial states (vectorized on Keras 3, a tf.map_fn on Keras 2), logged "
-               "with the generic layers")
+               "and initial states (vectorized on Keras 3; a tf.map_fn on Keras 2 or with "
+               "EngineOptions(vectorize_recurrent=False)), logged with the generic layers")
     vjp_of_own_call = True
     slices_call_args = True
-    # TF's vectorized_map cannot convert tf-keras' fused LSTM/GRU functions (a
-    # TypeError on a variant tensor): a tf.map_fn over the examples there.
-    per_example_while_loop = not keras_bridge.IS_KERAS3
+
+    @staticmethod
+    def per_example_while_loop(options):
+        """Whether the per-example VJP is a tf.map_fn (else TF's vectorized_map)."""
+        # TF's vectorized_map cannot convert tf-keras' fused LSTM/GRU functions (a
+        # TypeError on a variant tensor): a tf.map_fn over the examples there.
+        return not keras_bridge.IS_KERAS3 or not options.vectorize_recurrent
 
     def hyperparameters(self, layer):
         _refuse_unsupported(layer)
@@ -70,7 +74,8 @@ class RecurrentHandler(Handler):
     def norms(self, call, params, step):
         variables = keras_bridge.own_trainable_weights(call.layer)
         return generic.norms_from_per_example(
-            variables, generic.per_example_grads(call, variables), step, "rnn")
+            variables, generic.per_example_grads(call, variables, options=step.options), step,
+            "rnn")
 
 
 def _refuse_unsupported(layer):
