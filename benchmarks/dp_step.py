@@ -36,6 +36,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --batch_size=4096 --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered --dynamic_batch
     python benchmarks/dp_step.py --model=text --paths=nonprivate,tf_tempered   # Embedding 50k×64 + MHA
+    python benchmarks/dp_step.py --model=lstm --paths=nonprivate,tf_tempered   # Embedding 10k×64 + LSTM(64)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
 
 --keras=2|3 selects the Keras before TensorFlow is imported (it sets or unsets
@@ -127,6 +128,19 @@ def _text_model():
     return keras.Model(tokens, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
 
 
+LSTM_VOCAB = 10_000
+
+
+def _lstm_model():
+    """A recurrent text classifier: Embedding 10 000 × 64 + LSTM(64) + Dense (issue 14's row)."""
+    return keras.Sequential([
+        keras.Input((TEXT_LENGTH,), dtype="int32"),
+        keras.layers.Embedding(LSTM_VOCAB, TEXT_DIM),
+        keras.layers.LSTM(64),
+        keras.layers.Dense(10),
+    ])
+
+
 def _conv1d_model():
     """An audio/text-style Conv1D stack (dilated, strided) on [B, 128, 16] (issue 14's row)."""
     return keras.Sequential([
@@ -157,6 +171,8 @@ def _model(kind, activation="tanh"):
         return _text_model()
     if kind == "conv1d":
         return _conv1d_model()
+    if kind == "lstm":
+        return _lstm_model()
     if kind == "mobilenet":
         return _mobilenet_model()
     return models.mnist_cnn(activation) if kind == "mnist" else models.cifar10_cnn(activation)
@@ -199,13 +215,15 @@ def _compiled(path, kind, batch_size):
 
 def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
+            "lstm": (TEXT_LENGTH,),
             "conv1d": (128, 16), "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
     rng = np.random.default_rng(0)
-    if kind == "text":
-        x = rng.integers(0, TEXT_VOCAB, (batch_size,) + _input_shape(kind)).astype(np.int32)
+    if kind in ("text", "lstm"):
+        vocab = TEXT_VOCAB if kind == "text" else LSTM_VOCAB
+        x = rng.integers(0, vocab, (batch_size,) + _input_shape(kind)).astype(np.int32)
     else:
         x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
     y = rng.integers(0, 10, batch_size)
@@ -223,7 +241,8 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "mobilenet"),
+    parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "mobilenet",
+                                            "lstm"),
                         default="mnist")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS))

@@ -13,12 +13,14 @@
 # limitations under the License.
 """The DP engine's coverage checks: no trainable variable is trained without its per-example gradients."""
 
+import logging
+
 import numpy as np
 import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from dp_reference import _seeded, assert_engine_matches_reference
-from tf_tempered.privacy import DPKerasSGDOptimizer
+from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions
 from tf_tempered.privacy import UnsupportedLayerError, make_private
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -88,27 +90,135 @@ def test_shared_layer_on_rows_that_are_not_examples_is_refused():
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("rnn,match", [
-    # Keras 2's fused kernels use the cell's weights without calling the cell:
-    # nothing is recorded for it, yet the loss depends on its weights. Keras 3
-    # (on CPU) calls the cell once per time step, with its state.
-    (lambda: keras.layers.LSTM(4), "'lstm/lstm_cell/kernel:0' of layer 'lstm_cell' .*LSTM layer 'lstm'"
-     if KERAS_MAJOR == 2 else "'lstm_cell' .*recurrent cell"),
-    (lambda: keras.layers.GRU(4), "'gru/gru_cell/kernel:0' of layer 'gru_cell' .*GRU layer 'gru'"
-     if KERAS_MAJOR == 2 else "'gru_cell' .*recurrent cell"),
-    # Python-loop RNNs call the cell once per time step.
-    (lambda: keras.layers.SimpleRNN(4), "'simple_rnn_cell' .*recurrent cell"),
-    (lambda: keras.layers.LSTM(4, unroll=True), "'lstm_cell' .*recurrent cell"),
-], ids=["lstm", "gru", "simple-rnn", "lstm-unrolled"])
-def test_recurrent_layers_are_refused_with_the_fix(rnn, match):
-    model = make_private(keras.Sequential([keras.Input((5, 3)), rnn(), keras.layers.Dense(3)]))
+def _recurrent(rnn):
+    def build(dtype):
+        return keras.Sequential([keras.Input((5, 3), dtype=dtype), rnn(dtype),
+                                 keras.layers.Dense(3, dtype=dtype)])
+
+    return build
+
+
+@pytest.mark.parametrize("rnn", [
+# tf-keras' fused kernels use the cell's weights without calling the cell; Keras
+# 3 calls it inside a tf.while_loop: the whole layer's call is recorded, its
+# cells' weights covered by it.
+    # (SimpleRNN, LSTM, GRU, Bidirectional, ConvLSTM1D: tests/test_layer_grads_conformance.py)
+    lambda dtype: keras.layers.LSTM(4, dtype=dtype),
+    lambda dtype: keras.layers.RNN(keras.layers.StackedRNNCells(
+        [keras.layers.GRUCell(3, dtype=dtype), keras.layers.SimpleRNNCell(2, dtype=dtype)]),
+        dtype=dtype),
+], ids=["lstm", "stacked-cells"])
+def test_recurrent_layers_train_exactly(rnn):
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(BATCH, 5, 3)), rng.integers(0, 3, BATCH)
+    assert_engine_matches_reference(_seeded(_recurrent(rnn)), x, y, num_microbatches=4,
+                                    static_batch=True)
+
+
+def test_recurrent_layers_are_logged_as_taking_the_vjp(caplog):
+    model = make_private(_recurrent(lambda dtype: keras.layers.Bidirectional(
+        keras.layers.GRU(3, dtype=dtype), name="bi_gru"))("float32"),
+        options=EngineOptions(vectorize_recurrent=False))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                                learning_rate=0.1), loss=LOSS)
+    with caplog.at_level(logging.INFO, logger="tf_tempered.privacy.engine"):
+        model.fit(np.ones((4, 5, 3)), np.zeros(4), batch_size=4, verbose=0)
+    lines = [r.getMessage() for r in caplog.records if "per-layer VJP" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].endswith("for: bi_gru (Bidirectional)"), lines
+
+
+def test_shared_recurrent_layer_sums_its_calls():
+    # One LSTM on two halves of the sequence: per example, the two calls add up.
+    def build(dtype):
+        inputs = keras.Input((6, 3), dtype=dtype)
+        lstm = keras.layers.LSTM(3, dtype=dtype)
+        left = lstm(keras.layers.Lambda(lambda t: t[:, :3], dtype=dtype)(inputs))
+        right = lstm(keras.layers.Lambda(lambda t: t[:, 3:], dtype=dtype)(inputs))
+        merged = keras.layers.Concatenate(dtype=dtype)([left, right])
+        return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(merged))
+
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(BATCH, 6, 3)), rng.integers(0, 3, BATCH)
+    assert_engine_matches_reference(_seeded(build), x, y)
+
+
+class _CellLoop(keras.layers.Layer):
+    """Runs a recurrent cell in a Python loop of its own: not a keras RNN layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = keras.layers.SimpleRNNCell(3)
+
+    def call(self, inputs):
+        state = [inputs[:, 0, :3] * 0]
+        for t in range(inputs.shape[1]):
+            output, state = self.cell(inputs[:, t], state)
+        return output
+
+
+class _RNNInMapFn(keras.layers.Layer):
+    """Applies an LSTM to each example inside tf.map_fn: a loop the engine cannot record."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = keras.layers.LSTM(3)
+
+    def call(self, inputs):
+        return tf.map_fn(lambda x: self.lstm(x[None])[0], inputs)
+
+
+@pytest.mark.parametrize("layer,match", [
+    (lambda: keras.layers.LSTM(3, stateful=True), "'lstm' .*stateful=True.*Fix: stateful=False"),
+    (lambda: keras.layers.GRU(3, dropout=0.2), "'gru' .*dropout=0.2.*different gradient.*Fix"),
+    (lambda: keras.layers.Bidirectional(keras.layers.SimpleRNN(3, recurrent_dropout=0.1)),
+     "'bidirectional' .*recurrent_dropout=0.1.*Fix"),
+    (_CellLoop, "'simple_rnn_cell' .*recurrent cell called outside a keras.layers.RNN.*"
+                "keras.layers.RNN\\(cell\\)"),
+    (_RNNInMapFn, "'lstm' .*inside a loop or nested function"),
+], ids=["stateful", "dropout", "bidirectional-recurrent-dropout", "cell-outside-rnn",
+        "rnn-in-map-fn"])
+def test_what_stays_refused_is_refused_with_the_fix(layer, match):
+    # A fixed batch size: a stateful RNN needs one.
+    model = make_private(keras.Sequential([keras.Input((5, 3), batch_size=4), layer(),
+                                           keras.layers.Dense(3)]))
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
                                                 learning_rate=0.1), loss=LOSS)
     before = model.get_weights()
-    with pytest.raises(UnsupportedLayerError, match=match + ".*without make_private"):
+    with pytest.raises(UnsupportedLayerError, match=match):
         model.fit(np.ones((4, 5, 3)), np.zeros(4), batch_size=4, verbose=0)
     for b, a in zip(before, model.get_weights()):  # refused before the first update
         np.testing.assert_array_equal(a, b)
+
+
+def _masked_lstm():
+    tokens = keras.Input((7,))
+    x = keras.layers.Embedding(30, 4, mask_zero=True)(tokens)
+    x = keras.layers.LSTM(5)(x)
+    return keras.Model(tokens, keras.layers.Dense(3)(x))
+
+
+def _bidirectional_gru():
+    return keras.Sequential([keras.Input((6, 3)), keras.layers.Bidirectional(keras.layers.GRU(4)),
+                             keras.layers.Dense(3)])
+
+
+@pytest.mark.tf_privacy
+@pytest.mark.parametrize("build,x", [
+    (_masked_lstm, np.where(np.arange(7) < np.arange(BATCH)[:, None] % 7 + 1,
+                            np.random.default_rng(6).integers(1, 30, (BATCH, 7)), 0)),
+    (_bidirectional_gru, np.random.default_rng(7).normal(size=(BATCH, 6, 3))),
+], ids=["embedding-mask-lstm", "bidirectional-gru"])
+def test_recurrent_models_match_tf_privacy(build, x):
+    # Held out from the conformance cases: TF Privacy's own DP path (noise 0), whose
+    # per-microbatch gradients back-propagate through the fused LSTM/GRU kernels.
+    y = np.arange(BATCH) % 3
+    x = x.astype("float32")
+    reference, _ = _update(build, False, x, y)
+    ours, _ = _update(build, True, x, y)
+    scale = max(np.abs(r).max() for r in reference)
+    assert scale > 0
+    for r, o in zip(reference, ours):
+        np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
 
 
 class _WithUnusedLayer(keras.Model):

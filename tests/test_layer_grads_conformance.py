@@ -24,7 +24,7 @@ case with one path runs all 6 (M, batch kind) combinations; otherwise each path
 runs 3 of them, every M once, alternating between the two complementary
 patterns A and B below from one path to the next (so each path sees M = batch,
 4 and 1, static and unknown batch sizes, and each case every (M, batch kind)
-pair). Pattern A, the first path's (the handler's automatic choice), holds the
+pair; the recurrent cases, slow to trace, see _RECURRENT). Pattern A, the first path's (the handler's automatic choice), holds the
 per-step decisions of an unknown batch size with M = batch (the microbatch
 count is a tensor). The model's reference is computed once per (case, M).
 
@@ -50,6 +50,9 @@ _TF_OPS = {"native": False}
 _ROW_PATHS = {"auto": {}, "ghost": {"norm_path": "ghost"},
               "materialize": {"norm_path": "materialize"},
               "no-memory": {"materialize_max_bytes": 0}}
+# Recurrent layers: TF's vectorized_map (the default on Keras 3) or a tf.map_fn
+# (tf-keras' RNNs always take the tf.map_fn).
+_RNN_PATHS = {"vectorized": {}, "map_fn": {"vectorize_recurrent": False}}
 _CONV_PATHS = {
     "tf-auto": _TF_OPS,
     "tf-ghost": {**_TF_OPS, "norm_path": "ghost"},
@@ -260,6 +263,44 @@ def _generic_conv3d(dtype):
     ])
 
 
+def _rnn(dtype):
+    # Every recurrent layer is one unit (its cells are not recorded): a backwards
+    # SimpleRNN, an unrolled LSTM and a GRU (tf-keras: its fused kernel).
+    return keras.Sequential([
+        keras.Input((5, 3), dtype=dtype),
+        keras.layers.SimpleRNN(4, return_sequences=True, go_backwards=True, dtype=dtype),
+        keras.layers.LSTM(3, return_sequences=True, unroll=True, dtype=dtype),
+        keras.layers.GRU(3, dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _rnn_masked_bidirectional(dtype):
+    # Embedding(mask_zero) masks the padded steps of a Bidirectional LSTM.
+    tokens = keras.Input((4,), dtype=dtype)
+    x = keras.layers.Embedding(20, 4, mask_zero=True, dtype=dtype)(tokens)
+    x = keras.layers.Bidirectional(keras.layers.LSTM(3, dtype=dtype), dtype=dtype)(x)
+    return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
+
+
+def _rnn_states(dtype):
+    # initial_state from another layer, return_state feeding the head, a ConvLSTM1D.
+    inputs = keras.Input((4, 5, 2), dtype=dtype)
+    seq = keras.layers.ConvLSTM1D(2, 2, dtype=dtype)(inputs)  # [B, 4, 2]
+    first = keras.layers.Lambda(lambda t: t[:, 0], dtype=dtype)(seq)
+    h0 = keras.layers.Dense(3, activation="tanh", dtype=dtype)(first)
+    out, h, c = keras.layers.LSTM(3, return_state=True, dtype=dtype)(seq, initial_state=[h0, h0])
+    merged = keras.layers.Concatenate(dtype=dtype)([out, c])
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(merged))
+
+
+def _padded_ids(shape, seed):
+    # Ids 1..19 with padded (id 0) tails of different lengths.
+    ids = np.random.default_rng(seed).integers(1, 20, size=(BATCH,) + shape)
+    lengths = np.arange(BATCH) % shape[-1] + 1
+    return np.where(np.arange(shape[-1]) < lengths[:, None], ids, 0)
+
+
 def _floats(shape, seed):
     return np.random.default_rng(seed).normal(size=(BATCH,) + shape)
 
@@ -306,6 +347,13 @@ CASES = {
                        {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
     "generic_conv3d": (_generic_conv3d, lambda s: _floats((4, 4, 4, 1), s), {"auto": {}},
                        {"Conv3D": "generic", "Dense": "dense"}),
+    "rnn": (_rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,
+            {"SimpleRNN": "rnn", "LSTM": "rnn", "GRU": "rnn", "Dense": "dense"}),
+    "rnn_masked_bidirectional": (_rnn_masked_bidirectional, lambda s: _padded_ids((4,), s),
+                                 _RNN_PATHS, {"Embedding": "embedding", "Bidirectional": "rnn",
+                                              "Dense": "dense"}),
+    "rnn_states": (_rnn_states, lambda s: _floats((4, 5, 2), s), _RNN_PATHS,
+                   {"ConvLSTM1D": "rnn", "LSTM": "rnn", "Dense": "dense"}),
 }
 
 if KERAS_MAJOR == 3:  # Keras 2 has neither LoRA nor per-variable trainable flags
@@ -319,7 +367,17 @@ _PATTERN_A = [(None, False), (4, True), (1, False)]
 _PATTERN_B = [(None, True), (4, False), (1, True)]
 
 
-def _combinations(paths):
+# Recurrent cases: their vectorized per-example VJP is slow to trace (TF's
+# vectorized_map of a time loop, 15-40 s a step on 2 busy CPUs), so the
+# "vectorized" path runs one (M, batch kind) pair per case, pattern A's pairs
+# spread over the three cases; "map_fn" (seconds) runs pattern A or B alternately.
+_RECURRENT = ("rnn", "rnn_masked_bidirectional", "rnn_states")
+
+
+def _combinations(paths, case=None):
+    if case in _RECURRENT:
+        i = _RECURRENT.index(case)
+        return {"vectorized": [_PATTERN_A[i]], "map_fn": (_PATTERN_A, _PATTERN_B)[i % 2]}
     if len(paths) == 1:
         return {path: _PATTERN_A + _PATTERN_B for path in paths}
     return {path: (_PATTERN_A, _PATTERN_B)[i % 2] for i, path in enumerate(paths)}
@@ -329,17 +387,27 @@ _PARAMS = [
     pytest.param(case, path, m, static,
                  id=f"{case}-{path}-{_M_IDS[m]}-{'static' if static else 'dynamic'}-batch")
     for case, (_, _, paths, _) in CASES.items()
-    for path, combinations in _combinations(paths).items() for m, static in combinations]
+    for path, combinations in _combinations(paths, case).items() for m, static in combinations]
 
 
 def test_the_combinations_cover_every_pair():
     for case, (_, _, paths, _) in CASES.items():
-        combinations = _combinations(paths)
-        assert set().union(*map(set, combinations.values())) == set(_PATTERN_A + _PATTERN_B)
+        combinations = _combinations(paths, case)
+        assert set(combinations) == set(paths), case
         for path, pairs in combinations.items():
+            if case in _RECURRENT and path == "vectorized":
+                continue
             assert {m for m, _ in pairs} == set(_M_IDS), (case, path)
             assert {static for _, static in pairs} == {False, True}, (case, path)
+        if case in _RECURRENT:
+            continue
+        assert set().union(*map(set, combinations.values())) == set(_PATTERN_A + _PATTERN_B)
         assert (None, False) in next(iter(combinations.values())), case
+    # The recurrent cases together: every pair on "map_fn", every M on "vectorized".
+    recurrent = [_combinations(CASES[c][2], c) for c in _RECURRENT]
+    assert set().union(*(map(tuple, r["map_fn"]) for r in recurrent)) == set(
+        _PATTERN_A + _PATTERN_B)
+    assert {m for r in recurrent for m, _ in r["vectorized"]} == set(_M_IDS)
 
 
 @pytest.mark.parametrize("case,path,num_microbatches,static_batch", _PARAMS)
@@ -357,9 +425,11 @@ def test_handler_update_equals_per_microbatch_reference(case, path, num_microbat
 
 
 def _trainable_layers(model):
-    """The layers that own trainable weights (MultiHeadAttention's are its EinsumDense)."""
+    """The layers that own trainable weights (MultiHeadAttention's are its EinsumDense;
+    a recurrent layer owns its cells')."""
+    nested = keras_bridge.inside_recurrent_units(model)
     return [layer for layer in keras_bridge.flatten_layers(model)
-            if keras_bridge.own_trainable_weights(layer)]
+            if keras_bridge.own_trainable_weights(layer) and id(layer) not in nested]
 
 
 @pytest.mark.parametrize("case", list(CASES))

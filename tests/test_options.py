@@ -33,6 +33,7 @@ def test_defaults_are_the_measured_thresholds(monkeypatch):
     assert options.native_materialize_min_rows == 64
     assert options.patch_chunk_bytes == 32 * 2**20
     assert options.depthwise_chunk == 128
+    assert options.vectorize_recurrent is True
 
 
 def test_environment_switch_turns_native_off_by_default(monkeypatch):
@@ -62,6 +63,7 @@ def test_every_norm_path_is_accepted(norm_path):
     ("native_materialize_min_rows", None, "native_materialize_min_rows must be an integer"),
     ("patch_chunk_bytes", 0, "patch_chunk_bytes must be an integer >= 1"),
     ("depthwise_chunk", 0, "depthwise_chunk must be an integer >= 1"),
+    ("vectorize_recurrent", 0, "vectorize_recurrent must be True or False"),
 ])
 def test_bad_values_name_the_option_and_the_allowed_values(field, value, message):
     with pytest.raises(ValueError, match=message):

@@ -15,12 +15,13 @@
 
 The engine computes per-example gradients only for what the forward pass
 recorded: the calls of instrumented layers (several calls of one layer are
-summed per example, see layer_grads/multi_call.py). `check` refuses variables
-outside instrumented layers, and returns the trainable
+summed per example, see layer_grads/multi_call.py). A recurrent layer (RNN,
+LSTM, GRU, Bidirectional...) is one unit: its call covers its cells' variables.
+`check` refuses variables outside instrumented layers, and returns the trainable
 variables no recorded call covers; after the backward pass
-`refuse_unrecorded_dependencies` refuses those the loss depends on (tf-keras'
-fused LSTM/GRU kernels use their cell's weights without calling the cell), so
-that none is trained silently with a zero gradient.
+`refuse_unrecorded_dependencies` refuses those the loss depends on (a layer's
+weights used without calling it), so that none is trained silently with a zero
+gradient.
 """
 
 from tf_tempered._compat import keras
@@ -37,13 +38,15 @@ def check(model, records):
     Returns [(variable, owning layer)] for the trainable variables that no
     recorded call covers in this step: unused layers (a zero gradient, as TF
     Privacy gives them) or layers whose weights are used without calling them
-    (fused RNN kernels), which `refuse_unrecorded_dependencies` tells apart.
+    (read by another layer), which `refuse_unrecorded_dependencies` tells apart.
     """
     # A layer called more than once is handled by layer_grads.multi_call.
     recorded = {id(record.layer) for record in records}
     owner = {}
+    # A recurrent unit owns its cell's variables (recorded as one call, layer_grads/rnn.py).
+    nested = keras_bridge.inside_recurrent_units(model)
     for layer in keras_bridge.flatten_layers(model, include_self=True):
-        if getattr(layer, "_tf_tempered_instrumented", False):
+        if getattr(layer, "_tf_tempered_instrumented", False) and id(layer) not in nested:
             owner.update((keras_bridge.variable_key(v), layer)
                          for v in recording.own_trainable_weights(layer))
     for var in model.trainable_variables:
@@ -63,8 +66,8 @@ def refuse_unrecorded_dependencies(model, unrecorded, grads):
     `grads` are the tape's gradients of the loss for `unrecorded`, None where the
     loss does not depend on the variable. Otherwise its per-example gradients
     would be missing: it would get a zero gradient (noise only) and the other
-    layers a clip norm that leaves it out. tf-keras' LSTM and GRU do this: their
-    fused kernels use the cell's weights without calling the cell.
+    layers a clip norm that leaves it out (a custom layer reading another
+    layer's weights; a recurrent cell whose RNN layer is not in the model).
     """
     for (var, layer), grad in zip(unrecorded, grads):
         if grad is None:  # not used in this forward pass: TF Privacy's zero gradient
@@ -77,8 +80,9 @@ def refuse_unrecorded_dependencies(model, unrecorded, grads):
             f"{layer.name!r} was recorded in the forward pass, so the fast DP engine cannot "
             "compute its per-example gradients (it would get a zero gradient and the other "
             "layers a clip norm that leaves it out). This happens when a layer's weights "
-            "are used without calling the layer, as in the fused kernels of LSTM and GRU, "
-            "which the engine does not support yet. Train this model without make_private: "
+            "are used without calling the layer (e.g. another layer reads them). Fix: use "
+            "a layer's weights only in its own call (an RNN cell through its "
+            "keras.layers.RNN layer), or train this model without make_private: "
             "compiled with TF Privacy's optimizer of the same name (tensorflow_privacy: "
             "Keras 2 with TF_USE_LEGACY_KERAS=1, Python <= 3.11; tf_tempered's own DP "
             "optimizers refuse to train without make_private), it then gets TF Privacy's "

@@ -251,13 +251,15 @@ def _train_step(self, data):
     grads = tape.gradient(total, outputs + [var for var, _ in unrecorded])
     coverage.refuse_unrecorded_dependencies(self, unrecorded, grads[len(outputs):])
     for record, output, g in zip(records, outputs, grads):
-        record.grad_output = tf.zeros_like(output) if g is None else g
+        # A structure for a recurrent layer returning [output, *states].
+        record.grad_output = tf.nest.map_structure(
+            lambda o, d: tf.zeros_like(o) if d is None else d, output, g)
     # Work on the recorded inputs (patches, transposes) and the noise draw need
     # no gradients; held until the forward pass is done, they do not take cores
     # from its convolutions.
     with tf.control_dependencies([total]):
         for record in records:
-            record.inputs = tf.identity(record.inputs)
+            record.inputs = tf.nest.map_structure(tf.identity, record.inputs)
 
     _log_generic_layers(self, records)
     static_batch = losses.shape[0]
@@ -354,10 +356,11 @@ def _log_generic_layers(model, records):
         return
     keras_bridge.set_untracked(model, "_dp_generic_logged", True)
     names = [f"{r.layer.name} ({type(r.layer).__name__})" for r in records
-             if r.handler is layer_grads.GENERIC]
+             if r.handler is layer_grads.GENERIC or r.handler.vjp_of_own_call]
     if names:
         _LOG.info("tf_tempered: per-example gradients by the generic per-layer VJP (no "
-                  "registered handler) for: %s", ", ".join(names))
+                  "handler of their own; a recurrent layer as one unit) for: %s",
+                  ", ".join(names))
 
 
 def _gaussian_noise(variables, stddev, source, counter):

@@ -21,8 +21,8 @@ below (chosen once by `tf_tempered._compat.KERAS_MAJOR`), so the handlers in
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["flatten_layers", "is_trainable_batch_norm", "linear_activation",
-           "own_trainable_weights", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
+__all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit",
+           "is_trainable_batch_norm", "linear_activation", "own_trainable_weights", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
            "variable_key", "watchable", "IS_KERAS3"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
@@ -34,10 +34,38 @@ def flatten_layers(model, include_self=False):
     return model._flatten_layers(include_self=include_self, recursive=True)
 
 
+def is_recurrent_unit(layer):
+    """Whether the DP engine treats `layer` as one unit with its sub-layers' weights:
+    an RNN layer (SimpleRNN, LSTM, GRU, ConvLSTM*, RNN(cell)) or a Bidirectional.
+
+    Its cell is called inside the layer's time loop (Keras 3) or not at all (tf-keras'
+    fused LSTM/GRU kernels), so what the cell sees cannot be recorded: the layer's
+    own call is recorded instead (layer_grads/rnn.py).
+    """
+    return isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional))
+
+
+def inside_recurrent_units(model):
+    """ids of the layers nested in a recurrent unit of `model` (cells, wrapped RNNs)."""
+    nested = set()
+    for layer in flatten_layers(model):
+        if is_recurrent_unit(layer) and id(layer) not in nested:
+            nested.update(id(sub) for sub in flatten_layers(layer))
+    return nested
+
+
 def own_trainable_weights(layer):
-    """The trainable weights `layer` created itself (not its sub-layers'); [] if frozen."""
+    """The trainable weights `layer` created itself (not its sub-layers'); [] if frozen.
+
+    A recurrent unit (is_recurrent_unit) owns its sub-layers' weights too (its cell's).
+    """
     if not layer.trainable:
         return []
+    if is_recurrent_unit(layer):
+        unique = {}
+        for v in layer.trainable_weights:  # Keras 3: a frozen variable is left out
+            unique.setdefault(id(v), v)
+        return list(unique.values())
     if IS_KERAS3:
         # Keras 3 keeps a layer's own variables in _trainable_variables; freezing one
         # (variable.trainable = False) leaves it in that list.

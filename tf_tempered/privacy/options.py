@@ -63,6 +63,9 @@ class EngineOptions:
       patch_chunk_bytes: Conv2D input patches are made in consecutive chunks
         of at most about this many bytes.
       depthwise_chunk: examples per depthwise-conv backprop call.
+      vectorize_recurrent: a recurrent layer's per-example VJP (layer_grads/rnn.py)
+        by TF's vectorized_map (Keras 3; tf-keras' RNNs always take a tf.map_fn),
+        or, False, by a tf.map_fn over the examples: less memory, more time.
     """
 
     native: bool = dataclasses.field(default_factory=_native_default)
@@ -100,10 +103,16 @@ class EngineOptions:
     # count (measured on CPU: 2.4 ms for 256 examples at once, 13.8 ms for
     # 512), so the batch goes through it in chunks of this many examples.
     depthwise_chunk: int = 128
+    # Measured on CPU, Keras 3, Embedding + LSTM(64) + Dense, batch 256, 64 steps
+    # (benchmarks/results/lstm_b256_keras3.md): vectorized 4.65x the non-private
+    # step, 30x its peak memory; tf.map_fn 19.6x, 3x memory.
+    vectorize_recurrent: bool = True
 
     def __post_init__(self):
-        if not isinstance(self.native, bool):
-            raise ValueError(f"EngineOptions.native must be True or False, got {self.native!r}.")
+        for name in ("native", "vectorize_recurrent"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"EngineOptions.{name} must be True or False, got "
+                                 f"{getattr(self, name)!r}.")
         if self.norm_path not in NORM_PATHS:
             raise ValueError(f"EngineOptions.norm_path must be one of {', '.join(NORM_PATHS)}; "
                              f"got {self.norm_path!r}.")

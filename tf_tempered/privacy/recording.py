@@ -19,7 +19,10 @@ While a `Recorder` is active (the DP training step), each call leaves a
 when the layer's handler asks for it, see layer_grads/: the activation is then
 applied after recording) and the handler that will compute its per-microbatch
 gradients; otherwise the hook does nothing, so inference, evaluation and saving
-are unaffected.
+are unaffected. A recurrent layer (RNN and its subclasses, Bidirectional) is
+instrumented as one unit, its cells and wrapped layers not at all: its record
+holds the whole call (inputs, mask and initial states in its arguments, and
+its output or [output, *states]), see layer_grads/rnn.py.
 """
 
 import contextlib
@@ -119,7 +122,11 @@ def instrument(model):
     Recorder is active, so inference, evaluation and saving are unaffected.
     """
     layers = []
+    # A recurrent unit's call is recorded as a whole: its cell and wrapped layers are not.
+    nested = keras_bridge.inside_recurrent_units(model)
     for layer in keras_bridge.flatten_layers(model):
+        if id(layer) in nested:
+            continue
         if keras_bridge.is_trainable_batch_norm(layer):
             raise UnsupportedLayerError(
                 f"Layer {layer.name!r} is a BatchNormalization layer: in training it "
@@ -148,8 +155,8 @@ def _wrap_call(layer):
         # Frozen since make_private (layer.trainable = False): nothing to clip.
         if recorder is None or not own_trainable_weights(layer):
             return original_call(inputs, *args, **kwargs)
-        if not isinstance(inputs, (tf.Tensor, tf.Variable)) or isinstance(
-                inputs, tf.SparseTensor):
+        unit = keras_bridge.is_recurrent_unit(layer)
+        if not _dense_tensors(inputs, allow_nested=unit):
             raise UnsupportedLayerError(
                 f"Layer {layer.name!r} received {type(inputs).__name__} inputs; the DP "
                 "engine computes per-example gradients for layers called on one dense "
@@ -174,7 +181,8 @@ def _wrap_call(layer):
             outputs = activation(z) if activation is not None else z
         else:
             outputs = original_call(inputs, *args, **kwargs)
-            if not isinstance(outputs, tf.Tensor):
+            # A recurrent unit may return [output, *states] (return_state=True).
+            if not _dense_tensors(outputs, allow_nested=unit, variables=False):
                 raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
             record = LayerRecord(layer, handler, params, inputs, outputs, args, kwargs,
                                  original_call)
@@ -185,6 +193,14 @@ def _wrap_call(layer):
 
     keras_bridge.set_untracked(layer, "call", call)
     keras_bridge.set_untracked(layer, "_tf_tempered_instrumented", True)
+
+
+def _dense_tensors(value, allow_nested, variables=True):
+    """Whether `value` is one dense tensor (or, if allow_nested, a structure of them)."""
+    leaves = tf.nest.flatten(value) if allow_nested else [value]
+    kinds = (tf.Tensor, tf.Variable) if variables else (tf.Tensor,)
+    return bool(leaves) and all(isinstance(t, kinds) and not isinstance(t, tf.SparseTensor)
+                                for t in leaves)
 
 
 _NO_FAST_PATH = (
@@ -198,7 +214,8 @@ _NO_FAST_PATH = (
 def _nested_graph_message(layer):
     return (f"Layer {layer.name!r} ({type(layer).__name__}) is called inside a loop or nested "
             "function of the forward pass (tf-keras' TimeDistributed loops over time steps "
-            "for a custom layer when the batch size is static; RNNs loop over time steps), "
+            "for a custom layer when the batch size is static; a layer or RNN inside a "
+            "custom layer's tf.while_loop or tf.map_fn), "
             "so what it saw cannot be used by the DP engine, which computes per-example "
             "gradients from each trainable layer's calls in the forward pass itself. Fix: "
             "apply the layer to the whole sequence without TimeDistributed if it acts on the "
@@ -209,12 +226,12 @@ def _nested_graph_message(layer):
 
 
 def _many_outputs_message(layer, outputs):
-    if hasattr(layer, "state_size"):  # an RNN cell: called once per time step with its state
-        return (f"Layer {layer.name!r} ({type(layer).__name__}) is a recurrent cell: its "
-                "weights are used at every time step, which the fast DP engine does not "
-                "support yet (it needs each trainable layer called once per step, with one "
-                "tensor output; recurrent layers, SimpleRNN and unroll=True included, are "
-                f"not supported). {_NO_FAST_PATH}")
+    if hasattr(layer, "state_size"):  # an RNN cell called outside a keras RNN layer
+        return (f"Layer {layer.name!r} ({type(layer).__name__}) is a recurrent cell called "
+                "outside a keras.layers.RNN layer: its weights are used at every time step "
+                "of a loop the DP engine cannot record. Fix: run the cell with "
+                "keras.layers.RNN(cell) (or SimpleRNN/LSTM/GRU, Bidirectional), which the "
+                f"engine records as one unit. {_NO_FAST_PATH}")
     return (f"Layer {layer.name!r} ({type(layer).__name__}) returns "
             f"{type(outputs).__name__}; the fast DP engine supports trainable layers with "
             "one tensor output. Make the layer return one tensor (split it into layers "

@@ -89,6 +89,13 @@ class Handler:
     # output is the pre-activation Z (the handler's math is for Z = f(A, W)).
     records_pre_activation = False
 
+    # A per-example VJP of the layer's own recorded call (rnn.py): exact for any
+    # subclass, so it also applies to subclasses that override `call`.
+    vjp_of_own_call = False
+    # Whether that VJP slices the tensors among the call's other arguments (mask,
+    # initial states) per example too (generic.per_example_grads).
+    slices_call_args = False
+
     def hyperparameters(self, layer):
         """Plain values of `layer` the handler needs (a frozen dataclass or dict),
         or None if this handler does not cover this configuration."""
@@ -127,11 +134,12 @@ def handler_for(layer):
 
     Walks the MRO: the first registered class K must have the same `call` as
     the layer's class, else the layer computes something else than K and gets
-    no registered handler.
+    no registered handler (unless the handler is a VJP of the layer's own call).
     """
     for cls in type(layer).__mro__:
         if cls in _REGISTRY:
-            return _REGISTRY[cls] if type(layer).call is cls.call else None
+            handler = _REGISTRY[cls]
+            return handler if handler.vjp_of_own_call or type(layer).call is cls.call else None
     return None
 
 
@@ -189,6 +197,7 @@ from tf_tempered.privacy.layer_grads import separable
 from tf_tempered.privacy.layer_grads import embedding
 from tf_tempered.privacy.layer_grads import einsum_dense_handler
 from tf_tempered.privacy.layer_grads import multi_call
+from tf_tempered.privacy.layer_grads import rnn
 # pylint: enable=g-import-not-at-top,wrong-import-position,unused-import
 
 GENERIC = generic.GenericHandler()
@@ -209,6 +218,8 @@ def supported_layers_markdown():
     lines.append(f"| a layer called more than once (shared weights) | `multi_call` | "
                  f"{multi_call.SUMMARY} |")
     lines.append("| refused, with the fix in the message | — | trainable BatchNormalization "
-                 "(mixes examples), recurrent cells (LSTM, GRU, SimpleRNN), a weight read "
-                 "outside its layer's calls (tied embeddings), weight regularizers |")
+                 "(mixes examples), stateful RNNs, RNNs with dropout/recurrent_dropout, a "
+                 "recurrent cell called outside an RNN layer, a layer inside another layer's "
+                 "loop, a weight read outside its layer's calls (tied embeddings), weight "
+                 "regularizers |")
     return "\n".join(lines)

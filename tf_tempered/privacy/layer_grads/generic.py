@@ -66,27 +66,43 @@ def norms_from_per_example(variables, per_example, step, path):
     return Norms(sq, clipped_sum, path, variables=variables)
 
 
-def per_example_grads(call, variables, bypass_activation=False):
+def per_example_grads(call, variables, bypass_activation=False, options=None):
     """Per-example gradients of a layer's own weights, by a VJP of that layer alone.
 
     `bypass_activation`: the recorded output (and its gradient) is the layer's
     pre-activation output (handlers with records_pre_activation), so the VJP
-    runs the layer's call with its activation set to linear.
+    runs the layer's call with its activation set to linear. A handler with
+    `slices_call_args` (rnn.py) gets its call's inputs and the tensors among its
+    other arguments (mask, initial states) sliced per example too; its output
+    may be a structure ([output, *states]). A handler's
+    `per_example_while_loop(options)` may ask for a tf.map_fn over the examples.
     """
+    slices = getattr(call.handler, "slices_call_args", False)
+    per_example_args, fixed_args = _split_call_args(call, slices)
+
     def one_example(args):
-        x, gy = args
+        x, gy, *rest = args
+        example_args = rest[0] if rest else {}
+        x = tf.nest.map_structure(lambda t: t[None], x)
+        call_args, call_kwargs = _merge_call_args(
+            call, fixed_args, tf.nest.map_structure(lambda t: t[None], example_args))
         with tf.GradientTape() as tape:
             tape.watch([keras_bridge.watchable(v) for v in variables])
-            y = call.call_fn(x[None], *call.call_args, **call.call_kwargs)
-        grads = tape.gradient(y, variables, output_gradients=gy[None],
+            y = call.call_fn(x, *call_args, **call_kwargs)
+        grads = tape.gradient(tf.nest.flatten(y), variables,
+                              output_gradients=[g[None] for g in tf.nest.flatten(gy)],
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
         return [tf.convert_to_tensor(g) for g in grads]
 
     def all_examples():
-        elems = (call.inputs, call.grad_output)
-        if _has_batch_matmul(one_example, elems):
+        elems = (call.inputs, call.grad_output) + ((per_example_args,) if per_example_args
+                                                  else ())
+        while_loop = getattr(call.handler, "per_example_while_loop", None)
+        if ((while_loop is not None and while_loop(options))
+                or _has_batch_matmul(one_example, elems)):
             # TF 2.21's vectorized_map (pfor) of a batched matmul's gradient with oneDNN
             # on corrupts memory (aborts, or once a wrong norm): a while loop instead.
+            # (So do handlers whose call pfor cannot convert: tf-keras' fused LSTM/GRU.)
             return tf.map_fn(one_example, elems, fn_output_signature=[
                 tf.TensorSpec(v.shape, v.dtype) for v in variables])
         return tf.vectorized_map(one_example, elems)
@@ -101,9 +117,31 @@ def per_example_grads(call, variables, bypass_activation=False):
         keras_bridge.set_untracked(layer, "activation", activation)
 
 
+def _is_per_example(value):
+    return isinstance(value, tf.Tensor) and value.shape.rank is not None and value.shape.rank > 0
+
+
+def _split_call_args(call, slices):
+    """(per-example tensors of the call's other arguments, the rest), by position/keyword.
+
+    Without `slices` every argument is passed unchanged to each example's call.
+    """
+    leaves = tf.nest.flatten((call.call_args, call.call_kwargs))
+    if not slices:
+        return {}, leaves
+    per_example = {i: t for i, t in enumerate(leaves) if _is_per_example(t)}
+    return per_example, leaves
+
+
+def _merge_call_args(call, leaves, example_args):
+    """(args, kwargs) of one example's call: its slices in place of the batch tensors."""
+    leaves = [example_args.get(i, t) for i, t in enumerate(leaves)]
+    return tf.nest.pack_sequence_as((call.call_args, call.call_kwargs), leaves)
+
+
 def _has_batch_matmul(one_example, elems):
     """Whether one example's VJP uses a batched matmul (traced once, while tracing the step)."""
-    spec = tuple(tf.TensorSpec(t.shape[1:], t.dtype) for t in elems)
+    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), elems)
     graph = tf.function(one_example).get_concrete_function(spec).graph
     return any(op.type.startswith("BatchMatMul") for op in graph.get_operations())
 

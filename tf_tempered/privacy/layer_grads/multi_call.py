@@ -62,7 +62,8 @@ def multi_call_norms(calls, step):
     for call in calls:
         _check_example_major(call, step)
         grads = generic.per_example_grads(call, variables,
-                                          bypass_activation=call.handler.records_pre_activation)
+                                          bypass_activation=call.handler.records_pre_activation,
+                                          options=step.options)
         per_example = grads if per_example is None else [
             p + g for p, g in zip(per_example, grads)]
     return generic.norms_from_per_example(variables, per_example, step,
@@ -76,10 +77,11 @@ def _check_example_major(call, step):
                "input does not have the batch's examples on its first axis, so the DP engine "
                "cannot add up each example's contributions of the calls. Call a shared layer "
                "on tensors of shape [batch, ...] (reshape after the call, not before).")
-    rows = call.inputs.shape[0]
+    inputs = tf.nest.flatten(call.inputs)[0]  # a recurrent layer's may be [x, *states]
+    rows = inputs.shape[0]
     if rows is not None and isinstance(step.batch_size, int):
         if rows != step.batch_size:
             raise UnsupportedLayerError(message + f" (got {rows} rows for a batch of "
                                         f"{step.batch_size}).")
         return
-    tf.debugging.assert_equal(tf.shape(call.inputs)[0], step.batch_size, message=message)
+    tf.debugging.assert_equal(tf.shape(inputs)[0], step.batch_size, message=message)
