@@ -28,6 +28,7 @@ from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation
 from tf_tempered.privacy import accounting
+from tf_tempered.scatternet import scatternet_cnn
 
 __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples",
            "define_training_flags", "config_from_flags", "parse_floats", "digits_cnn",
@@ -36,6 +37,7 @@ __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples"
 DATASETS = data_lib.NAMES
 ACTIVATIONS = ("relu", "tanh", "tempered_sigmoid")
 OPTIMIZERS = ("sgd", "adam")
+FEATURES = ("pixels", "scatternet")
 SAMPLINGS = accounting.SAMPLINGS
 ACCOUNTANTS = accounting.ACCOUNTANTS
 # TF Privacy's MNIST tutorial; used when neither noise_multiplier nor target_epsilon is given.
@@ -62,6 +64,8 @@ class TrainConfig:
 
     dataset: str = "mnist"
     data_dir: str = None
+    features: str = "pixels"
+    norm_groups: int = 27
     num_train: int = None
     num_test: int = None
     activation: str = "tempered_sigmoid"
@@ -72,6 +76,7 @@ class TrainConfig:
     dpsgd: bool = True
     optimizer: str = "sgd"
     learning_rate: float = 0.15
+    momentum: float = 0.0
     l2_norm_clip: float = 1.0
     noise_multiplier: float = None
     target_epsilon: float = None
@@ -129,6 +134,13 @@ def validate_config(config):
     _check_choice(config, "dataset", DATASETS)
     _check_choice(config, "activation", ACTIVATIONS)
     _check_choice(config, "optimizer", OPTIMIZERS)
+    _check_choice(config, "features", FEATURES)
+    _check_positive(config, "norm_groups", integer=True)
+    if not _is_number(config.momentum) or not 0 <= config.momentum < 1:
+        _fail(f"--momentum={config.momentum!r} is invalid: it must be in [0, 1).")
+    if config.momentum and config.optimizer != "sgd":
+        _fail(f"--momentum={config.momentum} only applies to --optimizer=sgd. Fix: drop "
+              "--momentum, or use --optimizer=sgd.")
     _check_choice(config, "sampling", SAMPLINGS)
     _check_choice(config, "accountant", ACCOUNTANTS)
     for name in ("learning_rate", "l2_norm_clip"):
@@ -204,6 +216,11 @@ def define_training_flags(flag_values, exclude=()):
         ("string", "data_dir", None, "Folder with the dataset files (see tf_tempered.data)."),
         ("integer", "num_train", None, "Keep only the first so many training examples."),
         ("integer", "num_test", None, "Keep only the first so many test examples."),
+        ("enum", "features", d.features, "Model inputs: pixels (the paper's CNNs) or "
+                                         "scatternet (ScatterNet features, J=2, L=8, and "
+                                         "Tramer & Boneh's CNN; needs kymatio).", FEATURES),
+        ("integer", "norm_groups", d.norm_groups, "GroupNorm groups of the ScatterNet CNN's "
+                                                  "input (must divide its 81 channels)."),
         ("enum", "activation", d.activation, "Activation of every hidden layer.", ACTIVATIONS),
         ("float", "scale", d.scale, "Tempered sigmoid scale s."),
         ("float", "inverse_temperature", d.inverse_temperature, "Tempered sigmoid T."),
@@ -213,6 +230,7 @@ def define_training_flags(flag_values, exclude=()):
                                    "(shuffled batches, ε = inf)."),
         ("enum", "optimizer", d.optimizer, "Update rule.", OPTIMIZERS),
         ("float", "learning_rate", d.learning_rate, "Learning rate."),
+        ("float", "momentum", d.momentum, "SGD momentum (heavy ball)."),
         ("float", "l2_norm_clip", d.l2_norm_clip, "Clipping norm C."),
         ("float", "noise_multiplier", None,
          f"Noise multiplier σ (default {DEFAULT_NOISE_MULTIPLIER} unless --target_epsilon)."),
@@ -286,12 +304,18 @@ def digits_cnn(activation="tempered_sigmoid", *, input_shape=(8, 8, 1), num_clas
 
 
 def build_model(config, dataset):
-    """The paper's CNN for ``dataset`` (digits: :func:`digits_cnn`) with config's activation."""
+    """The paper's CNN for ``dataset`` (digits: :func:`digits_cnn`) with config's activation.
+
+    ``features="scatternet"``: :func:`tf_tempered.scatternet.scatternet_cnn` instead.
+    """
     if config.activation == "tempered_sigmoid":
         activation = {"scale": config.scale, "inverse_temperature": config.inverse_temperature,
                       "offset": config.offset, "learnable": config.learnable}
     else:
         activation = config.activation
+    if config.features == "scatternet":
+        return scatternet_cnn(activation, input_shape=dataset.input_shape,
+                              num_classes=dataset.num_classes, groups=config.norm_groups)
     builder = {"digits": digits_cnn, "cifar10": cifar10_cnn}.get(config.dataset, mnist_cnn)
     return builder(activation, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
 

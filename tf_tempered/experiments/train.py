@@ -47,6 +47,7 @@ import time
 import warnings
 
 from tf_tempered import data as data_lib
+from tf_tempered import scatternet
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.experiments import common, results
@@ -196,16 +197,18 @@ def _make_optimizer(config, plan):
     if not config.dpsgd:
         # Keras 2: the legacy optimizers, as TF Privacy's (hence the DP ones there) are.
         module = keras.optimizers.legacy if KERAS_MAJOR == 2 else keras.optimizers
-        cls = {"sgd": module.SGD, "adam": module.Adam}
-        return cls[config.optimizer](learning_rate=lr)
+        if config.optimizer == "sgd":
+            return module.SGD(learning_rate=lr, momentum=config.momentum)
+        return module.Adam(learning_rate=lr)
     # tf_tempered's own DP optimizers: TF Privacy's arguments and update rules, on every
     # supported Python (TF Privacy does not install on 3.12+).
     cls = {"sgd": optimizers.DPKerasSGDOptimizer,
            "adam": optimizers.DPKerasAdamOptimizer}[config.optimizer]
     # Poisson batches vary in size: one example per microbatch (None) is the only fit.
     microbatches = None if config.sampling == "poisson" else config.microbatches
+    momentum = {"momentum": config.momentum} if config.optimizer == "sgd" else {}
     return cls(l2_norm_clip=config.l2_norm_clip, noise_multiplier=plan.noise_multiplier,
-               num_microbatches=microbatches, learning_rate=lr)
+               num_microbatches=microbatches, learning_rate=lr, **momentum)
 
 
 STRATEGIES = ("mirrored", "multi_worker")
@@ -306,6 +309,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         keras.utils.set_random_seed(config.seed)
     dataset = data_lib.load(config.dataset, data_dir=config.data_dir,
                             num_train=config.num_train, num_test=config.num_test)
+    if config.features == "scatternet":  # a fixed public transform: no privacy cost
+        dataset = scatternet.scatter_dataset(dataset)
     common.check_num_examples(config, len(dataset.y_train))
     plan = plan_privacy(config, len(dataset.y_train))
 
