@@ -36,6 +36,7 @@ from tf_tempered.version import __version__
 from tf_tempered import activations, layers  # noqa: E402
 from tf_tempered import callbacks, data, models, privacy  # noqa: E402
 from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget  # noqa: E402
+from tf_tempered.ema import ExponentialMovingAverage  # noqa: E402
 from tf_tempered.activations import tempered_sigmoid  # noqa: E402
 from tf_tempered.layers import TemperedSigmoid  # noqa: E402
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation  # noqa: E402
@@ -49,6 +50,7 @@ __all__ = [
     "DPKerasAdagradOptimizer",
     "DPKerasAdamOptimizer",
     "DPKerasSGDOptimizer",
+    "ExponentialMovingAverage",
     "PrivacyBudget",
     "activations",
     "callbacks",

@@ -68,6 +68,7 @@ class TrainConfig:
     norm_groups: int = 27
     num_train: int = None
     num_test: int = None
+    validation_size: int = 0
     activation: str = "tempered_sigmoid"
     scale: float = 2.0
     inverse_temperature: float = 2.0
@@ -83,6 +84,7 @@ class TrainConfig:
     batch_size: int = 256
     microbatches: int = None
     epochs: int = 60
+    ema_decay: float = None
     sampling: str = accounting.DEFAULT_SAMPLING
     accountant: str = accounting.DEFAULT_ACCOUNTANT
     delta: float = accounting.DEFAULT_DELTA
@@ -149,8 +151,15 @@ def validate_config(config):
         _check_positive(config, name, integer=True)
     for name in ("num_train", "num_test", "microbatches"):
         _check_positive(config, name, integer=True, optional=True)
+    if not _is_number(config.validation_size, integer=True) or config.validation_size < 0:
+        _fail(f"--validation_size={config.validation_size!r} is invalid: it must be a "
+              "non-negative integer (0: no validation split). Fix: e.g. --validation_size=5000.")
     for name in ("noise_multiplier", "target_epsilon"):
         _check_positive(config, name, optional=True)
+    if config.ema_decay is not None and not (_is_number(config.ema_decay)
+                                             and 0 < config.ema_decay < 1):
+        _fail(f"--ema_decay={config.ema_decay!r} is invalid: it must be in (0, 1). Fix: e.g. "
+              "--ema_decay=0.999, or drop it (no averaging).")
     if config.activation == "tempered_sigmoid":
         for name in ("scale", "inverse_temperature"):
             _check_positive(config, name)
@@ -195,12 +204,23 @@ def validate_config(config):
 
 
 def check_num_examples(config, num_examples):
-    """Checks the settings that depend on the number of training examples."""
+    """Checks the settings that depend on the number of training examples.
+
+    ``num_examples``: the training examples loaded, before the validation split.
+    """
+    if config.validation_size >= num_examples:
+        _fail(f"--validation_size={config.validation_size} leaves no training examples: "
+              f"--dataset={config.dataset} has {num_examples}"
+              f"{f' (--num_train={config.num_train})' if config.num_train else ''}. Fix: use "
+              f"--validation_size={num_examples // 10} or less.")
+    num_examples -= config.validation_size
     if num_examples < config.batch_size:
+        held_out = config.validation_size
         _fail(f"--batch_size={config.batch_size} is larger than the {num_examples} training "
               f"examples of --dataset={config.dataset}"
-              f"{f' (--num_train={config.num_train})' if config.num_train else ''}. Fix: use "
-              f"--batch_size={num_examples} or less, or more training data.")
+              f"{f' (--num_train={config.num_train})' if config.num_train else ''}"
+              f"{f' after --validation_size={held_out}' if held_out else ''}"
+              f". Fix: use --batch_size={num_examples} or less, or more training data.")
 
 
 def define_training_flags(flag_values, exclude=()):
@@ -221,6 +241,10 @@ def define_training_flags(flag_values, exclude=()):
                                          "Tramer & Boneh's CNN; needs kymatio).", FEATURES),
         ("integer", "norm_groups", d.norm_groups, "GroupNorm groups of the ScatterNet CNN's "
                                                   "input (must divide its 81 channels)."),
+        ("integer", "validation_size", d.validation_size,
+         "Hold out the LAST so many training examples as a validation set (0: none). "
+         "Training, σ and ε use the others only; per-epoch and final accuracy are then on "
+         "the validation set, and the test set is evaluated once, at the end."),
         ("enum", "activation", d.activation, "Activation of every hidden layer.", ACTIVATIONS),
         ("float", "scale", d.scale, "Tempered sigmoid scale s."),
         ("float", "inverse_temperature", d.inverse_temperature, "Tempered sigmoid T."),
@@ -239,6 +263,9 @@ def define_training_flags(flag_values, exclude=()):
         ("integer", "microbatches", None, "Microbatches per batch (default: one per "
                                           "example); must divide --batch_size."),
         ("integer", "epochs", d.epochs, "Epochs."),
+        ("float", "ema_decay", None, "Average the weights: shadow <- d*shadow + (1-d)*w after "
+                                     "each step; evaluate and save the average (no privacy "
+                                     "cost: post-processing). Default: off."),
         ("enum", "sampling", d.sampling, "poisson: Poisson-sampled batches (the ε "
                                          "accounting assumes); shuffle: shuffled fixed-size "
                                          "batches.", SAMPLINGS),

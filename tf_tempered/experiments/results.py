@@ -26,7 +26,7 @@ import pathlib
 import numpy as np  # noqa: F401  (used by the doctest)
 
 from tf_tempered._plotting import agg_figure  # re-exported for the scripts
-from tf_tempered.experiments.common import ConfigError, validate_config
+from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
 
 __all__ = ["package_versions", "write_json", "read_json", "write_csv", "run_all", "agg_figure"]
 
@@ -96,8 +96,10 @@ def run_all(runs_dir, runs, run, *, verbose=1):
             continue
         stored = read_json(path)
         flags, wanted = stored.get("flags") or {}, _plain(config.to_dict())
-        # A flag added since the run was stored (absent there) matches its None default.
-        diff = sorted(k for k in set(wanted) | set(flags) if wanted.get(k) != flags.get(k))
+        # A flag added since the run was stored (absent there) matches its default.
+        defaults = _plain(TrainConfig().to_dict())
+        diff = sorted(k for k in set(wanted) | set(flags)
+                      if wanted.get(k) != flags.get(k, defaults.get(k)))
         if diff:
             raise ConfigError(f"{path} holds a run with other settings (differing: "
                               f"{', '.join(diff)}). Fix: use a new --output_dir for new "

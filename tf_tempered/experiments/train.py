@@ -37,6 +37,12 @@ Sampling: ``poisson`` (default) trains on Poisson-sampled batches, the sampling 
 reported ε assumes. ``shuffle`` trains on shuffled fixed-size batches; ε is then
 reported as TF Privacy does, *assuming* Poisson sampling, and labelled so, next to
 the bound actually proven for shuffling (no amplification by subsampling).
+
+Model selection: ``--validation_size=N`` holds out the last N training examples
+(:func:`tf_tempered.data.split_validation`); training, σ and ε use the rest only,
+each epoch reports ``validation_accuracy``, and the test set is evaluated once, at
+the end (``test_accuracy``), so choices made on the validation numbers leave the
+test accuracy an unbiased estimate.
 """
 
 import contextlib
@@ -44,115 +50,29 @@ import math
 import pathlib
 import sys
 import time
-import warnings
 
 from tf_tempered import data as data_lib
 from tf_tempered import scatternet
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
+from tf_tempered.ema import ExponentialMovingAverage
 from tf_tempered.experiments import common, results
-from tf_tempered.privacy import (accounting, has_secret_dp_randomness, make_private, optimizers,
-                                  randomness, sampling)
+# Re-exported: PrivacyPlan and plan_privacy lived here before privacy_plan.py.
+from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
+from tf_tempered.privacy import (has_secret_dp_randomness, make_private, optimizers, randomness,
+                                 sampling)
 
 __all__ = ["PrivacyPlan", "plan_privacy", "progress_verbosity", "run_training", "define_flags",
            "main", "cli"]
 
 
-class PrivacyPlan:
-    """Steps, σ and the ε accounting of one run (``noise_multiplier=None``: non-private)."""
-
-    def __init__(self, config, num_examples, steps_per_epoch, noise_multiplier):
-        self.config = config
-        self.num_examples = num_examples
-        self.steps_per_epoch = steps_per_epoch
-        self.total_steps = steps_per_epoch * config.epochs
-        self.noise_multiplier = noise_multiplier
-        self.microbatch_size = _microbatch_size(config)
-        # False for a DP run with --insecure_dp_seed (its noise and batches are public);
-        # run_training confirms it from the model (has_secret_dp_randomness).
-        self.epsilon_holds = noise_multiplier is None or config.insecure_dp_seed is None
-
-    def _epsilon(self, steps, sampling_assumed):
-        with warnings.catch_warnings():  # the shuffle note is said once, in the label
-            warnings.filterwarnings("ignore", message="sampling='shuffle'", category=UserWarning)
-            return accounting.compute_epsilon(
-                num_examples=self.num_examples, batch_size=self.config.batch_size,
-                noise_multiplier=self.noise_multiplier, steps=steps, delta=self.config.delta,
-                sampling=sampling_assumed, accountant=self.config.accountant,
-                microbatch_size=self.microbatch_size)
-
-    def epsilon(self, steps):
-        """ε after ``steps`` steps, with Poisson sampling assumed (TF Privacy's figure)."""
-        if self.noise_multiplier is None:
-            return math.inf
-        return self._epsilon(steps, "poisson") if steps else 0.0
-
-    def epsilon_no_amplification(self, steps):
-        """ε proven for shuffled batches (no amplification); None unless sampling=shuffle."""
-        if self.noise_multiplier is None or self.config.sampling != "shuffle":
-            return None
-        return self._epsilon(steps, "shuffle") if steps else 0.0
-
-    def dp_randomness(self):
-        """"secret", "insecure" (--insecure_dp_seed) or None (non-private)."""
-        if self.noise_multiplier is None:
-            return None
-        return "secret" if self.epsilon_holds else "insecure"
-
-    def label(self):
-        """What the reported ε means, in words."""
-        c = self.config
-        if self.noise_multiplier is None:
-            return "non-private training: ε = inf"
-        where = (f"at δ={c.delta:g}, {c.accountant.upper()} accountant, σ="
-                 f"{self.noise_multiplier:.4g}, q={c.batch_size / self.num_examples:.4g}")
-        if c.sampling == "poisson":
-            label = f"ε {where}, Poisson sampling (as trained)"
-        else:
-            label = (f"ε {where}, ASSUMING Poisson sampling as TF Privacy reports it, but "
-                     f"this run used shuffled fixed-size batches; the bound proven for those "
-                     f"(no amplification by subsampling) is epsilon_no_amplification")
-        if not self.epsilon_holds:
-            label += (f"; NOT PRIVATE: --insecure_dp_seed={c.insecure_dp_seed}, "
-                      f"{randomness.INSECURE_NOTE}")
-        return label
-
-
-def _microbatch_size(config):
-    """Examples per microbatch (accounting doubles the sensitivity above one)."""
-    return config.batch_size // (config.microbatches or config.batch_size)
-
-
-def plan_privacy(config, num_examples):
-    """The PrivacyPlan of ``config`` on ``num_examples`` examples (calibrates σ if asked)."""
-    if not config.dpsgd or config.sampling == "shuffle":
-        steps_per_epoch = num_examples // config.batch_size  # drop_remainder batches
-    else:
-        steps_per_epoch = sampling.poisson_steps_per_epoch(
-            num_examples=num_examples, expected_batch_size=config.batch_size)
-    if not config.dpsgd:
-        return PrivacyPlan(config, num_examples, steps_per_epoch, None)
-    sigma = config.noise_multiplier
-    if config.target_epsilon is not None:
-        try:
-            sigma = accounting.noise_multiplier_for_epsilon(
-                target_epsilon=config.target_epsilon, num_examples=num_examples,
-                batch_size=config.batch_size, steps=steps_per_epoch * config.epochs,
-                delta=config.delta, sampling="poisson", accountant=config.accountant,
-                microbatch_size=_microbatch_size(config))
-        except ValueError as e:
-            raise common.ConfigError(f"--target_epsilon={config.target_epsilon}: {e}") from e
-    elif sigma is None:
-        sigma = common.DEFAULT_NOISE_MULTIPLIER
-    return PrivacyPlan(config, num_examples, steps_per_epoch, float(sigma))
-
-
 class _EpochReport(keras.callbacks.Callback):
     """Records each epoch (accuracies, ε, DP metrics, time) and prints accuracy and ε."""
 
-    def __init__(self, plan, verbose):
+    def __init__(self, plan, verbose, eval_name="test"):
         super().__init__()
         self.plan, self.verbose, self.records = plan, verbose, []
+        self.eval_name = eval_name  # what fit's validation_data is: "test" or "validation"
         self._start = None
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -172,7 +92,8 @@ class _EpochReport(keras.callbacks.Callback):
         for key, value in logs.items():
             # val_dp_* are the DP training metrics, idle (zero) in evaluation.
             if key not in ("epsilon", "dp_steps") and not key.startswith("val_dp_"):
-                name = key.replace("val_", "test_", 1) if key.startswith("val_") else (
+                name = key.replace("val_", f"{self.eval_name}_", 1) if key.startswith(
+                    "val_") else (
                     key if key.startswith("dp_") else f"train_{key}")
                 record[name] = float(value)
         self.records.append(record)
@@ -187,8 +108,9 @@ class _EpochReport(keras.callbacks.Callback):
                        f", clipped fraction {record['dp_clipped_fraction']:.3f}")
             print(f"Epoch {epoch + 1}/{self.plan.config.epochs}: loss "
                   f"{record.get('train_loss', math.nan):.4f}, train accuracy "
-                  f"{record.get('train_accuracy', math.nan):.4f}{clipped}, test accuracy "
-                  f"{record.get('test_accuracy', math.nan):.4f}, ε = {eps:.4g}{delta}{extra}",
+                  f"{record.get('train_accuracy', math.nan):.4f}{clipped}, {self.eval_name} "
+                  f"accuracy {record.get(f'{self.eval_name}_accuracy', math.nan):.4f}, "
+                  f"ε = {eps:.4g}{delta}{extra}",
                   flush=True)
 
 
@@ -312,6 +234,11 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
     if config.features == "scatternet":  # a fixed public transform: no privacy cost
         dataset = scatternet.scatter_dataset(dataset)
     common.check_num_examples(config, len(dataset.y_train))
+    validation = None
+    if config.validation_size:
+        # The last validation_size examples; everything below (σ, ε, the model's
+        # data) sees only the first N - validation_size.
+        dataset, validation = data_lib.split_validation(dataset, config.validation_size)
     plan = plan_privacy(config, len(dataset.y_train))
 
     if isinstance(strategy, str):
@@ -338,12 +265,18 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         replicas = strategy.num_replicas_in_sync
         test_batch = max(replicas, min(test_batch, len(dataset.y_test)) // replicas * replicas)
     test_ds = tf.data.Dataset.from_tensor_slices(dataset.test).batch(test_batch)
-    report = _EpochReport(plan, verbose)
+    # What fit() evaluates each epoch: the validation split if any, else the test set.
+    eval_ds = test_ds if validation is None else \
+        tf.data.Dataset.from_tensor_slices(validation).batch(test_batch)
+    report = _EpochReport(plan, verbose, "test" if validation is None else "validation")
     # First, so that the bar finishes its line before _EpochReport prints. verbose=2:
     # no bar (fit verbose=0), the per-epoch line of _EpochReport only.
     progbar = (keras.callbacks.ProgbarLogger(count_mode="steps") if KERAS_MAJOR == 2
                else keras.callbacks.ProgbarLogger())
     callbacks = [progbar] if verbose == 1 else []
+    if config.ema_decay is not None:
+        # Validation sees the average; at the end the model keeps it (evaluated, saved).
+        callbacks.append(ExponentialMovingAverage(decay=config.ema_decay))
     ledger = None
     if backup_dir is not None:
         callbacks.append(keras.callbacks.BackupAndRestore(str(backup_dir)))
@@ -362,10 +295,13 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
     callbacks.append(report)
     if extra_callbacks is not None:
         callbacks.extend(extra_callbacks(model, dataset))
-    model.fit(train_ds, epochs=config.epochs, validation_data=test_ds, callbacks=callbacks,
+    model.fit(train_ds, epochs=config.epochs, validation_data=eval_ds, callbacks=callbacks,
               verbose=1 if verbose == 1 else 0, shuffle=False,  # train_ds is shuffled/sampled
               steps_per_epoch=plan.steps_per_epoch if strategy is not None else None)
+    # The test set once, at the end (with a validation split, never seen before).
     final_metrics = model.evaluate(test_ds, verbose=0, return_dict=True)
+    val_metrics = None if validation is None else model.evaluate(eval_ds, verbose=0,
+                                                                 return_dict=True)
 
     # The steps actually taken (PrivacyBudget may stop early; with a ledger, the
     # steps of killed runs that were redone after a restore count again).
@@ -375,6 +311,9 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
     result = {
         "test_accuracy": float(final_metrics["accuracy"]),
         "test_loss": float(final_metrics["loss"]),
+        # None without --validation_size (then the test set is what each epoch reports).
+        "validation_accuracy": None if val_metrics is None else float(val_metrics["accuracy"]),
+        "validation_loss": None if val_metrics is None else float(val_metrics["loss"]),
         "epsilon": plan.epsilon(final),
         "delta": config.delta,
         "epsilon_label": plan.label(),
@@ -391,6 +330,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         "flags": config.to_dict(),
         "dataset": {"name": dataset.name, "source": dataset.source,
                     "num_train": len(dataset.y_train), "num_test": len(dataset.y_test),
+                    "num_validation": config.validation_size,
                     "input_shape": list(dataset.input_shape)},
         "model": {"name": model.name, "params": int(model.count_params())},
         "history": report.records,
@@ -407,7 +347,9 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         results.write_json(out / "metrics.json", result)
     if verbose:
         shuffled = result.get("epsilon_no_amplification")
-        print(f"Test accuracy {result['test_accuracy']:.4f}; ε = {result['epsilon']:.4g} "
+        val = result["validation_accuracy"]
+        print((f"Validation accuracy {val:.4f}; " if val is not None else "")
+              + f"Test accuracy {result['test_accuracy']:.4f}; ε = {result['epsilon']:.4g} "
               f"({plan.label()}"
               + (f" = {shuffled:.4g}" if shuffled is not None else "")
               + f"); wall time {result['wall_time_s']:.1f} s"

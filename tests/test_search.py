@@ -1,0 +1,107 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The search script: axes, grid/random trials, validation-only selection, tables, refusals."""
+
+import json
+
+import pytest
+
+from tf_tempered.experiments import search
+from tf_tempered.experiments.common import ConfigError, TrainConfig
+
+BASE = TrainConfig(dataset="digits", epochs=1, batch_size=128, learning_rate=0.5,
+                   target_epsilon=3.0, validation_size=300)
+
+
+def test_axes_parse_as_the_flag_types():
+    assert search.parse_axis("learning_rate=0.5,2") == ("learning_rate", [0.5, 2.0])
+    assert search.parse_axis("batch_size=64,128") == ("batch_size", [64, 128])
+    assert search.parse_axis("ema_decay=none,0.99") == ("ema_decay", [None, 0.99])
+    name, values = search.parse_axis("activation=tanh,ts:1/4/0.5,ts_learnable:2/2/1")
+    assert values[0]["activation"] == "tanh" and values[0]["scale"] == 2.0
+    assert values[1] == {"activation": "tempered_sigmoid", "scale": 1.0,
+                         "inverse_temperature": 4.0, "offset": 0.5, "learnable": False}
+    assert values[2]["learnable"] is True
+    labels = [c for c, _ in search.expand_trials(BASE, [(name, values)])]
+    assert labels == [{"activation": "tanh"}, {"activation": "ts:1/4/0.5"},
+                      {"activation": "ts_learnable:2/2/1"}]
+    for bad, match in (("learning_rate", "FLAG=V1"), ("noise_multiplier=1", "cannot be searched"),
+                       ("target_epsilon=1,2", "cannot be searched"),
+                       ("activation=ts:1/2", "ts:S/T/O"), ("batch_size=abc", "not a valid int")):
+        with pytest.raises(ConfigError, match=match):
+            search.parse_axis(bad)
+
+
+def test_grid_and_random_trials():
+    axes = [search.parse_axis("learning_rate=0.5,1,2"), search.parse_axis("l2_norm_clip=0.1,1")]
+    grid = search.expand_trials(BASE, axes)
+    assert [(c.learning_rate, c.l2_norm_clip) for _, c in grid] == [
+        (0.5, 0.1), (0.5, 1.0), (1.0, 0.1), (1.0, 1.0), (2.0, 0.1), (2.0, 1.0)]
+    picked = search.expand_trials(BASE, axes, search="random", num_trials=4, seed=3)
+    again = search.expand_trials(BASE, axes, search="random", num_trials=4, seed=3)
+    assert len(picked) == 4 and [c for _, c in picked] == [c for _, c in again]
+    assert len({(c.learning_rate, c.l2_norm_clip) for _, c in picked}) == 4  # no repeats
+    with pytest.raises(ConfigError, match="num_trials"):
+        search.expand_trials(BASE, axes, search="random")
+
+
+def test_search_refuses_without_validation_or_target_epsilon(tmp_path):
+    with pytest.raises(ConfigError, match="--validation_size must be > 0"):
+        search.run_search(BASE.replace(validation_size=0), [], output_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="--target_epsilon"):
+        search.run_search(BASE.replace(target_epsilon=None), [], output_dir=str(tmp_path))
+
+
+def test_selects_on_validation_accuracy_only_and_writes_tables(tmp_path):
+    axes = [search.parse_axis("learning_rate=0.5,1"), search.parse_axis("ema_decay=none,0.9")]
+    # A stand-in trainer whose test accuracy would pick another config than validation.
+    fake = {(0.5, None): (0.6, 0.99), (0.5, 0.9): (0.8, 0.1),
+            (1.0, None): (0.7, 0.5), (1.0, 0.9): (0.5, 0.9)}
+    seen = []
+
+    def run(config):
+        seen.append(config)
+        val, test = fake[(config.learning_rate, config.ema_decay)]
+        return {"validation_accuracy": val, "test_accuracy": test, "test_loss": 1.0,
+                "epsilon": 3.0, "delta": 1e-5, "noise_multiplier": 1.5, "steps": 10,
+                "wall_time_s": 1.0, "flags": config.to_dict()}
+
+    summary = search.run_search(BASE, axes, output_dir=str(tmp_path), verbose=0, run=run)
+    assert all(c.target_epsilon == 3.0 and c.validation_size == 300 for c in seen)
+    assert summary["best"]["changes"] == "learning_rate=0.5 ema_decay=0.9"
+    assert summary["best"]["validation_accuracy"] == 0.8
+    cmd = summary["best_command"]
+    assert "--learning_rate=0.5" in cmd and "--ema_decay=0.9" in cmd \
+        and "--target_epsilon=3" in cmd and "--validation_size=300" in cmd
+    stored = json.loads((tmp_path / "runs" / "trial001.json").read_text())
+    assert "test_accuracy" not in stored and "test_loss" not in stored
+    csv = (tmp_path / "search.csv").read_text().splitlines()
+    assert len(csv) == 5 and csv[0].startswith("best,trial,validation_accuracy")
+    assert sum(line.startswith("*,") for line in csv) == 1
+    md = (tmp_path / "search.md").read_text()
+    assert "| * | trial001 | 0.8000 |" in md and "not accounted" in md
+    assert "--nosave_model" not in cmd
+    # Resumes without training again.
+    assert search.run_search(BASE, axes, output_dir=str(tmp_path), verbose=0,
+                             run=run)["num_trained"] == 0 and len(seen) == 4
+
+
+def test_a_real_tiny_search(tmp_path):
+    summary = search.run_search(BASE, [search.parse_axis("learning_rate=0.5,1")],
+                                output_dir=str(tmp_path), verbose=0)
+    assert summary["num_trials"] == 2
+    assert [r["changes"] for r in summary["rows"]] == ["learning_rate=0.5", "learning_rate=1.0"]
+    for row in summary["rows"]:
+        assert row["epsilon"] == pytest.approx(3.0, rel=1e-3) and row["epsilon"] <= 3.0
+        assert 0 <= row["validation_accuracy"] <= 1

@@ -1,0 +1,277 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Hyperparameter search at a fixed ε, selected on a validation split (never the test set).
+
+    python -m tf_tempered.experiments.search --dataset=mnist --target_epsilon=2.93 \\
+        --validation_size=5000 --epochs=40 --vary=learning_rate=2,4 \\
+        --vary=l2_norm_clip=0.1,1 --vary=activation=tanh,ts:2/2/1,ts_learnable:2/2/1 \\
+        --vary=ema_decay=none,0.999 --search=grid --output_dir=/tmp/search
+
+Every train flag sets the base config; each ``--vary=FLAG=V1,V2,...`` makes FLAG an
+axis (values parsed as the flag's type; ``none`` for unset). ``activation`` also takes
+``ts:S/T/O`` (tempered sigmoid with scale S, inverse temperature T, offset O) and
+``ts_learnable:S/T/O`` (the same, learnable per layer). ``--search=grid`` trains every
+combination; ``--search=random`` trains ``--num_trials`` of them drawn without
+replacement with ``--search_seed`` (a public seed: which configs are tried is not
+privacy-relevant). σ is always calibrated with ``--target_epsilon``, so every run ends
+at that ε (at ``--delta``) on the N − ``--validation_size`` training examples it uses.
+
+Selection is by validation accuracy. The test set is evaluated by run_training at the
+end of every run but dropped here (not stored, not shown), so the search cannot select
+on it. Writes ``runs/<trial>.json`` (resumable, as the sweep), ``search.csv``,
+``search.json`` and ``search.md`` (one row per config, best marked), and prints the
+command that re-runs the best config with its test-set evaluation.
+
+Privacy of the search itself: see docs/model_selection.md. The reported ε covers one
+training run; the selection, made on validation data carved from the private training
+set, has its own cost (Papernot & Steinke 2022) that this ε does not include.
+"""
+
+import dataclasses
+import itertools
+import pathlib
+import shlex
+
+import numpy as np
+
+from tf_tempered.experiments import common, results
+from tf_tempered.experiments.train import progress_verbosity, run_training
+
+__all__ = ["parse_axis", "expand_trials", "run_search", "best_command", "define_flags",
+           "main", "cli"]
+
+_FIELDS = {f.name: f for f in dataclasses.fields(common.TrainConfig)}
+_NOT_SEARCHABLE = ("dataset", "data_dir", "output_dir", "target_epsilon", "noise_multiplier",
+                   "validation_size", "delta", "dpsgd", "insecure_dp_seed")
+_TEMPERED = ("scale", "inverse_temperature", "offset", "learnable")
+
+
+def _parse_value(name, text):
+    """One --vary value of flag ``name``, parsed as the TrainConfig field's type."""
+    if text.lower() == "none":
+        return None
+    if name == "activation":
+        for prefix, learnable in (("ts:", False), ("ts_learnable:", True)):
+            if text.startswith(prefix):
+                parts = text[len(prefix):].split("/")
+                try:
+                    s, t, o = (float(p) for p in parts)
+                except ValueError:
+                    raise common.ConfigError(
+                        f"--vary=activation value {text!r} is invalid: use {prefix}S/T/O, "
+                        f"e.g. {prefix}2/2/1.") from None
+                return {"activation": "tempered_sigmoid", "scale": s, "inverse_temperature": t,
+                        "offset": o, "learnable": learnable}
+        defaults = common.TrainConfig()
+        return {"activation": text, **{n: getattr(defaults, n) for n in _TEMPERED}}
+    kind = type(getattr(common.TrainConfig(), name))
+    kind = {"learning_rate": float, "l2_norm_clip": float, "ema_decay": float,
+            "num_train": int, "num_test": int, "microbatches": int}.get(name, kind)
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1")
+        return kind(float(text)) if kind is int and float(text).is_integer() else kind(text)
+    except ValueError:
+        raise common.ConfigError(f"--vary={name}: value {text!r} is not a valid "
+                                 f"{kind.__name__}.") from None
+
+
+def parse_axis(spec):
+    """``"FLAG=V1,V2"`` -> (FLAG, [value or {flag: value} per V]); ConfigError if invalid.
+
+    >>> parse_axis("learning_rate=0.5,2")
+    ('learning_rate', [0.5, 2.0])
+    """
+    name, sep, values = str(spec).partition("=")
+    name = name.strip().lstrip("-")
+    if not sep or not values:
+        raise common.ConfigError(f"--vary={spec!r} is invalid: use --vary=FLAG=V1,V2,... "
+                                 "e.g. --vary=learning_rate=0.5,2.")
+    if name not in _FIELDS or name in _NOT_SEARCHABLE:
+        searchable = sorted(set(_FIELDS) - set(_NOT_SEARCHABLE))
+        raise common.ConfigError(f"--vary={spec!r}: {name!r} cannot be searched over. "
+                                 f"Searchable flags: {', '.join(searchable)}.")
+    return name, [_parse_value(name, v.strip()) for v in values.split(",") if v.strip()]
+
+
+def expand_trials(base_config, axes, *, search="grid", num_trials=None, seed=0):
+    """The configs to train: every combination of ``axes`` (grid) or a seeded sample."""
+    names = [n for n, _ in axes]
+    if len(set(names)) != len(names):
+        raise common.ConfigError(f"--vary names a flag twice ({names}); give each flag once "
+                                 "with all its values.")
+    combos = list(itertools.product(*(values for _, values in axes))) or [()]
+    if search == "random":
+        if num_trials is None or num_trials < 1:
+            raise common.ConfigError("--search=random needs --num_trials >= 1.")
+        rng = np.random.default_rng(seed)  # public: which configs are tried is not private
+        picks = rng.permutation(len(combos))[:num_trials]
+        combos = [combos[i] for i in sorted(picks)]
+    elif search != "grid":
+        raise common.ConfigError(f"--search={search!r} is invalid: use grid or random.")
+    trials = []
+    for combo in combos:
+        changes, labels = {}, {}
+        for name, value in zip(names, combo):
+            changes.update(value if isinstance(value, dict) else {name: value})
+            labels[name] = _label(value)
+        trials.append((labels, common.validate_config(base_config.replace(**changes))))
+    return trials
+
+
+def _label(value):
+    """How a value reads in the tables (``ts:S/T/O`` for a tempered sigmoid)."""
+    if not isinstance(value, dict):
+        return value
+    if value["activation"] != "tempered_sigmoid":
+        return value["activation"]
+    kind = "ts_learnable" if value["learnable"] else "ts"
+    return f"{kind}:{value['scale']:g}/{value['inverse_temperature']:g}/{value['offset']:g}"
+
+
+def _check_base(config):
+    if not config.dpsgd or config.target_epsilon is None or config.noise_multiplier is not None:
+        raise common.ConfigError(
+            "the search needs --target_epsilon (σ calibrated so every run ends at that ε) and "
+            "DP training. Fix: pass e.g. --target_epsilon=2.93 and no --noise_multiplier or "
+            "--nodpsgd.")
+    if not config.validation_size:
+        raise common.ConfigError(
+            "the search selects on a validation split, never the test set: --validation_size "
+            "must be > 0. Fix: pass e.g. --validation_size=5000 (MNIST, Fashion-MNIST) or "
+            "--validation_size=300 (digits).")
+
+
+def _without_test(result):
+    """The run's result minus the test-set numbers, which the search must not see."""
+    return {k: v for k, v in dict(result).items() if not k.startswith("test_")}
+
+
+def best_command(config, output_dir="results/best"):
+    """The train command that re-runs ``config`` (flags differing from the defaults)."""
+    defaults = common.TrainConfig()
+    args = []
+    for name, value in config.replace(output_dir=output_dir,
+                                      save_model=True).to_dict().items():
+        if value == getattr(defaults, name):
+            continue
+        if isinstance(value, bool):
+            args.append(f"--{name}" if value else f"--no{name}")
+        elif value is not None:
+            args.append(f"--{name}={value:g}" if isinstance(value, float) else f"--{name}={value}")
+    return " ".join(["python -m tf_tempered.experiments.train"] + [shlex.quote(a) for a in args])
+
+
+_COLUMNS = ("best", "trial", "validation_accuracy", "epsilon", "delta", "noise_multiplier",
+            "steps", "wall_time_s", "changes")
+
+
+def run_search(base_config, axes, *, output_dir, search="grid", num_trials=None, seed=0,
+               verbose=1, run=None):
+    """Trains each trial of :func:`expand_trials`; returns the summary (also search.json).
+
+    ``run(config) -> metrics`` defaults to :func:`run_training`; the test-set entries of
+    its result are dropped before anything is stored or compared.
+    """
+    _check_base(base_config)
+    if not output_dir:
+        raise common.ConfigError("--output_dir is required for a search (it stores each run "
+                                 "and makes the search resumable). Fix: pass --output_dir=DIR.")
+    out = pathlib.Path(output_dir)
+    trials = expand_trials(base_config.replace(output_dir=None), axes, search=search,
+                           num_trials=num_trials, seed=seed)
+    runs = [(f"trial{i:03d}", config) for i, (_, config) in enumerate(trials)]
+    # verbose=0: run_training's own summary line shows the test accuracy.
+    train = run or (lambda c: run_training(c, verbose=0))
+
+    def run_one(config):
+        result = _without_test(train(config))
+        if verbose:
+            print(f"  validation accuracy {result['validation_accuracy']:.4f}, ε = "
+                  f"{float(result['epsilon']):.4g}", flush=True)
+        return result
+
+    by_name, trained = results.run_all(out / "runs", runs, run_one, verbose=verbose)
+    rows = []
+    for (name, _), (changes, _) in zip(runs, trials):
+        r = by_name[name]
+        rows.append({"trial": name, "validation_accuracy": r["validation_accuracy"],
+                     "epsilon": float(r["epsilon"]), "delta": r["delta"],
+                     "noise_multiplier": r["noise_multiplier"], "steps": r["steps"],
+                     "wall_time_s": r["wall_time_s"],
+                     "changes": " ".join(f"{k}={v}" for k, v in changes.items()) or "(base)"})
+    best = max(range(len(rows)), key=lambda i: rows[i]["validation_accuracy"])
+    for i, row in enumerate(rows):
+        row["best"] = "*" if i == best else ""
+    command = best_command(runs[best][1])
+    summary = {"num_trials": len(rows), "num_trained": trained, "search": search,
+               "selection": "validation_accuracy", "target_epsilon": base_config.target_epsilon,
+               "delta": base_config.delta, "validation_size": base_config.validation_size,
+               "best": rows[best], "best_command": command, "rows": rows,
+               "privacy_note": ("each run's ε covers that run only; the selection over "
+                                f"{len(rows)} runs on validation data carved from the training "
+                                "set is not accounted (docs/model_selection.md).")}
+    results.write_csv(out / "search.csv", rows, _COLUMNS)
+    results.write_json(out / "search.json", summary)
+    (out / "search.md").write_text(_markdown(rows, summary))
+    if verbose:
+        print(f"{len(rows)} configs ({trained} trained now) at ε = {base_config.target_epsilon}"
+              f", δ = {base_config.delta:g}; best validation accuracy "
+              f"{rows[best]['validation_accuracy']:.4f} ({rows[best]['changes']}). Wrote "
+              f"{out}/search.csv, search.json, search.md. Re-run the best config with its "
+              f"test-set evaluation:\n  {command}", flush=True)
+    return summary
+
+
+def _markdown(rows, summary):
+    lines = [f"Search at ε = {summary['target_epsilon']}, δ = {summary['delta']:g}, selected "
+             f"on {summary['validation_size']} validation examples (best marked *).", "",
+             "| best | trial | validation accuracy | ε | σ | changes |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['best']} | {r['trial']} | {r['validation_accuracy']:.4f} | "
+              f"{r['epsilon']:.4g} | {r['noise_multiplier']:.4g} | {r['changes']} |"
+              for r in rows]
+    lines += ["", f"Re-run the best config: `{summary['best_command']}`", "",
+              f"Privacy: {summary['privacy_note']}", ""]
+    return "\n".join(lines)
+
+
+def define_flags():
+    """Defines the search's absl flags: every train flag (the base config) plus the axes."""
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    common.define_training_flags(flags.FLAGS, exclude=("save_model",))
+    flags.DEFINE_multi_string("vary", [], "FLAG=V1,V2,...: an axis of the search (repeat "
+                              "for more axes); activation also takes ts:S/T/O and "
+                              "ts_learnable:S/T/O; 'none' unsets.")
+    flags.DEFINE_enum("search", "grid", ["grid", "random"], "Every combination, or "
+                      "--num_trials of them drawn with --search_seed.")
+    flags.DEFINE_integer("num_trials", None, "Configs to draw with --search=random.")
+    flags.DEFINE_integer("search_seed", 0, "Seed of the random search (public).")
+
+
+def _run_from_flags(f):
+    config = common.config_from_flags(f, save_model=False)
+    axes = [parse_axis(spec) for spec in f["vary"].value]
+    run_search(config, axes, output_dir=f["output_dir"].value, search=f["search"].value,
+               num_trials=f["num_trials"].value, seed=f["search_seed"].value,
+               verbose=progress_verbosity())
+
+
+# `cli` is the console entry point tf-tempered-search.
+main, cli = common.absl_entry_point(define_flags, _run_from_flags)
+
+if __name__ == "__main__":
+    cli()
