@@ -144,3 +144,12 @@ def test_train_config_builds_the_scatternet_cnn():
         common.validate_config(common.TrainConfig(optimizer="adam", momentum=0.9))
     with pytest.raises(common.ConfigError, match="--momentum=1.0 is invalid"):
         common.validate_config(common.TrainConfig(momentum=1.0))
+
+
+def test_missing_kymatio_names_the_pip_command(monkeypatch):
+    import sys  # pylint: disable=g-import-not-at-top
+    monkeypatch.setitem(sys.modules, "kymatio", None)  # what Python does when it is absent
+    with pytest.raises(ImportError, match='pip install "kymatio>=0.3"'):
+        scatternet.scattering_features(_images(1, 16), cache=False)
+    # The model builder does not need kymatio.
+    assert scatternet.scatternet_cnn("tanh", input_shape=(4, 4, 9), groups=3).count_params()
