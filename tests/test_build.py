@@ -406,6 +406,19 @@ IMPORT_TO_DISTRIBUTION = {
 INDIRECT_REQUIREMENTS = {
     "importlib-resources": "tensorflow-datasets imports it to download, without declaring it",
 }
+# Imports of optional features: {distribution: the setup.cfg extra that must declare it}.
+# The importing module raises ImportError with the pip command when it is missing.
+OPTIONAL_REQUIREMENTS = {
+    "kymatio": "scatternet",  # tf_tempered/scatternet.py, the ScatterNet features only
+}
+
+
+def _extra_requires(setup_cfg_text, extra):
+    parser = configparser.ConfigParser(comment_prefixes=("#", ";"), inline_comment_prefixes=None)
+    parser.read_string(setup_cfg_text)
+    lines = parser.get("options.extras_require", extra, fallback="").splitlines()
+    return {_normalize(re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", ln.strip()).group(0))
+            for ln in lines if ln.strip() and not ln.strip().startswith("#")}
 
 
 def _normalize(name):
@@ -456,6 +469,13 @@ def requirement_problems(root):
     for module, files in sorted(third_party_imports(root).items()):
         distribution = _normalize(IMPORT_TO_DISTRIBUTION.get(module, module))
         needed.add(distribution)
+        extra = OPTIONAL_REQUIREMENTS.get(distribution)
+        if extra is not None:
+            if distribution not in _extra_requires(
+                    (root / "setup.cfg").read_text(encoding="utf-8"), extra):
+                problems.append(f"{module} (imported by {', '.join(sorted(set(files)))}) is not "
+                                f"in setup.cfg's [{extra}] extra; add {distribution}")
+            continue
         if distribution not in declared:
             problems.append(f"{module} (imported by {', '.join(sorted(set(files)))}) is not in "
                             f"setup.cfg install_requires; add {distribution}")

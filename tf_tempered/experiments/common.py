@@ -28,6 +28,7 @@ from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation
 from tf_tempered.privacy import accounting
+from tf_tempered.scatternet import scatternet_cnn
 
 __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples",
            "define_training_flags", "config_from_flags", "parse_floats", "digits_cnn",
@@ -36,6 +37,7 @@ __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples"
 DATASETS = data_lib.NAMES
 ACTIVATIONS = ("relu", "tanh", "tempered_sigmoid")
 OPTIMIZERS = ("sgd", "adam")
+FEATURES = ("pixels", "scatternet")
 SAMPLINGS = accounting.SAMPLINGS
 ACCOUNTANTS = accounting.ACCOUNTANTS
 # TF Privacy's MNIST tutorial; used when neither noise_multiplier nor target_epsilon is given.
@@ -62,6 +64,8 @@ class TrainConfig:
 
     dataset: str = "mnist"
     data_dir: str = None
+    features: str = "pixels"
+    norm_groups: int = 27
     num_train: int = None
     num_test: int = None
     validation_size: int = 0
@@ -136,6 +140,8 @@ def validate_config(config):
     _check_choice(config, "dataset", DATASETS)
     _check_choice(config, "activation", ACTIVATIONS)
     _check_choice(config, "optimizer", OPTIMIZERS)
+    _check_choice(config, "features", FEATURES)
+    _check_positive(config, "norm_groups", integer=True)
     _check_choice(config, "sampling", SAMPLINGS)
     _check_choice(config, "accountant", ACCOUNTANTS)
     for name in ("learning_rate", "l2_norm_clip"):
@@ -151,6 +157,10 @@ def validate_config(config):
     if config.augment_flip and config.augmult == 1:
         _fail("--augment_flip has no effect without augmentation: give --augmult=K (K > 1), "
               "or drop --augment_flip.")
+    if config.augmult > 1 and config.features != "pixels":
+        _fail(f"--augmult={config.augmult} shifts and flips images, but --features="
+              f"{config.features} trains on precomputed features. Fix: drop --augmult, or use "
+              "--features=pixels.")
     if config.momentum and config.optimizer != "sgd":
         _fail(f"--momentum only applies to --optimizer=sgd, not --optimizer={config.optimizer}. "
               "Fix: drop --momentum.")
@@ -245,6 +255,11 @@ def define_training_flags(flag_values, exclude=()):
         ("string", "data_dir", None, "Folder with the dataset files (see tf_tempered.data)."),
         ("integer", "num_train", None, "Keep only the first so many training examples."),
         ("integer", "num_test", None, "Keep only the first so many test examples."),
+        ("enum", "features", d.features, "Model inputs: pixels (the paper's CNNs) or "
+                                         "scatternet (ScatterNet features, J=2, L=8, and "
+                                         "Tramer & Boneh's CNN; needs kymatio).", FEATURES),
+        ("integer", "norm_groups", d.norm_groups, "GroupNorm groups of the ScatterNet CNN's "
+                                                  "input (must divide its 81 channels)."),
         ("integer", "validation_size", d.validation_size,
          "Hold out the LAST so many training examples as a validation set (0: none). "
          "Training, σ and ε use the others only; per-epoch and final accuracy are then on "
@@ -349,12 +364,18 @@ def digits_cnn(activation="tempered_sigmoid", *, input_shape=(8, 8, 1), num_clas
 
 
 def build_model(config, dataset):
-    """The paper's CNN for ``dataset`` (digits: :func:`digits_cnn`) with config's activation."""
+    """The paper's CNN for ``dataset`` (digits: :func:`digits_cnn`) with config's activation.
+
+    ``features="scatternet"``: :func:`tf_tempered.scatternet.scatternet_cnn` instead.
+    """
     if config.activation == "tempered_sigmoid":
         activation = {"scale": config.scale, "inverse_temperature": config.inverse_temperature,
                       "offset": config.offset, "learnable": config.learnable}
     else:
         activation = config.activation
+    if config.features == "scatternet":
+        return scatternet_cnn(activation, input_shape=dataset.input_shape,
+                              num_classes=dataset.num_classes, groups=config.norm_groups)
     builder = {"digits": digits_cnn, "cifar10": cifar10_cnn}.get(config.dataset, mnist_cnn)
     return builder(activation, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
 

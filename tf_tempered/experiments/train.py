@@ -53,6 +53,7 @@ import time
 
 from tf_tempered import augment
 from tf_tempered import data as data_lib
+from tf_tempered import scatternet
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.ema import ExponentialMovingAverage
@@ -240,6 +241,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         keras.utils.set_random_seed(config.seed)
     dataset = data_lib.load(config.dataset, data_dir=config.data_dir,
                             num_train=config.num_train, num_test=config.num_test)
+    if config.features == "scatternet":  # a fixed public transform: no privacy cost
+        dataset = scatternet.scatter_dataset(dataset)
     common.check_num_examples(config, len(dataset.y_train))
     validation = None
     if config.validation_size:
