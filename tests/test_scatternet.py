@@ -140,7 +140,7 @@ def test_train_config_builds_the_scatternet_cnn():
     assert model.name == "scatternet_cnn" and model.get_layer("group_norm").groups == 9
     with pytest.raises(common.ConfigError, match="--features='edges' is invalid"):
         common.validate_config(common.TrainConfig(features="edges"))
-    with pytest.raises(common.ConfigError, match="--momentum=0.9 only applies"):
+    with pytest.raises(common.ConfigError, match="--momentum only applies to --optimizer=sgd, not --optimizer=adam"):
         common.validate_config(common.TrainConfig(optimizer="adam", momentum=0.9))
     with pytest.raises(common.ConfigError, match="--momentum=1.0 is invalid"):
         common.validate_config(common.TrainConfig(momentum=1.0))
