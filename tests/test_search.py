@@ -105,3 +105,14 @@ def test_a_real_tiny_search(tmp_path):
     for row in summary["rows"]:
         assert row["epsilon"] == pytest.approx(3.0, rel=1e-3) and row["epsilon"] <= 3.0
         assert 0 <= row["validation_accuracy"] <= 1
+
+
+def test_best_command_spells_out_resolved_values_without_the_recipe():
+    # learnable tempered sigmoid over --recipe=best (tanh): the activation equals the script's
+    # default, so only dropping --recipe keeps the command meaning the same config.
+    config = TrainConfig(dataset="mnist", recipe="best", features="scatternet",
+                                activation="tempered_sigmoid", learnable=True,
+                                target_epsilon=2.93)
+    cmd = search.best_command(config, output_dir="runs/x")
+    assert "--recipe" not in cmd and "--features=scatternet" in cmd and "--learnable" in cmd
+    assert "--activation" not in cmd  # the default, which now applies

@@ -161,11 +161,18 @@ def _without_test(result):
 
 
 def best_command(config, output_dir="results/best"):
-    """The train command that re-runs ``config`` (flags differing from the defaults)."""
+    """The train command that re-runs ``config`` (flags differing from the defaults).
+
+    ``config`` holds resolved values, so ``--recipe`` is left out: with it, a value equal
+    to the script's default but not to the recipe's (e.g. ``--activation=tempered_sigmoid``
+    over ``--recipe=best``'s tanh) would be dropped and the recipe's used instead.
+    """
     defaults = common.TrainConfig()
     args = []
     for name, value in config.replace(output_dir=output_dir,
                                       save_model=True).to_dict().items():
+        if name == "recipe":
+            continue
         if value == getattr(defaults, name) and name != "dataset":  # always say which data
             continue
         if isinstance(value, bool):
