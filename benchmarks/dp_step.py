@@ -91,10 +91,13 @@ from tf_tempered import models
 from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
 
-PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "dpsequential", "stock_optimizer")
+PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "tf_tempered_second_pass",
+         "dpsequential", "stock_optimizer")
 TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
-DEFAULT_PATHS = tuple(p for p in PATHS
-                      if tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS)
+# tf_tempered_second_pass (EngineOptions.low_memory(): the clipped sum by a second
+# backward pass) only when asked for in --paths.
+DEFAULT_PATHS = tuple(p for p in PATHS if p != "tf_tempered_second_pass" and (
+    tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS))
 
 
 def environment():
@@ -187,11 +190,13 @@ def _compiled(path, kind, batch_size):
         model = _model(kind)
         model.compile(sgd(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    elif path in ("tf_tempered", "tf_tempered_tf_ops"):
+    elif path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_second_pass"):
         model = _model(kind)
-        # tf_tempered_tf_ops: the engine without the native conv op.
-        make_private(model, options=(EngineOptions(native=False)
-                                     if path == "tf_tempered_tf_ops" else None))
+        # tf_tempered_tf_ops: the engine without the native conv op; _second_pass: the
+        # clipped sum by a second backward pass, small workspaces (less memory).
+        options = {"tf_tempered": None, "tf_tempered_tf_ops": EngineOptions(native=False),
+                   "tf_tempered_second_pass": EngineOptions.low_memory()}[path]
+        make_private(model, options=options)
         model.compile(DPKerasSGDOptimizer(**dp, learning_rate=0.15), loss=per_example)
     elif path == "dpsequential":
         tensorflow_privacy_ = require_tensorflow_privacy(f"The benchmark path {path!r}")

@@ -424,6 +424,33 @@ def test_handler_update_equals_per_microbatch_reference(case, path, num_microbat
                                     cache_key=("conformance", case, num_microbatches))
 
 
+# clipped_sum="second_pass" (ghost clipping in two backward passes) on every case: each
+# case takes one (M, batch) pair of the two patterns in turn, so that together the cases
+# cover every pair; the norms still come from each handler's default path.
+_SECOND_PASS = [
+    pytest.param(case, *(_PATTERN_A + _PATTERN_B)[i % 6],
+                 id=f"{case}-{_M_IDS[(_PATTERN_A + _PATTERN_B)[i % 6][0]]}-"
+                    f"{'static' if (_PATTERN_A + _PATTERN_B)[i % 6][1] else 'dynamic'}-batch")
+    for i, case in enumerate(CASES)]
+
+
+@pytest.mark.parametrize("case,num_microbatches,static_batch", _SECOND_PASS)
+def test_second_pass_clipped_sum_equals_per_microbatch_reference(case, num_microbatches,
+                                                                 static_batch):
+    builder, inputs, _, _ = CASES[case]
+    x = inputs(num_microbatches or 0)
+    y = np.random.default_rng(1).integers(0, 3, BATCH)
+    assert_engine_matches_reference(seeded(builder), x, y, num_microbatches=num_microbatches,
+                                    static_batch=static_batch,
+                                    options=EngineOptions(clipped_sum="second_pass"),
+                                    cache_key=("conformance", case, num_microbatches))
+
+
+def test_second_pass_cases_cover_every_pair():
+    assert {(m, static) for _, m, static in (p.values for p in _SECOND_PASS)} == set(
+        _PATTERN_A + _PATTERN_B)
+
+
 def _trainable_layers(model):
     """The layers that own trainable weights (MultiHeadAttention's are its EinsumDense;
     a recurrent layer owns its cells')."""

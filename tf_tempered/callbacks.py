@@ -107,7 +107,9 @@ class PrivacyBudget(keras.callbacks.Callback):
     no step is trained at all (a warning says so). σ and the microbatch size
     (``batch_size / num_microbatches``) default to the settings given to
     ``make_private(model, l2_norm_clip=..., noise_multiplier=...)``, else to the
-    model's DP optimizer's.
+    model's DP optimizer's. ``prior_events`` (dp_accounting DpEvents of releases on
+    the same data before training, e.g. DP feature statistics) are composed into every
+    ε, the stopping rule's included.
 
     Runs that are killed and resumed (``keras.callbacks.BackupAndRestore``): pass
     ``ledger="<backup dir>/privacy_ledger.json"``. The callback then counts every DP
@@ -136,7 +138,7 @@ class PrivacyBudget(keras.callbacks.Callback):
     def __init__(self, *, target_epsilon, delta, num_examples, batch_size=None,
                  noise_multiplier=None, sampling=accounting.DEFAULT_SAMPLING,
                  accountant=accounting.DEFAULT_ACCOUNTANT, microbatch_size=None,
-                 ledger=None):
+                 ledger=None, prior_events=()):
         super().__init__()
         if (isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real)
                 or not target_epsilon > 0):
@@ -156,6 +158,9 @@ class PrivacyBudget(keras.callbacks.Callback):
         self.sampling = sampling
         self.accountant = accountant
         self.microbatch_size = microbatch_size
+        # Releases on the same data before training (e.g. DP feature statistics): every ε
+        # reported here composes them in.
+        self.prior_events = accounting.check_prior_events(prior_events)
         # Resolved at on_train_begin (from the optimizer where not given).
         self._noise_multiplier, self._microbatch_size = noise_multiplier, microbatch_size
         self.epsilons = []  # ε after each completed epoch of the last fit()
@@ -214,7 +219,8 @@ class PrivacyBudget(keras.callbacks.Callback):
         kwargs = dict(num_examples=self.num_examples, batch_size=self.batch_size,
                       noise_multiplier=self._noise_multiplier, delta=self.delta,
                       sampling=self.sampling, accountant=self.accountant,
-                      microbatch_size=self._microbatch_size or 1)
+                      microbatch_size=self._microbatch_size or 1,
+                      prior_events=self.prior_events)
         if steps_per_epoch is None or self.sampling == "shuffle":
             return accounting.compute_epsilon(epochs=epochs, **kwargs)
         return accounting.compute_epsilon(steps=epochs * steps_per_epoch, **kwargs)
@@ -285,7 +291,8 @@ class PrivacyBudget(keras.callbacks.Callback):
                              "steps_per_epoch= to fit, or a dataset of known length.")
         steps = self.steps_taken + more_epochs * steps_per_epoch
         if steps == 0:
-            return 0.0
+            return accounting.prior_epsilon(self.prior_events, delta=self.delta,
+                                            accountant=self.accountant)
         if self.sampling == "shuffle":  # counted in (partial epochs rounded up) epochs
             return self.epsilon_after(steps / steps_per_epoch, steps_per_epoch=None)
         return self.epsilon_after(1, steps_per_epoch=steps)  # `steps` steps

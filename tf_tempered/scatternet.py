@@ -166,13 +166,15 @@ def scatter_dataset(dataset, *, J=2, L=8, cache_dir=None):
 
 
 def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10, groups=27,
-                   name="scatternet_cnn"):
+                   normalization=None, name="scatternet_cnn"):
     """Tramèr & Boneh's MNIST / Fashion-MNIST CNN on scattering features.
 
     GroupNorm(groups, no affine parameters; ``groups=None``: no normalization) →
     Conv2D 16, 3×3, stride 2, 'same' + act → Conv2D 32, 3×3, 'same' + act → Flatten →
     Dense 32 + act → Dense num_classes (logits). ``activation`` takes any form of
-    :func:`tf_tempered.models.resolve_activation`.
+    :func:`tf_tempered.models.resolve_activation`. ``normalization=(mean, variance)``
+    (per channel; with ``groups=None``): a frozen (x − mean) / sqrt(variance) first
+    instead, e.g. DP-released statistics (:mod:`tf_tempered.feature_stats`).
 
     >>> scatternet_cnn("relu").count_params()
     33066
@@ -183,8 +185,18 @@ def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10,
                                or groups < 1 or channels % groups):
         raise ValueError(f"groups={groups!r} is invalid: it must divide the {channels} input "
                          "channels (e.g. 27, 81, 9, 3 or 1), or be None (no normalization).")
+    if normalization is not None and groups is not None:
+        raise ValueError("give groups=None with normalization=(mean, variance): the input is "
+                         "normalized one way or the other, not both.")
     inputs = keras.Input(shape=tuple(input_shape), name="scattering")
     x = inputs
+    if normalization is not None:
+        mean, variance = (np.asarray(v, dtype=np.float32).reshape(-1) for v in normalization)
+        if mean.shape != (channels,) or variance.shape != (channels,) or (variance <= 0).any():
+            raise ValueError(f"normalization must be (mean, variance) of {channels} channels "
+                             f"each, variance > 0; got shapes {mean.shape}, {variance.shape}.")
+        # Frozen constants (no trainable weights: nothing for DP-SGD to clip).
+        x = keras.layers.Normalization(mean=mean, variance=variance, name="feature_norm")(x)
     if groups is not None:
         # No center/scale: nothing trainable, so DP-SGD has nothing here to clip.
         x = keras.layers.GroupNormalization(groups=groups, center=False, scale=False,

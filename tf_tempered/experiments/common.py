@@ -66,6 +66,10 @@ class TrainConfig:
     data_dir: str = None
     features: str = "pixels"
     norm_groups: int = 27
+    feature_norm: str = "group"
+    feature_norm_noise: float = 8.0
+    feature_norm_mean_clip: float = 0.3
+    feature_norm_square_clip: float = 0.15
     num_train: int = None
     num_test: int = None
     validation_size: int = 0
@@ -142,6 +146,8 @@ def validate_config(config):
     _check_choice(config, "optimizer", OPTIMIZERS)
     _check_choice(config, "features", FEATURES)
     _check_positive(config, "norm_groups", integer=True)
+    from tf_tempered.experiments import feature_norm  # pylint: disable=g-import-not-at-top
+    feature_norm.check_config(config, _fail)
     _check_choice(config, "sampling", SAMPLINGS)
     _check_choice(config, "accountant", ACCOUNTANTS)
     for name in ("learning_rate", "l2_norm_clip"):
@@ -260,6 +266,16 @@ def define_training_flags(flag_values, exclude=()):
                                          "Tramer & Boneh's CNN; needs kymatio).", FEATURES),
         ("integer", "norm_groups", d.norm_groups, "GroupNorm groups of the ScatterNet CNN's "
                                                   "input (must divide its 81 channels)."),
+        ("enum", "feature_norm", d.feature_norm, "ScatterNet input normalization: group "
+         "(GroupNorm, no privacy cost), dp_stats (per-channel mean/variance released with DP, "
+         "composed into ε) or none. See tf_tempered/experiments/feature_norm.py.",
+         ("group", "dp_stats", "none")),
+        ("float", "feature_norm_noise", d.feature_norm_noise,
+         "Noise multiplier of --feature_norm=dp_stats' two Gaussian releases."),
+        ("float", "feature_norm_mean_clip", d.feature_norm_mean_clip,
+         "L2 clip of each example's per-channel means (--feature_norm=dp_stats)."),
+        ("float", "feature_norm_square_clip", d.feature_norm_square_clip,
+         "L2 clip of each example's per-channel mean squares (--feature_norm=dp_stats)."),
         ("integer", "validation_size", d.validation_size,
          "Hold out the LAST so many training examples as a validation set (0: none). "
          "Training, σ and ε use the others only; per-epoch and final accuracy are then on "
@@ -363,10 +379,12 @@ def digits_cnn(activation="tempered_sigmoid", *, input_shape=(8, 8, 1), num_clas
     return keras.Model(inputs, outputs, name=name)
 
 
-def build_model(config, dataset):
+def build_model(config, dataset, feature_stats=None):
     """The paper's CNN for ``dataset`` (digits: :func:`digits_cnn`) with config's activation.
 
-    ``features="scatternet"``: :func:`tf_tempered.scatternet.scatternet_cnn` instead.
+    ``features="scatternet"``: :func:`tf_tempered.scatternet.scatternet_cnn` instead, its
+    input normalized as ``feature_norm`` says (``dp_stats``: with ``feature_stats``, the
+    ChannelStats released once per run by :func:`feature_norm.release`).
     """
     if config.activation == "tempered_sigmoid":
         activation = {"scale": config.scale, "inverse_temperature": config.inverse_temperature,
@@ -374,8 +392,18 @@ def build_model(config, dataset):
     else:
         activation = config.activation
     if config.features == "scatternet":
+        from tf_tempered.experiments import feature_norm  # pylint: disable=g-import-not-at-top
+        normalization = None
+        if config.feature_norm == "dp_stats":
+            if feature_stats is None:
+                raise ConfigError("--feature_norm=dp_stats needs the released statistics: pass "
+                                  "feature_stats=feature_norm.release(config, x_train).")
+            normalization = (feature_stats.mean,
+                             feature_stats.variance + feature_norm.VARIANCE_EPSILON)
+        groups = config.norm_groups if config.feature_norm == "group" else None
         return scatternet_cnn(activation, input_shape=dataset.input_shape,
-                              num_classes=dataset.num_classes, groups=config.norm_groups)
+                              num_classes=dataset.num_classes, groups=groups,
+                              normalization=normalization)
     builder = {"digits": digits_cnn, "cifar10": cifar10_cnn}.get(config.dataset, mnist_cnn)
     return builder(activation, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
 

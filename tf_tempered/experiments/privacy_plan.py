@@ -19,7 +19,7 @@ Split from :mod:`tf_tempered.experiments.train`, which re-exports its names.
 import math
 import warnings
 
-from tf_tempered.experiments import common
+from tf_tempered.experiments import common, feature_norm
 from tf_tempered.privacy import accounting, randomness, sampling
 
 __all__ = ["PrivacyPlan", "plan_privacy"]
@@ -35,6 +35,9 @@ class PrivacyPlan:
         self.total_steps = steps_per_epoch * config.epochs
         self.noise_multiplier = noise_multiplier
         self.microbatch_size = _microbatch_size(config)
+        # Releases on the training data before DP-SGD (--feature_norm=dp_stats), composed
+        # into every ε below.
+        self.prior_events = feature_norm.prior_events(config) if noise_multiplier else ()
         # False for a DP run with --insecure_dp_seed (its noise and batches are public);
         # run_training confirms it from the model (has_secret_dp_randomness).
         self.epsilon_holds = noise_multiplier is None or config.insecure_dp_seed is None
@@ -46,19 +49,24 @@ class PrivacyPlan:
                 num_examples=self.num_examples, batch_size=self.config.batch_size,
                 noise_multiplier=self.noise_multiplier, steps=steps, delta=self.config.delta,
                 sampling=sampling_assumed, accountant=self.config.accountant,
-                microbatch_size=self.microbatch_size)
+                microbatch_size=self.microbatch_size, prior_events=self.prior_events)
+
+    def prior_epsilon(self):
+        """ε of the releases before training alone (0 without any)."""
+        return accounting.prior_epsilon(self.prior_events, delta=self.config.delta,
+                                        accountant=self.config.accountant)
 
     def epsilon(self, steps):
         """ε after ``steps`` steps, with Poisson sampling assumed (TF Privacy's figure)."""
         if self.noise_multiplier is None:
             return math.inf
-        return self._epsilon(steps, "poisson") if steps else 0.0
+        return self._epsilon(steps, "poisson") if steps else self.prior_epsilon()
 
     def epsilon_no_amplification(self, steps):
         """ε proven for shuffled batches (no amplification); None unless sampling=shuffle."""
         if self.noise_multiplier is None or self.config.sampling != "shuffle":
             return None
-        return self._epsilon(steps, "shuffle") if steps else 0.0
+        return self._epsilon(steps, "shuffle") if steps else self.prior_epsilon()
 
     def dp_randomness(self):
         """"secret", "insecure" (--insecure_dp_seed) or None (non-private)."""
@@ -79,6 +87,9 @@ class PrivacyPlan:
             label = (f"ε {where}, ASSUMING Poisson sampling as TF Privacy reports it, but "
                      f"this run used shuffled fixed-size batches; the bound proven for those "
                      f"(no amplification by subsampling) is epsilon_no_amplification")
+        if self.prior_events:
+            label += (f", composed with the DP feature statistics (--feature_norm=dp_stats, "
+                      f"noise {c.feature_norm_noise:g}, ε alone {self.prior_epsilon():.3g})")
         if not self.epsilon_holds:
             label += (f"; NOT PRIVATE: --insecure_dp_seed={c.insecure_dp_seed}, "
                       f"{randomness.INSECURE_NOTE}")
@@ -106,7 +117,8 @@ def plan_privacy(config, num_examples):
                 target_epsilon=config.target_epsilon, num_examples=num_examples,
                 batch_size=config.batch_size, steps=steps_per_epoch * config.epochs,
                 delta=config.delta, sampling="poisson", accountant=config.accountant,
-                microbatch_size=_microbatch_size(config))
+                microbatch_size=_microbatch_size(config),
+                prior_events=feature_norm.prior_events(config))
         except ValueError as e:
             raise common.ConfigError(f"--target_epsilon={config.target_epsilon}: {e}") from e
     elif sigma is None:

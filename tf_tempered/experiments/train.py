@@ -57,7 +57,7 @@ from tf_tempered import scatternet
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.ema import ExponentialMovingAverage
-from tf_tempered.experiments import common, results
+from tf_tempered.experiments import common, feature_norm, results
 # Re-exported: PrivacyPlan and plan_privacy lived here before privacy_plan.py.
 from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
 from tf_tempered.privacy import (has_secret_dp_randomness, make_private, optimizers, randomness,
@@ -250,6 +250,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         # data) sees only the first N - validation_size.
         dataset, validation = data_lib.split_validation(dataset, config.validation_size)
     plan = plan_privacy(config, len(dataset.y_train))
+    # --feature_norm=dp_stats: released once, from the training part only (plan accounts it).
+    stats = feature_norm.release(config, dataset.x_train)
 
     if isinstance(strategy, str):
         strategy = make_strategy(strategy)
@@ -260,7 +262,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
             "--strategy or --augmult.")
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:  # variables (model, optimizer, DP noise counter) on every replica
-        model = common.build_model(config, dataset)
+        model = common.build_model(config, dataset, feature_stats=stats)
         loss_options = {}
         if config.dpsgd:
             # Once, here: the builders return plain models, and a second call would
@@ -306,7 +308,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
             num_examples=plan.num_examples, batch_size=config.batch_size,
             noise_multiplier=plan.noise_multiplier, sampling="poisson",
             accountant=config.accountant, microbatch_size=plan.microbatch_size,
-            ledger=ledger)
+            ledger=ledger, prior_events=plan.prior_events)
         callbacks.append(budget)
     callbacks.append(report)
     if extra_callbacks is not None:
@@ -339,6 +341,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         "accountant": config.accountant if config.dpsgd else None,
         "sampling": config.sampling if config.dpsgd else "shuffle (non-private)",
         "noise_multiplier": plan.noise_multiplier,
+        # ε of the DP feature statistics alone (--feature_norm=dp_stats; included above).
+        "epsilon_feature_stats": plan.prior_epsilon() if plan.prior_events else None,
         "steps": final,
         "steps_trained": int(model.optimizer.iterations.numpy()),
         "replicas": 1 if strategy is None else strategy.num_replicas_in_sync,

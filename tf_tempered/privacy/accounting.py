@@ -47,6 +47,8 @@ __all__ = [
     "make_dp_event",
     "compute_epsilon",
     "noise_multiplier_for_epsilon",
+    "check_prior_events",
+    "prior_epsilon",
 ]
 
 SAMPLINGS = ("poisson", "shuffle")
@@ -134,8 +136,12 @@ def _validate(*, num_examples, batch_size, noise_multiplier, epochs, steps, delt
 
 
 def make_dp_event(*, num_examples, batch_size, noise_multiplier, epochs=None, steps=None,
-                  sampling=DEFAULT_SAMPLING, microbatch_size=1):
+                  sampling=DEFAULT_SAMPLING, microbatch_size=1, prior_events=()):
     """The dp_accounting DpEvent of a DP-SGD run (no validation of δ; see compute_epsilon).
+
+    ``prior_events``: releases computed on the same training data before training (e.g.
+    DP feature statistics, :mod:`tf_tempered.feature_stats`); the result then composes
+    them with DP-SGD's event: ``Composed([*prior_events, dp_sgd])``.
 
     Poisson: ``SelfComposed(PoissonSampled(q, Gaussian(σ')), steps)`` with
     ``q = batch_size / num_examples``; shuffle: ``SelfComposed(Gaussian(σ'), passes)``
@@ -160,7 +166,33 @@ event=GaussianDpEvent(noise_multiplier=1.0)), count=5)
             count = int(math.ceil(steps * batch_size / num_examples))
     else:
         _check_choice("sampling", sampling, SAMPLINGS)
-    return dp_accounting.SelfComposedDpEvent(event=event, count=count)
+    event = dp_accounting.SelfComposedDpEvent(event=event, count=count)
+    prior_events = check_prior_events(prior_events)
+    return dp_accounting.ComposedDpEvent([*prior_events, event]) if prior_events else event
+
+
+def check_prior_events(prior_events):
+    """``prior_events`` as a tuple of dp_accounting DpEvents; ValueError naming it otherwise."""
+    if isinstance(prior_events, dp_accounting.DpEvent):
+        prior_events = (prior_events,)
+    try:
+        events = tuple(prior_events or ())
+    except TypeError:
+        events = None
+    if events is None or not all(isinstance(e, dp_accounting.DpEvent) for e in events):
+        raise ValueError(f"prior_events must be a sequence of dp_accounting DpEvents (releases "
+                         f"on the same data before training), got {prior_events!r}.")
+    return events
+
+
+def prior_epsilon(prior_events, *, delta, accountant=DEFAULT_ACCOUNTANT):
+    """ε at δ of ``prior_events`` alone (what is spent before the first DP-SGD step)."""
+    events = check_prior_events(prior_events)
+    if not events:
+        return 0.0
+    _check_choice("accountant", accountant, ACCOUNTANTS)
+    return float(_make_accountant(accountant).compose(
+        dp_accounting.ComposedDpEvent(list(events))).get_epsilon(delta))
 
 
 def _make_accountant(accountant):
@@ -171,7 +203,7 @@ def _make_accountant(accountant):
 
 def compute_epsilon(*, num_examples, batch_size, noise_multiplier, epochs=None, steps=None,
                     delta, sampling=DEFAULT_SAMPLING, accountant=DEFAULT_ACCOUNTANT,
-                    microbatch_size=1):
+                    microbatch_size=1, prior_events=()):
     """ε at δ of DP-SGD (add-or-remove-one-example adjacency, all checkpoints released).
 
     ``sampling="poisson"``: ``steps`` steps of the subsampled Gaussian with
@@ -180,6 +212,7 @@ def compute_epsilon(*, num_examples, batch_size, noise_multiplier, epochs=None, 
     WITHOUT amplification, ``ceil(epochs)`` Gaussian mechanisms of noise σ (a warning
     says so). Give exactly one of ``epochs`` (steps = ceil(epochs·N/B), TF Privacy's
     convention) and ``steps``. ``microbatch_size > 1`` doubles the sensitivity (σ/2).
+    ``prior_events`` (see :func:`make_dp_event`) are composed in.
 
     >>> round(compute_epsilon(num_examples=60000, batch_size=256, noise_multiplier=1.1,
     ...                       epochs=60, delta=1e-5), 3)
@@ -190,14 +223,19 @@ def compute_epsilon(*, num_examples, batch_size, noise_multiplier, epochs=None, 
               sampling=sampling, accountant=accountant, microbatch_size=microbatch_size)
     event = make_dp_event(num_examples=num_examples, batch_size=batch_size,
                           noise_multiplier=noise_multiplier, epochs=epochs, steps=steps,
-                          sampling=sampling, microbatch_size=microbatch_size)
+                          sampling=sampling, microbatch_size=microbatch_size,
+                          prior_events=prior_events)
     return float(_make_accountant(accountant).compose(event).get_epsilon(delta))
 
 
 def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, epochs=None,
                                  steps=None, delta, sampling=DEFAULT_SAMPLING,
-                                 accountant=DEFAULT_ACCOUNTANT, microbatch_size=1):
+                                 accountant=DEFAULT_ACCOUNTANT, microbatch_size=1,
+                                 prior_events=()):
     """Smallest σ with ``compute_epsilon(σ, ...) ≤ target_epsilon`` (dp_accounting calibration).
+
+    With ``prior_events``, σ is calibrated for the budget they leave: the composition of
+    them and DP-SGD ends at ``target_epsilon``.
 
     Uses ``dp_accounting.calibrate_dp_mechanism`` (Brent's method on σ ↦ ε(σ) − target);
     the returned σ satisfies ε(σ) ≤ target_epsilon, with ε(σ) within 1% of it.
@@ -214,11 +252,18 @@ def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, ep
     _validate(num_examples=num_examples, batch_size=batch_size, noise_multiplier=None,
               epochs=epochs, steps=steps, delta=delta, sampling=sampling,
               accountant=accountant, microbatch_size=microbatch_size, check_noise=False)
+    prior_events = check_prior_events(prior_events)
+    spent = prior_epsilon(prior_events, delta=delta)
+    if spent >= target_epsilon:
+        raise ValueError(f"target_epsilon={target_epsilon!r} is already spent before training "
+                         f"(prior_events: ε = {spent:.4g}); nothing is left for DP-SGD. Use a "
+                         f"larger target_epsilon or less costly prior releases.")
 
     def make_event(sigma):
         return make_dp_event(num_examples=num_examples, batch_size=batch_size,
                              noise_multiplier=sigma, epochs=epochs, steps=steps,
-                             sampling=sampling, microbatch_size=microbatch_size)
+                             sampling=sampling, microbatch_size=microbatch_size,
+                             prior_events=prior_events)
 
     def calibrate(acc, bracket, rel_tol):
         return dp_accounting.calibrate_dp_mechanism(

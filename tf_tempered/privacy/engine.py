@@ -51,7 +51,7 @@ import numpy as np
 
 from tf_tempered._compat import check_same_keras, keras, tf
 from tf_tempered.privacy import (coverage, distribute, keras_bridge, layer_grads,
-                                 microbatching, randomness, recording)
+                                 microbatching, randomness, recording, second_pass)
 from tf_tempered.privacy.clip import ClipWeights
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import DPConfig, dp_config, model_dp_config, settings_config
@@ -229,8 +229,12 @@ def _train_step(self, data):
             "gradients. Remove the regularizers (use weight decay in the optimizer, "
             "or rely on clipping and noise), or train without make_private with TF "
             "Privacy's own optimizer (Keras 2 with TF_USE_LEGACY_KERAS=1, Python <= 3.11).")
-    recorder = recording.Recorder()
-    with tf.GradientTape() as tape:
+    # clipped_sum="second_pass": norms inside the first backward pass, and the tape is
+    # used again for the reweighted loss.
+    two_passes = self._dp_options.clipped_sum == "second_pass"
+    hooks = second_pass.NormHooks() if two_passes else None
+    recorder = recording.Recorder(norm_hooks=hooks)
+    with tf.GradientTape(persistent=two_passes) as tape:
         with recorder.active():
             y_pred = self(x, training=True)
         losses = self.compute_loss(x, y, y_pred, sample_weight)
@@ -245,6 +249,15 @@ def _train_step(self, data):
     unrecorded = coverage.check(self, records)
     coverage.refuse_reads_outside_calls(recorder)
     outputs = [r.output for r in records]
+    static_batch = losses.shape[0]
+    step = layer_grads.Step(num_microbatches, examples_per_microbatch, self._dp_options,
+                            static_batch if static_batch is not None else tf.shape(losses)[0])
+    # One entry per layer: its handler for one call; the per-example sum of the
+    # calls' contributions for a layer called more than once (shared weights).
+    groups = layer_grads.multi_call.group_calls(records)
+    if hooks is not None:
+        hooks.step, hooks.collecting = step, True
+        hooks.skip = {id(call) for _, calls in groups if len(calls) > 1 for call in calls}
     # One backward pass (the tape is not persistent) for the recorded outputs and
     # the variables no recorded call covers; the latter only to see, while
     # tracing, whether the loss depends on them (their gradient ops are unused).
@@ -262,14 +275,11 @@ def _train_step(self, data):
             record.inputs = tf.nest.map_structure(tf.identity, record.inputs)
 
     _log_generic_layers(self, records)
-    static_batch = losses.shape[0]
-    step = layer_grads.Step(num_microbatches, examples_per_microbatch, self._dp_options,
-                            static_batch if static_batch is not None else tf.shape(losses)[0])
-    # One entry per layer: its handler for one call; the per-example sum of the
-    # calls' contributions for a layer called more than once (shared weights).
-    groups = layer_grads.multi_call.group_calls(records)
     records = [first for first, _ in groups]
-    norms = [first.handler.norms(first, first.params, step) if len(calls) == 1
+    if hooks is not None:
+        hooks.collecting = False  # the second pass must not compute norms again
+    norms = [hooks.norms[id(first)] if hooks is not None and id(first) in hooks.norms
+             else first.handler.norms(first, first.params, step) if len(calls) == 1
              else layer_grads.multi_call.multi_call_norms(calls, step)
              for first, calls in groups]
     sq_norm = tf.zeros([num_microbatches], tf.float32)
@@ -283,6 +293,10 @@ def _train_step(self, data):
 
     summed = {}
     weights = ClipWeights(scale, finite)
+    if two_passes:
+        summed = second_pass.clipped_sum(tape, microbatch_losses, scale, finite,
+                                         self.trainable_variables)
+        records = norms = []  # nothing kept per layer for a book-keeping sum
     for record, layer_norms in zip(records, norms):
         variables = layer_norms.variables
         if variables is None:

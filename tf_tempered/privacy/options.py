@@ -24,7 +24,7 @@ memory, and tests use them to exercise every path.
 import dataclasses
 import os
 
-__all__ = ["EngineOptions", "NORM_PATHS"]
+__all__ = ["EngineOptions", "NORM_PATHS", "CLIPPED_SUMS"]
 
 # "auto": each layer's handler picks by the measured cost rules below.
 # "ghost" / "materialize": that TF-ops path for every Dense/Conv2D-like layer
@@ -33,6 +33,8 @@ __all__ = ["EngineOptions", "NORM_PATHS"]
 # "depthwise": the depthwise-conv backprop for every undilated Conv2D
 # whatever its channel count (others: "auto" without the native op).
 NORM_PATHS = ("auto", "ghost", "materialize", "native", "depthwise")
+# How the clipped sum is formed once the clip factors are known (privacy/second_pass.py).
+CLIPPED_SUMS = ("bookkeeping", "second_pass")
 
 
 def _native_default():
@@ -66,6 +68,13 @@ class EngineOptions:
       vectorize_recurrent: a recurrent layer's per-example VJP (layer_grads/rnn.py)
         by TF's vectorized_map (Keras 3; tf-keras' RNNs always take a tf.map_fn),
         or, False, by a tf.map_fn over the examples: less memory, more time.
+      clipped_sum: "bookkeeping" (default): each layer's clipped sum from what its norm
+        used (its input and output gradient, or its per-microbatch gradients), so all
+        layers keep those until every norm is known: one backward pass, more memory.
+        "second_pass": ghost clipping in two passes (Li et al. 2021): the first backward
+        pass only computes norms, each layer's tensors are freed after its norm, then the
+        gradient of Σ_m c_m · loss_m (clip factors c_m held constant) is the clipped sum:
+        about the non-private step's memory, for one more backward pass of time.
     """
 
     native: bool = dataclasses.field(default_factory=_native_default)
@@ -107,6 +116,9 @@ class EngineOptions:
     # (benchmarks/results/lstm_b256_keras3.md): vectorized 4.65x the non-private
     # step, 30x its peak memory; tf.map_fn 19.6x, 3x memory.
     vectorize_recurrent: bool = True
+    # Measured on CPU, Keras 3, CIFAR-10 CNN, batch 256 (benchmarks/results/
+    # cifar10_b256_keras3_second_pass.md).
+    clipped_sum: str = "bookkeeping"
 
     def __post_init__(self):
         for name in ("native", "vectorize_recurrent"):
@@ -116,6 +128,9 @@ class EngineOptions:
         if self.norm_path not in NORM_PATHS:
             raise ValueError(f"EngineOptions.norm_path must be one of {', '.join(NORM_PATHS)}; "
                              f"got {self.norm_path!r}.")
+        if self.clipped_sum not in CLIPPED_SUMS:
+            raise ValueError(f"EngineOptions.clipped_sum must be one of "
+                             f"{', '.join(CLIPPED_SUMS)}; got {self.clipped_sum!r}.")
         if self.norm_path == "native" and not self.native:
             raise ValueError("EngineOptions.norm_path='native' needs native=True; with "
                              "native=False use norm_path 'auto', 'ghost', 'materialize' or "
@@ -127,6 +142,23 @@ class EngineOptions:
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"EngineOptions.{name} must be an integer >= {minimum}, "
                                  f"got {value!r}.")
+
+    @classmethod
+    def low_memory(cls, **changes):
+        """The clipped sum by a second backward pass and small per-layer workspaces.
+
+        ``clipped_sum="second_pass"``, per-microbatch gradients materialized only up to
+        8 MiB per layer, patches in 4 MiB chunks: on the CIFAR-10 CNN at batch 256 the
+        step's peak memory is about 1.35× the non-private step's (1.9× by default), for
+        about 1.5× its time (benchmarks/results/cifar10_b256_keras3_second_pass.md).
+
+        >>> EngineOptions.low_memory().clipped_sum
+        'second_pass'
+        """
+        values = {"clipped_sum": "second_pass", "materialize_max_bytes": 8 * 2**20,
+                  "patch_chunk_bytes": 4 * 2**20}
+        values.update(changes)
+        return cls(**values)
 
     @property
     def forced(self):

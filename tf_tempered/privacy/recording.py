@@ -90,10 +90,13 @@ class Recorder:
     layer's calls (tied weights), whose gradient no handler would see.
     """
 
-    def __init__(self):
+    def __init__(self, norm_hooks=None):
         self.records = []
         self.graph, self._start = None, 0
         self.forward_ops = ()
+        # second_pass.NormHooks, or None: computes each layer's norms inside the
+        # backward pass (EngineOptions(clipped_sum="second_pass")).
+        self.norm_hooks = norm_hooks
 
     @contextlib.contextmanager
     def active(self):
@@ -178,6 +181,8 @@ def _wrap_call(layer):
             finally:
                 keras_bridge.set_untracked(layer, "activation", activation)
             record = LayerRecord(layer, handler, params, inputs, z, args, kwargs, original_call)
+            if recorder.norm_hooks is not None:
+                z = recorder.norm_hooks.wrap(record, z)
             outputs = activation(z) if activation is not None else z
         else:
             outputs = original_call(inputs, *args, **kwargs)
@@ -186,6 +191,8 @@ def _wrap_call(layer):
                 raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
             record = LayerRecord(layer, handler, params, inputs, outputs, args, kwargs,
                                  original_call)
+            if recorder.norm_hooks is not None and not unit:
+                outputs = recorder.norm_hooks.wrap(record, outputs)
         if graph is not None:
             record.ops = graph.get_operations()[start:]
         recorder.records.append(record)

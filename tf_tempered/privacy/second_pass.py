@@ -1,0 +1,94 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The clipped sum by a second backward pass: ``EngineOptions(clipped_sum="second_pass")``.
+
+Once the clip factors ``c_m = C / max(‖g_m‖, C)`` of the microbatches are known, the
+clipped sum is the gradient of a reweighted loss,
+
+    Σ_m c_m · ∇ loss_m = ∇ Σ_m stop_gradient(c_m) · loss_m,
+
+because ``loss_m`` (the mean loss of microbatch m) depends on microbatch m's examples
+only, through layers that treat examples independently (what the engine's coverage
+check guarantees). The first backward pass then needs only the norms: each layer's
+input and output gradient (or per-microbatch gradients) can be freed as soon as its
+norm is computed, instead of being kept for the book-keeping sum until the last norm is
+known. The price is one more backward pass (Li et al. 2021's ghost clipping).
+
+The first pass computes each layer's norms inside the backward pass (:class:`NormHooks`:
+an identity on the layer's recorded output whose gradient computes them): the gradient
+flows on to the layers below only once they are done, so TensorFlow's executor cannot
+run the cheap input-gradient chain ahead and hold every layer's output gradient at once.
+
+A microbatch with a non-finite norm gets ``c_m = 0``, but ``0 · inf`` inside the second
+backward pass is NaN; so when any microbatch of the step is non-finite, the step's
+clipped sum is zero (noise only; ``dp_nonfinite`` reports it), where the book-keeping
+sum keeps the finite microbatches. Dropping examples never increases the sensitivity.
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy import keras_bridge
+
+__all__ = ["NormHooks", "clipped_sum"]
+
+
+class NormHooks:
+    """Per-layer norms computed in the first backward pass, one layer after the other.
+
+    ``wrap(record, output)`` (called while recording) returns ``output`` through an
+    identity whose gradient, while ``collecting`` (the first backward pass only), sets
+    ``record.grad_output``, computes ``record.handler.norms(...)`` into ``norms`` and
+    passes the gradient on only after them. Records of layers called more than once
+    (``skip``: their norms need every call's gradient) pass the gradient straight on.
+    """
+
+    def __init__(self):
+        self.step = None  # layer_grads.Step, set before the first backward pass
+        self.skip = set()  # ids of records whose norms are computed afterwards
+        self.collecting = False
+        self.norms = {}  # id(record) -> the handler's norms object
+
+    def wrap(self, record, output):
+        if not isinstance(output, tf.Tensor):
+            return output
+
+        @tf.custom_gradient
+        def hook(x):
+            def grad(dy):
+                if not self.collecting or id(record) in self.skip:
+                    return dy
+                record.grad_output = dy
+                layer_norms = record.handler.norms(record, record.params, self.step)
+                self.norms[id(record)] = layer_norms
+                with tf.control_dependencies([layer_norms.sq_norms]):
+                    return tf.identity(dy)
+            return tf.identity(x), grad
+
+        return hook(output)
+
+
+def clipped_sum(tape, microbatch_losses, scale, finite, variables):
+    """``{variable_key: Σ_m c_m ∇ loss_m}`` from a persistent ``tape`` of the forward pass."""
+    with tape:  # record the reweighting on the same (persistent) tape
+        weighted = tf.reduce_sum(tf.stop_gradient(tf.cast(scale, microbatch_losses.dtype))
+                                 * microbatch_losses)
+    grads = tape.gradient(weighted, list(variables))
+    all_finite = tf.reduce_all(finite > 0)
+    summed = {}
+    for var, grad in zip(variables, grads):
+        if grad is None:  # not used in this forward pass
+            continue
+        if isinstance(grad, tf.IndexedSlices):  # e.g. Embedding: densify as the other path
+            grad = tf.convert_to_tensor(grad)
+        summed[keras_bridge.variable_key(var)] = tf.where(all_finite, grad, tf.zeros_like(grad))
+    return summed
