@@ -21,7 +21,7 @@ import pytest
 
 from tf_tempered import feature_stats, scatternet
 from tf_tempered.callbacks import PrivacyBudget
-from tf_tempered.experiments import common, feature_norm
+from tf_tempered.experiments import common, feature_norm, model_builders
 from tf_tempered.privacy import accounting
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # insecure_dp_seed's warning
@@ -132,7 +132,7 @@ def test_config_refuses_what_cannot_apply():
     config = common.validate_config(common.TrainConfig(features="scatternet",
                                                        feature_norm="dp_stats"))
     with pytest.raises(common.ConfigError, match="needs the released statistics"):
-        common.build_model(config, _Data())
+        model_builders.build_model(config, _Data())
 
 
 class _Data:  # what build_model reads of a Dataset
@@ -144,14 +144,14 @@ def test_model_normalizes_with_the_frozen_released_statistics():
                                                        feature_norm="dp_stats"))
     x = np.random.default_rng(2).random((40, 2, 2, 3)).astype(np.float32)
     stats = feature_norm.release(config.replace(insecure_dp_seed=5), x)
-    model = common.build_model(config, _Data(), feature_stats=stats)
+    model = model_builders.build_model(config, _Data(), feature_stats=stats)
     layer = model.get_layer("feature_norm")
     assert not layer.trainable_weights
     import tf_tempered._compat as compat  # pylint: disable=g-import-not-at-top
     probe = compat.keras.Model(model.input, layer.output)
     expected = (x - stats.mean) / np.sqrt(stats.variance + feature_norm.VARIANCE_EPSILON)
     np.testing.assert_allclose(probe(x).numpy(), expected, rtol=1e-5, atol=1e-5)
-    none = common.build_model(common.TrainConfig(features="scatternet", feature_norm="none"),
+    none = model_builders.build_model(common.TrainConfig(features="scatternet", feature_norm="none"),
                               _Data())
     assert [l.name for l in none.layers][1] == "conv1"
     with pytest.raises(ValueError, match="not both"):

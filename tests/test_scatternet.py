@@ -18,7 +18,7 @@ import pytest
 
 from tf_tempered import make_private, scatternet
 from tf_tempered._compat import keras, tf
-from tf_tempered.experiments import common
+from tf_tempered.experiments import common, model_builders
 
 kymatio_frontend = pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
 
@@ -136,7 +136,7 @@ def test_train_config_builds_the_scatternet_cnn():
     class _Data:  # what build_model reads of a Dataset
         input_shape, num_classes = (7, 7, 81), 10
 
-    model = common.build_model(config, _Data())
+    model = model_builders.build_model(config, _Data())
     assert model.name == "scatternet_cnn" and model.get_layer("group_norm").groups == 9
     with pytest.raises(common.ConfigError, match="--features='edges' is invalid"):
         common.validate_config(common.TrainConfig(features="edges"))

@@ -143,7 +143,7 @@ def test_bad_config_fails_before_loading_data(monkeypatch):
 
 
 def test_batch_larger_than_the_data_fails_before_training(monkeypatch):
-    monkeypatch.setattr(train_lib.common, "build_model",
+    monkeypatch.setattr(train_lib.model_builders, "build_model",
                         lambda *a: pytest.fail("model built before validation"))
     with pytest.raises(ConfigError, match=r"--batch_size=256 is larger than the 100 training"):
         train_lib.run_training(TINY.replace(batch_size=256, num_train=100), verbose=0)

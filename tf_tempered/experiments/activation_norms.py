@@ -28,7 +28,7 @@ import pathlib
 import types
 
 from tf_tempered.callbacks import ActivationNormMonitor, plot_activation_norms
-from tf_tempered.experiments import common, results
+from tf_tempered.experiments import common, model_builders, results
 from tf_tempered.experiments.train import progress_verbosity, run_training
 
 __all__ = ["RUNS", "run_activation_norms", "define_flags", "main", "cli"]
@@ -48,7 +48,7 @@ def _train_with_monitor(config, verbose):
     holder = {}
 
     def callbacks(model, dataset):
-        layer = common.first_activation_layer(model)
+        layer = model_builders.first_activation_layer(model)
         monitor = ActivationNormMonitor(layer, dataset.x_test)
         monitor.set_model(model)
         holder.update(monitor=monitor, layer=layer.name, initial=monitor.compute())

@@ -57,7 +57,7 @@ from tf_tempered import scatternet
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.ema import ExponentialMovingAverage
-from tf_tempered.experiments import common, feature_norm, results
+from tf_tempered.experiments import common, feature_norm, model_builders, results
 # Re-exported: PrivacyPlan and plan_privacy lived here before privacy_plan.py.
 from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
 from tf_tempered.privacy import (has_secret_dp_randomness, make_private, optimizers, randomness,
@@ -262,7 +262,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
             "--strategy or --augmult.")
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:  # variables (model, optimizer, DP noise counter) on every replica
-        model = common.build_model(config, dataset, feature_stats=stats)
+        model = model_builders.build_model(config, dataset, feature_stats=stats)
         loss_options = {}
         if config.dpsgd:
             # Once, here: the builders return plain models, and a second call would
