@@ -14,6 +14,7 @@
 """collect_results: per-seed metrics.json -> the issue's rows (mean/std, ε, δ, seeds, command)."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -54,6 +55,20 @@ def test_rows_have_the_issue_format_and_values(tmp_path):
     assert rows[1]["std_test_accuracy"] == pytest.approx(np.std([0.88, 0.89], ddof=1))
     assert "--dataset=mnist" in mnist["command"] and "--target_epsilon=2.93" in mnist["command"]
     assert mnist["command"].endswith("--seed=SEED")
+
+
+def test_a_flag_missing_from_an_older_run_counts_as_its_default(tmp_path):
+    dirs = _write_runs(tmp_path)
+    older = results.read_json(pathlib.Path(dirs[0]) / "metrics.json")
+    del older["flags"]["feature_norm"]  # written before the flag existed (default "group")
+    results.write_json(pathlib.Path(dirs[0]) / "metrics.json", older)
+    rows = collect_results.aggregate(dirs, recipe="paper")
+    assert len(rows) == 1 and rows[0]["seeds"] == [0, 1, 2]
+    changed = results.read_json(pathlib.Path(dirs[1]) / "metrics.json")
+    changed["flags"]["feature_norm"] = "none"  # a real difference is still refused
+    results.write_json(pathlib.Path(dirs[1]) / "metrics.json", changed)
+    with pytest.raises(ConfigError, match="feature_norm"):
+        collect_results.aggregate(dirs, recipe="paper")
 
 
 def test_refuses_mixed_configs_insecure_runs_and_missing_recipe(tmp_path):

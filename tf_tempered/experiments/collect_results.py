@@ -71,11 +71,13 @@ def aggregate(metrics, recipe=None, command=None):
                else round(float(m["epsilon"]), 4))
         groups.setdefault(key, []).append((where, m, flags))
     rows = []
+    # A flag missing from an older run's metrics.json had its default value then.
+    defaults = common.TrainConfig().to_dict()
     for (dataset, name, _), runs in groups.items():
         first = {k: v for k, v in runs[0][2].items() if k not in _IGNORED}
         for where, m, flags in runs[1:]:
             diff = sorted(k for k in set(first) | set(flags) if k not in _IGNORED
-                          and flags.get(k) != first.get(k))
+                          and flags.get(k, defaults.get(k)) != first.get(k, defaults.get(k)))
             if diff or m["delta"] != runs[0][1]["delta"]:
                 raise common.ConfigError(f"{where}: differs from {runs[0][0]} in "
                                          f"{diff or ['delta']}; one row averages seeds of one "
