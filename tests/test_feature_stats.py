@@ -129,6 +129,12 @@ def test_config_refuses_what_cannot_apply():
     with pytest.raises(common.ConfigError, match="--feature_norm_noise=0 is invalid"):
         common.validate_config(common.TrainConfig(features="scatternet", feature_norm="dp_stats",
                                                   feature_norm_noise=0))
+    with pytest.raises(common.ConfigError, match="measured on Fashion-MNIST itself"):
+        common.validate_config(common.TrainConfig(features="scatternet", feature_norm="dp_stats",
+                                                  dataset="fashion_mnist"))
+    common.validate_config(common.TrainConfig(features="scatternet", feature_norm="dp_stats",
+                                              dataset="fashion_mnist",
+                                              feature_norm_mean_clip=0.25))
     config = common.validate_config(common.TrainConfig(features="scatternet",
                                                        feature_norm="dp_stats"))
     with pytest.raises(common.ConfigError, match="needs the released statistics"):
@@ -181,3 +187,37 @@ def test_train_script_accounts_for_the_release():
             steps=record["steps"], delta=1e-5, prior_events=prior), rel=1e-9)
     assert 0.99 * 3.0 <= dp["epsilon"] <= 3.0
     assert "composed with the DP feature statistics" in dp["epsilon_label"]
+
+
+def test_release_is_stored_once_and_reused_on_resume(tmp_path):
+    config = common.validate_config(common.TrainConfig(features="scatternet",
+                                                       feature_norm="dp_stats"))
+    x = np.random.default_rng(3).random((50, 2, 2, 3))
+    store = tmp_path / "backup" / feature_norm.STORE_NAME
+    first = feature_norm.release(config.replace(insecure_dp_seed=1), x, store=store)
+    assert store.exists()
+    # Another seed draws other noise, unless the stored release is reused.
+    other = feature_norm.release(config.replace(insecure_dp_seed=2), x)
+    assert not np.allclose(other.mean, first.mean)
+    again = feature_norm.release(config.replace(insecure_dp_seed=2), x, store=store)
+    np.testing.assert_array_equal(again.mean, first.mean)
+    np.testing.assert_array_equal(again.variance, first.variance)
+    assert again.event == feature_stats.release_event(8.0)
+    with pytest.raises(ValueError, match="Fix: resume with the same flags"):
+        feature_norm.release(config.replace(feature_norm_noise=4.0), x, store=store)
+    with pytest.raises(ValueError, match="'num_examples': 50"):
+        feature_norm.release(config, x[:40], store=store)
+
+
+def test_train_script_reuses_the_release_in_backup_dir(tmp_path):
+    pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
+    from tf_tempered.experiments.train import run_training  # pylint: disable=g-import-not-at-top
+    config = common.validate_config(common.TrainConfig(
+        dataset="digits", features="scatternet", feature_norm="dp_stats", epochs=1,
+        batch_size=64, noise_multiplier=1.0, num_train=100, num_test=20))
+    # A release stored by an earlier start with other flags: the script must read it.
+    x = np.zeros((100, 2, 2, 3))
+    feature_norm.release(config.replace(feature_norm_noise=4.0, insecure_dp_seed=0), x,
+                         store=tmp_path / feature_norm.STORE_NAME)
+    with pytest.raises(ValueError, match="released with"):
+        run_training(config, verbose=0, backup_dir=tmp_path)

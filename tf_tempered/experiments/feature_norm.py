@@ -21,15 +21,26 @@
   ``--feature_norm_mean_clip`` / ``--feature_norm_square_clip``), ONCE per run, on the
   training part only. Its two Gaussian mechanisms are composed with DP-SGD in every ε the
   run reports, and ``--target_epsilon`` calibrates DP-SGD's σ for the budget left.
+  With ``--backup_dir`` the release is stored there (``feature_stats.npz``) and a resumed
+  run reuses it: the stats are constants of the model, not weights that
+  BackupAndRestore restores, so releasing again would spend (and use) a second release
+  that ε does not count.
 * ``none``: no normalization (for ablations).
 """
 
+import os
+import pathlib
+
+import numpy as np
+
 from tf_tempered import feature_stats
 
-__all__ = ["FEATURE_NORMS", "VARIANCE_EPSILON", "check_config", "prior_events", "release"]
+__all__ = ["FEATURE_NORMS", "VARIANCE_EPSILON", "STORE_NAME", "check_config", "prior_events",
+           "release"]
 
 FEATURE_NORMS = ("group", "dp_stats", "none")
 VARIANCE_EPSILON = 1e-5  # as BatchNorm's: channels whose released variance is ~0 stay bounded
+STORE_NAME = "feature_stats.npz"  # the release, in --backup_dir
 
 
 def check_config(config, fail):
@@ -48,6 +59,15 @@ def check_config(config, fail):
     if config.feature_norm == "dp_stats" and not config.dpsgd:
         fail("--feature_norm=dp_stats releases statistics with DP noise, but --nodpsgd trains "
              "without privacy. Fix: drop --nodpsgd, or use --feature_norm=group.")
+    if (config.feature_norm == "dp_stats" and config.dataset == "fashion_mnist"
+            and (config.feature_norm_mean_clip, config.feature_norm_square_clip)
+            == (feature_stats.DEFAULT_MEAN_CLIP, feature_stats.DEFAULT_SQUARE_CLIP)):
+        # The defaults are Fashion-MNIST's own median norms: public for MNIST, a leak here.
+        fail("--feature_norm=dp_stats on --dataset=fashion_mnist with the default clip norms "
+             f"({feature_stats.DEFAULT_MEAN_CLIP:g}, {feature_stats.DEFAULT_SQUARE_CLIP:g}) "
+             "would use norms measured on Fashion-MNIST itself (private data). Fix: pass "
+             "--feature_norm_mean_clip and --feature_norm_square_clip chosen without this "
+             "data (e.g. from MNIST's features), or use --feature_norm=group.")
 
 
 def prior_events(config):
@@ -57,11 +77,44 @@ def prior_events(config):
     return ()
 
 
-def release(config, x_train):
-    """The released statistics (ChannelStats) for ``dp_stats``, else None. Call once per run."""
+def release(config, x_train, store=None):
+    """The released statistics (ChannelStats) for ``dp_stats``, else None. Call once per run.
+
+    ``store`` (a file path, e.g. ``<backup_dir>/feature_stats.npz``): if it exists, the
+    release stored there by an earlier start of the same run is returned (no new
+    release); else the new release is written there (atomically) before training.
+    """
     if not prior_events(config):
         return None
-    return feature_stats.dp_channel_stats(
+    setting = {"noise_multiplier": float(config.feature_norm_noise),
+               "mean_clip": float(config.feature_norm_mean_clip),
+               "square_clip": float(config.feature_norm_square_clip),
+               "num_examples": int(len(x_train)), "channels": int(np.shape(x_train)[-1])}
+    store = None if store is None else pathlib.Path(store)
+    if store is not None and store.exists():
+        return _load(store, setting)
+    stats = feature_stats.dp_channel_stats(
         x_train, noise_multiplier=config.feature_norm_noise,
         mean_clip=config.feature_norm_mean_clip, square_clip=config.feature_norm_square_clip,
         insecure_dp_seed=config.insecure_dp_seed)
+    if store is not None:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp = store.with_name(store.name + ".tmp")
+        with open(tmp, "wb") as f:  # a file object: np.savez adds no suffix
+            np.savez(f, mean=stats.mean, variance=stats.variance, **setting)
+        os.replace(tmp, store)  # atomic: a kill leaves no half-written release
+    return stats
+
+
+def _load(store, setting):
+    """The release stored in ``store``; ValueError if it was made with another setting."""
+    with np.load(store) as saved:
+        stored = {k: saved[k].item() for k in setting}
+        mean, variance = saved["mean"], saved["variance"]
+    if stored != setting:
+        raise ValueError(f"{store} holds DP feature statistics released with {stored}, but "
+                         f"this run asks for {setting}. Fix: resume with the same flags, or "
+                         f"start the run with a new --backup_dir.")
+    return feature_stats.ChannelStats(
+        mean=mean, variance=variance, noise_multiplier=setting["noise_multiplier"],
+        event=feature_stats.release_event(setting["noise_multiplier"]))

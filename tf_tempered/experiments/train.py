@@ -250,8 +250,10 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         # data) sees only the first N - validation_size.
         dataset, validation = data_lib.split_validation(dataset, config.validation_size)
     plan = plan_privacy(config, len(dataset.y_train))
-    # --feature_norm=dp_stats: released once, from the training part only (plan accounts it).
-    stats = feature_norm.release(config, dataset.x_train)
+    # --feature_norm=dp_stats: released once, from the training part only (plan accounts it);
+    # with --backup_dir, once per run, however often it is resumed.
+    stats = feature_norm.release(config, dataset.x_train, store=None if backup_dir is None
+                                 else pathlib.Path(backup_dir) / feature_norm.STORE_NAME)
 
     if isinstance(strategy, str):
         strategy = make_strategy(strategy)
