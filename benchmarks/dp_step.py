@@ -74,6 +74,9 @@ def select_keras(argv, environ):
 
 if __name__ == "__main__":  # before TensorFlow is imported (below)
     select_keras(sys.argv[1:], os.environ)
+    # TF keeps CPU allocator statistics (the peak memory column) only with the BFC
+    # allocator on CPU; it must be chosen before TensorFlow is imported.
+    os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 # pylint: disable=wrong-import-position
 import argparse
@@ -92,11 +95,14 @@ from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "tf_tempered_second_pass",
+         "tf_tempered_low_memory",
          "dpsequential", "stock_optimizer")
 TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
-# tf_tempered_second_pass (EngineOptions.low_memory(): the clipped sum by a second
-# backward pass) only when asked for in --paths.
-DEFAULT_PATHS = tuple(p for p in PATHS if p != "tf_tempered_second_pass" and (
+LOW_MEMORY_PATHS = ("tf_tempered_second_pass", "tf_tempered_low_memory")
+# tf_tempered_second_pass (the clipped sum by a second backward pass) and
+# tf_tempered_low_memory (EngineOptions.low_memory(): the same with a second forward
+# pass) only when asked for in --paths.
+DEFAULT_PATHS = tuple(p for p in PATHS if p not in LOW_MEMORY_PATHS and (
     tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS))
 
 
@@ -190,12 +196,14 @@ def _compiled(path, kind, batch_size):
         model = _model(kind)
         model.compile(sgd(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    elif path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_second_pass"):
+    elif path in ("tf_tempered", "tf_tempered_tf_ops") + LOW_MEMORY_PATHS:
         model = _model(kind)
         # tf_tempered_tf_ops: the engine without the native conv op; _second_pass: the
-        # clipped sum by a second backward pass, small workspaces (less memory).
+        # clipped sum by a second backward pass, small workspaces; _low_memory: the same
+        # with a second forward pass too (less memory).
         options = {"tf_tempered": None, "tf_tempered_tf_ops": EngineOptions(native=False),
-                   "tf_tempered_second_pass": EngineOptions.low_memory()}[path]
+                   "tf_tempered_second_pass": EngineOptions.low_memory(clipped_sum="second_pass"),
+                   "tf_tempered_low_memory": EngineOptions.low_memory()}[path]
         make_private(model, options=options)
         model.compile(DPKerasSGDOptimizer(**dp, learning_rate=0.15), loss=per_example)
     elif path == "dpsequential":

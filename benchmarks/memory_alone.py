@@ -7,9 +7,14 @@ The third argument is EngineOptions as JSON. 2 warm-up steps, then the peak over
 (tf.config.experimental.get_memory_info after reset_memory_stats).
 """
 import json
+import os
 import pathlib
 import sys
 import time
+
+# TF keeps CPU allocator statistics only with the BFC allocator on CPU (set before
+# TensorFlow is imported).
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import dp_step  # noqa

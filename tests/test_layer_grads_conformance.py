@@ -33,13 +33,16 @@ in CASES below.
 """
 
 import logging
-
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from dp_reference import BATCH, assert_engine_matches_reference, seeded
+from dp_reference import (BATCH, assert_engine_matches_reference, grouped_conv_gradients,
+                          seeded, skip_without_grouped_conv_gradients)
 from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, keras_bridge, layer_grads,
@@ -191,13 +194,35 @@ def _conv1d(dtype):
     ])
 
 
-def _generic_conv1d(dtype):
-    # Layers without a handler of their own (generic VJP): grouped Conv1D,
-    # GroupNormalization.
+def _normalization(dtype):
+    # LayerNormalization over the last axis and over two axes given out of order (γ of
+    # shape [C, L], which both Kerases reshape, not transpose, onto the input's [L, C]),
+    # GroupNormalization, variants without β or γ; γ and β random.
+    inputs = keras.Input((6, 4), dtype=dtype)
+    x = keras.layers.LayerNormalization(dtype=dtype)(inputs)
+    x = keras.layers.Dense(4, activation="tanh", dtype=dtype)(x)
+    x = keras.layers.GroupNormalization(groups=2, dtype=dtype)(x)
+    x = keras.layers.Dense(4, activation="tanh", dtype=dtype)(x)
+    x = keras.layers.LayerNormalization(axis=[-1, 1], center=False, dtype=dtype)(x)
+    x = keras.layers.GroupNormalization(groups=4, scale=False, dtype=dtype)(x)
+    x = keras.layers.Flatten(dtype=dtype)(x)
+    model = keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(x))
+    rng = np.random.default_rng(3)
+    for layer in model.layers:
+        for name in ("gamma", "beta"):
+            if getattr(layer, name, None) is not None:
+                variable = getattr(layer, name)
+                variable.assign((1.0 if name == "gamma" else 0.0)
+                                + 0.5 * rng.normal(size=variable.shape).astype(dtype))
+    return model
+
+
+def _grouped_conv1d(dtype):
+    # Grouped Conv1D layers: the Conv1D handler, group by group (grouped.py).
     return keras.Sequential([
         keras.Input((10, 4), dtype=dtype),
-        keras.layers.GroupNormalization(groups=2, dtype=dtype),
-        keras.layers.Conv1D(4, 3, strides=2, groups=2, dtype=dtype),
+        keras.layers.Conv1D(6, 3, strides=2, groups=2, activation="tanh", dtype=dtype),
+        keras.layers.Conv1D(4, 2, dilation_rate=2, padding="causal", groups=2, dtype=dtype),
         keras.layers.Flatten(dtype=dtype),
         keras.layers.Dense(3, dtype=dtype),
     ])
@@ -244,20 +269,37 @@ def _conv_transpose(dtype):
     ])
 
 
-def _generic_conv2d_family(dtype):
-    # A grouped Conv2D.
+def _grouped_conv2d(dtype):
+    # Grouped Conv2D layers (dilated; strided "same"): the Conv2D handler, group by group
+    # (grouped.py).
     return keras.Sequential([
-        keras.Input((6, 6, 2), dtype=dtype),
-        keras.layers.Conv2D(4, 3, groups=2, activation="tanh", dtype=dtype),
+        keras.Input((6, 6, 4), dtype=dtype),
+        keras.layers.Conv2D(6, 3, groups=2, dilation_rate=2, activation="tanh", dtype=dtype),
+        keras.layers.Conv2D(6, 2, strides=2, padding="same", groups=3,
+                            dtype=dtype),
         keras.layers.Flatten(dtype=dtype),
         keras.layers.Dense(3, dtype=dtype),
     ])
 
 
-def _generic_conv3d(dtype):
+def _grouped_conv3d(dtype):
     return keras.Sequential([
-        keras.Input((4, 4, 4, 1), dtype=dtype),
-        keras.layers.Conv3D(2, 2, activation="tanh", dtype=dtype),
+        keras.Input((3, 4, 4, 4), dtype=dtype),
+        keras.layers.Conv3D(4, 2, groups=2, activation="tanh", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _conv3d(dtype):
+    # The Conv3D handler: "valid", strided "same" with an uneven kernel; a dilated
+    # Conv3D takes the generic VJP.
+    return keras.Sequential([
+        keras.Input((5, 4, 4, 2), dtype=dtype),
+        keras.layers.Conv3D(3, 2, activation="tanh", dtype=dtype),
+        keras.layers.Conv3D(4, (3, 2, 2), strides=(2, 1, 2), padding="same", activation="tanh",
+                            dtype=dtype),
+        keras.layers.Conv3D(2, 2, dilation_rate=(1, 2, 1), padding="same", dtype=dtype),
         keras.layers.Flatten(dtype=dtype),
         keras.layers.Dense(3, dtype=dtype),
     ])
@@ -327,26 +369,31 @@ CASES = {
     "transformer_block": (_transformer_block, lambda s: _ids((5,), s, 50),
                           {"auto": {}, "ghost": {"norm_path": "ghost"}},
                           {"EinsumDense": "einsum_dense", "Embedding": "embedding",
-                           "LayerNormalization": "generic", "Dense": "dense"}),
+                           "LayerNormalization": "normalization", "Dense": "dense"}),
     "generic": (_generic, lambda s: _floats((6,), s), {"auto": {}},
-                {"_DenseWithOwnCall": "generic", "LayerNormalization": "generic",
+                {"_DenseWithOwnCall": "generic", "LayerNormalization": "normalization",
                  "TemperedSigmoid": "generic", "Dense": "dense"}),
     "conv1d": (_conv1d, lambda s: _floats((10, 4), s), _CONV_PATHS,
                {"Conv1D": "conv1d", "Dense": "dense"}),
-    "generic_conv1d": (_generic_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
-                       {"Conv1D": "generic", "GroupNormalization": "generic", "Dense": "dense"}),
+    "normalization": (_normalization, lambda s: _floats((6, 4), s), {"auto": {}},
+                      {"LayerNormalization": "normalization", "GroupNormalization": "normalization",
+                       "Dense": "dense"}),
+    "grouped_conv1d": (_grouped_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
+                       {"Conv1D": "conv1d", "Dense": "dense"}),
     "depthwise": (_depthwise, lambda s: _floats((7, 6, 2), s), _DEPTHWISE_PATHS,
                   {"DepthwiseConv2D": "depthwise_conv2d", "Dense": "dense"}),
     "separable": (_separable, lambda s: _floats((7, 6, 2), s),
                   {**_DEPTHWISE_PATHS, "ghost": {"norm_path": "ghost"}},
                   {"SeparableConv2D": "separable_conv2d", "Dense": "dense"}),
-    "generic_conv2d_family": (_generic_conv2d_family, lambda s: _floats((6, 6, 2), s),
-                              {"auto": {}},
-                              {"Conv2D": "generic", "Dense": "dense"}),
+    "grouped_conv2d": (_grouped_conv2d, lambda s: _floats((6, 6, 4), s), _CONV_PATHS,
+                       {"Conv2D": "conv2d", "Dense": "dense"}),
+    "grouped_conv3d": (_grouped_conv3d, lambda s: _floats((3, 4, 4, 4), s), {"auto": {}},
+                       {"Conv3D": "conv3d", "Dense": "dense"}),
     "conv_transpose": (_conv_transpose, lambda s: _floats((3, 2, 3), s), _CONV_PATHS,
                        {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
-    "generic_conv3d": (_generic_conv3d, lambda s: _floats((4, 4, 4, 1), s), {"auto": {}},
-                       {"Conv3D": "generic", "Dense": "dense"}),
+    "conv3d": (_conv3d, lambda s: _floats((5, 4, 4, 2), s),
+               {**_ROW_PATHS, "chunks": {"patch_chunk_bytes": 1}},
+               {"Conv3D": {"conv3d", "generic"}, "Dense": "dense"}),
     "rnn": (_rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,
             {"SimpleRNN": "rnn", "LSTM": "rnn", "GRU": "rnn", "Dense": "dense"}),
     "rnn_masked_bidirectional": (_rnn_masked_bidirectional, lambda s: _padded_ids((4,), s),
@@ -372,6 +419,8 @@ _PATTERN_B = [(None, True), (4, False), (1, True)]
 # "vectorized" path runs one (M, batch kind) pair per case, pattern A's pairs
 # spread over the three cases; "map_fn" (seconds) runs pattern A or B alternately.
 _RECURRENT = ("rnn", "rnn_masked_bidirectional", "rnn_states")
+# Cases with grouped convolutions: TensorFlow differentiates them only with oneDNN on CPU.
+_GROUPED_CONV = ("grouped_conv1d", "grouped_conv2d", "grouped_conv3d")
 
 
 def _combinations(paths, case=None):
@@ -414,6 +463,8 @@ def test_the_combinations_cover_every_pair():
 def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
                                                         static_batch):
     builder, inputs, paths, _ = CASES[case]
+    if case in _GROUPED_CONV:
+        skip_without_grouped_conv_gradients()
     if path.startswith("native") and not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
     x = inputs(num_microbatches or 0)
@@ -424,31 +475,60 @@ def test_handler_update_equals_per_microbatch_reference(case, path, num_microbat
                                     cache_key=("conformance", case, num_microbatches))
 
 
-# clipped_sum="second_pass" (ghost clipping in two backward passes) on every case: each
-# case takes one (M, batch) pair of the two patterns in turn, so that together the cases
-# cover every pair; the norms still come from each handler's default path.
+# clipped_sum="second_pass" (ghost clipping in two backward passes) and "recompute" (the
+# same with a second forward pass) on every case: each case takes one (M, batch) pair of
+# the two patterns in turn (shifted by three for "recompute"), so that together the
+# cases cover every pair in both modes; the norms still come from each handler's
+# default path.
+_TWO_PASS_MODES = {"second_pass": 0, "recompute": 3}
 _SECOND_PASS = [
-    pytest.param(case, *(_PATTERN_A + _PATTERN_B)[i % 6],
-                 id=f"{case}-{_M_IDS[(_PATTERN_A + _PATTERN_B)[i % 6][0]]}-"
-                    f"{'static' if (_PATTERN_A + _PATTERN_B)[i % 6][1] else 'dynamic'}-batch")
-    for i, case in enumerate(CASES)]
+    pytest.param(mode, case, *(_PATTERN_A + _PATTERN_B)[(i + shift) % 6],
+                 id=f"{mode}-{case}-{_M_IDS[(_PATTERN_A + _PATTERN_B)[(i + shift) % 6][0]]}-"
+                    f"{'static' if (_PATTERN_A + _PATTERN_B)[(i + shift) % 6][1] else 'dynamic'}"
+                    "-batch")
+    for mode, shift in _TWO_PASS_MODES.items() for i, case in enumerate(CASES)]
 
 
-@pytest.mark.parametrize("case,num_microbatches,static_batch", _SECOND_PASS)
-def test_second_pass_clipped_sum_equals_per_microbatch_reference(case, num_microbatches,
-                                                                 static_batch):
+@pytest.mark.parametrize("mode,case,num_microbatches,static_batch", _SECOND_PASS)
+def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
+                                                              static_batch):
+    if case in _GROUPED_CONV:
+        skip_without_grouped_conv_gradients()
     builder, inputs, _, _ = CASES[case]
     x = inputs(num_microbatches or 0)
     y = np.random.default_rng(1).integers(0, 3, BATCH)
     assert_engine_matches_reference(seeded(builder), x, y, num_microbatches=num_microbatches,
                                     static_batch=static_batch,
-                                    options=EngineOptions(clipped_sum="second_pass"),
+                                    options=EngineOptions(clipped_sum=mode),
                                     cache_key=("conformance", case, num_microbatches))
 
 
-def test_second_pass_cases_cover_every_pair():
-    assert {(m, static) for _, m, static in (p.values for p in _SECOND_PASS)} == set(
-        _PATTERN_A + _PATTERN_B)
+def test_two_pass_cases_cover_every_pair():
+    for mode in _TWO_PASS_MODES:
+        assert {(m, static) for p in _SECOND_PASS if p.values[0] == mode
+                for m, static in [p.values[2:]]} == set(_PATTERN_A + _PATTERN_B), mode
+
+
+def test_grouped_conv_cases_run_with_onednn_where_this_process_cannot():
+    """Without oneDNN (e.g. an AVX2-only CPU) TensorFlow cannot differentiate grouped
+    convolutions, so the cases above skip; they then run here in a subprocess with
+    TF_ENABLE_ONEDNN_OPTS=1 (each case's first path and both two-pass modes)."""
+    if grouped_conv_gradients():
+        pytest.skip("this process runs the grouped-convolution cases itself")
+    here = pathlib.Path(__file__)
+    ids = [f"{here}::test_handler_update_equals_per_microbatch_reference[{p.id}]"
+           for p in _PARAMS if p.values[0] in _GROUPED_CONV
+           and p.values[1] == next(iter(CASES[p.values[0]][2]))]
+    ids += [f"{here}::test_two_pass_clipped_sum_equals_per_microbatch_reference[{p.id}]"
+            for p in _SECOND_PASS if p.values[1] in _GROUPED_CONV]
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids],
+                         env=dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1"), cwd=here.parent.parent,
+                         capture_output=True, text=True, timeout=1800, check=False)
+    summary = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-2000:]
+    if run.returncode == 0 and "passed" not in summary:
+        pytest.skip(f"oneDNN cannot be turned on here either: {summary}")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert f"{len(ids)} passed" in summary, summary
 
 
 def _trainable_layers(model):
@@ -491,7 +571,8 @@ def test_generic_layers_are_logged_once_per_model(caplog):
         model.fit(x[:8], y[:8], batch_size=8, verbose=0)  # retraced: not logged again
     lines = [r.getMessage() for r in caplog.records if "generic per-layer VJP" in r.getMessage()]
     assert len(lines) == 1
-    assert "layer_normalization" in lines[0] and "DenseWithOwnCall" in lines[0]
+    assert "tempered_sigmoid" in lines[0] and "DenseWithOwnCall" in lines[0]
+    assert "layer_normalization" not in lines[0]  # its own handler
 
 
 @pytest.mark.skipif(KERAS_MAJOR != 3, reason="LoRA, quantization and per-variable trainable "

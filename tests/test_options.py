@@ -64,7 +64,7 @@ def test_every_norm_path_is_accepted(norm_path):
     ("patch_chunk_bytes", 0, "patch_chunk_bytes must be an integer >= 1"),
     ("depthwise_chunk", 0, "depthwise_chunk must be an integer >= 1"),
     ("vectorize_recurrent", 0, "vectorize_recurrent must be True or False"),
-    ("clipped_sum", "ghost", "clipped_sum must be one of bookkeeping, second_pass"),
+    ("clipped_sum", "ghost", "clipped_sum must be one of bookkeeping, second_pass, recompute"),
 ])
 def test_bad_values_name_the_option_and_the_allowed_values(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -74,7 +74,8 @@ def test_bad_values_name_the_option_and_the_allowed_values(field, value, message
 def test_low_memory_preset_and_overrides():
     options = EngineOptions.low_memory()
     assert (options.clipped_sum, options.materialize_max_bytes, options.patch_chunk_bytes) == (
-        "second_pass", 8 * 2**20, 4 * 2**20)
+        "recompute", 8 * 2**20, 4 * 2**20)
+    assert EngineOptions.low_memory(clipped_sum="second_pass").clipped_sum == "second_pass"
     assert EngineOptions().clipped_sum == "bookkeeping"
     assert EngineOptions.low_memory(patch_chunk_bytes=2**20).patch_chunk_bytes == 2**20
     with pytest.raises(ValueError, match="clipped_sum must be one of"):

@@ -47,7 +47,7 @@ Example:
 import logging
 import types
 
-import numpy as np
+import numpy as np  # noqa: F401 (the module docstring's example uses it)
 
 from tf_tempered._compat import check_same_keras, keras, tf
 from tf_tempered.privacy import (coverage, distribute, keras_bridge, layer_grads,
@@ -146,6 +146,8 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     elif not isinstance(options, EngineOptions):
         raise TypeError(f"make_private: options must be a tf_tempered.privacy.EngineOptions, "
                         f"got {type(options).__name__}.")
+    if options.clipped_sum == "recompute":
+        second_pass.refuse_random_layers(model)
     with model.distribute_strategy.scope():  # replicated variables under a strategy
         noise = randomness.DPRandomness("noise", insecure_dp_seed=insecure_dp_seed)
         dp_metrics = None if is_private(model) else _DPMetrics()
@@ -230,11 +232,16 @@ def _train_step(self, data):
             "or rely on clipping and noise), or train without make_private with TF "
             "Privacy's own optimizer (Keras 2 with TF_USE_LEGACY_KERAS=1, Python <= 3.11).")
     # clipped_sum="second_pass": norms inside the first backward pass, and the tape is
-    # used again for the reweighted loss.
-    two_passes = self._dp_options.clipped_sum == "second_pass"
+    # used again for the reweighted loss; "recompute": the same norms, and a second
+    # forward pass for the reweighted loss.
+    recompute = self._dp_options.clipped_sum == "recompute"
+    two_passes = recompute or self._dp_options.clipped_sum == "second_pass"
+    if recompute:
+        second_pass.refuse_random_layers(self)
     hooks = second_pass.NormHooks() if two_passes else None
     recorder = recording.Recorder(norm_hooks=hooks)
-    with tf.GradientTape(persistent=two_passes) as tape:
+    forward_ops = second_pass.ForwardOps(traced_only=recompute)
+    with tf.GradientTape(persistent=two_passes and not recompute) as tape:
         with recorder.active():
             y_pred = self(x, training=True)
         losses = self.compute_loss(x, y, y_pred, sample_weight)
@@ -244,6 +251,8 @@ def _train_step(self, data):
         microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
         total = tf.reduce_sum(microbatch_losses)
         recorder.end_forward()
+    if recompute:
+        second_pass.refuse_random_ops(forward_ops.new_ops())
 
     records = recorder.records
     unrecorded = coverage.check(self, records)
@@ -293,7 +302,11 @@ def _train_step(self, data):
 
     summed = {}
     weights = ClipWeights(scale, finite)
-    if two_passes:
+    if recompute:
+        summed = second_pass.recomputed_clipped_sum(
+            self, x, y, sample_weight, scale, finite, num_microbatches, self.trainable_variables)
+        records = norms = []
+    elif two_passes:
         summed = second_pass.clipped_sum(tape, microbatch_losses, scale, finite,
                                          self.trainable_variables)
         records = norms = []  # nothing kept per layer for a book-keeping sum
@@ -326,7 +339,8 @@ def _train_step(self, data):
     with tf.control_dependencies([total]):
         counter = self._dp_noise.next_counter()  # on every replica: a synchronised step
         noises = replicas.noise(
-            lambda c: _gaussian_noise(variables, config.noise_stddev, self._dp_noise, c),
+            lambda c: randomness.gaussian_noise_like(variables, config.noise_stddev,
+                                                     self._dp_noise, c),
             variables, counter)
     grads_and_vars = []
     for var, noise in zip(variables, noises):
@@ -376,14 +390,3 @@ def _log_generic_layers(model, records):
                   "handler of their own; a recurrent layer as one unit) for: %s",
                   ", ".join(names))
 
-
-def _gaussian_noise(variables, stddev, source, counter):
-    """Independent N(0, stddev²) noise shaped like each variable, from ``source``.
-
-    One Philox draw for all coordinates at a fresh counter of the model's secret
-    stream (randomness.DPRandomness): several times faster on CPU than one
-    stateful tf.random.normal per variable, same distribution.
-    """
-    sizes = [int(np.prod(v.shape)) for v in variables]
-    flat = source.normal([sum(sizes)], stddev=stddev, counter=counter)
-    return [tf.reshape(n, v.shape) for n, v in zip(tf.split(flat, sizes), variables)]

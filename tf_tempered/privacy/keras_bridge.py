@@ -22,7 +22,8 @@ below (chosen once by `tf_tempered._compat.KERAS_MAJOR`), so the handlers in
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit",
-           "is_trainable_batch_norm", "linear_activation", "own_trainable_weights", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
+           "is_trainable_batch_norm", "linear_activation", "own_trainable_weights",
+           "random_layers", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
            "variable_key", "watchable", "IS_KERAS3"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
@@ -52,6 +53,27 @@ def inside_recurrent_units(model):
         if is_recurrent_unit(layer) and id(layer) not in nested:
             nested.update(id(sub) for sub in flatten_layers(layer))
     return nested
+
+
+def random_layers(model):
+    """The layers of `model` (itself and nested ones) that hold a random-number generator
+    for their calls: Dropout, GaussianNoise, random augmentation layers, custom layers
+    built on them (Keras 3: a SeedGenerator in ``_seed_generators``; tf-keras: a
+    ``BaseRandomLayer``'s ``_random_generator``), but for those whose dropout rates are all 0."""
+    found = []
+    for layer in flatten_layers(model, include_self=True):
+        rates = [getattr(layer, name) for name in ("rate", "dropout", "recurrent_dropout")
+                 if isinstance(getattr(layer, name, None), (int, float))]
+        if rates and not any(rates):
+            # A Dropout of rate 0 (MultiHeadAttention's default) or a recurrent cell
+            # without dropout (Keras 3 cells always hold a seed generator) draws nothing.
+            continue
+        if IS_KERAS3:
+            if getattr(layer, "_seed_generators", None):
+                found.append(layer)
+        elif getattr(layer, "_random_generator", None) is not None:
+            found.append(layer)
+    return found
 
 
 def own_trainable_weights(layer):

@@ -30,11 +30,11 @@ __all__ = ["EngineOptions", "NORM_PATHS", "CLIPPED_SUMS"]
 # "ghost" / "materialize": that TF-ops path for every Dense/Conv2D-like layer
 # (the native op and the depthwise shortcut are then not used).
 # "native": the native op for every Conv2D it supports (others: "auto").
-# "depthwise": the depthwise-conv backprop for every undilated Conv2D
+# "depthwise": the depthwise-conv backprop for every undilated Conv2D with equal strides
 # whatever its channel count (others: "auto" without the native op).
 NORM_PATHS = ("auto", "ghost", "materialize", "native", "depthwise")
 # How the clipped sum is formed once the clip factors are known (privacy/second_pass.py).
-CLIPPED_SUMS = ("bookkeeping", "second_pass")
+CLIPPED_SUMS = ("bookkeeping", "second_pass", "recompute")
 
 
 def _native_default():
@@ -74,7 +74,12 @@ class EngineOptions:
         "second_pass": ghost clipping in two passes (Li et al. 2021): the first backward
         pass only computes norms, each layer's tensors are freed after its norm, then the
         gradient of Σ_m c_m · loss_m (clip factors c_m held constant) is the clipped sum:
-        about the non-private step's memory, for one more backward pass of time.
+        the first pass's activations are kept for the second (about 1.35x the
+        non-private step's peak memory on the CIFAR-10 CNN), for one more backward pass.
+        "recompute": as "second_pass", but the first pass keeps nothing for the second
+        one, which runs the forward pass again once the clip factors are known: about
+        the non-private step's memory, for one more forward and backward pass. Refused
+        for models that draw random numbers in their forward pass (Dropout, ...).
     """
 
     native: bool = dataclasses.field(default_factory=_native_default)
@@ -145,17 +150,20 @@ class EngineOptions:
 
     @classmethod
     def low_memory(cls, **changes):
-        """The clipped sum by a second backward pass and small per-layer workspaces.
+        """Norms in a first forward/backward pass, the clipped sum from a second one.
 
-        ``clipped_sum="second_pass"``, per-microbatch gradients materialized only up to
-        8 MiB per layer, patches in 4 MiB chunks: on the CIFAR-10 CNN at batch 256 the
-        step's peak memory is about 1.35× the non-private step's (1.9× by default), for
-        about 1.5× its time (benchmarks/results/cifar10_b256_keras3_second_pass.md).
+        ``clipped_sum="recompute"``, per-microbatch gradients materialized only up to
+        8 MiB per layer, patches in 4 MiB chunks. On the CIFAR-10 CNN at batch 256 the
+        step's peak memory is 1.01-1.14x the non-private step's (1.4-1.9x by
+        default), for about twice its time (benchmarks/results/cifar10_b256_low_memory.md).
+        Models that draw random numbers in their forward pass (Dropout...) are refused:
+        ``low_memory(clipped_sum="second_pass")`` keeps one forward pass and the
+        activations (1.16-1.37x there).
 
         >>> EngineOptions.low_memory().clipped_sum
-        'second_pass'
+        'recompute'
         """
-        values = {"clipped_sum": "second_pass", "materialize_max_bytes": 8 * 2**20,
+        values = {"clipped_sum": "recompute", "materialize_max_bytes": 8 * 2**20,
                   "patch_chunk_bytes": 4 * 2**20}
         values.update(changes)
         return cls(**values)

@@ -50,10 +50,12 @@ import numbers
 import secrets
 import warnings
 
+import numpy as np
+
 from tf_tempered._compat import tf
 
 __all__ = ["DPRandomness", "InsecureDPRandomnessWarning", "check_insecure_dp_seed",
-           "secret_seed", "dp_seed", "INSECURE_NOTE"]
+           "gaussian_noise_like", "secret_seed", "dp_seed", "INSECURE_NOTE"]
 
 _PHILOX = 1  # tf.random.Algorithm.PHILOX
 INSECURE_NOTE = ("the ε does NOT hold: DP noise and batch membership come from "
@@ -189,3 +191,15 @@ class DPRandomness:
         key, counter = self._key_counter(counter, stream)
         return tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter,
                                                    alg=_PHILOX, dtype=dtype)
+
+
+def gaussian_noise_like(variables, stddev, source, counter):
+    """Independent N(0, stddev²) noise shaped like each variable, from ``source``.
+
+    One Philox draw for all coordinates at a fresh counter of the model's secret
+    stream (a DPRandomness): several times faster on CPU than one stateful
+    tf.random.normal per variable, same distribution.
+    """
+    sizes = [int(np.prod(v.shape)) for v in variables]
+    flat = source.normal([sum(sizes)], stddev=stddev, counter=counter)
+    return [tf.reshape(n, v.shape) for n, v in zip(tf.split(flat, sizes), variables)]

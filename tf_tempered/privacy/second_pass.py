@@ -30,6 +30,14 @@ an identity on the layer's recorded output whose gradient computes them): the gr
 flows on to the layers below only once they are done, so TensorFlow's executor cannot
 run the cheap input-gradient chain ahead and hold every layer's output gradient at once.
 
+``clipped_sum="recompute"`` keeps even less: the first pass's tape is not persistent,
+so each activation is freed once the first backward pass has used it (as in a
+non-private step), and the reweighted loss comes from a second forward pass run after
+the clip factors are known. Its gradient is the clipped sum only if the second forward
+pass computes what the first did, so models that draw random numbers in their forward
+pass (Dropout, GaussianNoise, random augmentation layers, random ops in custom layers)
+are refused in that mode (:func:`refuse_random_layers`, :func:`refuse_random_ops`).
+
 A microbatch with a non-finite norm gets ``c_m = 0``, but ``0 · inf`` inside the second
 backward pass is NaN; so when any microbatch of the step is non-finite, the step's
 clipped sum is zero (noise only; ``dp_nonfinite`` reports it), where the book-keeping
@@ -39,7 +47,8 @@ sum keeps the finite microbatches. Dropping examples never increases the sensiti
 from tf_tempered._compat import tf
 from tf_tempered.privacy import keras_bridge
 
-__all__ = ["NormHooks", "clipped_sum"]
+__all__ = ["NormHooks", "clipped_sum", "ForwardOps", "recomputed_clipped_sum",
+           "refuse_random_layers", "refuse_random_ops"]
 
 
 class NormHooks:
@@ -92,3 +101,76 @@ def clipped_sum(tape, microbatch_losses, scale, finite, variables):
             grad = tf.convert_to_tensor(grad)
         summed[keras_bridge.variable_key(var)] = tf.where(all_finite, grad, tf.zeros_like(grad))
     return summed
+
+
+def recomputed_clipped_sum(model, x, y, sample_weight, scale, finite, num_microbatches,
+                           variables):
+    """``{variable_key: Σ_m c_m ∇ loss_m}`` from a second forward pass of ``model``.
+
+    The forward pass starts only once ``scale`` (the clip factors) is known, so its
+    activations never coexist with the first pass's.
+    """
+    with tf.control_dependencies([scale]):
+        x = tf.nest.map_structure(
+            lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, x)
+    with tf.GradientTape() as tape:
+        y_pred = model(x, training=True)
+        losses = model.compute_loss(x, y, y_pred, sample_weight)
+        microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
+    return clipped_sum(tape, microbatch_losses, scale, finite, variables)
+
+
+_RECOMPUTE_FIX = ("Fix: use EngineOptions.low_memory(clipped_sum=\"second_pass\") (one forward "
+                  "pass; the activations are kept for the second backward pass) or the default "
+                  "EngineOptions(), or remove the random layers.")
+
+
+def refuse_random_layers(model):
+    """Raises ValueError if ``model`` has layers that draw random numbers when called:
+    a second forward pass would not reproduce the first (clipped_sum="recompute")."""
+    layers = keras_bridge.random_layers(model)
+    if layers:
+        names = ", ".join(f"{layer.name} ({type(layer).__name__})" for layer in layers[:5])
+        raise ValueError(
+            f"EngineOptions(clipped_sum=\"recompute\") runs the forward pass twice and needs "
+            f"both to compute the same function, but these layers draw random numbers: "
+            f"{names}. {_RECOMPUTE_FIX}")
+
+
+# Op types that draw random numbers (stateful, or stateless with a seed that a layer
+# advances between calls).
+_RANDOM_OP_MARKERS = ("Random", "Multinomial", "TruncatedNormal", "RngReadAndSkip",
+                      "RngSkip", "StatefulUniform", "StatefulStandardNormal")
+
+
+class ForwardOps:
+    """The ops a forward pass adds to the graph being traced.
+
+    ``ForwardOps(traced_only=True)`` raises ValueError when the step runs eagerly
+    (``run_eagerly=True``), where no op can be inspected.
+    """
+
+    def __init__(self, traced_only=False):
+        if traced_only and tf.executing_eagerly():
+            raise ValueError(
+                "EngineOptions(clipped_sum=\"recompute\") needs a traced training step, to "
+                "check that the forward pass draws no random numbers; the model was compiled "
+                "with run_eagerly=True. Fix: compile without run_eagerly, or use "
+                "clipped_sum=\"second_pass\".")
+        self._graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        self._start = len(self._graph.get_operations()) if self._graph is not None else 0
+
+    def new_ops(self):
+        return [] if self._graph is None else self._graph.get_operations()[self._start:]
+
+
+def refuse_random_ops(ops):
+    """Raises ValueError if a traced forward pass draws random numbers
+    (clipped_sum="recompute"; catches custom layers that call ``tf.random`` directly)."""
+    random_ops = [op for op in ops if any(m in op.type for m in _RANDOM_OP_MARKERS)]
+    if random_ops:
+        names = ", ".join(f"{op.name} ({op.type})" for op in random_ops[:5])
+        raise ValueError(
+            f"EngineOptions(clipped_sum=\"recompute\") runs the forward pass twice and needs "
+            f"both to compute the same function, but the forward pass draws random numbers: "
+            f"{names}. {_RECOMPUTE_FIX}")

@@ -191,10 +191,12 @@ from tf_tempered.privacy.layer_grads import generic
 from tf_tempered.privacy.layer_grads import dense
 from tf_tempered.privacy.layer_grads import conv
 from tf_tempered.privacy.layer_grads import conv1d
+from tf_tempered.privacy.layer_grads import conv3d
 from tf_tempered.privacy.layer_grads import conv_transpose
 from tf_tempered.privacy.layer_grads import depthwise
 from tf_tempered.privacy.layer_grads import separable
 from tf_tempered.privacy.layer_grads import embedding
+from tf_tempered.privacy.layer_grads import normalization
 from tf_tempered.privacy.layer_grads import einsum_dense_handler
 from tf_tempered.privacy.layer_grads import multi_call
 from tf_tempered.privacy.layer_grads import rnn

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Conv2D (channels_last, groups=1, "same"/"valid"): rows are examples × output pixels.
+"""Conv2D (channels_last, "same"/"valid"): rows are examples × output pixels.
 
 The row a_r is the input patch under output pixel r. A layer's path (`ConvPath`):
 
@@ -23,7 +23,8 @@ The row a_r is the input patch under output pixel r. A layer's path (`ConvPath`)
 * otherwise ghost norm or materialized gradients from input patches (rows.py),
   the book-keeping sum by TF's backprop-filter op.
 
-The thresholds are EngineOptions, measured on this project's 2-core CPU machine.
+The thresholds are EngineOptions, measured on this project's 2-core CPU machine. A
+grouped Conv2D is that many ungrouped ones on channel slices (grouped.py).
 """
 
 import dataclasses
@@ -32,7 +33,7 @@ from typing import Any, Tuple
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy import clip, conv_grads, native
-from tf_tempered.privacy.layer_grads import Handler, derived_weights, register, rows
+from tf_tempered.privacy.layer_grads import Handler, derived_weights, grouped, register, rows
 
 __all__ = ["Conv2DHandler", "Conv2DParams", "ConvPath", "choose_path"]
 
@@ -48,6 +49,13 @@ class Conv2DParams:
     filters: int
     use_bias: bool
     kernel_shape: Tuple[int, int, int, int]
+    groups: int = 1
+
+    def one_group(self):
+        """The parameters of one group's ungrouped convolution (grouped.py)."""
+        kh, kw, cin, cout = self.kernel_shape
+        return dataclasses.replace(self, filters=self.filters // self.groups,
+                                   kernel_shape=(kh, kw, cin, cout // self.groups), groups=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,30 +68,34 @@ class ConvPath:
 
 @register(keras.layers.Conv2D)
 class Conv2DHandler(Handler):
-    """Conv2D; other configurations (groups, channels_first, causal) take the generic path."""
+    """Conv2D (channels_last); channels_first and LoRA/quantized take the generic path."""
 
     name = "conv2d"
-    summary = ("groups=1, channels_last, any strides, dilations and padding: per-microbatch kernel "
+    summary = ("channels_last, any strides, dilations, padding and groups: per-microbatch kernel "
                "gradients by the native CPU op, a depthwise backprop or image patches, or ghost "
-               "norms from patches, whichever is cheaper for the shape; book-keeping clipped sum")
+               "norms from patches, whichever is cheaper for the shape; book-keeping clipped sum; "
+               "groups > 1 as that many ungrouped convolutions on channel slices")
     records_pre_activation = True
 
     def hyperparameters(self, layer):
         # Keras 2 and 3 store padding and data_format lower-case, the sizes as tuples
         # (lists in some configs): normalized here all the same.
         padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
-        if (int(getattr(layer, "groups", 1) or 1) != 1 or data_format != "channels_last"
-                or padding not in ("same", "valid") or derived_weights(layer)):
-            return None  # grouped, channels_first, causal, LoRA, quantized: the generic VJP
+        if (data_format != "channels_last" or padding not in ("same", "valid")
+                or derived_weights(layer)):
+            return None  # channels_first, causal, LoRA, quantized: the generic VJP
         pair = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v, v)))
         return Conv2DParams(layer.name, pair(layer.kernel_size), pair(layer.strides),
                             pair(layer.dilation_rate), padding, int(layer.filters),
-                            bool(layer.use_bias), keras_bridge.shape_of(layer.kernel))
+                            bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
+                            int(getattr(layer, "groups", 1) or 1))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
 
     def norms(self, call, params, step):
+        if params.groups > 1:
+            return grouped.grouped_norms(self.norms, call, params.one_group(), params.groups, step)
         src = _row_source(call.inputs, call.grad_output, params, step.options)
         path = choose_path(src, params, step.num_microbatches, step.examples_per_microbatch)
         kernel = None
@@ -112,12 +124,14 @@ def choose_path(src, params, num_microbatches, examples_per_microbatch):
         # rows·d_in·d_out per microbatch: worth avoiding only for many rows.
         return ConvPath(True, False, g_rows >= options.native_materialize_min_rows
                         and rows.fits(src, num_microbatches))
-    if params.dilation_rate == (1, 1) and (
+    if params.dilation_rate == (1, 1) and params.strides[0] == params.strides[1] and (
             options.forced == "depthwise" or options.forced is None and (
                 src.inputs.shape[-1] * params.filters <= options.depthwise_max_channel_pairs)):
         # Not for dilated convolutions: TF 2.21's CPU depthwise backprop-filter
         # ignores `dilations` eagerly (wrong per-example gradients) and fails in
-        # graphs (oneDNN: AbortedError; without: InvalidArgumentError).
+        # graphs (oneDNN: AbortedError; without: InvalidArgumentError). Nor for
+        # unequal strides (a strided Conv1D's (1, s)): without oneDNN that kernel
+        # supports equal row and column strides only (InvalidArgumentError).
         return ConvPath(False, True, True)
     return ConvPath(False, False, rows.choose_materialize(src, num_microbatches,
                                                           examples_per_microbatch))

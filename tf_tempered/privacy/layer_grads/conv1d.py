@@ -52,24 +52,25 @@ class _AsConv2D:
 
 @register(keras.layers.Conv1D)
 class Conv1DHandler(Handler):
-    """Conv1D (groups=1, channels_last; "same", "valid" or "causal") through the Conv2D paths."""
+    """Conv1D (channels_last; "same", "valid" or "causal") through the Conv2D paths."""
 
     name = "conv1d"
-    summary = ("groups=1, channels_last, any strides, dilations and padding (causal included): "
+    summary = ("channels_last, any strides, dilations, groups and padding (causal included): "
                "the Conv2D handler's paths on [B, 1, L, C]")
     records_pre_activation = True
 
     def hyperparameters(self, layer):
         padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
-        if (int(getattr(layer, "groups", 1) or 1) != 1 or data_format != "channels_last"
-                or padding not in ("same", "valid", "causal") or derived_weights(layer)):
-            return None  # grouped, channels_first, LoRA, quantized: the generic VJP
+        if (data_format != "channels_last" or padding not in ("same", "valid", "causal")
+                or derived_weights(layer)):
+            return None  # channels_first, LoRA, quantized: the generic VJP
         one = lambda v: int(v[0] if isinstance(v, (tuple, list)) else v)
         k, s, d = one(layer.kernel_size), one(layer.strides), one(layer.dilation_rate)
         kernel_shape = keras_bridge.shape_of(layer.kernel)
         conv2d = Conv2DParams(layer.name, (1, k), (1, s), (1, d),
                               "valid" if padding == "causal" else padding, int(layer.filters),
-                              bool(layer.use_bias), (1,) + kernel_shape)
+                              bool(layer.use_bias), (1,) + kernel_shape,
+                              int(getattr(layer, "groups", 1) or 1))
         return Conv1DParams(conv2d, d * (k - 1) if padding == "causal" else 0, kernel_shape)
 
     def variables(self, layer, params):

@@ -1,0 +1,87 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""clipped_sum="second_pass" / "recompute" (tf_tempered/privacy/second_pass.py).
+
+Their updates are checked against per-microbatch references on every conformance case
+(tests/test_layer_grads_conformance.py); here: what "recompute" refuses, and why.
+"""
+
+import numpy as np
+import pytest
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+RECOMPUTE = EngineOptions(clipped_sum="recompute")
+
+
+class NoisyDense(keras.layers.Layer):
+    """A custom layer that draws random numbers with tf.random directly (no seed generator)."""
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(name="kernel", shape=(int(input_shape[-1]), 3))
+
+    def call(self, inputs, training=None):
+        return tf.matmul(inputs + tf.random.normal(tf.shape(inputs), stddev=0.1), self.kernel)
+
+
+def _fit(model, run_eagerly=False, options=RECOMPUTE):
+    make_private(model, options=options)
+    model.compile(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0, learning_rate=0.1),
+                  loss=LOSS, run_eagerly=run_eagerly)
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+    y = np.arange(8) % 3
+    return model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+
+
+@pytest.mark.parametrize("random_layer", [lambda: keras.layers.Dropout(0.5),
+                                          lambda: keras.layers.GaussianNoise(0.1)])
+def test_recompute_refuses_random_layers_naming_them(random_layer):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5),
+                              random_layer(), keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match=r"clipped_sum=\"recompute\".*draw random numbers: "
+                                         r"\w+ \((Dropout|GaussianNoise)\).*second_pass"):
+        make_private(model, options=RECOMPUTE)
+    # The other modes take them (a forward pass run once).
+    _fit(model, options=EngineOptions(clipped_sum="second_pass"))
+
+
+def test_recompute_takes_dropout_of_rate_zero():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5), keras.layers.Dropout(0.0),
+                              keras.layers.Dense(3)])
+    before = [w.copy() for w in model.get_weights()]
+    _fit(model)
+    assert all(np.any(a != b) for a, b in zip(model.get_weights(), before))
+
+
+def test_recompute_refuses_random_ops_of_custom_layers_when_traced():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5), NoisyDense()])
+    with pytest.raises(ValueError, match=r"forward pass draws random numbers: .*Random"):
+        _fit(model)
+
+
+def test_recompute_refuses_an_eager_step():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match="needs a traced training step.*run_eagerly"):
+        _fit(model, run_eagerly=True)
+
+
+def test_recompute_trains_a_deterministic_model():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
+                              keras.layers.Dense(3)])
+    before = [w.copy() for w in model.get_weights()]
+    history = _fit(model).history
+    assert history["dp_clipped_fraction"][0] >= 0
+    assert all(np.any(a != b) for a, b in zip(model.get_weights(), before))

@@ -1,0 +1,108 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Conv3D (channels_last, undilated): rows are examples × output voxels.
+
+The row a_r is the input volume patch under output voxel r
+(``tf.extract_volume_patches``, in the kernel's (kd, kh, kw, cin) order), so the
+layer is a Dense on its patches: ghost norm or materialized per-microbatch
+gradients (rows.py), patches made in chunks of ``patch_chunk_bytes``. The
+book-keeping sum is the gradient of the layer's own convolution w.r.t. its kernel
+with the rescaled output gradients. A grouped Conv3D is that many ungrouped ones on
+channel slices (grouped.py); a dilated one (no patch op with dilations) takes the
+generic per-example VJP.
+"""
+
+import dataclasses
+from typing import Tuple
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import clip, keras_bridge
+from tf_tempered.privacy.layer_grads import Handler, derived_weights, grouped, register, rows
+
+__all__ = ["Conv3DHandler", "Conv3DParams"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Conv3DParams:
+    """Plain hyperparameters of an undilated Conv3D."""
+    name: str
+    kernel_size: Tuple[int, int, int]
+    strides: Tuple[int, int, int]
+    padding: str
+    use_bias: bool
+    kernel_shape: Tuple[int, int, int, int, int]
+    groups: int = 1
+
+    def one_group(self):
+        """The parameters of one group's ungrouped convolution (grouped.py)."""
+        *kernel, cin, cout = self.kernel_shape
+        return dataclasses.replace(self, kernel_shape=(*kernel, cin, cout // self.groups),
+                                   groups=1)
+
+
+@register(keras.layers.Conv3D)
+class Conv3DHandler(Handler):
+    """Conv3D through the row math on volume patches."""
+
+    name = "conv3d"
+    summary = ("channels_last, undilated, any strides, groups and padding: the Dense row math "
+               "(ghost norm or materialized per-microbatch gradients) on volume patches made in "
+               "chunks; book-keeping clipped sum by the convolution's own filter gradient")
+    records_pre_activation = True
+
+    def hyperparameters(self, layer):
+        padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
+        triple = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v,) * 3))
+        if (data_format != "channels_last" or padding not in ("same", "valid")
+                or triple(layer.dilation_rate) != (1, 1, 1) or derived_weights(layer)):
+            return None  # channels_first, dilated, LoRA, quantized: the generic VJP
+        return Conv3DParams(layer.name, triple(layer.kernel_size), triple(layer.strides),
+                            padding, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
+                            int(getattr(layer, "groups", 1) or 1))
+
+    def variables(self, layer, params):
+        return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
+
+    def norms(self, call, params, step):
+        if params.groups > 1:
+            return grouped.grouped_norms(self.norms, call, params.one_group(), params.groups, step)
+        x = call.inputs
+        kd, kh, kw = params.kernel_size
+        src = rows.RowSource(x, call.grad_output, kd * kh * kw * x.shape[-1], step.options,
+                             to_rows=lambda xs: _volume_patches(params, xs), chunked=True)
+        path = rows.RowsPath(rows.choose_materialize(src, step.num_microbatches,
+                                                     step.examples_per_microbatch))
+        return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
+                                 use_bias=params.use_bias,
+                                 book_keeping=lambda w: _book_keeping(src, params, w))
+
+
+def _volume_patches(params, x):
+    return tf.extract_volume_patches(x, ksizes=[1, *params.kernel_size, 1],
+                                     strides=[1, *params.strides, 1],
+                                     padding=params.padding.upper())
+
+
+def _book_keeping(src, params, weights):
+    """(Σ_r a_r (c_{m(r)} g_r)ᵀ, the rescaled c·g): the filter gradient of the convolution
+    (it does not depend on the kernel's values: zeros here)."""
+    g = weights.zero_nonfinite(src.grad_output, per_example=True)
+    g *= clip.per_example(weights.scale, g)
+    x = weights.zero_nonfinite(tf.cast(src.inputs, g.dtype), per_example=True)
+    kernel = tf.zeros(params.kernel_shape, g.dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(kernel)
+        z = tf.nn.convolution(x, kernel, strides=list(params.strides),
+                              padding=params.padding.upper())
+    return tape.gradient(z, kernel, output_gradients=g), g

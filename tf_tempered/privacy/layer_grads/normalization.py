@@ -1,0 +1,89 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""LayerNormalization and GroupNormalization: per-example gradients in closed form.
+
+Both compute, per example, y = γ ⊙ x̂ + β, with x̂ the input normalized over that
+example's own values and γ, β broadcast along the axes they do not span. So each
+output element depends on one entry of γ (one of β), linearly, and example b's
+gradients are
+
+    ∂L_b/∂γ = Σ_p g[b, p] · x̂[b, p],      ∂L_b/∂β = Σ_p g[b, p]
+
+summed over the positions p that share a γ entry (g: the output gradient). x̂ is
+∂y/∂γ in the direction of ones (∂y/∂β likewise), taken by forward-mode
+differentiation of the layer's own call: no re-implementation of Keras' variants
+(fused kernels, RMS scaling, dtype casts), one extra layer forward per variable.
+"""
+
+import dataclasses
+from typing import Tuple
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.layer_grads import Handler, register
+from tf_tempered.privacy.layer_grads.generic import norms_from_per_example
+
+__all__ = ["AffineNormalizationHandler", "AffineNormalizationParams"]
+
+
+@dataclasses.dataclass(frozen=True)
+class AffineNormalizationParams:
+    """The input axes γ and β span (negative: from the end), and their variables' names."""
+    axes: Tuple[int, ...]
+    variable_names: Tuple[str, ...]
+
+
+@register(keras.layers.LayerNormalization, keras.layers.GroupNormalization)
+class AffineNormalizationHandler(Handler):
+    """Per-example γ and β gradients from x̂ = ∂y/∂γ·1 (forward mode) and the output gradient."""
+
+    name = "normalization"
+    summary = ("LayerNormalization, GroupNormalization: per-example γ gradients Σ g·x̂ and β "
+               "gradients Σ g in closed form, x̂ by forward-mode differentiation of the layer's "
+               "own call; materialized per microbatch ([M, channels]), matrix-vector clipped sum")
+
+    def hyperparameters(self, layer):
+        axis = layer.axis
+        axes = tuple(int(a) for a in (axis if isinstance(axis, (list, tuple)) else [axis]))
+        variables = [getattr(layer, name, None) for name in ("gamma", "beta")]
+        variables = [v for v in variables if v is not None]
+        shapes = {keras_bridge.shape_of(v) for v in variables}
+        if not variables or len(shapes) != 1 or len(next(iter(shapes))) != len(axes):
+            return None  # an unexpected variant: the generic VJP
+        return AffineNormalizationParams(axes, tuple(v.name for v in variables))
+
+    def variables(self, layer, params):
+        return [v for v in (getattr(layer, "gamma", None), getattr(layer, "beta", None))
+                if v is not None]
+
+    def norms(self, call, params, step):
+        variables = self.variables(call.layer, params)
+        x = call.inputs
+        rank = x.shape.rank
+        spanned = {a % rank for a in params.axes}
+        summed_axes = [a for a in range(1, rank) if a not in spanned]
+        per_example = []
+        for var in variables:
+            # ∂y/∂var · ones: x̂ for γ, ones (where β is used) for β.
+            watched = keras_bridge.watchable(var)
+            with tf.autodiff.ForwardAccumulator(watched, tf.ones_like(watched)) as acc:
+                y = call.call_fn(x, *call.call_args, **call.call_kwargs)
+            direction = acc.jvp(y, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            g = tf.cast(call.grad_output, direction.dtype)
+            grad = tf.reduce_sum(g * direction, axis=summed_axes) if summed_axes else g * direction
+            # grad is [B, spanned dims in input order]. Both Kerases reshape (not transpose)
+            # a variable whose dims follow an out-of-order axis list (e.g. [-1, 1]) onto
+            # the input's dims, so a reshape maps the entries back.
+            per_example.append(tf.cast(tf.reshape(grad, [-1] + list(var.shape)), var.dtype))
+        return norms_from_per_example(variables, per_example, step, "closed_form")
