@@ -20,7 +20,7 @@ model is what people fine-tune with DP today, in miniature: Embedding → MultiH
 (+ residual, LayerNormalization) → Dense feed-forward (+ residual, LayerNormalization) →
 average pooling → Dense. Every trainable layer goes through the DP engine's handlers:
 Embedding (ghost norms from the token ids, a sparse clipped sum), the attention projections
-(EinsumDense), Dense, and LayerNormalization (the generic per-example VJP).
+(EinsumDense), Dense, and LayerNormalization (closed-form per-example γ and β gradients).
 
 Poisson-sampled batches (secret membership) and secret noise; ε by the RDP accountant at
 δ = 1e-5 for the steps taken.

@@ -130,11 +130,14 @@ def refuse_random_layers(model):
     a second forward pass would not reproduce the first (clipped_sum="recompute")."""
     layers = keras_bridge.random_layers(model)
     if layers:
-        names = ", ".join(f"{layer.name} ({type(layer).__name__})" for layer in layers[:5])
-        raise ValueError(
-            f"EngineOptions(clipped_sum=\"recompute\") runs the forward pass twice and needs "
-            f"both to compute the same function, but these layers draw random numbers: "
-            f"{names}. {_RECOMPUTE_FIX}")
+        _refuse("these layers draw random numbers",
+                [f"{layer.name} ({type(layer).__name__})" for layer in layers])
+
+
+def _refuse(what, names):
+    raise ValueError(
+        f"EngineOptions(clipped_sum=\"recompute\") runs the forward pass twice and needs both "
+        f"to compute the same function, but {what}: {', '.join(names[:5])}. {_RECOMPUTE_FIX}")
 
 
 # Op types that draw random numbers (stateful, or stateless with a seed that a layer
@@ -169,8 +172,5 @@ def refuse_random_ops(ops):
     (clipped_sum="recompute"; catches custom layers that call ``tf.random`` directly)."""
     random_ops = [op for op in ops if any(m in op.type for m in _RANDOM_OP_MARKERS)]
     if random_ops:
-        names = ", ".join(f"{op.name} ({op.type})" for op in random_ops[:5])
-        raise ValueError(
-            f"EngineOptions(clipped_sum=\"recompute\") runs the forward pass twice and needs "
-            f"both to compute the same function, but the forward pass draws random numbers: "
-            f"{names}. {_RECOMPUTE_FIX}")
+        _refuse("the forward pass draws random numbers",
+                [f"{op.name} ({op.type})" for op in random_ops])
