@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
+from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, keras_bridge, make_private
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 RECOMPUTE = EngineOptions(clipped_sum="recompute")
@@ -64,6 +64,17 @@ def test_recompute_takes_dropout_of_rate_zero():
     before = [w.copy() for w in model.get_weights()]
     _fit(model)
     assert all(np.any(a != b) for a, b in zip(model.get_weights(), before))
+
+
+def test_recompute_takes_recurrent_cells_without_dropout():
+    # Keras 3's cells hold a seed generator even without dropout: they draw nothing.
+    quiet = keras.Sequential([keras.Input((3, 2)), keras.layers.LSTM(2),
+                              keras.layers.Dense(3)])
+    assert keras_bridge.random_layers(quiet) == []
+    noisy = keras.Sequential([keras.Input((3, 2)), keras.layers.GRU(2, dropout=0.1),
+                              keras.layers.Dense(3)])
+    names = [type(layer).__name__ for layer in keras_bridge.random_layers(noisy)]
+    assert names and all(name in ("GRU", "GRUCell") for name in names)  # tf-keras: both
 
 
 def test_recompute_refuses_random_ops_of_custom_layers_when_traced():
