@@ -25,10 +25,12 @@ Embedding (ghost norms from the token ids, a sparse clipped sum), the attention 
 Poisson-sampled batches (secret membership) and secret noise; ε by the RDP accountant at
 δ = 1e-5 for the steps taken.
 
-    python examples/text_classifier_dp.py [--epochs 5] [--noise_multiplier 1.0]
+    python examples/text_classifier_dp.py [--architecture transformer|bilstm] [--epochs 5]
 
 Measured here (defaults, Keras 3, Python 3.11, CPU): test accuracy 0.84 at ε = 3.13 (δ = 1e-5,
-155 steps), about 30 s of training; the majority class is 58.5% of the test set.
+155 steps), about 30 s of training; the majority class is 58.5% of the test set. With
+`--architecture=bilstm` (Embedding + Bidirectional(LSTM) + Dense, session 23, 2 cores with
+oneDNN): 0.808 at the same ε, 12 s for the whole command.
 """
 
 import argparse
@@ -67,8 +69,23 @@ def text_classifier(*, vocab_size, seq_len, dim=32, heads=2):
     return keras.Model(tokens, keras.layers.Dense(2)(x), name="text_classifier")
 
 
+def lstm_classifier(*, vocab_size, seq_len, dim=32):
+    """Embedding + a bidirectional LSTM + logits (a plain Keras model).
+
+    Its two LSTMs take the engine's SimpleRNN/LSTM/GRU handler (rows over time steps).
+    """
+    tokens = keras.Input((seq_len,), dtype="int32")
+    x = keras.layers.Embedding(vocab_size, dim)(tokens)
+    x = keras.layers.Bidirectional(keras.layers.LSTM(dim))(x)
+    return keras.Model(tokens, keras.layers.Dense(2)(x), name="lstm_classifier")
+
+
+ARCHITECTURES = {"transformer": text_classifier, "bilstm": lstm_classifier}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--architecture", choices=sorted(ARCHITECTURES), default="transformer")
     parser.add_argument("--num_train", type=int, default=8000)
     parser.add_argument("--num_test", type=int, default=1000)
     parser.add_argument("--vocab_size", type=int, default=5000)
@@ -88,7 +105,8 @@ def main(argv=None):
     x_train, y_train = make_reviews(args.num_train, seed=args.seed, **shape)
     x_test, y_test = make_reviews(args.num_test, seed=args.seed + 1, **shape)
 
-    model = tf_tempered.make_private(text_classifier(**shape), l2_norm_clip=args.l2_norm_clip,
+    model = tf_tempered.make_private(ARCHITECTURES[args.architecture](**shape),
+                                     l2_norm_clip=args.l2_norm_clip,
                                      noise_multiplier=args.noise_multiplier)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,

@@ -42,3 +42,20 @@ def test_text_classifier_trains_with_dp_on_generated_reviews():
     assert 0.0 <= accuracy <= 1.0
     assert epsilon == compute_epsilon(num_examples=512, batch_size=64, noise_multiplier=1.0,
                                       steps=8, delta=1e-5)
+
+
+def test_text_classifier_bilstm_takes_the_recurrent_rows_handler():
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        import text_classifier_dp  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    from tf_tempered.privacy import keras_bridge, layer_grads  # pylint: disable=import-outside-toplevel
+    model = text_classifier_dp.lstm_classifier(vocab_size=300, seq_len=16)
+    lstms = [layer for layer in keras_bridge.flatten_layers(model)
+             if type(layer).__name__ == "LSTM"]
+    assert len(lstms) == 2 and {layer_grads.lookup(l)[0].name for l in lstms} == {"rnn_rows"}
+    accuracy, epsilon = text_classifier_dp.main(
+        ["--architecture=bilstm", "--num_train=512", "--num_test=128", "--vocab_size=300",
+         "--seq_len=16", "--epochs=1", "--batch_size=64"])
+    assert 0.0 <= accuracy <= 1.0 and epsilon > 0

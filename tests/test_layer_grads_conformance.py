@@ -32,6 +32,7 @@ Adding a layer type = a handler in tf_tempered/privacy/layer_grads/ + one entry
 in CASES below.
 """
 
+import functools
 import logging
 import os
 import pathlib
@@ -305,23 +306,68 @@ def _conv3d(dtype):
     ])
 
 
+def _own_call(cls):
+    # A subclass with its own `call` (the same math): rnn_rows.py does not take it, so
+    # it is the recurrent unit's per-example VJP (rnn.py) that runs.
+    if cls not in _OWN_CALL:
+        @functools.wraps(cls.call)  # Keras 3 reads the call's signature
+        def call(self, *args, **kwargs):
+            return cls.call(self, *args, **kwargs)
+
+        # Registered: Keras 3's Bidirectional copies its layer through its config.
+        _OWN_CALL[cls] = keras.utils.register_keras_serializable("tf_tempered_tests")(
+            type(f"OwnCall{cls.__name__}", (cls,), {"call": call}))
+    return _OWN_CALL[cls]
+
+
+_OWN_CALL = {}
+
+
 def _rnn(dtype):
-    # Every recurrent layer is one unit (its cells are not recorded): a backwards
-    # SimpleRNN, an unrolled LSTM and a GRU (tf-keras: its fused kernel).
+    # The recurrent unit's VJP (its cells are not recorded): a backwards SimpleRNN, an
+    # unrolled LSTM and a GRU (tf-keras: its fused kernel), as subclasses with a call
+    # of their own.
     return keras.Sequential([
         keras.Input((5, 3), dtype=dtype),
-        keras.layers.SimpleRNN(4, return_sequences=True, go_backwards=True, dtype=dtype),
-        keras.layers.LSTM(3, return_sequences=True, unroll=True, dtype=dtype),
-        keras.layers.GRU(3, dtype=dtype),
+        _own_call(keras.layers.SimpleRNN)(4, return_sequences=True, go_backwards=True,
+                                          dtype=dtype),
+        _own_call(keras.layers.LSTM)(3, return_sequences=True, unroll=True, dtype=dtype),
+        _own_call(keras.layers.GRU)(3, dtype=dtype),
         keras.layers.Dense(3, dtype=dtype),
     ])
 
 
+def _rnn_rows(dtype):
+    # rnn_rows.py: a backwards SimpleRNN, an unrolled LSTM, a GRU returning its state,
+    # and a ReLU SimpleRNN whose weights are shared by two calls.
+    inputs = keras.Input((5, 3), dtype=dtype)
+    x = keras.layers.SimpleRNN(4, return_sequences=True, go_backwards=True, dtype=dtype)(inputs)
+    x = keras.layers.LSTM(3, return_sequences=True, unroll=True, dtype=dtype)(x)
+    seq, state = keras.layers.GRU(3, return_sequences=True, return_state=True, dtype=dtype)(x)
+    shared = keras.layers.SimpleRNN(2, activation="relu", dtype=dtype)
+    merged = keras.layers.Concatenate(dtype=dtype)([shared(seq), shared(x), state])
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(merged))
+
+
+def _rnn_rows_masked(dtype):
+    # Embedding(mask_zero) masks the padded steps of a GRU (sequences, zero outputs at
+    # masked steps), a Bidirectional SimpleRNN and a backwards LSTM without bias.
+    tokens = keras.Input((5,), dtype=dtype)
+    x = keras.layers.Embedding(20, 4, mask_zero=True, dtype=dtype)(tokens)
+    x = keras.layers.GRU(3, return_sequences=True, zero_output_for_mask=True, dtype=dtype)(x)
+    x = keras.layers.Bidirectional(keras.layers.SimpleRNN(2, return_sequences=True,
+                                                          dtype=dtype), dtype=dtype)(x)
+    x = keras.layers.LSTM(3, go_backwards=True, use_bias=False, dtype=dtype)(x)
+    return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
+
+
 def _rnn_masked_bidirectional(dtype):
-    # Embedding(mask_zero) masks the padded steps of a Bidirectional LSTM.
+    # Embedding(mask_zero) masks the padded steps of a Bidirectional LSTM (its two
+    # LSTMs with a call of their own: the recurrent unit's VJP).
     tokens = keras.Input((4,), dtype=dtype)
     x = keras.layers.Embedding(20, 4, mask_zero=True, dtype=dtype)(tokens)
-    x = keras.layers.Bidirectional(keras.layers.LSTM(3, dtype=dtype), dtype=dtype)(x)
+    x = keras.layers.Bidirectional(_own_call(keras.layers.LSTM)(3, dtype=dtype),
+                                   dtype=dtype)(x)
     return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
 
 
@@ -395,12 +441,19 @@ CASES = {
                {**_ROW_PATHS, "chunks": {"patch_chunk_bytes": 1}},
                {"Conv3D": {"conv3d", "generic"}, "Dense": "dense"}),
     "rnn": (_rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,
-            {"SimpleRNN": "rnn", "LSTM": "rnn", "GRU": "rnn", "Dense": "dense"}),
+            {"OwnCallSimpleRNN": "rnn", "OwnCallLSTM": "rnn", "OwnCallGRU": "rnn",
+             "Dense": "dense"}),
+    "rnn_rows": (_rnn_rows, lambda s: _floats((5, 3), s), _ROW_PATHS,
+                 {"SimpleRNN": "rnn_rows", "LSTM": "rnn_rows", "GRU": "rnn_rows",
+                  "Dense": "dense"}),
+    "rnn_rows_masked": (_rnn_rows_masked, lambda s: _padded_ids((5,), s), _ROW_PATHS,
+                        {"Embedding": "embedding", "GRU": "rnn_rows", "SimpleRNN": "rnn_rows",
+                         "LSTM": "rnn_rows", "Dense": "dense"}),
     "rnn_masked_bidirectional": (_rnn_masked_bidirectional, lambda s: _padded_ids((4,), s),
-                                 _RNN_PATHS, {"Embedding": "embedding", "Bidirectional": "rnn",
+                                 _RNN_PATHS, {"Embedding": "embedding", "OwnCallLSTM": "rnn",
                                               "Dense": "dense"}),
     "rnn_states": (_rnn_states, lambda s: _floats((4, 5, 2), s), _RNN_PATHS,
-                   {"ConvLSTM1D": "rnn", "LSTM": "rnn", "Dense": "dense"}),
+                   {"ConvLSTM1D": "rnn", "LSTM": "rnn_rows", "Dense": "dense"}),
 }
 
 if KERAS_MAJOR == 3:  # Keras 2 has neither LoRA nor per-variable trainable flags

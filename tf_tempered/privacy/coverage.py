@@ -16,7 +16,7 @@
 The engine computes per-example gradients only for what the forward pass
 recorded: the calls of instrumented layers (several calls of one layer are
 summed per example, see layer_grads/multi_call.py). A recurrent layer (RNN,
-LSTM, GRU, Bidirectional...) is one unit: its call covers its cells' variables.
+LSTM, GRU...) is one unit: its call covers its cells' variables.
 `check` refuses variables outside instrumented layers, and returns the trainable
 variables no recorded call covers; after the backward pass
 `refuse_unrecorded_dependencies` refuses those the loss depends on (a layer's

@@ -37,13 +37,14 @@ def flatten_layers(model, include_self=False):
 
 def is_recurrent_unit(layer):
     """Whether the DP engine treats `layer` as one unit with its sub-layers' weights:
-    an RNN layer (SimpleRNN, LSTM, GRU, ConvLSTM*, RNN(cell)) or a Bidirectional.
+    an RNN layer (SimpleRNN, LSTM, GRU, ConvLSTM*, RNN(cell)).
 
     Its cell is called inside the layer's time loop (Keras 3) or not at all (tf-keras'
     fused LSTM/GRU kernels), so what the cell sees cannot be recorded: the layer's
-    own call is recorded instead (layer_grads/rnn.py).
+    own call is recorded instead (layer_grads/rnn_rows.py, rnn.py). A Bidirectional
+    is not a unit: it calls its two RNN layers in its own call, and each is recorded.
     """
-    return isinstance(layer, (keras.layers.RNN, keras.layers.Bidirectional))
+    return isinstance(layer, keras.layers.RNN)
 
 
 def inside_recurrent_units(model):

@@ -65,9 +65,11 @@ class EngineOptions:
       patch_chunk_bytes: Conv2D input patches are made in consecutive chunks
         of at most about this many bytes.
       depthwise_chunk: examples per depthwise-conv backprop call.
-      vectorize_recurrent: a recurrent layer's per-example VJP (layer_grads/rnn.py)
-        by TF's vectorized_map (Keras 3; tf-keras' RNNs always take a tf.map_fn),
-        or, False, by a tf.map_fn over the examples: less memory, more time.
+      vectorize_recurrent: for the recurrent layers that take a per-example VJP of their
+        whole call (layer_grads/rnn.py: ConvLSTM*, RNN(cell), what rnn_rows.py
+        declines; SimpleRNN/LSTM/GRU have a handler of their own), TF's vectorized_map
+        (Keras 3; tf-keras' RNNs always take a tf.map_fn), or, False, a tf.map_fn over
+        the examples: less memory, more time.
       clipped_sum: "bookkeeping" (default): each layer's clipped sum from what its norm
         used (its input and output gradient, or its per-microbatch gradients), so all
         layers keep those until every norm is known: one backward pass, more memory.
@@ -117,9 +119,9 @@ class EngineOptions:
     # count (measured on CPU: 2.4 ms for 256 examples at once, 13.8 ms for
     # 512), so the batch goes through it in chunks of this many examples.
     depthwise_chunk: int = 128
-    # Measured on CPU, Keras 3, Embedding + LSTM(64) + Dense, batch 256, 64 steps
-    # (benchmarks/results/lstm_b256_keras3.md): vectorized 4.65x the non-private
-    # step, 30x its peak memory; tf.map_fn 19.6x, 3x memory.
+    # Measured on CPU, Keras 3, Embedding + LSTM(64) + Dense, batch 256, 64 steps, with
+    # the LSTM through rnn.py (benchmarks/results/lstm_b256_keras3.md, "Before"):
+    # vectorized 4.65x the non-private step, 30x its peak memory; tf.map_fn 19.6x, 3x.
     vectorize_recurrent: bool = True
     # Measured on CPU, Keras 3, CIFAR-10 CNN, batch 256 (benchmarks/results/
     # cifar10_b256_keras3_second_pass.md).

@@ -19,10 +19,11 @@ While a `Recorder` is active (the DP training step), each call leaves a
 when the layer's handler asks for it, see layer_grads/: the activation is then
 applied after recording) and the handler that will compute its per-microbatch
 gradients; otherwise the hook does nothing, so inference, evaluation and saving
-are unaffected. A recurrent layer (RNN and its subclasses, Bidirectional) is
-instrumented as one unit, its cells and wrapped layers not at all: its record
-holds the whole call (inputs, mask and initial states in its arguments, and
-its output or [output, *states]), see layer_grads/rnn.py.
+are unaffected. A recurrent layer (RNN and its subclasses; a Bidirectional's
+two) is instrumented as one unit, its cells not at all: SimpleRNN, LSTM and GRU
+record what their own forward pass computes (layer_grads/rnn_rows.py), other
+recurrent layers the whole call (inputs, mask and initial states in its
+arguments, and its output or [output, *states]), see layer_grads/rnn.py.
 """
 
 import contextlib
@@ -171,7 +172,17 @@ def _wrap_call(layer):
         graph, start = _graph_position()
         if graph is not recorder.graph:
             raise UnsupportedLayerError(_nested_graph_message(layer))
-        if handler.records_pre_activation:
+        record = None
+        if handler.records_own_forward:
+            # The handler runs the layer's math itself to record the tensors it needs
+            # (rnn_rows.py), or declines this call: then the next handler takes it.
+            record, outputs = _own_forward(recorder, layer, handler, params, original_call,
+                                           inputs, args, kwargs)
+            if record is None:
+                handler, params = layer_grads.lookup(layer, skip=(handler,))
+        if record is not None:
+            pass  # recorded by the handler
+        elif handler.records_pre_activation:
             activation = layer.activation
             # Record the pre-activation output: bypass Keras attribute tracking so
             # the layer's weight order and sub-layer list stay untouched.
@@ -200,6 +211,18 @@ def _wrap_call(layer):
 
     keras_bridge.set_untracked(layer, "call", call)
     keras_bridge.set_untracked(layer, "_tf_tempered_instrumented", True)
+
+
+def _own_forward(recorder, layer, handler, params, call_fn, inputs, args, kwargs):
+    """(record, outputs) of a call the handler runs itself, or (None, None) if it declines."""
+    record = LayerRecord(layer, handler, params, None, None, args, kwargs, call_fn)
+    hooks = recorder.norm_hooks
+    wrap = (lambda t: hooks.wrap(record, t)) if hooks is not None else (lambda t: t)
+    own = handler.recorded_call(layer, params, call_fn, inputs, args, kwargs, wrap)
+    if own is None:
+        return None, None
+    outputs, record.inputs, record.output = own
+    return record, outputs
 
 
 def _dense_tensors(value, allow_nested, variables=True):

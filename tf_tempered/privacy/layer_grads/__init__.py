@@ -95,6 +95,9 @@ class Handler:
     # Whether that VJP slices the tensors among the call's other arguments (mask,
     # initial states) per example too (generic.per_example_grads).
     slices_call_args = False
+    # Whether the handler runs the layer's call itself (`recorded_call`, rnn_rows.py) to
+    # record tensors of its own choosing instead of the layer's input and output.
+    records_own_forward = False
 
     def hyperparameters(self, layer):
         """Plain values of `layer` the handler needs (a frozen dataclass or dict),
@@ -108,6 +111,18 @@ class Handler:
     def norms(self, call, params, step):
         """Norms for one recorded call (`call.inputs`, `call.grad_output`), see `Norms`."""
         raise NotImplementedError
+
+    def recorded_call(self, layer, params, call_fn, inputs, args, kwargs, wrap):
+        """(outputs, recorded inputs, recorded output) of a call the handler runs itself,
+        with `wrap` applied to the recorded output before it is used; or None to leave
+        the call to the next handler (only if records_own_forward)."""
+        raise NotImplementedError
+
+    def merge_calls(self, calls):
+        """One call-like record for a layer called several times, or None (multi_call.py
+        then sums per-example VJPs of the calls)."""
+        del calls
+        return None
 
 
 _REGISTRY = {}  # layer class -> handler instance
@@ -129,17 +144,20 @@ def registered():
     return dict(_REGISTRY)
 
 
-def handler_for(layer):
+def handler_for(layer, skip=()):
     """The handler registered for the nearest class of `layer` whose `call` it inherits, or None.
 
-    Walks the MRO: the first registered class K must have the same `call` as
-    the layer's class, else the layer computes something else than K and gets
-    no registered handler (unless the handler is a VJP of the layer's own call).
+    Walks the MRO: a registered class K applies only if it has the same `call`
+    as the layer's class (else the layer computes something else than K), or if
+    its handler is a VJP of the layer's own call (rnn.py, registered for RNN). Handlers
+    in `skip` (they declined the layer) are passed over.
     """
     for cls in type(layer).__mro__:
-        if cls in _REGISTRY:
-            handler = _REGISTRY[cls]
-            return handler if handler.vjp_of_own_call or type(layer).call is cls.call else None
+        handler = _REGISTRY.get(cls)
+        if handler is None or handler in skip:
+            continue
+        if handler.vjp_of_own_call or type(layer).call is cls.call:
+            return handler
     return None
 
 
@@ -161,8 +179,12 @@ def derived_weights(layer):
     return None
 
 
-def lookup(layer):
+def lookup(layer, skip=()):
     """(handler, plain hyperparameters) for `layer`; the generic handler where none applies.
+
+    A handler that declines (hyperparameters None) passes the layer on to the handler of
+    the next registered class in its MRO (an LSTM with dropout: from rnn_rows.py to the
+    recurrent unit's rnn.py); `skip` lists handlers that declined a call already.
 
     A registered handler applies only if the variables it returns gradients for
     are exactly the layer's own trainable weights: otherwise (a Keras 3 variable
@@ -170,12 +192,13 @@ def lookup(layer):
     a handler missed) its norms would count a frozen variable or miss a
     trainable one, so the generic per-example VJP takes the layer.
     """
-    handler = handler_for(layer)
-    if handler is not None:
+    skip = tuple(skip)
+    while (handler := handler_for(layer, skip)) is not None:
         params = handler.hyperparameters(layer)
         if params is not None and _same_variables(handler.variables(layer, params),
                                                   keras_bridge.own_trainable_weights(layer)):
             return handler, params
+        skip += (handler,)  # it declines this configuration: the next registered class's
     return GENERIC, GENERIC.hyperparameters(layer)
 
 
@@ -200,6 +223,7 @@ from tf_tempered.privacy.layer_grads import normalization
 from tf_tempered.privacy.layer_grads import einsum_dense_handler
 from tf_tempered.privacy.layer_grads import multi_call
 from tf_tempered.privacy.layer_grads import rnn
+from tf_tempered.privacy.layer_grads import rnn_rows
 # pylint: enable=g-import-not-at-top,wrong-import-position,unused-import
 
 GENERIC = generic.GenericHandler()

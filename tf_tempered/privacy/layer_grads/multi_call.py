@@ -35,6 +35,8 @@ engine checks the leading dimension of every call against the batch size).
 ...                                  l2_norm_clip=1.0, noise_multiplier=0.0)
 """
 
+import dataclasses
+
 from tf_tempered._compat import tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import generic
@@ -57,10 +59,16 @@ def group_calls(records):
 def multi_call_norms(calls, step):
     """Norms of a layer's variables from the per-example sum of its calls' contributions."""
     layer = calls[0].layer
+    handler = calls[0].handler
+    for call in calls:
+        _check_example_major(call, step)
+    merged = handler.merge_calls(calls) if all(c.handler is handler for c in calls) else None
+    if merged is not None:  # the handler adds up the calls itself (rnn_rows.py)
+        layer_norms = handler.norms(merged, calls[0].params, step)
+        return dataclasses.replace(layer_norms, variables=handler.variables(layer, merged.params))
     variables = keras_bridge.own_trainable_weights(layer)
     per_example = None
     for call in calls:
-        _check_example_major(call, step)
         grads = generic.per_example_grads(call, variables,
                                           bypass_activation=call.handler.records_pre_activation,
                                           options=step.options)
