@@ -13,7 +13,7 @@
 # limitations under the License.
 """The fallback for any trainable layer: per-example gradients by a VJP of that layer alone.
 
-Layers without a registered handler (learnable TemperedSigmoid, dilated Conv3D,
+Layers without a registered handler (dilated Conv3D,
 custom layers, subclasses with their own `call`...) get the
 gradients of their own weights per example from a vectorized VJP of the
 recorded call: cheap because it does not go through the rest of the net, and
@@ -33,7 +33,7 @@ class GenericHandler(Handler):
     name = "generic"
     summary = ("any other layer that treats examples independently (dilated Conv3D and "
                "Conv2DTranspose, "
-               "learnable TemperedSigmoid, custom layers, LoRA/quantized variants): a vectorized "
+               "custom layers, LoRA/quantized variants): a vectorized "
                "per-example VJP of the layer alone, logged once per model")
     records_pre_activation = False
 

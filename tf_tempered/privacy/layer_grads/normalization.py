@@ -34,7 +34,7 @@ from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import Handler, register
 from tf_tempered.privacy.layer_grads.generic import norms_from_per_example
 
-__all__ = ["AffineNormalizationHandler", "AffineNormalizationParams"]
+__all__ = ["AffineNormalizationHandler", "AffineNormalizationParams", "broadcast_weight_grads"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,21 +69,35 @@ class AffineNormalizationHandler(Handler):
 
     def norms(self, call, params, step):
         variables = self.variables(call.layer, params)
-        x = call.inputs
-        rank = x.shape.rank
-        spanned = {a % rank for a in params.axes}
-        summed_axes = [a for a in range(1, rank) if a not in spanned]
-        per_example = []
-        for var in variables:
-            # ∂y/∂var · ones: x̂ for γ, ones (where β is used) for β.
-            watched = keras_bridge.watchable(var)
-            with tf.autodiff.ForwardAccumulator(watched, tf.ones_like(watched)) as acc:
-                y = call.call_fn(x, *call.call_args, **call.call_kwargs)
-            direction = acc.jvp(y, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            g = tf.cast(call.grad_output, direction.dtype)
-            grad = tf.reduce_sum(g * direction, axis=summed_axes) if summed_axes else g * direction
-            # grad is [B, spanned dims in input order]. Both Kerases reshape (not transpose)
-            # a variable whose dims follow an out-of-order axis list (e.g. [-1, 1]) onto
-            # the input's dims, so a reshape maps the entries back.
-            per_example.append(tf.cast(tf.reshape(grad, [-1] + list(var.shape)), var.dtype))
-        return norms_from_per_example(variables, per_example, step, "closed_form")
+        return norms_from_per_example(variables, broadcast_weight_grads(call, variables,
+                                                                        params.axes),
+                                      step, "closed_form")
+
+
+def broadcast_weight_grads(call, variables, axes):
+    """Per-example gradients [B, *var.shape] of weights broadcast over the input's other axes.
+
+    For a layer whose output element y[b, p] depends on one entry of each variable (the
+    entry at p's coordinates along `axes`, the input axes the variables span; () for
+    scalars), example b's gradient is Σ_p g[b, p]·∂y[b, p]/∂w, summed over the positions
+    sharing an entry; ∂y/∂w · ones comes from forward-mode differentiation of the
+    layer's own call (one extra forward pass per variable).
+    """
+    x = call.inputs
+    rank = x.shape.rank
+    spanned = {a % rank for a in axes}
+    summed_axes = [a for a in range(1, rank) if a not in spanned]
+    per_example = []
+    for var in variables:
+        # ∂y/∂var · ones: x̂ for γ, ones (where β is used) for β.
+        watched = keras_bridge.watchable(var)
+        with tf.autodiff.ForwardAccumulator(watched, tf.ones_like(watched)) as acc:
+            y = call.call_fn(x, *call.call_args, **call.call_kwargs)
+        direction = acc.jvp(y, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        g = tf.cast(call.grad_output, direction.dtype)
+        grad = tf.reduce_sum(g * direction, axis=summed_axes) if summed_axes else g * direction
+        # grad is [B, spanned dims in input order]. Both Kerases reshape (not transpose)
+        # a variable whose dims follow an out-of-order axis list (e.g. [-1, 1]) onto
+        # the input's dims, so a reshape maps the entries back.
+        per_example.append(tf.cast(tf.reshape(grad, [-1] + list(var.shape)), var.dtype))
+    return per_example
