@@ -127,34 +127,39 @@ def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, sta
     return norms
 
 
-_GROUPED_CONV_GRADIENTS = []
+_ONEDNN_CONV_GRADIENTS = []
 
 
-def grouped_conv_gradients():
-    """Whether TensorFlow differentiates a grouped convolution (groups > 1) here.
+def onednn_conv_gradients():
+    """Whether TensorFlow differentiates the convolutions only oneDNN runs on CPU here.
 
-    On CPU it needs oneDNN (TensorFlow turns it on by default only on CPUs with
-    AVX-512 VNNI/BF16 or AMX; TF_ENABLE_ONEDNN_OPTS=1 turns it on elsewhere); without
-    it even a non-private step fails ("Gradients for grouped convolutions are not
-    supported on CPU"), so the engine's grouped-conv cases cannot run.
+    Grouped convolutions (groups > 1) and dilated transposed convolutions: on CPU
+    both need oneDNN (TensorFlow turns it on by default only on CPUs with AVX-512
+    VNNI/BF16 or AMX; TF_ENABLE_ONEDNN_OPTS=1 turns it on elsewhere); without it
+    even a non-private step fails ("Gradients for grouped convolutions are not
+    supported on CPU"; Conv2DBackpropInput refusing dilations), so the engine's
+    cases with them cannot run.
     """
-    if not _GROUPED_CONV_GRADIENTS:
+    if not _ONEDNN_CONV_GRADIENTS:
         kernel = tf.Variable(tf.ones([1, 1, 1, 2]))
         try:
             with tf.GradientTape() as tape:
                 y = tf.reduce_sum(tf.nn.conv2d(tf.ones([1, 1, 3, 2]), kernel, 1, "VALID"))
+                y += tf.reduce_sum(tf.nn.conv2d_transpose(
+                    tf.ones([1, 3, 3, 2]), kernel, [1, 3, 3, 1], 1, "SAME", dilations=2))
             tape.gradient(y, kernel)
-            _GROUPED_CONV_GRADIENTS.append(True)
+            _ONEDNN_CONV_GRADIENTS.append(True)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
-            _GROUPED_CONV_GRADIENTS.append(False)
-    return _GROUPED_CONV_GRADIENTS[0]
+            _ONEDNN_CONV_GRADIENTS.append(False)
+    return _ONEDNN_CONV_GRADIENTS[0]
 
 
-def skip_without_grouped_conv_gradients():
+def skip_without_onednn_conv_gradients():
     import pytest  # pylint: disable=g-import-not-at-top
-    if not grouped_conv_gradients():
-        pytest.skip("TensorFlow cannot differentiate grouped convolutions on this CPU "
-                    "(oneDNN is off; TF_ENABLE_ONEDNN_OPTS=1 turns it on)")
+    if not onednn_conv_gradients():
+        pytest.skip("TensorFlow cannot differentiate grouped convolutions or dilated "
+                    "transposed convolutions on this CPU (oneDNN is off; "
+                    "TF_ENABLE_ONEDNN_OPTS=1 turns it on)")
 
 
 def _seeded(builder, seed=0):

@@ -84,3 +84,33 @@ def test_depthwise_per_example_kernel_grads_refuse_dilation():
     x, g = tf.zeros([2, 11, 9, 2]), tf.zeros([2, 11, 9, 3])
     with pytest.raises(ValueError, match="dilation_rate=\\(2, 2\\).*patches"):
         conv_grads.per_example_kernel_grads(layer, x, g)
+
+
+@pytest.mark.parametrize("kernel,strides,dilation,padding,size", [
+    ((2, 2, 2), (1, 1, 1), (1, 1, 1), "same", (5, 4, 6)),
+    ((3, 2, 2), (2, 1, 2), (1, 1, 1), "same", (5, 4, 4)),
+    ((2, 3, 2), (1, 1, 1), (2, 1, 3), "same", (5, 6, 7)),
+    ((2, 2, 2), (1, 1, 1), (2, 2, 2), "valid", (5, 6, 7)),
+    ((3, 1, 2), (1, 1, 1), (1, 3, 2), "same", (4, 4, 3))])
+@pytest.mark.parametrize("known_size", [True, False])
+def test_conv3d_patches_times_kernel_equal_the_convolution(kernel, strides, dilation, padding,
+                                                           size, known_size):
+    """Conv3D patches made by strided slices (dilated; extract_volume_patches has no
+    dilations) and by extract_volume_patches: patches · kernel = TF's own convolution,
+    and the two ways agree where both apply."""
+    from tf_tempered.privacy.layer_grads import conv3d  # pylint: disable=g-import-not-at-top
+    rng = np.random.default_rng(0)
+    params = conv3d.Conv3DParams("c", kernel, strides, padding, False, (*kernel, 3, 4), 1,
+                                 dilation)
+    x = tf.constant(rng.normal(size=(2, *size, 3)), tf.float32)
+    w = tf.constant(rng.normal(size=(*kernel, 3, 4)), tf.float32)
+    reference = tf.nn.convolution(x, w, strides=list(strides), padding=padding.upper(),
+                                  dilations=list(dilation))
+    spec = [tf.TensorSpec([None] + ([*size] if known_size else [None] * 3) + [3])]
+    slices = tf.function(lambda t: conv3d._dilated_volume_patches(params, t),
+                         input_signature=spec, autograph=False)(x)
+    assert slices.shape[1:4] == reference.shape[1:4]
+    np.testing.assert_allclose(tf.tensordot(slices, tf.reshape(w, [-1, 4]), 1).numpy(),
+                               reference.numpy(), rtol=1e-5, atol=1e-5)
+    if dilation == (1, 1, 1):
+        np.testing.assert_array_equal(slices.numpy(), conv3d._volume_patches(params, x).numpy())

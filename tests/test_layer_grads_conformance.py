@@ -42,9 +42,9 @@ import sys
 import numpy as np
 import pytest
 
-from dp_reference import (BATCH, assert_engine_matches_reference, grouped_conv_gradients,
-                          seeded, skip_without_grouped_conv_gradients)
-from tf_tempered._compat import KERAS_MAJOR, keras
+from dp_reference import (BATCH, assert_engine_matches_reference, onednn_conv_gradients,
+                          seeded, skip_without_onednn_conv_gradients)
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, keras_bridge, layer_grads,
                                  make_private, native)
@@ -257,8 +257,8 @@ def _separable(dtype):
 
 
 def _conv_transpose(dtype):
-    # Strided with output_padding and no bias, unstrided, strided "same". (Not
-    # dilated: TF's CPU Conv2DBackpropInput refuses dilations, so the layer cannot run.)
+    # Strided with output_padding and no bias, unstrided, strided "same". (Dilated:
+    # _dilated_conv_transpose, which needs oneDNN on CPU.)
     return keras.Sequential([
         keras.Input((3, 2, 3), dtype=dtype),
         keras.layers.Conv2DTranspose(3, 3, strides=2, output_padding=1, use_bias=False,
@@ -268,6 +268,50 @@ def _conv_transpose(dtype):
         keras.layers.Flatten(dtype=dtype),
         keras.layers.Dense(3, dtype=dtype),
     ])
+
+
+class _ZeroInsertedConv2DTranspose(keras.layers.Conv2DTranspose):
+    """A dilated Conv2DTranspose computed as an undilated one with the kernel's taps spread
+    out by zeros (the definition of dilation): the float64 reference's stand-in, since
+    oneDNN, which TF's CPU needs for dilated transposed convolutions, has no float64."""
+
+    def call(self, inputs):
+        kh, kw, filters, cin = self.kernel.shape
+        dh, dw = self.dilation_rate
+        spread = tf.pad(tf.reshape(self.kernel, [kh, 1, kw, 1, filters, cin]),
+                        [[0, 0], [0, dh - 1], [0, 0], [0, dw - 1], [0, 0], [0, 0]])
+        spread = tf.reshape(spread, [kh * dh, kw * dw, filters, cin])
+        spread = spread[:(kh - 1) * dh + 1, :(kw - 1) * dw + 1]
+        size = tf.shape(inputs)[1:3]
+        if self.padding == "valid":
+            size += tf.constant([(kh - 1) * dh, (kw - 1) * dw])
+        outputs = tf.nn.conv2d_transpose(
+            inputs, spread, tf.concat([tf.shape(inputs)[:1], size, [filters]], 0), 1,
+            self.padding.upper())
+        return self.activation(tf.nn.bias_add(outputs, self.bias))
+
+
+def _dilated_conv_transpose(dtype):
+    # "same" and "valid" (strides 1: TF allows no dilated strided transposed convolution).
+    layer = _ZeroInsertedConv2DTranspose if dtype == "float64" else keras.layers.Conv2DTranspose
+    return keras.Sequential([
+        keras.Input((4, 3, 2), dtype=dtype),
+        layer(3, 3, dilation_rate=2, padding="same", activation="tanh", dtype=dtype),
+        layer(2, (2, 3), dilation_rate=2, dtype=dtype),  # (tf-keras: equal rates only)
+        # (tf-keras' dilated Conv2DTranspose leaves the spatial sizes unknown: no Flatten)
+        keras.layers.GlobalAveragePooling2D(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def test_zero_inserted_conv2d_transpose_is_the_dilated_one():
+    skip_without_onednn_conv_gradients()
+    x = _floats((4, 3, 2), 0).astype("float32")
+    ours, theirs = seeded(_dilated_conv_transpose)("float32"), seeded(_dilated_conv_transpose)(
+        "float64")
+    theirs.set_weights(ours.get_weights())
+    np.testing.assert_allclose(theirs(x.astype("float64")).numpy(), ours(x).numpy(), rtol=1e-5,
+                               atol=1e-6)
 
 
 def _grouped_conv2d(dtype):
@@ -293,14 +337,16 @@ def _grouped_conv3d(dtype):
 
 
 def _conv3d(dtype):
-    # The Conv3D handler: "valid", strided "same" with an uneven kernel; a dilated
-    # Conv3D takes the generic VJP.
+    # The Conv3D handler: "valid", strided "same" with an uneven kernel, dilated "same"
+    # and dilated "valid" (patches from strided slices).
     return keras.Sequential([
         keras.Input((5, 4, 4, 2), dtype=dtype),
         keras.layers.Conv3D(3, 2, activation="tanh", dtype=dtype),
         keras.layers.Conv3D(4, (3, 2, 2), strides=(2, 1, 2), padding="same", activation="tanh",
                             dtype=dtype),
-        keras.layers.Conv3D(2, 2, dilation_rate=(1, 2, 1), padding="same", dtype=dtype),
+        keras.layers.Conv3D(2, 2, dilation_rate=(1, 2, 1), padding="same", activation="tanh",
+                            dtype=dtype),
+        keras.layers.Conv3D(2, (1, 2, 2), dilation_rate=(1, 2, 1), dtype=dtype),
         keras.layers.Flatten(dtype=dtype),
         keras.layers.Dense(3, dtype=dtype),
     ])
@@ -437,9 +483,12 @@ CASES = {
                        {"Conv3D": "conv3d", "Dense": "dense"}),
     "conv_transpose": (_conv_transpose, lambda s: _floats((3, 2, 3), s), _CONV_PATHS,
                        {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
+    "dilated_conv_transpose": (_dilated_conv_transpose, lambda s: _floats((4, 3, 2), s),
+                               _CONV_PATHS,
+                               {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
     "conv3d": (_conv3d, lambda s: _floats((5, 4, 4, 2), s),
                {**_ROW_PATHS, "chunks": {"patch_chunk_bytes": 1}},
-               {"Conv3D": {"conv3d", "generic"}, "Dense": "dense"}),
+               {"Conv3D": "conv3d", "Dense": "dense"}),
     "rnn": (_rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,
             {"OwnCallSimpleRNN": "rnn", "OwnCallLSTM": "rnn", "OwnCallGRU": "rnn",
              "Dense": "dense"}),
@@ -472,8 +521,9 @@ _PATTERN_B = [(None, True), (4, False), (1, True)]
 # "vectorized" path runs one (M, batch kind) pair per case, pattern A's pairs
 # spread over the three cases; "map_fn" (seconds) runs pattern A or B alternately.
 _RECURRENT = ("rnn", "rnn_masked_bidirectional", "rnn_states")
-# Cases with grouped convolutions: TensorFlow differentiates them only with oneDNN on CPU.
-_GROUPED_CONV = ("grouped_conv1d", "grouped_conv2d", "grouped_conv3d")
+# Cases with grouped convolutions or dilated transposed ones: TensorFlow differentiates
+# them only with oneDNN on CPU.
+_ONEDNN_ONLY = ("grouped_conv1d", "grouped_conv2d", "grouped_conv3d", "dilated_conv_transpose")
 
 
 def _combinations(paths, case=None):
@@ -516,8 +566,8 @@ def test_the_combinations_cover_every_pair():
 def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
                                                         static_batch):
     builder, inputs, paths, _ = CASES[case]
-    if case in _GROUPED_CONV:
-        skip_without_grouped_conv_gradients()
+    if case in _ONEDNN_ONLY:
+        skip_without_onednn_conv_gradients()
     if path.startswith("native") and not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
     x = inputs(num_microbatches or 0)
@@ -549,8 +599,8 @@ _SECOND_PASS = [
 @pytest.mark.parametrize("mode,case,num_microbatches,static_batch", _SECOND_PASS)
 def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
                                                               static_batch):
-    if case in _GROUPED_CONV:
-        skip_without_grouped_conv_gradients()
+    if case in _ONEDNN_ONLY:
+        skip_without_onednn_conv_gradients()
     builder, inputs, _, _ = CASES[case]
     x = inputs(num_microbatches or 0)
     y = np.random.default_rng(1).integers(0, 3, BATCH)
@@ -566,22 +616,23 @@ def test_two_pass_cases_cover_every_pair():
                 for m, static in [p.values[2:]]} == set(_PATTERN_A + _PATTERN_B), mode
 
 
-def test_grouped_conv_cases_run_with_onednn_where_this_process_cannot():
+def test_onednn_only_cases_run_with_onednn_where_this_process_cannot():
     """Without oneDNN (e.g. an AVX2-only CPU) TensorFlow cannot differentiate grouped
-    convolutions, so the cases above skip; they then run here in a subprocess with
-    TF_ENABLE_ONEDNN_OPTS=1 (every path of each case once, and one two-pass run)."""
-    if grouped_conv_gradients():
+    convolutions nor dilated transposed ones, so the cases above skip; they then run here in
+    a subprocess with TF_ENABLE_ONEDNN_OPTS=1 (every path of each case once, and one
+    two-pass run)."""
+    if onednn_conv_gradients():
         pytest.skip("this process runs the grouped-convolution cases itself")
     here = pathlib.Path(__file__)
     # Every path of each grouped case once (its first (M, batch) pair), one two-pass run.
     firsts = {}
     for p in _PARAMS:
-        if p.values[0] in _GROUPED_CONV:
+        if p.values[0] in _ONEDNN_ONLY:
             firsts.setdefault(p.values[:2], p.id)
     ids = [f"{here}::test_handler_update_equals_per_microbatch_reference[{i}]"
            for i in firsts.values()]
     ids += [f"{here}::test_two_pass_clipped_sum_equals_per_microbatch_reference[{p.id}]"
-            for p in _SECOND_PASS if p.values[1] in _GROUPED_CONV][:1]
+            for p in _SECOND_PASS if p.values[1] in _ONEDNN_ONLY][:1]
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids],
                          env=dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1"), cwd=here.parent.parent,
                          capture_output=True, text=True, timeout=1800, check=False)

@@ -11,16 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Conv3D (channels_last, undilated): rows are examples × output voxels.
+"""Conv3D (channels_last): rows are examples × output voxels.
 
-The row a_r is the input volume patch under output voxel r
-(``tf.extract_volume_patches``, in the kernel's (kd, kh, kw, cin) order), so the
-layer is a Dense on its patches: ghost norm or materialized per-microbatch
-gradients (rows.py), patches made in chunks of ``patch_chunk_bytes``. The
-book-keeping sum is the gradient of the layer's own convolution w.r.t. its kernel
-with the rescaled output gradients. A grouped Conv3D is that many ungrouped ones on
-channel slices (grouped.py); a dilated one (no patch op with dilations) takes the
-generic per-example VJP.
+The row a_r is the input volume patch under output voxel r, in the kernel's
+(kd, kh, kw, cin) order: ``tf.extract_volume_patches`` for an undilated Conv3D;
+for a dilated one (that op has no dilations) the k_d·k_h·k_w strided slices of the
+padded input, one per kernel offset, concatenated along the channels. The layer is
+then a Dense on its patches: ghost norm or materialized per-microbatch gradients
+(rows.py), patches made in chunks of ``patch_chunk_bytes``. The book-keeping sum is
+the gradient of the layer's own convolution w.r.t. its kernel with the rescaled
+output gradients. A grouped Conv3D is that many ungrouped ones on channel slices
+(grouped.py).
 """
 
 import dataclasses
@@ -35,7 +36,7 @@ __all__ = ["Conv3DHandler", "Conv3DParams"]
 
 @dataclasses.dataclass(frozen=True)
 class Conv3DParams:
-    """Plain hyperparameters of an undilated Conv3D."""
+    """Plain hyperparameters of a Conv3D."""
     name: str
     kernel_size: Tuple[int, int, int]
     strides: Tuple[int, int, int]
@@ -43,6 +44,7 @@ class Conv3DParams:
     use_bias: bool
     kernel_shape: Tuple[int, int, int, int, int]
     groups: int = 1
+    dilation_rate: Tuple[int, int, int] = (1, 1, 1)
 
     def one_group(self):
         """The parameters of one group's ungrouped convolution (grouped.py)."""
@@ -56,7 +58,7 @@ class Conv3DHandler(Handler):
     """Conv3D through the row math on volume patches."""
 
     name = "conv3d"
-    summary = ("channels_last, undilated, any strides, groups and padding: the Dense row math "
+    summary = ("channels_last, any strides, dilations, groups and padding: the Dense row math "
                "(ghost norm or materialized per-microbatch gradients) on volume patches made in "
                "chunks; book-keeping clipped sum by the convolution's own filter gradient")
     records_pre_activation = True
@@ -65,11 +67,11 @@ class Conv3DHandler(Handler):
         padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
         triple = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v,) * 3))
         if (data_format != "channels_last" or padding not in ("same", "valid")
-                or triple(layer.dilation_rate) != (1, 1, 1) or derived_weights(layer)):
-            return None  # channels_first, dilated, LoRA, quantized: the generic VJP
+                or derived_weights(layer)):
+            return None  # channels_first, LoRA, quantized: the generic VJP
         return Conv3DParams(layer.name, triple(layer.kernel_size), triple(layer.strides),
                             padding, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
-                            int(getattr(layer, "groups", 1) or 1))
+                            int(getattr(layer, "groups", 1) or 1), triple(layer.dilation_rate))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
@@ -89,9 +91,46 @@ class Conv3DHandler(Handler):
 
 
 def _volume_patches(params, x):
-    return tf.extract_volume_patches(x, ksizes=[1, *params.kernel_size, 1],
-                                     strides=[1, *params.strides, 1],
-                                     padding=params.padding.upper())
+    if params.dilation_rate == (1, 1, 1):
+        return tf.extract_volume_patches(x, ksizes=[1, *params.kernel_size, 1],
+                                         strides=[1, *params.strides, 1],
+                                         padding=params.padding.upper())
+    return _dilated_volume_patches(params, x)
+
+
+def _dilated_volume_patches(params, x):
+    """The patches of a dilated Conv3D: [B, od, oh, ow, kd·kh·kw·cin], kernel order.
+
+    One strided slice of the zero-padded input per kernel offset (a, b, c): the
+    input values under that kernel tap at every output voxel. Spatial sizes may be
+    unknown while tracing (the slice bounds are then tensors).
+    """
+    sizes = [x.shape[i + 1] if x.shape[i + 1] is not None else tf.shape(x)[i + 1]
+             for i in range(3)]
+    outs, pads = [], [[0, 0]]
+    for size, k, s, d in zip(sizes, params.kernel_size, params.strides, params.dilation_rate):
+        extent = (k - 1) * d + 1
+        if params.padding == "valid":
+            out, before, after = (size - extent) // s + 1, 0, 0
+        else:  # "same", as TF pads: ceil(size / s) outputs, the odd pixel after
+            out = -(-size // s)
+            total = tf.maximum((out - 1) * s + extent - size, 0) if tf.is_tensor(size) else max(
+                (out - 1) * s + extent - size, 0)
+            before, after = total // 2, total - total // 2
+        outs.append(out)
+        pads.append([before, after])
+    x = tf.pad(x, pads + [[0, 0]])
+    taps = []
+    for a in range(params.kernel_size[0]):
+        for b in range(params.kernel_size[1]):
+            for c in range(params.kernel_size[2]):
+                begin = [o * d for o, d in zip((a, b, c), params.dilation_rate)]
+                end = [start + (out - 1) * s + 1
+                       for start, out, s in zip(begin, outs, params.strides)]
+                taps.append(tf.strided_slice(x, [0, *begin, 0], [0, *end, 0],
+                                             [1, *params.strides, 1],
+                                             begin_mask=0b10001, end_mask=0b10001))
+    return tf.concat(taps, axis=-1)
 
 
 def _book_keeping(src, params, weights):
@@ -104,5 +143,6 @@ def _book_keeping(src, params, weights):
     with tf.GradientTape() as tape:
         tape.watch(kernel)
         z = tf.nn.convolution(x, kernel, strides=list(params.strides),
-                              padding=params.padding.upper())
+                              padding=params.padding.upper(),
+                              dilations=list(params.dilation_rate))
     return tape.gradient(z, kernel, output_gradients=g), g

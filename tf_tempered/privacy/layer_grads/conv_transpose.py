@@ -52,10 +52,10 @@ class _AsConv2D:
 
 @register(keras.layers.Conv2DTranspose)
 class Conv2DTransposeHandler(Handler):
-    """Conv2DTranspose (channels_last, undilated, "same"/"valid") through the Conv2D paths."""
+    """Conv2DTranspose (channels_last, "same"/"valid") through the Conv2D paths."""
 
     name = "conv2d_transpose"
-    summary = ("channels_last, undilated, any strides, padding and output_padding: the Conv2D "
+    summary = ("channels_last, any strides, dilations, padding and output_padding: the Conv2D "
                "handler's paths on (output gradient, input) in the roles of (input, output "
                "gradient); bias from the output gradients")
     records_pre_activation = True
@@ -63,12 +63,12 @@ class Conv2DTransposeHandler(Handler):
     def hyperparameters(self, layer):
         padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
         pair = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v, v)))
-        # Dilated: TF's CPU Conv2DBackpropInput refuses dilations, so such a layer
-        # runs only on other devices; untested here, it takes the generic VJP.
+        # Dilated (strides 1, as TF requires): the same Conv2D, dilated. On CPU such a
+        # layer runs only with oneDNN (without it TF's Conv2DBackpropInput refuses
+        # dilations, private or not).
         if (data_format != "channels_last" or padding not in ("same", "valid")
-                or pair(layer.dilation_rate) != (1, 1)
                 or int(getattr(layer, "groups", 1) or 1) != 1 or derived_weights(layer)):
-            return None  # channels_first, dilated, LoRA, quantized: the generic VJP
+            return None  # channels_first, LoRA, quantized: the generic VJP
         kernel_shape = keras_bridge.shape_of(layer.kernel)  # [kh, kw, filters, cin]
         conv2d = Conv2DParams(layer.name, pair(layer.kernel_size), pair(layer.strides),
                               pair(layer.dilation_rate), padding, kernel_shape[3], False,

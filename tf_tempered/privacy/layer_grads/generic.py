@@ -13,8 +13,8 @@
 # limitations under the License.
 """The fallback for any trainable layer: per-example gradients by a VJP of that layer alone.
 
-Layers without a registered handler (dilated Conv3D,
-custom layers, subclasses with their own `call`...) get the
+Layers without a registered handler (channels_first convolutions, custom
+layers, subclasses with their own `call`...) get the
 gradients of their own weights per example from a vectorized VJP of the
 recorded call: cheap because it does not go through the rest of the net, and
 exact for any layer whose examples do not mix.
@@ -31,9 +31,8 @@ class GenericHandler(Handler):
     """Per-example VJP of the layer's own call (not registered: lookup's fallback)."""
 
     name = "generic"
-    summary = ("any other layer that treats examples independently (dilated Conv3D and "
-               "Conv2DTranspose, "
-               "custom layers, LoRA/quantized variants): a vectorized "
+    summary = ("any other layer that treats examples independently (channels_first "
+               "convolutions, custom layers, LoRA/quantized variants): a vectorized "
                "per-example VJP of the layer alone, logged once per model")
     records_pre_activation = False
 
