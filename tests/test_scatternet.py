@@ -146,6 +146,22 @@ def test_train_config_builds_the_scatternet_cnn():
         common.validate_config(common.TrainConfig(momentum=1.0))
 
 
+def test_train_config_builds_the_linear_head():
+    class _Data:  # what build_model reads of a Dataset
+        input_shape, num_classes = (7, 7, 81), 10
+
+    config = common.validate_config(common.TrainConfig(features="scatternet", head="linear"))
+    model = model_builders.build_model(config, _Data())
+    assert model.name == "scatternet_linear"
+    # GroupNorm (no weights) then one Dense: 3969·10 + 10 parameters.
+    assert [w.shape for w in model.trainable_weights] == [(7 * 7 * 81, 10), (10,)]
+    x = np.random.default_rng(0).normal(size=(2, 7, 7, 81)).astype("float32")
+    normalized = model.get_layer("group_norm")(x).numpy().reshape(2, -1)
+    kernel, bias = (w.numpy() for w in model.get_layer("logits").weights)
+    np.testing.assert_allclose(model(x).numpy(), normalized @ kernel + bias, rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_missing_kymatio_names_the_pip_command(monkeypatch):
     import sys  # pylint: disable=g-import-not-at-top
     monkeypatch.setitem(sys.modules, "kymatio", None)  # what Python does when it is absent

@@ -127,6 +127,11 @@ def test_non_private_run_reports_infinite_epsilon(tmp_path):
     (dict(num_train=0), "--num_train=0 is invalid"),
     (dict(insecure_dp_seed=1.5), "--insecure_dp_seed=1.5 is invalid"),
     (dict(dpsgd=False, insecure_dp_seed=3), "--insecure_dp_seed has no effect with --nodpsgd"),
+    (dict(head="linear"), "--head=linear applies to --features=scatternet only"),
+    (dict(head="mlp", features="scatternet"), "--head='mlp' is invalid"),
+    (dict(head="linear", features="scatternet", learnable=True),
+     "--learnable has nothing to learn with --head=linear"),
+    (dict(lr_schedule="step"), "--lr_schedule='step' is invalid"),
 ])
 def test_validation_names_the_flag(changes, message):
     with pytest.raises(ConfigError, match="Fix:|choose one of|must be") as info:
@@ -390,3 +395,20 @@ def test_cli_keeps_the_progress_bar_on_a_terminal(tmp_path):
     lines = [line.split("\r")[-1] for line in stdout.replace("\r\n", "\n").splitlines()]
     epoch_lines = [line for line in lines if line.startswith("Epoch ") and ": loss " in line]
     _check_epoch_lines(epoch_lines)
+
+
+def test_cosine_schedule_decays_the_learning_rate_to_zero_over_the_run():
+    """--lr_schedule=cosine: lr·(1 + cos(π·t/T))/2 at step t of T, on the optimizer that trains."""
+    config = TINY.replace(lr_schedule="cosine", epochs=3)
+    plan = train_lib.plan_privacy(config, DIGITS_TRAIN)
+    schedule = train_lib.learning_rate(config, plan)
+    assert train_lib.learning_rate(TINY, plan) == 0.5  # constant: the float
+    config_of = train_lib._make_optimizer(config, plan).get_config()["learning_rate"]
+    assert config_of["class_name"] == "CosineDecay", config_of  # the optimizer has it
+    total = 3 * poisson_steps_per_epoch(num_examples=DIGITS_TRAIN, expected_batch_size=128)
+    assert plan.total_steps == total
+    for step in (0, total // 3, total // 2, total):
+        expected = 0.5 * 0.5 * (1 + math.cos(math.pi * step / total))
+        assert float(schedule(step)) == pytest.approx(expected, abs=1e-6)
+    result = train_lib.run_training(config, verbose=0)  # and it trains
+    assert result["test_accuracy"] > 0.5

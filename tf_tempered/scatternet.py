@@ -53,7 +53,7 @@ from tf_tempered._compat import keras
 from tf_tempered.models import resolve_activation
 
 __all__ = ["num_channels", "scattering_features", "scatter_dataset", "scatternet_cnn",
-           "default_cache_dir", "INSTALL_HINT"]
+           "scatternet_linear", "default_cache_dir", "INSTALL_HINT"]
 
 INSTALL_HINT = ('ScatterNet features need kymatio: pip install "kymatio>=0.3" '
                 '(or pip install "tf_tempered[scatternet]").')
@@ -180,6 +180,36 @@ def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10,
     33066
     """
     make_activation = resolve_activation(activation)
+    inputs, x = _normalized_input(input_shape, groups, normalization)
+    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", name="conv1")(x)
+    x = make_activation()(x)
+    x = keras.layers.Conv2D(32, 3, padding="same", name="conv2")(x)
+    x = make_activation()(x)
+    x = keras.layers.Flatten(name="flatten")(x)
+    x = keras.layers.Dense(32, name="dense1")(x)
+    x = make_activation()(x)
+    outputs = keras.layers.Dense(num_classes, name="logits")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def scatternet_linear(*, input_shape=(7, 7, 81), num_classes=10, groups=27, normalization=None,
+                      name="scatternet_linear"):
+    """Tramèr & Boneh's linear model on scattering features: logits = W·norm(x) + b.
+
+    The input is normalized as in :func:`scatternet_cnn` (``groups`` or
+    ``normalization``), flattened, and one Dense layer gives the logits.
+
+    >>> scatternet_linear().count_params()
+    39700
+    """
+    inputs, x = _normalized_input(input_shape, groups, normalization)
+    x = keras.layers.Flatten(name="flatten")(x)
+    outputs = keras.layers.Dense(num_classes, name="logits")(x)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def _normalized_input(input_shape, groups, normalization):
+    """(the Input, its normalized tensor): GroupNorm, frozen (mean, variance) or neither."""
     channels = input_shape[-1]
     if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
                                or groups < 1 or channels % groups):
@@ -201,12 +231,4 @@ def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10,
         # No center/scale: nothing trainable, so DP-SGD has nothing here to clip.
         x = keras.layers.GroupNormalization(groups=groups, center=False, scale=False,
                                             epsilon=1e-5, name="group_norm")(x)
-    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", name="conv1")(x)
-    x = make_activation()(x)
-    x = keras.layers.Conv2D(32, 3, padding="same", name="conv2")(x)
-    x = make_activation()(x)
-    x = keras.layers.Flatten(name="flatten")(x)
-    x = keras.layers.Dense(32, name="dense1")(x)
-    x = make_activation()(x)
-    outputs = keras.layers.Dense(num_classes, name="logits")(x)
-    return keras.Model(inputs, outputs, name=name)
+    return inputs, x

@@ -34,6 +34,8 @@ DATASETS = data_lib.NAMES
 ACTIVATIONS = ("relu", "tanh", "tempered_sigmoid")
 OPTIMIZERS = ("sgd", "adam")
 FEATURES = ("pixels", "scatternet")
+HEADS = ("cnn", "linear")
+LR_SCHEDULES = ("constant", "cosine")
 SAMPLINGS = accounting.SAMPLINGS
 ACCOUNTANTS = accounting.ACCOUNTANTS
 # TF Privacy's MNIST tutorial; used when neither noise_multiplier nor target_epsilon is given.
@@ -61,6 +63,7 @@ class TrainConfig:
     dataset: str = "mnist"
     data_dir: str = None
     features: str = "pixels"
+    head: str = "cnn"
     norm_groups: int = 27
     feature_norm: str = "group"
     feature_norm_noise: float = 8.0
@@ -77,6 +80,7 @@ class TrainConfig:
     dpsgd: bool = True
     optimizer: str = "sgd"
     learning_rate: float = 0.15
+    lr_schedule: str = "constant"
     momentum: float = 0.0
     l2_norm_clip: float = 1.0
     noise_multiplier: float = None
@@ -141,6 +145,14 @@ def validate_config(config):
     _check_choice(config, "activation", ACTIVATIONS)
     _check_choice(config, "optimizer", OPTIMIZERS)
     _check_choice(config, "features", FEATURES)
+    _check_choice(config, "head", HEADS)
+    _check_choice(config, "lr_schedule", LR_SCHEDULES)
+    if config.head != "cnn" and config.features != "scatternet":
+        _fail(f"--head={config.head} applies to --features=scatternet only (the pixel models "
+              "are the paper's CNNs). Fix: add --features=scatternet, or drop --head.")
+    if config.head == "linear" and config.learnable:
+        _fail("--learnable has nothing to learn with --head=linear (no hidden layer, no "
+              "activation). Fix: drop --learnable, or use --head=cnn.")
     _check_positive(config, "norm_groups", integer=True)
     from tf_tempered.experiments import feature_norm  # pylint: disable=g-import-not-at-top
     feature_norm.check_config(config, _fail)
@@ -260,6 +272,10 @@ def define_training_flags(flag_values, exclude=()):
         ("enum", "features", d.features, "Model inputs: pixels (the paper's CNNs) or "
                                          "scatternet (ScatterNet features, J=2, L=8, and "
                                          "Tramer & Boneh's CNN; needs kymatio).", FEATURES),
+        ("enum", "head", d.head, "Model on the ScatterNet features: cnn (Tramer & Boneh's "
+                                 "33k-parameter CNN) or linear (normalization, then one Dense "
+                                 "layer: no hidden layer, so the activation flags do not "
+                                 "apply).", HEADS),
         ("integer", "norm_groups", d.norm_groups, "GroupNorm groups of the ScatterNet CNN's "
                                                   "input (must divide its 81 channels)."),
         ("enum", "feature_norm", d.feature_norm, "ScatterNet input normalization: group "
@@ -285,6 +301,10 @@ def define_training_flags(flag_values, exclude=()):
                                    "(shuffled batches, ε = inf)."),
         ("enum", "optimizer", d.optimizer, "Update rule.", OPTIMIZERS),
         ("float", "learning_rate", d.learning_rate, "Learning rate."),
+        ("enum", "lr_schedule", d.lr_schedule, "constant: --learning_rate throughout; cosine: "
+                                               "from --learning_rate down to 0 along a "
+                                               "half cosine over the run's steps.",
+         LR_SCHEDULES),
         ("float", "momentum", d.momentum, "Momentum of --optimizer=sgd (0: plain SGD)."),
         ("float", "l2_norm_clip", d.l2_norm_clip, "Clipping norm C."),
         ("float", "noise_multiplier", None,

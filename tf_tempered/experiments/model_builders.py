@@ -17,7 +17,7 @@ from tf_tempered._compat import keras
 from tf_tempered.experiments.common import ConfigError
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation
-from tf_tempered.scatternet import scatternet_cnn
+from tf_tempered.scatternet import scatternet_cnn, scatternet_linear
 
 __all__ = ["digits_cnn", "build_model", "first_activation_layer"]
 
@@ -46,8 +46,9 @@ def digits_cnn(activation="tempered_sigmoid", *, input_shape=(8, 8, 1), num_clas
 def build_model(config, dataset, feature_stats=None):
     """The paper's CNN for ``dataset`` (digits: :func:`digits_cnn`) with config's activation.
 
-    ``features="scatternet"``: :func:`tf_tempered.scatternet.scatternet_cnn` instead, its
-    input normalized as ``feature_norm`` says (``dp_stats``: with ``feature_stats``, the
+    ``features="scatternet"``: :func:`tf_tempered.scatternet.scatternet_cnn` instead
+    (``head="linear"``: :func:`~tf_tempered.scatternet.scatternet_linear`), its input
+    normalized as ``feature_norm`` says (``dp_stats``: with ``feature_stats``, the
     ChannelStats released once per run by :func:`feature_norm.release`).
     """
     if config.activation == "tempered_sigmoid":
@@ -65,6 +66,10 @@ def build_model(config, dataset, feature_stats=None):
             normalization = (feature_stats.mean,
                              feature_stats.variance + feature_norm.VARIANCE_EPSILON)
         groups = config.norm_groups if config.feature_norm == "group" else None
+        if config.head == "linear":
+            return scatternet_linear(input_shape=dataset.input_shape,
+                                     num_classes=dataset.num_classes, groups=groups,
+                                     normalization=normalization)
         return scatternet_cnn(activation, input_shape=dataset.input_shape,
                               num_classes=dataset.num_classes, groups=groups,
                               normalization=normalization)

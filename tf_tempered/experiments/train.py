@@ -63,8 +63,8 @@ from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
 from tf_tempered.privacy import (has_secret_dp_randomness, make_private, optimizers, randomness,
                                  sampling)
 
-__all__ = ["PrivacyPlan", "plan_privacy", "progress_verbosity", "run_training", "define_flags",
-           "main", "cli"]
+__all__ = ["PrivacyPlan", "plan_privacy", "learning_rate", "progress_verbosity", "run_training",
+           "define_flags", "main", "cli"]
 
 
 class _EpochReport(keras.callbacks.Callback):
@@ -115,8 +115,18 @@ class _EpochReport(keras.callbacks.Callback):
                   flush=True)
 
 
+def learning_rate(config, plan):
+    """--learning_rate, or for --lr_schedule=cosine a Keras schedule of the step t:
+    lr·(1 + cos(π·t/T))/2 over the run's T = plan.total_steps steps."""
+    if config.lr_schedule == "cosine":
+        # A function of the optimizer's step count, which a resumed run restores.
+        return keras.optimizers.schedules.CosineDecay(config.learning_rate,
+                                                      decay_steps=plan.total_steps)
+    return config.learning_rate
+
+
 def _make_optimizer(config, plan):
-    lr = config.learning_rate
+    lr = learning_rate(config, plan)
     extra = {"momentum": config.momentum} if config.momentum else {}
     if not config.dpsgd:
         # Keras 2: the legacy optimizers, as TF Privacy's (hence the DP ones there) are.
