@@ -92,7 +92,8 @@ import tf_tempered
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered import models
 from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
-from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
+from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, is_private, layer_paths,
+                                 make_private)
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "tf_tempered_second_pass",
          "tf_tempered_low_memory",
@@ -319,6 +320,13 @@ def main():
         print(f"| {p} | {ms:.1f} | {row['time_ratio'] or float('nan'):.2f} | {cpu_ms:.1f} | "
               f"{row['cpu_ratio'] or float('nan'):.2f} | {peaks[p] / 2**20:.0f} | "
               f"{row['memory_ratio'] or float('nan'):.2f} |")
+    for row in rows:  # which handler and path each layer took (tf_tempered's paths)
+        if is_private(compiled[row["path"]]):
+            row["layer_paths"] = layer_paths(compiled[row["path"]])
+            print(f"\nPer-layer handlers and paths of {row['path']}:\n\n"
+                  "| layer | class | handler | path |\n|---|---|---|---|")
+            for lp in row["layer_paths"]:
+                print(f"| {lp['layer']} | {lp['class']} | {lp['handler']} | {lp['path']} |")
     if "tf_tempered" in times and "stock_optimizer" in times:
         print(f"\ntf_tempered is {statistics.median(times['stock_optimizer']) / statistics.median(times['tf_tempered']):.0f}× "
               "faster than the stock DPKerasSGDOptimizer.")

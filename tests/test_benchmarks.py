@@ -46,6 +46,14 @@ def test_dp_step_benchmark_runs_all_paths(tmp_path):
     assert rows["nonprivate"]["time_ratio"] == 1.0
     for row in rows.values():
         assert row["ms_per_step"] > 0 and row["cpu_ms_per_step"] > 0 and row["peak_bytes"] > 0
+    # tf_tempered's paths say which handler and path each layer of the MNIST CNN took.
+    for path in ("tf_tempered", "tf_tempered_tf_ops"):
+        layers = rows[path]["layer_paths"]
+        assert [(p["class"], p["handler"]) for p in layers] == [
+            ("Conv2D", "conv2d"), ("Conv2D", "conv2d"), ("Dense", "dense"), ("Dense", "dense")]
+        assert all(p["path"] for p in layers)
+    assert "native=False" in rows["tf_tempered_tf_ops"]["layer_paths"][0]["path"]
+    assert "layer_paths" not in rows["nonprivate"]
 
 
 def _load_module(name):

@@ -165,3 +165,30 @@ def test_conv2d_transpose_is_a_conv2d_on_swapped_roles():
     dilated = keras.layers.Conv2DTranspose(4, 3, dilation_rate=2)
     dilated.build((None, 5, 5, 3))
     assert layer_grads.lookup(dilated)[0] is layer_grads.GENERIC
+
+
+def test_layer_paths_report_each_layers_handler_and_path():
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    from tf_tempered.privacy import (DPKerasSGDOptimizer, layer_paths,  # pylint: disable=g-import-not-at-top
+                                     make_private)
+    shared, embedding = keras.layers.Dense(3), keras.layers.Embedding(50, 4)
+    inputs = keras.Input((5, 4))
+    x = embedding(keras.layers.Flatten()(inputs)[:, :3])
+    outputs = shared(keras.layers.Flatten()(x)) + shared(keras.layers.Flatten()(inputs)[:, :12])
+    model = make_private(keras.Model(inputs, outputs),
+                         options=EngineOptions(norm_path="materialize"))
+    with pytest.raises(ValueError, match="no traced DP step yet"):
+        layer_paths(model)
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                                learning_rate=0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="none"))
+    x = np.random.default_rng(0).integers(0, 50, (8, 5, 4)).astype("float32")
+    model.fit(x, np.zeros(8), batch_size=4, verbose=0)
+    # The shared Dense: per-example VJPs of its two calls, summed before the norm.
+    assert layer_paths(model) == [
+        {"layer": embedding.name, "class": "Embedding", "handler": "embedding", "path": "sparse"},
+        {"layer": shared.name, "class": "Dense", "handler": "multi_call",
+         "path": "multi_call[2]"}]
+    with pytest.raises(ValueError, match="make_private"):
+        layer_paths(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))

@@ -42,8 +42,8 @@ from typing import Any, Callable, List
 
 from tf_tempered.privacy import keras_bridge
 
-__all__ = ["Handler", "Norms", "Step", "derived_weights", "handler_for", "lookup", "register",
-           "registered"]
+__all__ = ["Handler", "Norms", "Step", "derived_weights", "describe_path", "handler_for", "lookup",
+           "register", "registered"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +200,33 @@ def lookup(layer, skip=()):
             return handler, params
         skip += (handler,)  # it declines this configuration: the next registered class's
     return GENERIC, GENERIC.hyperparameters(layer)
+
+
+def describe_path(path):
+    """A handler's path (Norms.path) as text: a string as is, a decision object as its
+    repr with the choices made per step (tensors while tracing) shown as "per step".
+
+    >>> from tf_tempered.privacy.layer_grads.rows import RowsPath
+    >>> describe_path(RowsPath(materialize=False))
+    'RowsPath(materialize=False)'
+    """
+    if path is None or isinstance(path, str):
+        return path
+    if dataclasses.is_dataclass(path):
+        fields = ", ".join(f"{f.name}={_describe_value(getattr(path, f.name))}"
+                           for f in dataclasses.fields(path))
+        return f"{type(path).__name__}({fields})"
+    return repr(path)
+
+
+def _describe_value(value):
+    if hasattr(value, "dtype") and hasattr(value, "shape"):  # a tensor: decided per step
+        return "per step"
+    if dataclasses.is_dataclass(value):
+        return describe_path(value)
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_describe_value(v) for v in value) + ")"
+    return repr(value)
 
 
 def _same_variables(ours, owned):
