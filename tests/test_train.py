@@ -132,6 +132,7 @@ def test_non_private_run_reports_infinite_epsilon(tmp_path):
     (dict(head="linear", features="scatternet", learnable=True),
      "--learnable has nothing to learn with --head=linear"),
     (dict(lr_schedule="step"), "--lr_schedule='step' is invalid"),
+    (dict(features="scatternet", augmult=2, augment_flip=True), "--augment_flip mirrors images"),
 ])
 def test_validation_names_the_flag(changes, message):
     with pytest.raises(ConfigError, match="Fix:|choose one of|must be") as info:
@@ -395,6 +396,12 @@ def test_cli_keeps_the_progress_bar_on_a_terminal(tmp_path):
     lines = [line.split("\r")[-1] for line in stdout.replace("\r\n", "\n").splitlines()]
     epoch_lines = [line for line in lines if line.startswith("Epoch ") and ": loss " in line]
     _check_epoch_lines(epoch_lines)
+
+
+def test_augmult_shifts_scatternet_features():
+    # Shifts apply to the feature maps (one feature pixel: 4 image pixels); flips do not.
+    validate_config(TINY.replace(dataset="mnist", features="scatternet", augmult=4,
+                                 augment_shift=1))
 
 
 def test_cosine_schedule_decays_the_learning_rate_to_zero_over_the_run():
