@@ -124,6 +124,11 @@ class TemperedSigmoid(keras.layers.Layer):
             return self._initial[2]
         return _Ops.to_tensor(self._offset_weight)
 
+    @property
+    def offset_variable(self):
+        """The trainable weight o of a built learnable layer (it enters φ as −o), else None."""
+        return self._offset_weight
+
     def call(self, inputs):
         # Keras has already cast floating inputs to the compute dtype; the
         # activation casts the parameters to the dtype of `inputs`.

@@ -35,7 +35,9 @@ class ClipWeights:
         """`t` ([M or B, ...] for axis 0) with the rows of non-finite microbatches set to zero.
 
         A zero clip factor does not remove NaN/inf (0·NaN = NaN), so those rows are
-        zeroed; tf.cond skips the pass in the usual all-finite case.
+        zeroed; tf.cond skips the pass in the usual all-finite case. (The zero is a
+        broadcast scalar: a zeros_like(t) of static shape would be folded by Grappler
+        into a constant that the traced step holds for as long as it lives.)
         """
         def zeroed():
             if per_example:
@@ -44,7 +46,7 @@ class ClipWeights:
                 shape = [1] * t.shape.rank
                 shape[axis] = -1
                 keep = tf.reshape(tf.cast(self.finite, t.dtype), shape)
-            return tf.where(keep > 0, t, tf.zeros_like(t))
+            return tf.where(keep > 0, t, tf.zeros([], t.dtype))
 
         return tf.cond(self.all_finite, lambda: tf.identity(t), zeroed)
 

@@ -337,10 +337,11 @@ def _train_step(self, data):
         for var, grad in zip(variables, layer_norms.clipped_sum(weights)):
             if isinstance(grad, tf.IndexedSlices):
                 # A sparse gradient (Embedding) is densified: the dense noise is
-                # added to every coordinate anyway. A scatter-add sums duplicate
-                # ids and keeps the static shape (no dense_shape to infer).
-                grad = tf.tensor_scatter_nd_add(tf.zeros(var.shape, grad.values.dtype),
-                                                grad.indices[:, None], grad.values)
+                # added to every coordinate anyway. scatter_nd sums duplicate ids and
+                # keeps the static shape; unlike a scatter-add into tf.zeros, it gives
+                # Grappler no [vocab, d] zeros to fold into a constant the step holds
+                # for good.
+                grad = tf.scatter_nd(grad.indices[:, None], grad.values, var.shape)
             key = keras_bridge.variable_key(var)
             summed[key] = summed[key] + grad if key in summed else grad
 

@@ -99,7 +99,8 @@ def clipped_sum(tape, microbatch_losses, scale, finite, variables):
             continue
         if isinstance(grad, tf.IndexedSlices):  # e.g. Embedding: densify as the other path
             grad = tf.convert_to_tensor(grad)
-        summed[keras_bridge.variable_key(var)] = tf.where(all_finite, grad, tf.zeros_like(grad))
+        # A scalar zero: a zeros_like(grad) would become a constant the step holds.
+        summed[keras_bridge.variable_key(var)] = tf.where(all_finite, grad, tf.zeros([], grad.dtype))
     return summed
 
 

@@ -144,7 +144,7 @@ def embedding_sq_norms(ids, grad_output, num_microbatches, *, vocab_size=None):
     sq = tf.reduce_sum(tf.square(sums), 1)                             # [P], per group
     # Each group belongs to the microbatch of its first sorted position: count
     # its squared norm there, and sum per microbatch.
-    per_start = tf.where(starts, tf.gather(sq, group_sorted), tf.zeros_like(group_sorted, sq.dtype))
+    per_start = tf.where(starts, tf.gather(sq, group_sorted), tf.zeros([], sq.dtype))
     return tf.reduce_sum(tf.reshape(per_start, [num_microbatches, -1]), 1)
 
 

@@ -21,9 +21,10 @@ gradients are
     ∂L_b/∂γ = Σ_p g[b, p] · x̂[b, p],      ∂L_b/∂β = Σ_p g[b, p]
 
 summed over the positions p that share a γ entry (g: the output gradient). x̂ is
-∂y/∂γ in the direction of ones (∂y/∂β likewise), taken by forward-mode
-differentiation of the layer's own call: no re-implementation of Keras' variants
-(fused kernels, RMS scaling, dtype casts), one extra layer forward per variable.
+∂y/∂γ in the direction of ones, taken by forward-mode differentiation of the layer's
+own call: no re-implementation of Keras' variants (fused kernels, RMS scaling, dtype
+casts), one extra layer forward. β enters additively in both Kerases (they create it
+only then), so its direction is 1 and its gradient Σ_p g[b, p] needs no forward pass.
 """
 
 import dataclasses
@@ -69,32 +70,42 @@ class AffineNormalizationHandler(Handler):
 
     def norms(self, call, params, step):
         variables = self.variables(call.layer, params)
-        return norms_from_per_example(variables, broadcast_weight_grads(call, variables,
-                                                                        params.axes),
-                                      step, "closed_form")
+        beta = getattr(call.layer, "beta", None)
+        additive = {keras_bridge.variable_key(beta): 1.0} if beta is not None else {}
+        return norms_from_per_example(variables, broadcast_weight_grads(
+            call, variables, params.axes, additive=additive), step, "closed_form")
 
 
-def broadcast_weight_grads(call, variables, axes):
+def broadcast_weight_grads(call, variables, axes, additive=None):
     """Per-example gradients [B, *var.shape] of weights broadcast over the input's other axes.
 
     For a layer whose output element y[b, p] depends on one entry of each variable (the
     entry at p's coordinates along `axes`, the input axes the variables span; () for
     scalars), example b's gradient is Σ_p g[b, p]·∂y[b, p]/∂w, summed over the positions
     sharing an entry; ∂y/∂w · ones comes from forward-mode differentiation of the
-    layer's own call (one extra forward pass per variable).
+    layer's own call (one extra forward pass per variable). ``additive`` maps the
+    variable keys (keras_bridge.variable_key) of weights that enter y as ± w to that
+    sign: their direction is the constant sign, so Σ_p sign·g[b, p] needs no forward
+    pass (and leaves Grappler no constant [B, ...] direction to fold and hold).
     """
     x = call.inputs
     rank = x.shape.rank
     spanned = {a % rank for a in axes}
     summed_axes = [a for a in range(1, rank) if a not in spanned]
+    additive = additive or {}
     per_example = []
     for var in variables:
-        # ∂y/∂var · ones: x̂ for γ, ones (where β is used) for β.
-        watched = keras_bridge.watchable(var)
-        with tf.autodiff.ForwardAccumulator(watched, tf.ones_like(watched)) as acc:
-            y = call.call_fn(x, *call.call_args, **call.call_kwargs)
-        direction = acc.jvp(y, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        g = tf.cast(call.grad_output, direction.dtype)
+        sign = additive.get(keras_bridge.variable_key(var))
+        if sign is not None:
+            g = tf.cast(call.grad_output, var.dtype)
+            direction = tf.constant(sign, var.dtype)  # a scalar: broadcast, not folded
+        else:
+            # ∂y/∂var · ones (x̂ for γ).
+            watched = keras_bridge.watchable(var)
+            with tf.autodiff.ForwardAccumulator(watched, tf.ones_like(watched)) as acc:
+                y = call.call_fn(x, *call.call_args, **call.call_kwargs)
+            direction = acc.jvp(y, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            g = tf.cast(call.grad_output, direction.dtype)
         grad = tf.reduce_sum(g * direction, axis=summed_axes) if summed_axes else g * direction
         # grad is [B, spanned dims in input order]. Both Kerases reshape (not transpose)
         # a variable whose dims follow an out-of-order axis list (e.g. [-1, 1]) onto

@@ -19,9 +19,10 @@ each weight w (the softplus-parametrized s and T, and o) is
     ∂L_b/∂w = Σ_p g[b, p] · ∂φ(x[b, p])/∂w
 
 over the example's positions p (g: the output gradient), with ∂φ/∂w taken by
-forward-mode differentiation of the layer's own call (normalization.py's
-broadcast_weight_grads with no spanned axes): [B, 3] per-example gradients, a cheap
-norm and a matrix-vector clipped sum, instead of the generic vectorized VJP.
+forward-mode differentiation of the layer's own call for s and T (normalization.py's
+broadcast_weight_grads with no spanned axes) and ∂φ/∂o = −1: [B, 3] per-example
+gradients, a cheap norm and a matrix-vector clipped sum, instead of the generic
+vectorized VJP.
 
 >>> from tf_tempered import TemperedSigmoid
 >>> from tf_tempered.privacy import layer_grads
@@ -60,5 +61,7 @@ class TemperedSigmoidHandler(Handler):
 
     def norms(self, call, params, step):
         variables = self.variables(call.layer, params)
-        return norms_from_per_example(variables, broadcast_weight_grads(call, variables, ()),
-                                      step, "closed_form")
+        # φ = s·σ(T·x) − o: the offset's direction is −1 everywhere.
+        offset = {keras_bridge.variable_key(call.layer.offset_variable): -1.0}
+        return norms_from_per_example(variables, broadcast_weight_grads(
+            call, variables, (), additive=offset), step, "closed_form")
