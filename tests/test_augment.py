@@ -183,3 +183,45 @@ def test_train_script_validates_augmentation_flags(changes, flag):
     from tf_tempered.experiments import common
     with pytest.raises(common.ConfigError, match=rf"--{flag}"):
         common.validate_config(common.TrainConfig(dataset="digits").replace(**changes))
+
+
+def test_pick_variants_takes_each_copy_from_its_own_examples_variants():
+    x = tf.constant(np.arange(4 * 5, dtype="float32").reshape(4, 5))  # 4 examples, 5 variants
+    copies = augment.pick_variants(x, 6, seed=[3, 4]).numpy()
+    assert copies.shape == (24,) and copies.dtype == np.float32
+    for i in range(4):
+        assert set(copies[i * 6:(i + 1) * 6]) <= set(range(i * 5, i * 5 + 5))
+    many = augment.pick_variants(tf.zeros([2000, 5]) + tf.range(5.0), 3, seed=[1, 2]).numpy()
+    counts = np.bincount(many.astype(int), minlength=5)
+    assert (np.abs(counts / len(many) - 0.2) < 0.02).all()  # uniform over the variants
+    # Other shapes and float16 storage: [B, V, h, w, c] -> [B·K, h, w, c] float32.
+    images = tf.cast(tf.reshape(tf.range(2 * 3 * 4, dtype=tf.float32), [2, 3, 2, 2, 1]),
+                     tf.float16)
+    assert augment.pick_variants(images, 2, seed=[0, 0]).shape == (4, 2, 2, 1)
+
+
+def test_augmult_batches_with_copies_of_precomputed_variants():
+    x = np.stack([np.full((3, 2, 2, 1), i, "float32") for i in range(4)])  # [4, 3 variants, ...]
+    ds = tf.data.Dataset.from_tensor_slices((x, np.arange(4))).batch(4)
+    bx, by = next(iter(augment.augmult_batches(ds, multiplicity=2, copies=augment.pick_variants,
+                                               seed=0)))
+    assert bx.shape == (8, 2, 2, 1) and by.numpy().tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    np.testing.assert_array_equal(bx.numpy()[:, 0, 0, 0], by.numpy())
+
+
+def test_train_script_augments_scatternet_features_with_shifted_images():
+    pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
+    from tf_tempered.experiments import common, train  # pylint: disable=g-import-not-at-top
+    base = common.TrainConfig(dataset="digits", features="scatternet", activation="tanh",
+                              num_train=256, num_test=64, batch_size=32, epochs=1,
+                              learning_rate=0.5, l2_norm_clip=0.1, seed=0, insecure_dp_seed=1)
+    plain = train.run_training(base, verbose=0)
+    config = base.replace(augmult=3, augment_shift=1)
+    variants = np.zeros((256, 9, 2, 2, 81), "float16")
+    plan = train.plan_privacy(config, 256)
+    x, _, info = next(iter(train._train_dataset(config, plan, variants, np.zeros(256))))
+    assert x.shape[1:] == (2, 2, 81) and x.dtype == tf.float32
+    assert x.shape[0] == info["mask"].shape[0] and x.shape[0] % 3 == 0
+    result = train.run_training(config, verbose=0)
+    assert result["epsilon"] == pytest.approx(plain["epsilon"], rel=1e-12)  # no privacy cost
+    assert 0.0 <= result["test_accuracy"] <= 1.0

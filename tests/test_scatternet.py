@@ -162,6 +162,33 @@ def test_train_config_builds_the_linear_head():
                                atol=1e-5)
 
 
+def test_shifted_features_are_the_features_of_the_shifted_images():
+    """Variant a·(2s+1)+b: the images zero-padded by s and cropped at (a, b), the shifts
+    tf_tempered.augment.random_shift_flip draws."""
+    from tf_tempered import augment  # pylint: disable=g-import-not-at-top
+    images = np.random.default_rng(0).random((3, 8, 8)).astype("float32")
+    variants = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
+                                                      cache=False)
+    assert variants.shape == (3, 9, 4, 4, 3) and variants.dtype == np.float16
+    padded = np.pad(images, [(0, 0), (1, 1), (1, 1)])
+    for a in range(3):
+        for b in range(3):
+            expected = scatternet.scattering_features(padded[:, a:a + 8, b:b + 8], J=1, L=2,
+                                                      cache=False)
+            np.testing.assert_allclose(variants[:, a * 3 + b], expected, rtol=1e-3, atol=1e-3)
+    # The unshifted variant (a = b = s) is the plain features.
+    np.testing.assert_allclose(variants[:, 4], scatternet.scattering_features(
+        images, J=1, L=2, cache=False), rtol=1e-3, atol=1e-3)
+    # random_shift_flip's crops at every offset are exactly these shifted images.
+    shifted = augment.random_shift_flip(images[..., None], max_shift=1, flip=False,
+                                        seed=[5, 6]).numpy()[..., 0]
+    crops = [padded[:, a:a + 8, b:b + 8] for a in range(3) for b in range(3)]
+    for i in range(3):
+        assert any(np.array_equal(shifted[i], crop[i]) for crop in crops)
+    with pytest.raises(ValueError, match="max_shift=-1 is invalid"):
+        scatternet.shifted_scattering_features(images, max_shift=-1, cache=False)
+
+
 def test_missing_kymatio_names_the_pip_command(monkeypatch):
     import sys  # pylint: disable=g-import-not-at-top
     monkeypatch.setitem(sys.modules, "kymatio", None)  # what Python does when it is absent

@@ -132,7 +132,8 @@ def test_non_private_run_reports_infinite_epsilon(tmp_path):
     (dict(head="linear", features="scatternet", learnable=True),
      "--learnable has nothing to learn with --head=linear"),
     (dict(lr_schedule="step"), "--lr_schedule='step' is invalid"),
-    (dict(features="scatternet", augmult=2, augment_flip=True), "--augment_flip mirrors images"),
+    (dict(features="scatternet", augmult=2, augment_flip=True),
+     "--augment_flip is not supported with --features=scatternet"),
 ])
 def test_validation_names_the_flag(changes, message):
     with pytest.raises(ConfigError, match="Fix:|choose one of|must be") as info:
@@ -399,7 +400,7 @@ def test_cli_keeps_the_progress_bar_on_a_terminal(tmp_path):
 
 
 def test_augmult_shifts_scatternet_features():
-    # Shifts apply to the feature maps (one feature pixel: 4 image pixels); flips do not.
+    # Shifted images' features, precomputed; flips are refused (above).
     validate_config(TINY.replace(dataset="mnist", features="scatternet", augmult=4,
                                  augment_shift=1))
 

@@ -36,7 +36,7 @@ example's clipped term, so the DP guarantee holds for every value of it.
 
 from tf_tempered._compat import tf
 
-__all__ = ["augmult_batches", "random_shift_flip"]
+__all__ = ["augmult_batches", "pick_variants", "random_shift_flip"]
 
 
 def random_shift_flip(images, *, max_shift, flip, seed):
@@ -71,15 +71,38 @@ def random_shift_flip(images, *, max_shift, flip, seed):
     return images
 
 
+def pick_variants(x, multiplicity, seed):
+    """K copies of each example, each a uniformly random one of its precomputed variants.
+
+    ``x``: [B, V, ...] (V variants of each example, e.g.
+    :func:`tf_tempered.scatternet.shifted_scattering_features`); returns [B·K, ...]
+    float32, the K copies of example i consecutive (rows i·K … i·K+K−1), as
+    :func:`augmult_batches` lays them out. ``seed``: a stateless seed, shape [2].
+
+    >>> x = tf.reshape(tf.range(6, dtype=tf.float32), [2, 3])   # 2 examples, 3 variants
+    >>> copies = pick_variants(x, 4, seed=[0, 1]).numpy()
+    >>> copies.shape, bool(set(copies[:4]) <= {0, 1, 2}), bool(set(copies[4:]) <= {3, 4, 5})
+    ((8,), True, True)
+    """
+    x = tf.convert_to_tensor(x)
+    n, variants = tf.shape(x)[0], x.shape[1]
+    which = tf.random.stateless_uniform([n, multiplicity], tf.cast(seed, tf.int64), minval=0,
+                                        maxval=variants, dtype=tf.int32)
+    copies = tf.gather(x, which, axis=1, batch_dims=1)  # [B, K, ...]
+    return tf.cast(tf.reshape(copies, tf.concat([[-1], tf.shape(x)[2:]], 0)), tf.float32)
+
+
 def augmult_batches(dataset, *, multiplicity, max_shift=0, flip=False, augment=None,
-                    seed=None):
+                    copies=None, seed=None):
     """``dataset``'s batches with each example repeated ``multiplicity`` times, augmented.
 
     ``dataset`` yields (x, y) or (x, y, sample_weight) batches, e.g. from
     :func:`tf_tempered.privacy.poisson_batches` (whose mask is repeated with the
     rows and whose expected batch size, counted in examples, is kept). Copies are
     augmented by ``augment(images, seed)`` if given, else by
-    :func:`random_shift_flip` with ``max_shift`` and ``flip``. ``seed`` (public)
+    :func:`random_shift_flip` with ``max_shift`` and ``flip``; or ``copies(x, K, seed)``
+    makes them from the batch's x directly, [B·K, ...] consecutive per example (e.g.
+    :func:`pick_variants` when x holds precomputed variants). ``seed`` (public)
     makes the augmentations reproducible; None draws it once at random.
     """
     if isinstance(multiplicity, bool) or not isinstance(multiplicity, int) or multiplicity < 1:
@@ -102,7 +125,7 @@ def augmult_batches(dataset, *, multiplicity, max_shift=0, flip=False, augment=N
 
     def expand(batch, s):
         x, y, *rest = batch
-        x = augment(repeat(x), s)
+        x = augment(repeat(x), s) if copies is None else copies(x, k, s)
         y = tf.nest.map_structure(repeat, y)
         if rest:
             weight = rest[0]

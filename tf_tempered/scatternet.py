@@ -52,8 +52,9 @@ import numpy as np
 from tf_tempered._compat import keras
 from tf_tempered.models import resolve_activation
 
-__all__ = ["num_channels", "scattering_features", "scatter_dataset", "scatternet_cnn",
-           "scatternet_linear", "default_cache_dir", "INSTALL_HINT"]
+__all__ = ["num_channels", "scattering_features", "shifted_scattering_features",
+           "scatter_dataset", "scatternet_cnn", "scatternet_linear", "default_cache_dir",
+           "INSTALL_HINT"]
 
 INSTALL_HINT = ('ScatterNet features need kymatio: pip install "kymatio>=0.3" '
                 '(or pip install "tf_tempered[scatternet]").')
@@ -155,6 +156,42 @@ def scattering_features(images, *, J=2, L=8, cache_dir=None, cache=True):
     os.chmod(f.name, 0o644)  # a shared cache: NamedTemporaryFile creates it owner-only
     os.replace(f.name, path)
     return features
+
+
+def shifted_scattering_features(images, *, max_shift, J=2, L=8, cache_dir=None, cache=True,
+                                dtype=np.float16):
+    """Scattering features of ``images`` under every integer shift within ±``max_shift`` pixels.
+
+    Returns [N, V, H / 2^J, W / 2^J, K] with V = (2·max_shift + 1)²: variant
+    v = a·(2s + 1) + b holds the features of the images zero-padded by s = max_shift
+    and cropped back to H × W at offset (a, b), i.e. shifted by (s − a, s − b) as
+    :func:`tf_tempered.augment.random_shift_flip` shifts them. A uniformly random
+    variant per augmented copy (:func:`tf_tempered.augment.pick_variants`) is thus
+    exactly random-shift augmentation of the images, with the transform computed once
+    per shift (cached like :func:`scattering_features`) instead of once per copy.
+    Stored as ``dtype`` (float16 by default: V copies of the features; about
+    V·N·K·(H/2^J)·(W/2^J)·2 bytes).
+
+    >>> shifted_scattering_features(np.zeros((2, 8, 8)), max_shift=1, J=1, L=2,
+    ...                             cache=False).shape
+    (2, 9, 4, 4, 3)
+    """
+    x = _as_nhwc(images)
+    if isinstance(max_shift, bool) or not isinstance(max_shift, (int, np.integer)) \
+            or max_shift < 0:
+        raise ValueError(f"max_shift={max_shift!r} is invalid: it must be an integer >= 0 "
+                         "(pixels).")
+    s, (n, h, w, c) = int(max_shift), x.shape
+    padded = np.pad(x, [(0, 0), (s, s), (s, s), (0, 0)])
+    out = None
+    for a in range(2 * s + 1):
+        for b in range(2 * s + 1):
+            features = scattering_features(padded[:, a:a + h, b:b + w], J=J, L=L,
+                                           cache_dir=cache_dir, cache=cache)
+            if out is None:
+                out = np.empty((n, (2 * s + 1) ** 2) + features.shape[1:], dtype)
+            out[:, a * (2 * s + 1) + b] = features
+    return out
 
 
 def scatter_dataset(dataset, *, J=2, L=8, cache_dir=None):

@@ -173,9 +173,9 @@ def validate_config(config):
               "or drop --augment_flip.")
     if config.augment_flip and config.features == "scatternet":
         # The oriented wavelets' channels would have to be permuted too.
-        _fail("--augment_flip mirrors images, and a mirrored ScatterNet feature map is not the "
-              "features of the mirrored image. Fix: drop --augment_flip (shifts work on the "
-              "features: one feature pixel is 4 image pixels), or use --features=pixels.")
+        _fail("--augment_flip is not supported with --features=scatternet (its copies are "
+              "precomputed features of shifted images). Fix: drop --augment_flip, or use "
+              "--features=pixels.")
     if config.momentum and config.optimizer != "sgd":
         _fail(f"--momentum only applies to --optimizer=sgd, not --optimizer={config.optimizer}. "
               "Fix: drop --momentum.")
@@ -337,10 +337,10 @@ def define_training_flags(flag_values, exclude=()):
          "left-right flips with --augment_flip) whose mean gradient is clipped once: same "
          "ε, K times the compute. 1: no augmentation."),
         ("integer", "augment_shift", d.augment_shift,
-         "With --augmult > 1: largest random shift, in pixels of the model's input (zero "
-         "fill); with --features=scatternet, feature pixels (one is 4 image pixels, the "
-         "scattering's subsampling 2^J: close to the features of the image shifted by 4 "
-         "pixels, 6% mean relative difference on MNIST's interior)."),
+         "With --augmult > 1: largest random shift, in pixels (zero fill). With "
+         "--features=scatternet the features of every shifted training image are computed "
+         "once ((2s+1)^2 times the features, kept in float16) and each copy takes a random "
+         "one."),
         ("bool", "augment_flip", d.augment_flip,
          "With --augmult > 1: also flip copies left-right at random (not for digits)."),
         ("string", "output_dir", None, "Where to write results (default: write nothing)."),

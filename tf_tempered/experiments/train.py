@@ -173,10 +173,12 @@ def _train_dataset(config, plan, x, y, strategy=None):
     batches = _sampled_batches(config, plan, x, y, strategy)
     if config.augmult == 1:
         return batches
-    # Public augmentation randomness (see tf_tempered.augment): from --seed.
+    # Public augmentation randomness (see tf_tempered.augment): from --seed. ScatterNet
+    # features: x holds each example's shifted variants, and each copy picks one.
+    copies = augment.pick_variants if config.features == "scatternet" else None
     return augment.augmult_batches(batches, multiplicity=config.augmult,
                                    max_shift=config.augment_shift, flip=config.augment_flip,
-                                   seed=config.seed)
+                                   copies=copies, seed=config.seed)
 
 
 def _sampled_batches(config, plan, x, y, strategy=None):
@@ -251,6 +253,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         keras.utils.set_random_seed(config.seed)
     dataset = data_lib.load(config.dataset, data_dir=config.data_dir,
                             num_train=config.num_train, num_test=config.num_test)
+    images = dataset.x_train
     if config.features == "scatternet":  # a fixed public transform: no privacy cost
         dataset = scatternet.scatter_dataset(dataset)
     common.check_num_examples(config, len(dataset.y_train))
@@ -259,6 +262,11 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         # The last validation_size examples; everything below (σ, ε, the model's
         # data) sees only the first N - validation_size.
         dataset, validation = data_lib.split_validation(dataset, config.validation_size)
+    train_x = dataset.x_train
+    if config.features == "scatternet" and config.augmult > 1:
+        # The features of every shifted image, once: augmentation copies pick among them.
+        train_x = scatternet.shifted_scattering_features(images[:len(dataset.y_train)],
+                                                         max_shift=config.augment_shift)
     plan = plan_privacy(config, len(dataset.y_train))
     # --feature_norm=dp_stats: released once, from the training part only (plan accounts it);
     # with --backup_dir, once per run, however often it is resumed.
@@ -287,7 +295,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                                       **loss_options),
                       metrics=["accuracy"])
-    train_ds = _train_dataset(config, plan, dataset.x_train, dataset.y_train, strategy)
+    train_ds = _train_dataset(config, plan, train_x, dataset.y_train, strategy)
+    del train_x
     test_batch = 1024
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         # Keras 3 builds evaluate() on its first batch averaged over the replicas,
