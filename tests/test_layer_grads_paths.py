@@ -162,9 +162,11 @@ def test_conv2d_transpose_is_a_conv2d_on_swapped_roles():
     # The equivalent Conv2D: input G (4 channels), output gradient X (3 channels), no bias.
     assert (params.conv2d.kernel_shape, params.conv2d.filters, params.conv2d.use_bias) == (
         (3, 2, 4, 3), 3, False)
+    # Dilated: the same Conv2D, dilated.
     dilated = keras.layers.Conv2DTranspose(4, 3, dilation_rate=2)
     dilated.build((None, 5, 5, 3))
-    assert layer_grads.lookup(dilated)[0] is layer_grads.GENERIC
+    handler, params = layer_grads.lookup(dilated)
+    assert handler.name == "conv2d_transpose" and params.conv2d.dilation_rate == (2, 2)
 
 
 def test_layer_paths_report_each_layers_handler_and_path():

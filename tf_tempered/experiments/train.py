@@ -51,17 +51,15 @@ import pathlib
 import sys
 import time
 
-from tf_tempered import augment
 from tf_tempered import data as data_lib
 from tf_tempered import scatternet
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.ema import ExponentialMovingAverage
-from tf_tempered.experiments import common, feature_norm, model_builders, results
+from tf_tempered.experiments import common, feature_norm, model_builders, results, train_data
 # Re-exported: PrivacyPlan and plan_privacy lived here before privacy_plan.py.
 from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
-from tf_tempered.privacy import (has_secret_dp_randomness, make_private, optimizers, randomness,
-                                 sampling)
+from tf_tempered.privacy import has_secret_dp_randomness, make_private, optimizers
 
 __all__ = ["PrivacyPlan", "plan_privacy", "learning_rate", "progress_verbosity", "run_training",
            "define_flags", "main", "cli"]
@@ -169,42 +167,6 @@ def make_strategy(name):
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-def _train_dataset(config, plan, x, y, strategy=None):
-    batches = _sampled_batches(config, plan, x, y, strategy)
-    if config.augmult == 1:
-        return batches
-    # Public augmentation randomness (see tf_tempered.augment): from --seed. ScatterNet
-    # features: x holds each example's shifted variants, and each copy picks one.
-    copies = augment.pick_variants if config.features == "scatternet" else None
-    return augment.augmult_batches(batches, multiplicity=config.augmult,
-                                   max_shift=config.augment_shift, flip=config.augment_flip,
-                                   copies=copies, seed=config.seed)
-
-
-def _sampled_batches(config, plan, x, y, strategy=None):
-    replicas = 1 if strategy is None else strategy.num_replicas_in_sync
-    if config.dpsgd and config.sampling == "poisson" and replicas > 1:
-        # Replica r samples x[r::R] with the same q: a Poisson sample of all N per step.
-        return sampling.distributed_poisson_batches(
-            strategy, x, y, expected_batch_size=config.batch_size,
-            steps=plan.steps_per_epoch, insecure_dp_seed=config.insecure_dp_seed)
-    if config.dpsgd and config.sampling == "poisson":
-        q = config.batch_size / len(x)
-        max_batch = sampling.default_max_batch_size(
-            num_examples=len(x), sampling_probability=q, total_steps=plan.total_steps)
-        # One epoch's steps; every new iteration (epoch) draws fresh batches.
-        return sampling.poisson_batches(x, y, expected_batch_size=config.batch_size,
-                                        steps=plan.steps_per_epoch, max_batch_size=max_batch,
-                                        insecure_dp_seed=config.insecure_dp_seed)
-    seed = config.seed
-    if config.dpsgd:  # which examples share a batch is privacy-relevant: secret
-        seed = randomness.dp_seed("shuffle", insecure_dp_seed=config.insecure_dp_seed)
-    ds = tf.data.Dataset.from_tensor_slices((x, y))
-    ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
-    # Fixed-size batches: microbatches must divide every batch.
-    return ds.batch(config.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-
-
 def progress_verbosity(stream=None):
     """1 (progress bar and a line per epoch) on a terminal, else 2 (a line per epoch).
 
@@ -295,7 +257,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                                       **loss_options),
                       metrics=["accuracy"])
-    train_ds = _train_dataset(config, plan, train_x, dataset.y_train, strategy)
+    train_ds = train_data.training_batches(config, plan, train_x, dataset.y_train, strategy)
     del train_x
     test_batch = 1024
     if strategy is not None and strategy.num_replicas_in_sync > 1:

@@ -50,9 +50,10 @@ import types
 import numpy as np  # noqa: F401 (the module docstring's example uses it)
 
 from tf_tempered._compat import check_same_keras, keras, tf
-from tf_tempered.privacy import (coverage, distribute, keras_bridge, layer_grads,
+from tf_tempered.privacy import (coverage, distribute, keras_bridge, layer_grads, layer_report,
                                  microbatching, randomness, recording, second_pass)
 from tf_tempered.privacy.clip import ClipWeights
+from tf_tempered.privacy.layer_report import layer_paths
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import DPConfig, dp_config, model_dp_config, settings_config
 
@@ -80,22 +81,6 @@ def has_secret_dp_randomness(model):
             "tf_tempered does not draw its DP noise (TF Privacy's own DP path draws it "
             "from TensorFlow's global seed). Call tf_tempered.make_private(model) first.")
     return model._dp_noise.is_secret  # pylint: disable=protected-access
-
-
-def layer_paths(model):
-    """Which handler and path each trainable layer took in the model's last traced DP step.
-
-    A list of dicts ``{"layer", "class", "handler", "path"}`` in recording order
-    (``path``: :func:`tf_tempered.privacy.layer_grads.describe_path`; choices made per
-    step, e.g. for a batch size unknown while tracing, read "per step"). Raises
-    ValueError before the first training step of a model prepared by make_private.
-    """
-    paths = getattr(model, "_dp_layer_paths", None) if is_private(model) else None
-    if paths is None:
-        raise ValueError(f"model {getattr(model, 'name', model)!r} has no traced DP step yet: "
-                         "call tf_tempered.make_private(model), compile it with a DP optimizer "
-                         "(or DP settings) and train one step (fit or train_on_batch) first.")
-    return [dict(p) for p in paths]
 
 
 def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microbatches=None,
@@ -307,10 +292,7 @@ def _train_step(self, data):
              else first.handler.norms(first, first.params, step) if len(calls) == 1
              else layer_grads.multi_call.multi_call_norms(calls, step)
              for first, calls in groups]
-    keras_bridge.set_untracked(self, "_dp_layer_paths", [
-        {"layer": first.layer.name, "class": type(first.layer).__name__,
-         "handler": first.handler.name if len(calls) == 1 else "multi_call",
-         "path": layer_grads.describe_path(n.path)} for (first, calls), n in zip(groups, norms)])
+    layer_report.remember(self, groups, norms)
     sq_norm = tf.zeros([num_microbatches], tf.float32)
     for layer_norms in norms:
         sq_norm += tf.cast(layer_norms.sq_norms, tf.float32)

@@ -1,0 +1,62 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The train script's batches: Poisson or shuffled sampling, then augmentation copies."""
+
+from tf_tempered import augment
+from tf_tempered._compat import tf
+from tf_tempered.privacy import randomness, sampling
+
+__all__ = ["sampled_batches", "training_batches"]
+
+
+def training_batches(config, plan, x, y, strategy=None):
+    """The run's training batches: sampled as config.sampling says, then K augmented
+    copies of each example with --augmult=K (x: the features of every shift, [N, V, ...],
+    for ScatterNet features)."""
+    batches = sampled_batches(config, plan, x, y, strategy)
+    if config.augmult == 1:
+        return batches
+    # Public augmentation randomness (see tf_tempered.augment): from --seed. ScatterNet
+    # features: x holds each example's shifted variants, and each copy picks one.
+    copies = augment.pick_variants if config.features == "scatternet" else None
+    return augment.augmult_batches(batches, multiplicity=config.augmult,
+                                   max_shift=config.augment_shift, flip=config.augment_flip,
+                                   copies=copies, seed=config.seed)
+
+
+def sampled_batches(config, plan, x, y, strategy=None):
+    """Poisson batches (padded, with a mask; per replica under a strategy) for DP-SGD with
+    --sampling=poisson, else shuffled fixed-size batches (the shuffle keyed by a secret
+    for DP-SGD, by --seed otherwise)."""
+    replicas = 1 if strategy is None else strategy.num_replicas_in_sync
+    if config.dpsgd and config.sampling == "poisson" and replicas > 1:
+        # Replica r samples x[r::R] with the same q: a Poisson sample of all N per step.
+        return sampling.distributed_poisson_batches(
+            strategy, x, y, expected_batch_size=config.batch_size,
+            steps=plan.steps_per_epoch, insecure_dp_seed=config.insecure_dp_seed)
+    if config.dpsgd and config.sampling == "poisson":
+        q = config.batch_size / len(x)
+        max_batch = sampling.default_max_batch_size(
+            num_examples=len(x), sampling_probability=q, total_steps=plan.total_steps)
+        # One epoch's steps; every new iteration (epoch) draws fresh batches.
+        return sampling.poisson_batches(x, y, expected_batch_size=config.batch_size,
+                                        steps=plan.steps_per_epoch, max_batch_size=max_batch,
+                                        insecure_dp_seed=config.insecure_dp_seed)
+    seed = config.seed
+    if config.dpsgd:  # which examples share a batch is privacy-relevant: secret
+        seed = randomness.dp_seed("shuffle", insecure_dp_seed=config.insecure_dp_seed)
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+    # Fixed-size batches: microbatches must divide every batch.
+    return ds.batch(config.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
