@@ -83,6 +83,24 @@ def test_counter_gives_a_new_draw_each_time():
     assert abs(uniform.mean() - 0.5) < 5 * np.sqrt(1 / 12 / 1000)
 
 
+def test_streams_share_no_philox_block():
+    """Poisson shards draw from streams 0..R-1 of one key at the same counters: their
+    values must not overlap (a stream in the low counter bits made stream s + 1 the draw
+    of stream s shifted by one block, so two shards' examples shared their uniforms)."""
+    source = randomness.DPRandomness("batches")
+    draws = {(s, c): source.uniform([2000], counter=c, stream=s).numpy()
+             for s in range(3) for c in (7, 8)}
+    values = np.concatenate(list(draws.values()))
+    assert len(np.unique(values)) == len(values)  # no value repeats across the 6 draws
+    # and none is a shifted copy of another: their correlations are those of independent draws
+    a, b = draws[(0, 7)], draws[(1, 7)]
+    for shift in range(1, 5):
+        assert abs(np.corrcoef(a[shift:], b[:-shift])[0, 1]) < 0.1
+        assert abs(np.corrcoef(b[shift:], a[:-shift])[0, 1]) < 0.1
+    normal = [source.normal([1000], stddev=1.0, counter=3, stream=s).numpy() for s in (0, 1)]
+    assert len(np.intersect1d(normal[0], normal[1])) == 0
+
+
 def test_draw_compiles_with_xla():
     source = randomness.DPRandomness("noise")
 

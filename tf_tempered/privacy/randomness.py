@@ -26,9 +26,10 @@ The key and a draw counter live in two untracked ``tf.Variable`` objects: their
 values are not in traced graphs (nothing to leak through TensorBoard's graph
 dump), not in ``model.weights``, checkpoints or ``model.keras``, and never printed.
 Each draw is one stateless Philox call (``StatelessRandomNormalV2`` /
-``StatelessRandomUniformV2``, XLA-compilable) at counter ``[s, c]``, where ``c``
-is distinct per draw of a stream ``s`` (0 unless a caller splits the key into
-streams, e.g. one per Poisson shard), so no two draws share Philox blocks.
+``StatelessRandomUniformV2``, XLA-compilable) at the 128-bit counter with ``c`` in
+its high 64 bits and ``s·2^48`` in its low 64, where ``c`` is distinct per draw of a
+stream ``s`` (0 unless a caller splits the key into streams, e.g. one per Poisson
+shard), so no two draws share Philox blocks.
 
 ``insecure_dp_seed=K`` (an int) derives the key from K instead: bit-for-bit
 reproducible DP runs for debugging and tests, and NOT private; the first such use
@@ -58,6 +59,8 @@ __all__ = ["DPRandomness", "InsecureDPRandomnessWarning", "check_insecure_dp_see
            "gaussian_noise_like", "secret_seed", "dp_seed", "INSECURE_NOTE"]
 
 _PHILOX = 1  # tf.random.Algorithm.PHILOX
+_STREAM_SHIFT = 48
+MAX_STREAMS = 2 ** 15  # streams 0 .. 2^15 - 1 keep the int64 low word non-negative
 INSECURE_NOTE = ("the ε does NOT hold: DP noise and batch membership come from "
                  "insecure_dp_seed (reproducible by anyone who knows it, not private)")
 _warned = False  # the opt-in warns once per process
@@ -170,13 +173,19 @@ class DPRandomness:
         return self._counter.assign_add(1)
 
     def _key_counter(self, counter, stream):
+        """Philox's 128-bit counter: draw counter c in the high 64 bits, the stream s in the
+        top 16 of the low 64. A draw increments the low word from s·2^48, one per Philox
+        block (4 float32 or 2 float64 values), so draws of different (s, c) never share a
+        block (a draw would need 2^48 blocks to reach the next stream). A stream in the
+        low word's bottom bits would make stream s + 1 the draw of stream s shifted by
+        one block: correlated, not independent, Poisson shards."""
         key = tf.reshape(tf.bitcast(self._key.read_value(), tf.uint64), [1])
         counter = tf.cast(counter, tf.int64)
-        stream = tf.cast(stream, tf.int64)
-        return key, tf.bitcast(tf.stack([stream, counter]), tf.uint64)
+        low = tf.bitwise.left_shift(tf.cast(stream, tf.int64), _STREAM_SHIFT)
+        return key, tf.bitcast(tf.stack([low, counter]), tf.uint64)
 
     def normal(self, shape, *, stddev, counter, stream=0, dtype=tf.float32):
-        """N(0, stddev²) of ``shape``: one Philox draw at 128-bit counter ``[stream, counter]``.
+        """N(0, stddev²) of ``shape``: one Philox draw at ``(stream, counter)`` (_key_counter).
 
         ``stream`` (default 0) separates independent sub-streams of one key, e.g. the
         shards of :func:`~tf_tempered.privacy.sampling.poisson_batches`.
@@ -187,7 +196,7 @@ class DPRandomness:
         return draw * tf.cast(stddev, dtype)
 
     def uniform(self, shape, *, counter, stream=0, dtype=tf.float64):
-        """U[0, 1) of ``shape``: one Philox draw at counter ``[stream, counter]``."""
+        """U[0, 1) of ``shape``: one Philox draw at ``(stream, counter)`` (_key_counter)."""
         key, counter = self._key_counter(counter, stream)
         return tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter,
                                                    alg=_PHILOX, dtype=dtype)

@@ -206,6 +206,10 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
             or not 0 <= shard_index < num_shards):
         raise ValueError(f"shard_index must be an integer in [0, num_shards={num_shards}), "
                          f"got {shard_index!r}.")
+    if num_shards > randomness.MAX_STREAMS:
+        raise ValueError(f"num_shards={num_shards} exceeds the {randomness.MAX_STREAMS} "
+                         "independent Philox streams of one key. Fix: fewer replicas per "
+                         "worker.")
     if num_shards > num_examples:
         raise ValueError(f"num_shards={num_shards} exceeds the {num_examples} examples; "
                          f"every shard needs at least one example.")
