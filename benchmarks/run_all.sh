@@ -39,3 +39,19 @@ $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --steps=3 -
 $PY benchmarks/keras_versions.py --model=mnist --batch_size=256 --processes=5 --json=$out/mnist_b256_keras3_vs_keras2.json | tee $out/mnist_b256_keras3_vs_keras2.md
 $PY benchmarks/keras_versions.py --model=cifar10 --batch_size=256 --processes=3 --steps=3 --rounds=3 --json=$out/cifar10_b256_keras3_vs_keras2.json | tee $out/cifar10_b256_keras3_vs_keras2.md
 # (results/*_run1.md, *_run2.*, *_run3.*: further runs of these commands on 2026-11-23 (MNIST run1 with --processes=4); see keras3_summary.md)
+# Issue 14's rows (Keras 3): the text classifier, Conv1D, MobileNet-style and LSTM models, with the path each
+# layer took; CIFAR-10 with EngineOptions.low_memory() as well.
+$PY benchmarks/dp_step.py --keras=3 --model=text --paths=nonprivate,tf_tempered --rounds=5 --json=$out/text_b256_keras3.json | tee $out/text_b256_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=conv1d --paths=nonprivate,tf_tempered --rounds=5 --json=$out/conv1d_b256_keras3.json | tee $out/conv1d_b256_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=mobilenet --paths=nonprivate,tf_tempered --rounds=5 --json=$out/mobilenet_b256_keras3.json | tee $out/mobilenet_b256_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=lstm --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/lstm_b256_keras3.json | tee $out/lstm_b256_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_low_memory --steps=2 --rounds=5 --json=$out/cifar10_b256_low_memory_keras3.json | tee $out/cifar10_b256_low_memory_keras3.md
+# Peak memory with each configuration alone in its process (in one process the allocator's peak also holds what
+# earlier paths left), twice.
+{
+  for r in 1 2; do
+    $PY benchmarks/memory_alone.py text nonprivate; $PY benchmarks/memory_alone.py text dp
+    $PY benchmarks/memory_alone.py cifar10 nonprivate; $PY benchmarks/memory_alone.py cifar10 dp
+    $PY benchmarks/memory_alone.py cifar10 dp '{"clipped_sum": "recompute", "materialize_max_bytes": 8388608, "patch_chunk_bytes": 4194304}'
+  done
+} 2>/dev/null | tee $out/memory_alone_keras3.txt
