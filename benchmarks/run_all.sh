@@ -42,9 +42,9 @@ $PY benchmarks/keras_versions.py --model=cifar10 --batch_size=256 --processes=3 
 # Issue 14's rows (Keras 3): the text classifier, Conv1D, MobileNet-style and LSTM models, with the path each
 # layer took; CIFAR-10 with EngineOptions.low_memory() as well.
 $PY benchmarks/dp_step.py --keras=3 --model=text --paths=nonprivate,tf_tempered --rounds=5 --json=$out/text_b256_keras3.json | tee $out/text_b256_keras3.md
-$PY benchmarks/dp_step.py --keras=3 --model=conv1d --paths=nonprivate,tf_tempered --rounds=5 --json=$out/conv1d_b256_keras3.json | tee $out/conv1d_b256_keras3.md
-$PY benchmarks/dp_step.py --keras=3 --model=mobilenet --paths=nonprivate,tf_tempered --rounds=5 --json=$out/mobilenet_b256_keras3.json | tee $out/mobilenet_b256_keras3.md
-$PY benchmarks/dp_step.py --keras=3 --model=lstm --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/lstm_b256_keras3.json | tee $out/lstm_b256_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=conv1d --paths=nonprivate,tf_tempered --rounds=5 --json=$out/conv1d_b256_keras3_run_all.json | tee $out/conv1d_b256_keras3_run_all.md
+$PY benchmarks/dp_step.py --keras=3 --model=mobilenet --paths=nonprivate,tf_tempered --rounds=5 --json=$out/mobilenet_b256_keras3_run_all.json | tee $out/mobilenet_b256_keras3_run_all.md
+$PY benchmarks/dp_step.py --keras=3 --model=lstm --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/lstm_b256_keras3_run_all.json | tee $out/lstm_b256_keras3_run_all.md
 $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_low_memory --steps=2 --rounds=5 --json=$out/cifar10_b256_low_memory_keras3.json | tee $out/cifar10_b256_low_memory_keras3.md
 # Peak memory with each configuration alone in its process (in one process the allocator's peak also holds what
 # earlier paths left), twice.
