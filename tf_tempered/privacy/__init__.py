@@ -16,8 +16,8 @@
 from tf_tempered.privacy.accounting import (compute_epsilon, make_dp_event,
                                             noise_multiplier_for_epsilon, num_steps)
 from tf_tempered.privacy.engine import (DPConfig, EngineOptions, UnsupportedLayerError, dp_config,
-                                        has_secret_dp_randomness, is_private, layer_paths,
-                                        make_private)
+                                        has_secret_dp_randomness, is_private, make_private)
+from tf_tempered.privacy.layer_report import layer_paths
 from tf_tempered.privacy.optimizers import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,
                                             DPKerasSGDOptimizer)
 from tf_tempered.privacy.randomness import InsecureDPRandomnessWarning

@@ -53,12 +53,11 @@ from tf_tempered._compat import check_same_keras, keras, tf
 from tf_tempered.privacy import (coverage, distribute, keras_bridge, layer_grads, layer_report,
                                  microbatching, randomness, recording, second_pass)
 from tf_tempered.privacy.clip import ClipWeights
-from tf_tempered.privacy.layer_report import layer_paths
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import DPConfig, dp_config, model_dp_config, settings_config
 
 __all__ = ["DPConfig", "EngineOptions", "dp_config", "make_private", "is_private",
-           "has_secret_dp_randomness", "layer_paths", "UnsupportedLayerError"]
+           "has_secret_dp_randomness", "UnsupportedLayerError"]
 
 UnsupportedLayerError = recording.UnsupportedLayerError
 

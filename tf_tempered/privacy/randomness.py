@@ -173,8 +173,8 @@ class DPRandomness:
         return self._counter.assign_add(1)
 
     def _key_counter(self, counter, stream):
-        """Philox's 128-bit counter: draw counter c in the high 64 bits, the stream s in the
-        top 16 of the low 64. A draw increments the low word from s·2^48, one per Philox
+        """Philox's 128-bit counter: draw counter c in the high 64 bits, the stream s in
+        bits 48-62 of the low 64. A draw increments the low word from s·2^48, one per Philox
         block (4 float32 or 2 float64 values), so draws of different (s, c) never share a
         block (a draw would need 2^48 blocks to reach the next stream). A stream in the
         low word's bottom bits would make stream s + 1 the draw of stream s shifted by

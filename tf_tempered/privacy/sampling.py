@@ -208,8 +208,8 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
                          f"got {shard_index!r}.")
     if num_shards > randomness.MAX_STREAMS:
         raise ValueError(f"num_shards={num_shards} exceeds the {randomness.MAX_STREAMS} "
-                         "independent Philox streams of one key. Fix: fewer replicas per "
-                         "worker.")
+                         "independent Philox streams of one key. Fix: fewer shards (one "
+                         "per replica under a strategy).")
     if num_shards > num_examples:
         raise ValueError(f"num_shards={num_shards} exceeds the {num_examples} examples; "
                          f"every shard needs at least one example.")
