@@ -41,7 +41,8 @@ from tf_tempered import data_readers as readers
 from tf_tempered.data_readers import DataFormatError, read_idx
 
 __all__ = ["Dataset", "DataFormatError", "DataNotFoundError", "DATA_DIR_ENV",
-           "KNOWN_LOCATIONS", "NAMES", "load", "read_idx", "split_validation"]
+           "KNOWN_LOCATIONS", "NAMES", "load", "read_idx", "split_validation",
+           "validation_block", "without_block"]
 
 NAMES = ("mnist", "fashion_mnist", "cifar10", "digits")
 DATA_DIR_ENV = "TF_TEMPERED_DATA_DIR"
@@ -143,27 +144,64 @@ def load(name, *, data_dir=None, num_train=None, num_test=None, allow_tfds=True)
                    10, _CLASS_NAMES[key], source)
 
 
-def split_validation(dataset, validation_size):
-    """``(train_dataset, (x_val, y_val))``: the LAST ``validation_size`` training examples held out.
+def validation_block(num_examples, validation_size, fold=None):
+    """``(start, stop)``: which of ``num_examples`` training examples are held out.
 
-    A fixed, public split (no shuffling): the training files of MNIST, Fashion-MNIST
-    and CIFAR-10, and :func:`load`'s digits split, are not ordered by class, so their
-    tail is a representative sample. The returned Dataset's train arrays are the
-    first ``N - validation_size`` examples, the only ones a model trained on it sees.
+    ``fold=None``: the last ``validation_size``. ``fold=k``: block k of
+    ``validation_size`` examples counted from the start, ``[k·size, (k+1)·size)``;
+    with ``size = N / K``, folds 0..K−1 are K-fold cross-validation.
+
+    >>> validation_block(60000, 5000), validation_block(60000, 12000, fold=1)
+    ((55000, 60000), (12000, 24000))
+    """
+    n = int(num_examples)
+    if isinstance(validation_size, bool) or not isinstance(validation_size, (int, np.integer)) \
+            or not 0 < validation_size < n:
+        raise ValueError(f"validation_size={validation_size!r} is invalid: it must be an "
+                         f"integer in [1, {n - 1}] ({n} training examples).")
+    size = int(validation_size)
+    if fold is None:
+        return n - size, n
+    if isinstance(fold, bool) or not isinstance(fold, (int, np.integer)) or fold < 0 \
+            or (fold + 1) * size > n:
+        raise ValueError(f"fold={fold!r} is invalid: with validation_size={size} and {n} "
+                         f"training examples it must be an integer in [0, {n // size - 1}].")
+    return int(fold) * size, (int(fold) + 1) * size
+
+
+def without_block(array, start, stop):
+    """``array`` minus rows ``[start, stop)``, in order (a view when one part is empty)."""
+    if start == 0:
+        return array[stop:]
+    if stop >= len(array):
+        return array[:start]
+    return np.concatenate([array[:start], array[stop:]])
+
+
+def split_validation(dataset, validation_size, *, fold=None):
+    """``(train_dataset, (x_val, y_val))``: a block of ``validation_size`` training examples held out.
+
+    By default the LAST ``validation_size``; ``fold=k`` holds out the k-th block from
+    the start instead (:func:`validation_block`: K-fold cross-validation). A fixed,
+    public split (no shuffling): the training files of MNIST, Fashion-MNIST and
+    CIFAR-10, and :func:`load`'s digits split, are not ordered by class, so every block
+    is a representative sample. The returned Dataset's train arrays are the other
+    examples, in order, the only ones a model trained on it sees.
 
     >>> train, (x_val, y_val) = split_validation(load("digits"), 100)
     >>> len(train.y_train), len(y_val)
     (1338, 100)
+    >>> train, (x_val, y_val) = split_validation(load("digits"), 479, fold=2)
+    >>> len(train.y_train), len(y_val)
+    (959, 479)
     """
-    n = len(dataset.y_train)
-    if isinstance(validation_size, bool) or not isinstance(validation_size, (int, np.integer)) \
-            or not 0 < validation_size < n:
-        raise ValueError(f"validation_size={validation_size!r} is invalid: it must be an "
-                         f"integer in [1, {n - 1}] ({n} training examples of {dataset.name}).")
-    cut = n - int(validation_size)
-    train = dataclasses.replace(dataset, x_train=dataset.x_train[:cut],
-                                y_train=dataset.y_train[:cut])
-    return train, (dataset.x_train[cut:], dataset.y_train[cut:])
+    try:
+        start, stop = validation_block(len(dataset.y_train), validation_size, fold)
+    except ValueError as e:
+        raise ValueError(f"{e} (training set of {dataset.name})") from None
+    train = dataclasses.replace(dataset, x_train=without_block(dataset.x_train, start, stop),
+                                y_train=without_block(dataset.y_train, start, stop))
+    return train, (dataset.x_train[start:stop], dataset.y_train[start:stop])
 
 
 def _to_float(images):

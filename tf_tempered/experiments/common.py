@@ -72,6 +72,7 @@ class TrainConfig:
     num_train: int = None
     num_test: int = None
     validation_size: int = 0
+    validation_fold: int = None
     activation: str = "tempered_sigmoid"
     scale: float = 2.0
     inverse_temperature: float = 2.0
@@ -185,6 +186,15 @@ def validate_config(config):
     if not _is_number(config.validation_size, integer=True) or config.validation_size < 0:
         _fail(f"--validation_size={config.validation_size!r} is invalid: it must be a "
               "non-negative integer (0: no validation split). Fix: e.g. --validation_size=5000.")
+    if config.validation_fold is not None:
+        if not _is_number(config.validation_fold, integer=True) or config.validation_fold < 0:
+            _fail(f"--validation_fold={config.validation_fold!r} is invalid: it must be an "
+                  "integer >= 0 (block k of --validation_size examples from the start). Fix: "
+                  "e.g. --validation_fold=0, or drop it (the last --validation_size examples).")
+        if not config.validation_size:
+            _fail(f"--validation_fold={config.validation_fold} needs --validation_size (the "
+                  "size of each fold). Fix: e.g. --validation_size=12000 for 5 folds of "
+                  "MNIST's 60,000.")
     for name in ("noise_multiplier", "target_epsilon"):
         _check_positive(config, name, optional=True)
     if config.ema_decay is not None and not (_is_number(config.ema_decay)
@@ -247,6 +257,12 @@ def check_num_examples(config, num_examples):
               f"--dataset={config.dataset} has {num_examples}"
               f"{f' (--num_train={config.num_train})' if config.num_train else ''}. Fix: use "
               f"--validation_size={num_examples // 10} or less.")
+    fold = config.validation_fold
+    if fold is not None and (fold + 1) * config.validation_size > num_examples:
+        _fail(f"--validation_fold={fold} is past the end: {num_examples // config.validation_size}"
+              f" folds of --validation_size={config.validation_size} fit in the "
+              f"{num_examples} training examples of --dataset={config.dataset}. Fix: use "
+              f"--validation_fold={num_examples // config.validation_size - 1} or less.")
     num_examples -= config.validation_size
     if num_examples < config.batch_size:
         held_out = config.validation_size
@@ -293,6 +309,9 @@ def define_training_flags(flag_values, exclude=()):
          "Hold out the LAST so many training examples as a validation set (0: none). "
          "Training, σ and ε use the others only; per-epoch and final accuracy are then on "
          "the validation set, and the test set is evaluated once, at the end."),
+        ("integer", "validation_fold", None,
+         "With --validation_size=S: hold out examples [k*S, (k+1)*S) instead of the last S "
+         "(k-fold cross-validation: S = N/K and k = 0..K-1, one run per fold)."),
         ("enum", "activation", d.activation, "Activation of every hidden layer.", ACTIVATIONS),
         ("float", "scale", d.scale, "Tempered sigmoid scale s."),
         ("float", "inverse_temperature", d.inverse_temperature, "Tempered sigmoid T."),

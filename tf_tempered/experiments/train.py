@@ -39,7 +39,8 @@ reported as TF Privacy does, *assuming* Poisson sampling, and labelled so, next 
 the bound actually proven for shuffling (no amplification by subsampling).
 
 Model selection: ``--validation_size=N`` holds out the last N training examples
-(:func:`tf_tempered.data.split_validation`); training, σ and ε use the rest only,
+(:func:`tf_tempered.data.split_validation`; ``--validation_fold=k`` holds out block k
+of N from the start instead, for k-fold cross-validation); training, σ and ε use the rest only,
 each epoch reports ``validation_accuracy``, and the test set is evaluated once, at
 the end (``test_accuracy``), so choices made on the validation numbers leave the
 test accuracy an unbiased estimate.
@@ -219,16 +220,21 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
     if config.features == "scatternet":  # a fixed public transform: no privacy cost
         dataset = scatternet.scatter_dataset(dataset)
     common.check_num_examples(config, len(dataset.y_train))
-    validation = None
+    validation, held_out = None, (len(dataset.y_train), len(dataset.y_train))
     if config.validation_size:
-        # The last validation_size examples; everything below (σ, ε, the model's
-        # data) sees only the first N - validation_size.
-        dataset, validation = data_lib.split_validation(dataset, config.validation_size)
+        # A block of validation_size examples (the last, or --validation_fold's);
+        # everything below (σ, ε, the model's data) sees only the others.
+        held_out = data_lib.validation_block(len(dataset.y_train), config.validation_size,
+                                             config.validation_fold)
+        dataset, validation = data_lib.split_validation(dataset, config.validation_size,
+                                                        fold=config.validation_fold)
     train_x = dataset.x_train
     if config.features == "scatternet" and config.augmult > 1:
-        # The features of every shifted image, once: augmentation copies pick among them.
-        train_x = scatternet.shifted_scattering_features(images[:len(dataset.y_train)],
-                                                         max_shift=config.augment_shift)
+        # The features of every shifted image, once (for all images, so one cache
+        # serves every split): augmentation copies pick among them.
+        train_x = data_lib.without_block(
+            scatternet.shifted_scattering_features(images, max_shift=config.augment_shift),
+            *held_out)
     plan = plan_privacy(config, len(dataset.y_train))
     # --feature_norm=dp_stats: released once, from the training part only (plan accounts it);
     # with --backup_dir, once per run, however often it is resumed.
@@ -334,6 +340,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         "dataset": {"name": dataset.name, "source": dataset.source,
                     "num_train": len(dataset.y_train), "num_test": len(dataset.y_test),
                     "num_validation": config.validation_size,
+                    "validation_fold": config.validation_fold,
                     "input_shape": list(dataset.input_shape)},
         "model": {"name": model.name, "params": int(model.count_params())},
         "history": report.records,
