@@ -225,3 +225,29 @@ def test_train_script_augments_scatternet_features_with_shifted_images():
     result = train.run_training(config, verbose=0)
     assert result["epsilon"] == pytest.approx(plain["epsilon"], rel=1e-12)  # no privacy cost
     assert 0.0 <= result["test_accuracy"] <= 1.0
+
+
+def test_shifted_scatternet_features_follow_a_middle_validation_fold(monkeypatch):
+    """--validation_fold: the augmented features of training example i are those of its image."""
+    pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
+    from tf_tempered import data, scatternet  # pylint: disable=g-import-not-at-top
+    from tf_tempered.experiments import common, train, train_data  # pylint: disable=g-import-not-at-top
+    config = common.TrainConfig(dataset="digits", features="scatternet", activation="tanh",
+                                num_train=192, num_test=32, batch_size=32, epochs=1,
+                                learning_rate=0.5, l2_norm_clip=0.1, seed=0, augmult=2,
+                                augment_shift=1, validation_size=64, validation_fold=1)
+    seen = {}
+    real = train_data.training_batches
+
+    def spy(config, plan, x, y, strategy):
+        seen["x"], seen["y"] = x, y
+        return real(config, plan, x, y, strategy)
+
+    monkeypatch.setattr(train_data, "training_batches", spy)
+    result = train.run_training(config, verbose=0)
+    ds = data.load("digits", num_train=192, num_test=32)
+    rest = np.r_[0:64, 128:192]  # fold 1 of 64 held out
+    np.testing.assert_array_equal(seen["y"], ds.y_train[rest])
+    unshifted = scatternet.scattering_features(ds.x_train[rest])  # variant 4: shift (0, 0)
+    np.testing.assert_allclose(seen["x"][:, 4], unshifted.astype(np.float16), rtol=0, atol=0)
+    assert result["dataset"]["num_train"] == 128

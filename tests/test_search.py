@@ -97,6 +97,36 @@ def test_selects_on_validation_accuracy_only_and_writes_tables(tmp_path):
                              run=run)["num_trained"] == 0 and len(seen) == 4
 
 
+def test_cross_validation_scores_the_mean_over_folds(tmp_path):
+    axes = [search.parse_axis("learning_rate=0.5,1")]
+    # Fold 0 alone would pick lr 0.5; the mean over three folds picks lr 1.
+    fake = {(0.5, 0): 0.9, (0.5, 1): 0.5, (0.5, 2): 0.5, (1.0, 0): 0.8, (1.0, 1): 0.7,
+            (1.0, 2): 0.6}
+    seen = []
+
+    def run(config):
+        seen.append((config.learning_rate, config.validation_fold))
+        return {"validation_accuracy": fake[seen[-1]], "test_accuracy": 1.0, "epsilon": 3.0,
+                "delta": 1e-5, "noise_multiplier": 1.5, "steps": 10, "wall_time_s": 2.0}
+
+    summary = search.run_search(BASE, axes, output_dir=str(tmp_path), folds=3, verbose=0,
+                                run=run)
+    assert sorted(seen) == sorted(fake)
+    best = summary["best"]
+    assert best["changes"] == "learning_rate=1.0" and best["trial"] == "trial001"
+    assert best["validation_accuracy"] == pytest.approx(0.7)
+    assert best["fold_accuracies"] == "0.8000 0.7000 0.6000" and best["wall_time_s"] == 6.0
+    assert "--validation_fold" not in summary["best_command"]
+    assert (tmp_path / "runs" / "trial000_fold2.json").is_file()
+    assert "mean of 3 folds of 300" in (tmp_path / "search.md").read_text()
+    for folds, base, match in ((0, BASE, "--validation_folds=0 is invalid"),
+                               (3, BASE.replace(validation_fold=1), "drop --validation_fold")):
+        with pytest.raises(ConfigError, match=match):
+            search.run_search(base, axes, output_dir=str(tmp_path), folds=folds, run=run)
+    with pytest.raises(ConfigError, match="cannot be searched"):
+        search.parse_axis("validation_fold=0,1")
+
+
 def test_a_real_tiny_search(tmp_path):
     summary = search.run_search(BASE, [search.parse_axis("learning_rate=0.5,1")],
                                 output_dir=str(tmp_path), verbose=0)

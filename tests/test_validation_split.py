@@ -46,6 +46,46 @@ def test_split_is_the_last_examples_and_keeps_the_rest():
             data.split_validation(ds, bad)
 
 
+def test_folds_are_blocks_from_the_start_and_cover_the_training_set():
+    assert data.validation_block(60000, 5000) == (55000, 60000)  # the default: the tail
+    assert [data.validation_block(60000, 12000, k) for k in range(5)] == [
+        (0, 12000), (12000, 24000), (24000, 36000), (36000, 48000), (48000, 60000)]
+    ds = data.load("digits")
+    held_out = []
+    for k in range(3):
+        train, (x_val, y_val) = data.split_validation(ds, 479, fold=k)
+        block = slice(479 * k, 479 * (k + 1))
+        np.testing.assert_array_equal(x_val, ds.x_train[block])
+        np.testing.assert_array_equal(y_val, ds.y_train[block])
+        rest = np.delete(np.arange(DIGITS_TRAIN), np.arange(DIGITS_TRAIN)[block])
+        np.testing.assert_array_equal(train.x_train, ds.x_train[rest])
+        np.testing.assert_array_equal(train.y_train, ds.y_train[rest])
+        held_out.extend(range(DIGITS_TRAIN)[block])
+    assert held_out == list(range(3 * 479))  # each example held out once (1438 = 3·479 + 1)
+    # The last fold's rest is a view, the middle one's a copy: the order is kept either way.
+    x = np.arange(10)
+    assert data.without_block(x, 0, 3).tolist() == list(range(3, 10))
+    assert data.without_block(x, 4, 7).tolist() == [0, 1, 2, 3, 7, 8, 9]
+    for bad in (-1, 3, 1.0, True):
+        with pytest.raises(ValueError, match=r"fold=.* must be an integer in \[0, 2\]"):
+            data.split_validation(ds, 479, fold=bad)
+
+
+def test_validation_fold_flag_is_checked_and_trains_without_its_block():
+    with pytest.raises(ConfigError, match="--validation_fold=-1 is invalid"):
+        validate_config(TINY.replace(validation_fold=-1))
+    with pytest.raises(ConfigError, match="--validation_fold=0 needs --validation_size"):
+        validate_config(TINY.replace(validation_size=0, validation_fold=0))
+    with pytest.raises(ConfigError, match="--validation_fold=3 is past the end.*"
+                                          "--validation_fold=2 or less"):
+        train_lib.run_training(TINY.replace(validation_size=479, validation_fold=3), verbose=0)
+    metrics = train_lib.run_training(TINY.replace(validation_size=479, validation_fold=1),
+                                     verbose=0)
+    assert metrics["dataset"]["num_train"] == DIGITS_TRAIN - 479
+    assert metrics["dataset"]["validation_fold"] == 1
+    assert metrics["epsilon"] <= 3.0
+
+
 @pytest.mark.skipif(not (SHARED / "mnist").is_dir(), reason="no shared MNIST files")
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist"])
 def test_idx_training_files_are_not_class_ordered(name):

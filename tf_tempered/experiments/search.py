@@ -27,7 +27,10 @@ replacement with ``--search_seed`` (a public seed: which configs are tried is no
 privacy-relevant). σ is always calibrated with ``--target_epsilon``, so every run ends
 at that ε (at ``--delta``) on the N − ``--validation_size`` training examples it uses.
 
-Selection is by validation accuracy. The test set is evaluated by run_training at the
+Selection is by validation accuracy. ``--validation_folds=K`` (K ≥ 2) makes it K-fold
+cross-validation: each config is trained K times, holding out block k of
+``--validation_size`` examples (``--validation_fold=k``, k = 0..K−1; e.g. 12000 × 5
+for MNIST's 60,000), and scored by the mean of the K validation accuracies. The test set is evaluated by run_training at the
 end of every run but dropped here (not stored, not shown), so the search cannot select
 on it. Writes ``runs/<trial>.json`` (resumable, as the sweep), ``search.csv``,
 ``search.json`` and ``search.md`` (one row per config, best marked), and prints the
@@ -53,7 +56,7 @@ __all__ = ["parse_axis", "expand_trials", "run_search", "best_command", "define_
 
 _FIELDS = {f.name: f for f in dataclasses.fields(common.TrainConfig)}
 _NOT_SEARCHABLE = ("dataset", "data_dir", "output_dir", "target_epsilon", "noise_multiplier",
-                   "validation_size", "delta", "dpsgd", "insecure_dp_seed")
+                   "validation_size", "validation_fold", "delta", "dpsgd", "insecure_dp_seed")
 _TEMPERED = ("scale", "inverse_temperature", "offset", "learnable")
 
 
@@ -142,7 +145,7 @@ def _label(value):
     return f"{kind}:{value['scale']:g}/{value['inverse_temperature']:g}/{value['offset']:g}"
 
 
-def _check_base(config):
+def _check_base(config, folds):
     if not config.dpsgd or config.target_epsilon is None or config.noise_multiplier is not None:
         raise common.ConfigError(
             "the search needs --target_epsilon (σ calibrated so every run ends at that ε) and "
@@ -153,6 +156,13 @@ def _check_base(config):
             "the search selects on a validation split, never the test set: --validation_size "
             "must be > 0. Fix: pass e.g. --validation_size=5000 (MNIST, Fashion-MNIST) or "
             "--validation_size=300 (digits).")
+    if isinstance(folds, bool) or not isinstance(folds, int) or folds < 1:
+        raise common.ConfigError(f"--validation_folds={folds!r} is invalid: it must be an "
+                                 "integer >= 1 (1: one split). Fix: e.g. --validation_folds=5.")
+    if folds > 1 and config.validation_fold is not None:
+        raise common.ConfigError(
+            f"--validation_folds={folds} runs every fold itself; --validation_fold="
+            f"{config.validation_fold} would pin one. Fix: drop --validation_fold.")
 
 
 def _without_test(result):
@@ -182,25 +192,30 @@ def best_command(config, output_dir="results/best"):
     return " ".join(["python -m tf_tempered.experiments.train"] + [shlex.quote(a) for a in args])
 
 
-_COLUMNS = ("best", "trial", "validation_accuracy", "epsilon", "delta", "noise_multiplier",
-            "steps", "wall_time_s", "changes")
+_COLUMNS = ("best", "trial", "validation_accuracy", "fold_accuracies", "epsilon", "delta",
+            "noise_multiplier", "steps", "wall_time_s", "changes")
 
 
 def run_search(base_config, axes, *, output_dir, search="grid", num_trials=None, seed=0,
-               verbose=1, run=None):
+               folds=1, verbose=1, run=None):
     """Trains each trial of :func:`expand_trials`; returns the summary (also search.json).
 
-    ``run(config) -> metrics`` defaults to :func:`run_training`; the test-set entries of
-    its result are dropped before anything is stored or compared.
+    ``folds`` ≥ 2: each trial once per fold k (``validation_fold=k``), scored by the
+    mean validation accuracy. ``run(config) -> metrics`` defaults to
+    :func:`run_training`; the test-set entries of its result are dropped before
+    anything is stored or compared.
     """
-    _check_base(base_config)
+    _check_base(base_config, folds)
     if not output_dir:
         raise common.ConfigError("--output_dir is required for a search (it stores each run "
                                  "and makes the search resumable). Fix: pass --output_dir=DIR.")
     out = pathlib.Path(output_dir)
     trials = expand_trials(base_config.replace(output_dir=None), axes, search=search,
                            num_trials=num_trials, seed=seed)
-    runs = [(f"trial{i:03d}", config) for i, (_, config) in enumerate(trials)]
+    fold_ids = [None] if folds == 1 else list(range(folds))
+    runs = [(f"trial{i:03d}" + ("" if k is None else f"_fold{k}"),
+             config if k is None else config.replace(validation_fold=k))
+            for i, (_, config) in enumerate(trials) for k in fold_ids]
     # verbose=0: run_training's own summary line shows the test accuracy.
     train = run or (lambda c: run_training(c, verbose=0))
 
@@ -213,20 +228,27 @@ def run_search(base_config, axes, *, output_dir, search="grid", num_trials=None,
 
     by_name, trained = results.run_all(out / "runs", runs, run_one, verbose=verbose)
     rows = []
-    for (name, _), (changes, _) in zip(runs, trials):
-        r = by_name[name]
-        rows.append({"trial": name, "validation_accuracy": r["validation_accuracy"],
-                     "epsilon": float(r["epsilon"]), "delta": r["delta"],
-                     "noise_multiplier": r["noise_multiplier"], "steps": r["steps"],
-                     "wall_time_s": r["wall_time_s"],
+    for i, (changes, _) in enumerate(trials):
+        per_fold = [by_name[name] for name, _ in runs[i * len(fold_ids):(i + 1) * len(fold_ids)]]
+        accuracies = [r["validation_accuracy"] for r in per_fold]
+        rows.append({"trial": f"trial{i:03d}",
+                     "validation_accuracy": float(np.mean(accuracies)),
+                     "fold_accuracies": " ".join(f"{a:.4f}" for a in accuracies)
+                                        if folds > 1 else "",
+                     "epsilon": max(float(r["epsilon"]) for r in per_fold),
+                     "delta": per_fold[0]["delta"],
+                     "noise_multiplier": per_fold[0]["noise_multiplier"],
+                     "steps": per_fold[0]["steps"],
+                     "wall_time_s": sum(r["wall_time_s"] for r in per_fold),
                      "changes": " ".join(f"{k}={v}" for k, v in changes.items()) or "(base)"})
     best = max(range(len(rows)), key=lambda i: rows[i]["validation_accuracy"])
     for i, row in enumerate(rows):
         row["best"] = "*" if i == best else ""
-    command = best_command(runs[best][1])
+    command = best_command(trials[best][1])
     summary = {"num_trials": len(rows), "num_trained": trained, "search": search,
                "selection": "validation_accuracy", "target_epsilon": base_config.target_epsilon,
                "delta": base_config.delta, "validation_size": base_config.validation_size,
+               "validation_folds": folds,
                "best": rows[best], "best_command": command, "rows": rows,
                "privacy_note": ("each run's ε covers that run only; the selection over "
                                 f"{len(rows)} runs on validation data carved from the training "
@@ -244,13 +266,16 @@ def run_search(base_config, axes, *, output_dir, search="grid", num_trials=None,
 
 
 def _markdown(rows, summary):
+    folds = summary["validation_folds"]
+    where = (f"{summary['validation_size']} validation examples" if folds == 1 else
+             f"the mean of {folds} folds of {summary['validation_size']} validation examples")
     lines = [f"Search at ε = {summary['target_epsilon']}, δ = {summary['delta']:g}, selected "
-             f"on {summary['validation_size']} validation examples (best marked *).", "",
-             "| best | trial | validation accuracy | ε | σ | changes |",
-             "|---|---|---|---|---|---|"]
+             f"on {where} (best marked *).", "",
+             "| best | trial | validation accuracy | per fold | ε | σ | changes |",
+             "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['best']} | {r['trial']} | {r['validation_accuracy']:.4f} | "
-              f"{r['epsilon']:.4g} | {r['noise_multiplier']:.4g} | {r['changes']} |"
-              for r in rows]
+              f"{r['fold_accuracies'] or '–'} | {r['epsilon']:.4g} | "
+              f"{r['noise_multiplier']:.4g} | {r['changes']} |" for r in rows]
     lines += ["", f"Re-run the best config: `{summary['best_command']}`", "",
               f"Privacy: {summary['privacy_note']}", ""]
     return "\n".join(lines)
@@ -267,6 +292,9 @@ def define_flags():
                       "--num_trials of them drawn with --search_seed.")
     flags.DEFINE_integer("num_trials", None, "Configs to draw with --search=random.")
     flags.DEFINE_integer("search_seed", 0, "Seed of the random search (public).")
+    flags.DEFINE_integer("validation_folds", 1, "K >= 2: K-fold cross-validation, each "
+                         "config trained once per block of --validation_size examples "
+                         "(--validation_fold=0..K-1) and scored by the mean accuracy.")
 
 
 def _run_from_flags(f):
@@ -274,6 +302,7 @@ def _run_from_flags(f):
     axes = [parse_axis(spec) for spec in f["vary"].value]
     run_search(config, axes, output_dir=f["output_dir"].value, search=f["search"].value,
                num_trials=f["num_trials"].value, seed=f["search_seed"].value,
+               folds=f["validation_folds"].value,
                verbose=progress_verbosity())
 
 
