@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Tests of tf_tempered.layers.TemperedSigmoid (Keras 2)."""
+"""Tests of tf_tempered.layers: TemperedSigmoid and WeightStandardizedConv2D."""
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ from scipy.special import expit
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.activations import smallest_normal
-from tf_tempered.layers import TemperedSigmoid
+from tf_tempered.layers import TemperedSigmoid, WeightStandardizedConv2D
 
 RNG = np.random.RandomState(0)
 X = RNG.randn(6, 3).astype(np.float32)
@@ -216,3 +216,89 @@ def test_save_and_load_without_custom_objects(tmp_path, fmt, learnable, where):
     assert revived.get_config()["learnable"] == learnable
     np.testing.assert_array_equal(_values(revived), _values(tempered))
     np.testing.assert_array_equal(loaded.predict(X, verbose=0), model.predict(X, verbose=0))
+
+
+# WeightStandardizedConv2D
+
+IMAGES = RNG.randn(2, 5, 6, 3)
+
+
+def _standardized_reference(v, eps):
+    """Ŵ in NumPy (float64): per output channel over (kh, kw, cin)."""
+    v = np.asarray(v, np.float64)
+    return (v - v.mean((0, 1, 2))) / np.sqrt(v.var((0, 1, 2)) + eps)
+
+
+def _valid_conv_reference(x, w):
+    """A stride-1 "valid" convolution in NumPy: every output pixel's patch times w."""
+    kh, kw = w.shape[:2]
+    patches = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(1, 2))
+    return np.einsum("bhwcij,ijcf->bhwf", patches, w)  # patches: [B, oh, ow, cin, kh, kw]
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.3])
+def test_weight_standardized_conv2d_matches_numpy(eps):
+    layer = WeightStandardizedConv2D(4, (2, 3), epsilon=eps, activation="tanh",
+                                     bias_initializer="random_normal", dtype="float64")
+    layer.build(IMAGES.shape)
+    # Off-center, unequal channels: the mean and the scale of each channel both matter.
+    kernel = RNG.randn(*layer.kernel.shape) * [0.1, 1.0, 3.0, 0.02] + [0.5, -1.0, 0.0, 2.0]
+    layer.kernel.assign(kernel)
+    w_hat = _standardized_reference(kernel, eps)
+    want = np.tanh(_valid_conv_reference(IMAGES, w_hat) + layer.bias.numpy())
+    np.testing.assert_allclose(layer(IMAGES).numpy(), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(layer.standardized_kernel().numpy(), w_hat, rtol=1e-12)
+    # A plain Conv2D with Ŵ for kernel computes the same (strides, padding as Conv2D's).
+    strided = WeightStandardizedConv2D(4, 3, strides=2, padding="same", epsilon=eps,
+                                       dtype="float64")
+    plain = keras.layers.Conv2D(4, 3, strides=2, padding="same", dtype="float64")
+    strided.build(IMAGES.shape)
+    plain.build(IMAGES.shape)
+    plain.set_weights([_standardized_reference(strided.kernel.numpy(), eps),
+                       strided.bias.numpy()])
+    np.testing.assert_allclose(strided(IMAGES).numpy(), plain(IMAGES).numpy(), rtol=1e-12,
+                               atol=1e-13)
+
+
+def test_weight_standardized_conv2d_mixed_precision():
+    layer = WeightStandardizedConv2D(4, 3, dtype="mixed_float16")
+    y = layer(IMAGES.astype("float32"))
+    assert y.dtype == tf.float16 and layer.kernel.dtype == "float32"
+    want = _valid_conv_reference(IMAGES, _standardized_reference(layer.kernel.numpy(), 1e-5))
+    np.testing.assert_allclose(tf.cast(y, tf.float64).numpy(), want, atol=0.05)
+
+
+@pytest.mark.parametrize("value", [0, 0.0, -1e-5, float("nan"), float("inf"), "1e-5", None,
+                                   True, [1e-5]])
+def test_weight_standardized_conv2d_rejects_bad_epsilon(value):
+    with pytest.raises(ValueError, match="WeightStandardizedConv2D: `epsilon` must be") as info:
+        WeightStandardizedConv2D(4, 3, epsilon=value)
+    assert f"got {value!r}" in str(info.value) and "Fix: pass" in str(info.value)
+
+
+def test_weight_standardized_conv2d_config_round_trip():
+    layer = WeightStandardizedConv2D(4, 3, strides=2, epsilon=1e-3, name="ws")
+    config = layer.get_config()
+    assert config["epsilon"] == 1e-3 and config["strides"] in ((2, 2), [2, 2])
+    clone = WeightStandardizedConv2D.from_config(config)
+    assert clone.epsilon == 1e-3 and clone.get_config() == config
+    revived = keras.layers.deserialize(keras.layers.serialize(layer))  # no custom_objects
+    assert type(revived) is WeightStandardizedConv2D and revived.get_config() == config
+
+
+def test_weight_standardized_conv2d_saves_and_loads(tmp_path):
+    model = keras.Sequential([keras.Input(IMAGES.shape[1:]),
+                              WeightStandardizedConv2D(4, 3, epsilon=0.3, name="ws"),
+                              keras.layers.GroupNormalization(groups=2),
+                              keras.layers.Flatten(), keras.layers.Dense(2)])
+    # Not a standardized kernel, so only the saved V (and ε) reproduce the outputs.
+    model.get_layer("ws").kernel.assign(RNG.randn(3, 3, 3, 4) * 2.0 + 1.0)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    revived = loaded.get_layer("ws")
+    assert type(revived) is WeightStandardizedConv2D and revived.epsilon == 0.3
+    np.testing.assert_array_equal(revived.kernel.numpy(), model.get_layer("ws").kernel.numpy())
+    x = IMAGES.astype("float32")
+    np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0),
+                               rtol=1e-6, atol=1e-6)

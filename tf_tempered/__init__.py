@@ -21,10 +21,10 @@ with scale ``s``, inverse temperature ``T`` and offset ``o``; (s, T, o) = (2, 2,
 tf_tempered runs on the Keras TensorFlow binds to ``tf.keras``, without changing it:
 Keras 3 (``import keras``) by default, Keras 2 (tf-keras) when ``TF_USE_LEGACY_KERAS=1``
 is set before TensorFlow is imported (see ``tf_tempered._compat``). Its public objects
-(``TemperedSigmoid``, ``tempered_sigmoid``, ``mnist_cnn``, ``swap_activations``, the
-callbacks, ``make_private``) are those of that Keras; no separate module is needed
-(``tf_tempered.keras3`` remains as an alias). ``tf_tempered.DPKerasSGDOptimizer`` (and
-Adam, Adagrad) take TF Privacy's arguments and work on both Kerases; TensorFlow Privacy
+(``TemperedSigmoid``, ``WeightStandardizedConv2D``, ``tempered_sigmoid``, ``mnist_cnn``,
+``swap_activations``, the callbacks, ``make_private``) are those of that Keras; no separate
+module is needed (``tf_tempered.keras3`` remains as an alias). ``tf_tempered.DPKerasSGDOptimizer``
+(and Adam, Adagrad) take TF Privacy's arguments and work on both Kerases; TensorFlow Privacy
 itself, where installed (Python <= 3.11), works with Keras 2 only.
 """
 
@@ -38,7 +38,7 @@ from tf_tempered import callbacks, data, models, privacy  # noqa: E402
 from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget  # noqa: E402
 from tf_tempered.ema import ExponentialMovingAverage  # noqa: E402
 from tf_tempered.activations import tempered_sigmoid  # noqa: E402
-from tf_tempered.layers import TemperedSigmoid  # noqa: E402
+from tf_tempered.layers import TemperedSigmoid, WeightStandardizedConv2D  # noqa: E402
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation  # noqa: E402
 from tf_tempered.privacy import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,  # noqa: E402
                                  DPKerasSGDOptimizer, make_private)
@@ -65,4 +65,5 @@ __all__ = [
     "swap_activations",
     "tempered_sigmoid",
     "TemperedSigmoid",
+    "WeightStandardizedConv2D",
 ]

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The tempered sigmoid as a layer of the active Keras, with optionally learnable (s, T, o).
+"""Layers of the active Keras: the tempered sigmoid, and a weight-standardized Conv2D.
 
     φ(x) = s / (1 + exp(-T·x)) - o
 
@@ -21,7 +21,15 @@ so each example's output depends on that example alone (DP-SGD's per-example
 gradients rely on this). It is a layer of the Keras tf_tempered runs on (see
 ``tf_tempered._compat``): Keras 3 by default, Keras 2 with ``TF_USE_LEGACY_KERAS=1``,
 registered with it under the package ``"tf_tempered"``.
+
+``WeightStandardizedConv2D`` is a Conv2D whose kernel is standardized per output
+channel in every call (Qiao et al. 2019; with GroupNormalization it is De et al.'s
+2022 DP-SGD recipe). The DP engine computes its per-example gradient norms in closed
+form (privacy/layer_grads/weight_standardized.py).
 """
+
+import math
+import numbers
 
 import numpy as np
 
@@ -33,7 +41,7 @@ from tf_tempered.activations import positive_floor
 from tf_tempered.activations import register_serializable
 from tf_tempered.activations import tempered_sigmoid
 
-__all__ = ["TemperedSigmoid"]
+__all__ = ["TemperedSigmoid", "WeightStandardizedConv2D", "standardize_kernel"]
 
 
 @register_serializable(package="tf_tempered")
@@ -149,3 +157,112 @@ class TemperedSigmoid(keras.layers.Layer):
 # name rather than by the registered "tf_tempered>TemperedSigmoid"; keep a user's
 # own "TemperedSigmoid" if they registered one first.
 keras.utils.get_custom_objects().setdefault("TemperedSigmoid", TemperedSigmoid)
+
+
+def standardize_kernel(kernel, epsilon):
+    """(Ŵ, var): ``kernel`` [..., cout] standardized per output channel, and its variances.
+
+    Ŵ[..., j] = (V[..., j] − mean_j) / sqrt(var_j + ε), with the mean and the (biased)
+    variance var_j over every axis but the last. The one definition the layer's call
+    and its DP handler use, in the dtype of ``kernel``.
+    """
+    kernel = tf.convert_to_tensor(kernel)
+    axes = list(range(kernel.shape.rank - 1))
+    mean = tf.reduce_mean(kernel, axes, keepdims=True)
+    centered = kernel - mean
+    var = tf.reduce_mean(tf.square(centered), axes)
+    return centered * tf.math.rsqrt(var + tf.constant(epsilon, kernel.dtype)), var
+
+
+@register_serializable(package="tf_tempered")
+class WeightStandardizedConv2D(keras.layers.Conv2D):
+    """Conv2D with a weight-standardized kernel (Qiao et al. 2019).
+
+    Each call convolves with, per output channel j,
+
+        Ŵ[..., j] = (V[..., j] − mean_j(V)) / sqrt(var_j(V) + ε)
+
+    where V is the trainable ``kernel`` and the mean and (biased) variance are over
+    its (kh, kw, cin) axes; the bias and activation are then as in Conv2D. With
+    GroupNormalization it replaces BatchNormalization, which DP-SGD cannot use.
+
+    Args:
+        *args: Conv2D's arguments (``filters``, ``kernel_size``, ...).
+        epsilon: ε > 0 (finite), added to each channel's variance. The default 1e-5
+            is small against the per-channel variance of a Keras-initialized kernel
+            (Glorot: 2/(fan_in + fan_out), ≥ 2e-4 up to 3×3×512 kernels), so Ŵ keeps
+            a variance within 5% of 1, while it bounds the factor 1/σ_j of the
+            kernel's gradient by 1/sqrt(ε) ≈ 316 for a channel whose weights collapse
+            (σ_j = sqrt(var_j + ε); 1e-5 is also the usual ε of normalization layers).
+        **kwargs: Conv2D's keyword arguments.
+
+    Raises:
+        ValueError: naming ``epsilon``, for one that is not a finite number > 0.
+
+    The standardization is computed in float32 at least (a float16 kernel's variance
+    would lose digits), and Ŵ cast to the compute dtype.
+
+    >>> import numpy as np
+    >>> layer = WeightStandardizedConv2D(2, 3, use_bias=False)
+    >>> y = layer(tf.ones((1, 5, 5, 1)))  # a constant image: Ŵ sums to 0 per channel
+    >>> float(np.max(np.abs(np.asarray(y)))) < 1e-5
+    True
+    >>> w_hat = np.asarray(layer.standardized_kernel()).reshape(9, 2)  # [kh·kw·cin, filters]
+    >>> [round(float(m), 5) + 0.0 for m in w_hat.mean(0)], [round(float(v), 3)
+    ...                                                       for v in w_hat.var(0)]
+    ([0.0, 0.0], [1.0, 1.0])
+    >>> WeightStandardizedConv2D.from_config(layer.get_config()).epsilon
+    1e-05
+    """
+
+    def __init__(self, *args, epsilon=1e-5, **kwargs):
+        self.epsilon = check_epsilon(epsilon, where="WeightStandardizedConv2D")
+        super().__init__(*args, **kwargs)
+
+    def standardized_kernel(self):
+        """Ŵ as the call uses it (before the cast to the compute dtype)."""
+        kernel = tf.convert_to_tensor(self.kernel)
+        if kernel.dtype.size < 4:
+            kernel = tf.cast(kernel, tf.float32)
+        return standardize_kernel(kernel, self.epsilon)[0]
+
+    def call(self, inputs):
+        # Conv2D's call with Ŵ for the kernel: a call of its own, so that the Conv2D
+        # handler (which would compute the gradient of Ŵ, not of V) never takes it.
+        inputs = tf.convert_to_tensor(inputs)
+        kernel = tf.cast(self.standardized_kernel(), inputs.dtype)
+        jit_op = getattr(self, "_jit_compiled_convolution_op", None)
+        if self.groups > 1 and jit_op is not None:
+            # As tf-keras' Conv2D does: TF's CPU kernels differentiate a grouped
+            # convolution only XLA-compiled (or with oneDNN, float32 only).
+            outputs = jit_op(inputs, kernel)
+        else:
+            outputs = self.convolution_op(inputs, kernel)
+        if self.use_bias:
+            data_format = "NHWC" if self.data_format == "channels_last" else "NCHW"
+            outputs = tf.nn.bias_add(outputs, tf.cast(self.bias, outputs.dtype),
+                                     data_format=data_format)
+        if self.activation is not None:
+            return self.activation(outputs)
+        return outputs
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(epsilon=self.epsilon)
+        return config
+
+
+def check_epsilon(epsilon, where):
+    """``epsilon`` as a float if it is a finite number > 0, else a ValueError with the fix.
+
+    >>> check_epsilon(0, "WeightStandardizedConv2D")
+    Traceback (most recent call last):
+    ...
+    ValueError: WeightStandardizedConv2D: `epsilon` must be a finite number > 0, got 0. ...
+    """
+    if (isinstance(epsilon, numbers.Real) and not isinstance(epsilon, (bool, np.bool_))
+            and math.isfinite(float(epsilon)) and float(epsilon) > 0):
+        return float(epsilon)
+    raise ValueError(f"{where}: `epsilon` must be a finite number > 0, got {epsilon!r}. "
+                     "Fix: pass a small positive float, e.g. epsilon=1e-5 (the default), "
+                     "which is added to each output channel's kernel variance.")

@@ -252,6 +252,7 @@ from tf_tempered.privacy.layer_grads import multi_call
 from tf_tempered.privacy.layer_grads import rnn
 from tf_tempered.privacy.layer_grads import rnn_rows
 from tf_tempered.privacy.layer_grads import tempered_sigmoid
+from tf_tempered.privacy.layer_grads import weight_standardized
 # pylint: enable=g-import-not-at-top,wrong-import-position,unused-import
 
 GENERIC = generic.GenericHandler()
