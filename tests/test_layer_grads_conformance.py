@@ -38,7 +38,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -47,8 +46,8 @@ from dp_reference import (BATCH, assert_engine_matches_reference, onednn_conv_gr
                           seeded, skip_without_onednn_conv_gradients)
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.layers import TemperedSigmoid, WeightStandardizedConv2D
-from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, clip, keras_bridge,
-                                 layer_grads, layer_paths, make_private, native)
+from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, keras_bridge, layer_grads,
+                                 make_private, native)
 
 _TF_OPS = {"native": False}
 # Paths of a Dense-like row handler (Dense, EinsumDense).
@@ -738,52 +737,3 @@ def test_keras3_variants_take_the_generic_vjp():
 def test_readme_supported_layers_table_is_generated_from_the_registry():
     readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert layer_grads.supported_layers_markdown() in readme
-
-
-@pytest.mark.parametrize("groups", [1, 2])
-def test_weight_standardized_handler_matches_per_example_tapes_under_xla(groups):
-    """The closed-form norms (ε large: its term matters) and the Jacobian-mapped clipped
-    sum against one float64 tape per example, the handler's ops compiled by XLA;
-    groups = 2: the patch sums per group of input channels."""
-    if groups > 1:
-        skip_without_onednn_conv_gradients()
-    layer = WeightStandardizedConv2D(4, 3, strides=2, padding="same", groups=groups,
-                                     epsilon=0.05, dtype="float64")
-    x = _floats((6, 5, 4), 0)[:6]
-    z = layer(x)
-    g = np.random.default_rng(1).normal(size=z.shape)
-    per_example = []
-    for i in range(len(x)):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(layer(x[i:i + 1]) * g[i:i + 1])
-        per_example.append([t.numpy() for t in tape.gradient(loss, [layer.kernel, layer.bias])])
-    sq_ref = np.array([sum(np.sum(t ** 2) for t in grads) for grads in per_example])
-    scale = np.linspace(0.2, 1.0, len(x))
-    handler, params = layer_grads.lookup(layer)
-    assert handler.name == "weight_standardized_conv2d"
-    step = layer_grads.Step(len(x), 1, EngineOptions(native=False))
-
-    @tf.function(jit_compile=True)
-    def norms_and_sum(x, g, z, scale):
-        record = types.SimpleNamespace(layer=layer, inputs=x, grad_output=g, output=z)
-        norms = handler.norms(record, params, step)
-        return norms.sq_norms, norms.clipped_sum(clip.ClipWeights(scale, tf.ones_like(scale)))
-
-    sq, summed = norms_and_sum(tf.constant(x), tf.constant(g), z, tf.constant(scale))
-    np.testing.assert_allclose(sq.numpy(), sq_ref, rtol=1e-9)
-    for got, k in zip(summed, range(2)):
-        want = sum(c * grads[k] for c, grads in zip(scale, per_example))
-        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-10 * np.abs(want).max())
-
-
-def test_layer_paths_report_the_weight_standardized_handler():
-    model = make_private(seeded(_weight_standardized)("float32"),
-                         options=EngineOptions(native=False))
-    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
-                                                learning_rate=0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  reduction="none"))
-    model.fit(_floats((8, 7, 2), 0), np.zeros(BATCH), batch_size=BATCH, verbose=0)
-    handlers = {p["layer"]: p["handler"] for p in layer_paths(model)}
-    ws = [layer.name for layer in model.layers if isinstance(layer, WeightStandardizedConv2D)]
-    assert len(ws) == 3 and {handlers[name] for name in ws} == {"weight_standardized_conv2d"}

@@ -193,14 +193,15 @@ class WeightStandardizedConv2D(keras.layers.Conv2D):
             (Glorot: 2/(fan_in + fan_out), ≥ 2e-4 up to 3×3×512 kernels), so Ŵ keeps
             a variance within 5% of 1, while it bounds the factor 1/σ_j of the
             kernel's gradient by 1/sqrt(ε) ≈ 316 for a channel whose weights collapse
-            (σ_j = sqrt(var_j + ε); 1e-5 is also the usual ε of normalization layers).
+            (σ_j = sqrt(var_j + ε); 1e-5 is also the ε of PyTorch's normalization layers).
         **kwargs: Conv2D's keyword arguments.
 
     Raises:
         ValueError: naming ``epsilon``, for one that is not a finite number > 0.
 
-    The standardization is computed in float32 at least (a float16 kernel's variance
-    would lose digits), and Ŵ cast to the compute dtype.
+    The statistics are computed in float32 at least (float16 would lose digits in the
+    variance), from the kernel as the call reads it (in the compute dtype under a
+    mixed-precision policy), and Ŵ is cast to the compute dtype.
 
     >>> import numpy as np
     >>> layer = WeightStandardizedConv2D(2, 3, use_bias=False)
