@@ -99,13 +99,13 @@ def _conv2d(dtype):
 def _weight_standardized(dtype):
     # The Conv2D paths on g/σ plus the standardization's terms: a large ε (0.05 against
     # Glorot variances ~0.04: ρ ≈ 1/2, so a wrong ε term shows), dilated "valid" without
-    # bias, strided "same" before GroupNormalization (De et al.'s block).
+    # bias and fan-in scaled, strided "same" before GroupNormalization (De et al.'s block).
     return keras.Sequential([
         keras.Input((8, 7, 2), dtype=dtype),
         WeightStandardizedConv2D(3, 3, padding="same", epsilon=0.05, activation="tanh",
                                  dtype=dtype),
-        WeightStandardizedConv2D(4, 2, dilation_rate=2, use_bias=False, activation="tanh",
-                                 dtype=dtype),
+        WeightStandardizedConv2D(4, 2, dilation_rate=2, use_bias=False, scaled=True,
+                                 activation="tanh", dtype=dtype),
         WeightStandardizedConv2D(4, 3, strides=2, padding="same", dtype=dtype),
         keras.layers.GroupNormalization(groups=2, dtype=dtype),
         keras.layers.Flatten(dtype=dtype),

@@ -30,16 +30,19 @@ from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, clip, layer
                                  layer_paths, make_private)
 
 
-@pytest.mark.parametrize("groups, norm_path", [(1, "ghost"), (2, "depthwise")])
-def test_weight_standardized_handler_matches_per_example_tapes_under_xla(groups, norm_path):
+@pytest.mark.parametrize("groups, norm_path, scaled", [(1, "ghost", True),
+                                                       (2, "depthwise", False)])
+def test_weight_standardized_handler_matches_per_example_tapes_under_xla(groups, norm_path,
+                                                                         scaled):
     """The closed-form norms (ε large: its term matters) and the Jacobian-mapped clipped
     sum against one float64 tape per example, the handler's ops compiled by XLA: ghost
     norms with the book-keeping sum; groups = 2 (the patch sums per group of input
-    channels) with kept per-example gradients (the depthwise backprop)."""
+    channels) with kept per-example gradients (the depthwise backprop); the ghost case
+    fan-in scaled (c·Ŵ: the gain enters K and b differently)."""
     if groups > 1:
         skip_without_onednn_conv_gradients()
     layer = WeightStandardizedConv2D(4, 3, strides=2, padding="same", groups=groups,
-                                     epsilon=0.05, dtype="float64")
+                                     epsilon=0.05, scaled=scaled, dtype="float64")
     x = np.random.default_rng(0).normal(size=(6, 6, 5, 4))
     z = layer(x)
     g = np.random.default_rng(1).normal(size=z.shape)

@@ -260,6 +260,23 @@ def test_weight_standardized_conv2d_matches_numpy(eps):
                                atol=1e-13)
 
 
+def test_scaled_weight_standardization_divides_by_the_fan_in():
+    layer = WeightStandardizedConv2D(4, (2, 3), epsilon=1e-5, scaled=True, dtype="float64")
+    layer.build(IMAGES.shape)
+    assert layer.gain() == pytest.approx(1 / np.sqrt(2 * 3 * 3))
+    w = _standardized_reference(layer.kernel.numpy(), 1e-5) / np.sqrt(18)
+    np.testing.assert_allclose(layer(IMAGES).numpy(), _valid_conv_reference(IMAGES, w)
+                               + layer.bias.numpy(), rtol=1e-12, atol=1e-12)
+    # Unit-variance inputs keep (about) unit variance: what a tanh after it needs.
+    x = np.random.default_rng(0).normal(size=(64, 12, 12, 3))
+    assert 0.5 < float(np.var(layer(x).numpy())) < 2.0
+    assert float(np.var(WeightStandardizedConv2D(4, (2, 3), dtype="float64")(x).numpy())) > 9
+    with pytest.raises(ValueError, match="`scaled` must be True or False, got 1"):
+        WeightStandardizedConv2D(4, 3, scaled=1)
+    config = layer.get_config()
+    assert config["scaled"] is True and WeightStandardizedConv2D.from_config(config).scaled
+
+
 def test_weight_standardized_conv2d_mixed_precision():
     layer = WeightStandardizedConv2D(4, 3, dtype="mixed_float16")
     y = layer(IMAGES.astype("float32"))

@@ -18,12 +18,13 @@ import json
 import math
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras
-from tf_tempered.experiments import common
+from tf_tempered.experiments import common, model_builders
 from tf_tempered.experiments import train as train_lib
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
 from tf_tempered.privacy.accounting import compute_epsilon
@@ -420,3 +421,21 @@ def test_cosine_schedule_decays_the_learning_rate_to_zero_over_the_run():
         assert float(schedule(step)) == pytest.approx(expected, abs=1e-6)
     result = train_lib.run_training(config, verbose=0)  # and it trains
     assert result["test_accuracy"] > 0.5
+
+
+def test_weight_standardization_flag_builds_scaled_convolutions_on_scatternet_only():
+    with pytest.raises(ConfigError, match="--weight_standardization applies to the ScatterNet "
+                                          "CNN's convolutions only"):
+        validate_config(TINY.replace(weight_standardization=True))
+    with pytest.raises(ConfigError, match="--head=linear"):
+        validate_config(TINY.replace(weight_standardization=True, features="scatternet",
+                                     head="linear"))
+    config = validate_config(TINY.replace(features="scatternet", activation="tanh",
+                                          weight_standardization=True))
+    dataset = types.SimpleNamespace(input_shape=(2, 2, 81), num_classes=10)
+    model = model_builders.build_model(config, dataset)
+    convs = [layer for layer in model.layers if "conv" in layer.name]
+    assert [type(c).__name__ for c in convs] == ["WeightStandardizedConv2D"] * 2
+    assert all(c.scaled for c in convs)
+    plain = model_builders.build_model(config.replace(weight_standardization=False), dataset)
+    assert plain.count_params() == model.count_params()

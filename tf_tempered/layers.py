@@ -185,6 +185,10 @@ class WeightStandardizedConv2D(keras.layers.Conv2D):
     where V is the trainable ``kernel`` and the mean and (biased) variance are over
     its (kh, kw, cin) axes; the bias and activation are then as in Conv2D. With
     GroupNormalization it replaces BatchNormalization, which DP-SGD cannot use.
+    ``scaled=True`` convolves with Ŵ/√n instead, n = kh·kw·cin the fan-in (scaled
+    weight standardization, Brock et al. 2021): outputs keep the variance of unit-
+    variance inputs, for a model with no normalization after the convolution (plain
+    Ŵ would multiply it by about n, saturating a tanh that follows).
 
     Args:
         *args: Conv2D's arguments (``filters``, ``kernel_size``, ...).
@@ -194,10 +198,12 @@ class WeightStandardizedConv2D(keras.layers.Conv2D):
             a variance within 5% of 1, while it bounds the factor 1/σ_j of the
             kernel's gradient by 1/sqrt(ε) ≈ 316 for a channel whose weights collapse
             (σ_j = sqrt(var_j + ε); 1e-5 is also the ε of PyTorch's normalization layers).
+        scaled: divide Ŵ by √(fan-in) (default False: Qiao et al.'s Ŵ).
         **kwargs: Conv2D's keyword arguments.
 
     Raises:
-        ValueError: naming ``epsilon``, for one that is not a finite number > 0.
+        ValueError: naming ``epsilon``, for one that is not a finite number > 0, or
+            ``scaled``, for one that is not a bool.
 
     The statistics are computed in float32 at least (float16 would lose digits in the
     variance), from the kernel as the call reads it (in the compute dtype under a
@@ -216,16 +222,28 @@ class WeightStandardizedConv2D(keras.layers.Conv2D):
     1e-05
     """
 
-    def __init__(self, *args, epsilon=1e-5, **kwargs):
+    def __init__(self, *args, epsilon=1e-5, scaled=False, **kwargs):
         self.epsilon = check_epsilon(epsilon, where="WeightStandardizedConv2D")
+        if not isinstance(scaled, (bool, np.bool_)):
+            raise ValueError(f"WeightStandardizedConv2D: `scaled` must be True or False, got "
+                             f"{scaled!r}. Fix: scaled=True divides the kernel by the square "
+                             "root of its fan-in; scaled=False (the default) does not.")
+        self.scaled = bool(scaled)
         super().__init__(*args, **kwargs)
 
+    def gain(self):
+        """The factor on Ŵ: 1/√(kh·kw·cin) with ``scaled``, else 1."""
+        if not self.scaled:
+            return 1.0
+        return 1.0 / math.sqrt(float(np.prod(self.kernel.shape[:-1])))
+
     def standardized_kernel(self):
-        """Ŵ as the call uses it (before the cast to the compute dtype)."""
+        """The kernel the call uses, gain·Ŵ (before the cast to the compute dtype)."""
         kernel = tf.convert_to_tensor(self.kernel)
         if kernel.dtype.size < 4:
             kernel = tf.cast(kernel, tf.float32)
-        return standardize_kernel(kernel, self.epsilon)[0]
+        w_hat = standardize_kernel(kernel, self.epsilon)[0]
+        return w_hat * self.gain() if self.scaled else w_hat
 
     def call(self, inputs):
         # Conv2D's call with Ŵ for the kernel: a call of its own, so that the Conv2D
@@ -249,7 +267,7 @@ class WeightStandardizedConv2D(keras.layers.Conv2D):
 
     def get_config(self):
         config = super().get_config()
-        config.update(epsilon=self.epsilon)
+        config.update(epsilon=self.epsilon, scaled=self.scaled)
         return config
 
 

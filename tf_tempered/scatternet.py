@@ -42,6 +42,7 @@ for the features only; the model builder does not.
 """
 
 import dataclasses
+import functools
 import hashlib
 import os
 import pathlib
@@ -50,6 +51,7 @@ import tempfile
 import numpy as np
 
 from tf_tempered._compat import keras
+from tf_tempered.layers import WeightStandardizedConv2D
 from tf_tempered.models import resolve_activation
 
 __all__ = ["num_channels", "scattering_features", "shifted_scattering_features",
@@ -203,7 +205,7 @@ def scatter_dataset(dataset, *, J=2, L=8, cache_dir=None):
 
 
 def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10, groups=27,
-                   normalization=None, name="scatternet_cnn"):
+                   normalization=None, weight_standardization=False, name="scatternet_cnn"):
     """Tramèr & Boneh's MNIST / Fashion-MNIST CNN on scattering features.
 
     GroupNorm(groups, no affine parameters; ``groups=None``: no normalization) →
@@ -212,15 +214,24 @@ def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10,
     :func:`tf_tempered.models.resolve_activation`. ``normalization=(mean, variance)``
     (per channel; with ``groups=None``): a frozen (x − mean) / sqrt(variance) first
     instead, e.g. DP-released statistics (:mod:`tf_tempered.feature_stats`).
+    ``weight_standardization=True``: both convolutions are
+    :class:`tf_tempered.WeightStandardizedConv2D` with ``scaled=True`` (same
+    parameters; no normalization follows them, so the fan-in scaling keeps the
+    activations' inputs near unit variance).
 
     >>> scatternet_cnn("relu").count_params()
     33066
+    >>> scatternet_cnn(weight_standardization=True).get_layer("conv2").scaled
+    True
     """
     make_activation = resolve_activation(activation)
+    conv = keras.layers.Conv2D
+    if weight_standardization:
+        conv = functools.partial(WeightStandardizedConv2D, scaled=True)
     inputs, x = _normalized_input(input_shape, groups, normalization)
-    x = keras.layers.Conv2D(16, 3, strides=2, padding="same", name="conv1")(x)
+    x = conv(16, 3, strides=2, padding="same", name="conv1")(x)
     x = make_activation()(x)
-    x = keras.layers.Conv2D(32, 3, padding="same", name="conv2")(x)
+    x = conv(32, 3, padding="same", name="conv2")(x)
     x = make_activation()(x)
     x = keras.layers.Flatten(name="flatten")(x)
     x = keras.layers.Dense(32, name="dense1")(x)

@@ -65,6 +65,7 @@ class TrainConfig:
     features: str = "pixels"
     head: str = "cnn"
     norm_groups: int = 27
+    weight_standardization: bool = False
     feature_norm: str = "group"
     feature_norm_noise: float = 8.0
     feature_norm_mean_clip: float = 0.3
@@ -151,6 +152,11 @@ def validate_config(config):
     if config.head != "cnn" and config.features != "scatternet":
         _fail(f"--head={config.head} applies to --features=scatternet only (the pixel models "
               "are the paper's CNNs). Fix: add --features=scatternet, or drop --head.")
+    if config.weight_standardization and (config.features != "scatternet"
+                                          or config.head != "cnn"):
+        _fail("--weight_standardization applies to the ScatterNet CNN's convolutions only "
+              f"(--features=scatternet --head=cnn), not --features={config.features} "
+              f"--head={config.head}. Fix: drop --weight_standardization, or use those flags.")
     if config.head == "linear" and config.learnable:
         _fail("--learnable has nothing to learn with --head=linear (no hidden layer, no "
               "activation). Fix: drop --learnable, or use --head=cnn.")
@@ -293,6 +299,10 @@ def define_training_flags(flag_values, exclude=()):
                                  "33k-parameter CNN) or linear (normalization, then one Dense "
                                  "layer: no hidden layer, so the activation flags do not "
                                  "apply).", HEADS),
+        ("bool", "weight_standardization", d.weight_standardization,
+         "ScatterNet CNN: scaled weight standardization of its convolutions "
+         "(tf_tempered.WeightStandardizedConv2D(scaled=True): each output channel's kernel "
+         "centred and scaled to variance 1/fan-in on every call)."),
         ("integer", "norm_groups", d.norm_groups, "GroupNorm groups of the ScatterNet CNN's "
                                                   "input (must divide its 81 channels)."),
         ("enum", "feature_norm", d.feature_norm, "ScatterNet input normalization: group "

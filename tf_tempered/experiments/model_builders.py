@@ -72,7 +72,8 @@ def build_model(config, dataset, feature_stats=None):
                                      normalization=normalization)
         return scatternet_cnn(activation, input_shape=dataset.input_shape,
                               num_classes=dataset.num_classes, groups=groups,
-                              normalization=normalization)
+                              normalization=normalization,
+                              weight_standardization=config.weight_standardization)
     builder = {"digits": digits_cnn, "cifar10": cifar10_cnn}.get(config.dataset, mnist_cnn)
     return builder(activation, input_shape=dataset.input_shape, num_classes=dataset.num_classes)
 

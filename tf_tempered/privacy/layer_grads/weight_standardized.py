@@ -31,7 +31,9 @@ exact: ‖K‖² is the Conv2D handler's norm for the output gradient scaled by 
 its paths), and per microbatch a_j = Σ_r s_r·g'_rj and b_j = Σ_r z_rj·g'_rj over its
 output pixels r, with g' = g/σ, z the recorded output less the bias (the patches
 times Ŵ) and s_r the sum of the patch under r (a one-channel convolution of the
-input summed over its channels). The bias's gradient is that of a Conv2D. The
+input summed over its channels). The bias's gradient is that of a Conv2D. A scaled
+layer convolves with c·Ŵ (c = 1/√n): then K = c·G/σ (output gradient c·g/σ) and
+b = Σ_r z_rj·g_rj/σ_j, z now being the patches times c·Ŵ. The
 subtraction can lose digits where K lies almost in the span of 1 and Ŵ; it is
 floored at 0.
 
@@ -59,10 +61,11 @@ __all__ = ["WeightStandardizedConv2DHandler", "WeightStandardizedParams"]
 
 @dataclasses.dataclass(frozen=True)
 class WeightStandardizedParams:
-    """The Conv2D handler's parameters for the kernel alone (no bias), the bias, ε."""
+    """The Conv2D handler's parameters for the kernel alone (no bias), the bias, ε, c."""
     conv2d: Any
     use_bias: bool
     epsilon: float
+    gain: float = 1.0
 
 
 class _Scaled:
@@ -90,7 +93,8 @@ class WeightStandardizedConv2DHandler(Handler):
         if conv2d is None:
             return None
         return WeightStandardizedParams(dataclasses.replace(conv2d, use_bias=False),
-                                        conv2d.use_bias, float(layer.epsilon))
+                                        conv2d.use_bias, float(layer.epsilon),
+                                        float(layer.gain()))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
@@ -104,7 +108,8 @@ class WeightStandardizedConv2DHandler(Handler):
         w_hat, var = standardize_kernel(kernel, params.epsilon)
         sigma = tf.sqrt(var + tf.constant(params.epsilon, wide))
         rho = tf.cast(var / tf.square(sigma), g.dtype)
-        w_hat, g_scaled = tf.cast(w_hat, g.dtype), g / tf.cast(sigma, g.dtype)
+        # K = c·G/σ: the Conv2D handler's kernel gradient for the output gradient c·g/σ.
+        w_hat, g_scaled = tf.cast(w_hat, g.dtype), g * tf.cast(params.gain / sigma, g.dtype)
         kernel_norms = _CONV2D.norms(_Scaled(call.inputs, g_scaled), conv2d, step)
 
         z = tf.cast(call.output, g.dtype)
@@ -112,7 +117,7 @@ class WeightStandardizedConv2DHandler(Handler):
             z -= tf.cast(tf.convert_to_tensor(keras_bridge.watchable(call.layer.bias)), g.dtype)
         per_microbatch = lambda t: tf.reduce_sum(clip.group_rows(t, m), 1)  # [M, cout]
         a = per_microbatch(_patch_sums(tf.cast(call.inputs, g.dtype), conv2d) * g_scaled)
-        b = per_microbatch(z * g_scaled)
+        b = per_microbatch(z * g_scaled) / params.gain  # Σ K⊙Ŵ = Σ_r (z_r/c)·(c·g_r/σ)
         n = float(np.prod(conv2d.kernel_shape[:-1]))
         correction = tf.reduce_sum(tf.square(a) + (2.0 - rho) * tf.square(b), 1) / n
         sq = tf.maximum(kernel_norms.sq_norms - correction, 0.0)
