@@ -30,7 +30,7 @@ import pathlib
 from tf_tempered import data as data_lib
 from tf_tempered import scatternet
 from tf_tempered._compat import keras, tf
-from tf_tempered.experiments import common, train
+from tf_tempered.experiments import command_line, common, train
 
 
 class _Holdout(keras.callbacks.Callback):
@@ -46,7 +46,7 @@ class _Holdout(keras.callbacks.Callback):
 
 
 def _run(f):
-    config = common.validate_config(common.config_from_flags(f))
+    config = common.validate_config(command_line.config_from_flags(f))
     full = data_lib.load(config.dataset, data_dir=config.data_dir)
     holdout = f["holdout"].value
     n = len(full.y_train) - holdout
@@ -70,7 +70,7 @@ def _define():
     flags.DEFINE_integer("holdout", 5000, "Last training examples held out for selection.")
 
 
-main, cli = common.absl_entry_point(_define, _run)
+main, cli = command_line.absl_entry_point(_define, _run)
 
 if __name__ == "__main__":
     cli()

@@ -16,13 +16,13 @@
 import pytest
 from absl import flags
 
-from tf_tempered.experiments import common, recipes
+from tf_tempered.experiments import command_line, recipes
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
 
 
 def _flags(*argv):
     fv = flags.FlagValues()
-    common.define_training_flags(fv)
+    command_line.define_training_flags(fv)
     fv(["train", *argv])
     return fv
 
@@ -57,7 +57,7 @@ def test_recipe_fills_unset_flags_and_explicit_flags_win():
 
 
 def test_config_from_flags_applies_the_recipe():
-    config = common.config_from_flags(_flags("--recipe=paper", "--learning_rate=3",
+    config = command_line.config_from_flags(_flags("--recipe=paper", "--learning_rate=3",
                                              "--epochs=2"))
     assert config.recipe == "paper" and config.learning_rate == 3.0 and config.epochs == 2
     assert config.batch_size == 256 and config.l2_norm_clip == 1.0
@@ -65,7 +65,7 @@ def test_config_from_flags_applies_the_recipe():
 
 def test_unknown_recipe_is_refused_naming_the_choices():
     with pytest.raises(ConfigError, match="--recipe='bestest' is unknown: choose one of best, paper"):
-        common.config_from_flags(_flags("--recipe=bestest"))
+        command_line.config_from_flags(_flags("--recipe=bestest"))
     with pytest.raises(ConfigError, match="choose one of best, paper"):
         validate_config(TrainConfig(recipe="nope"))
     with pytest.raises(ConfigError, match="unknown flags"):

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras
-from tf_tempered.experiments import common, model_builders
+from tf_tempered.experiments import command_line, model_builders
 from tf_tempered.experiments import train as train_lib
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
 from tf_tempered.privacy.accounting import compute_epsilon
@@ -160,11 +160,11 @@ def test_batch_larger_than_the_data_fails_before_training(monkeypatch):
 def test_flags_cover_every_setting_and_parse_into_a_config():
     from absl import flags  # pylint: disable=import-outside-toplevel
     values = flags.FlagValues()
-    common.define_training_flags(values)
+    command_line.define_training_flags(values)
     assert {f.name for f in dataclasses.fields(TrainConfig)} <= set(values)
     values(["prog", "--dataset=digits", "--activation=tanh", "--nodpsgd", "--epochs=3",
             "--microbatches=32", "--sampling=shuffle"])
-    config = common.config_from_flags(values, output_dir="/tmp/x")
+    config = command_line.config_from_flags(values, output_dir="/tmp/x")
     assert config == TrainConfig(dataset="digits", activation="tanh", dpsgd=False, epochs=3,
                                  microbatches=32, sampling="shuffle", output_dir="/tmp/x")
 

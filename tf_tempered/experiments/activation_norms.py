@@ -28,7 +28,7 @@ import pathlib
 import types
 
 from tf_tempered.callbacks import ActivationNormMonitor, plot_activation_norms
-from tf_tempered.experiments import common, model_builders, results
+from tf_tempered.experiments import command_line, common, model_builders, results
 from tf_tempered.experiments.train import progress_verbosity, run_training
 
 __all__ = ["RUNS", "run_activation_norms", "define_flags", "main", "cli"]
@@ -114,20 +114,20 @@ def run_activation_norms(base_config, *, runs=DEFAULT_RUNS, output_dir, verbose=
 def define_flags():
     """Defines the script's absl flags: train's (minus activation and dpsgd) plus --runs."""
     from absl import flags  # pylint: disable=g-import-not-at-top
-    common.define_training_flags(
+    command_line.define_training_flags(
         flags.FLAGS, exclude=("activation", "scale", "inverse_temperature", "offset",
                               "learnable", "dpsgd", "save_model"))
     flags.DEFINE_list("runs", list(DEFAULT_RUNS), f"Runs, among {', '.join(RUNS)}.")
 
 
 def _run_from_flags(f):
-    config = common.config_from_flags(f, activation="relu", output_dir=None)
+    config = command_line.config_from_flags(f, activation="relu", output_dir=None)
     run_activation_norms(config, runs=f.runs, output_dir=f.output_dir,
                          verbose=progress_verbosity())
 
 
 # `cli` is the console entry point tf-tempered-activation-norms.
-main, cli = common.absl_entry_point(define_flags, _run_from_flags)
+main, cli = command_line.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

@@ -35,7 +35,7 @@ import pathlib
 
 import numpy as np
 
-from tf_tempered.experiments import common, results
+from tf_tempered.experiments import command_line, common, results
 from tf_tempered.experiments.search import best_command
 
 __all__ = ["aggregate", "write_rows", "markdown_row", "define_flags", "main", "cli"]
@@ -148,7 +148,7 @@ def _run_from_flags(f):
     print(f"Wrote {out} and {md}.")
 
 
-main, cli = common.absl_entry_point(define_flags, _run_from_flags)
+main, cli = command_line.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

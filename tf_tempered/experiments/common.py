@@ -11,7 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""What the experiment scripts share: the run config and its validation, flags, models.
+"""What the experiment scripts share: the run config and its validation.
+
+Their command lines (absl flags, --recipe, the entry point) are in command_line.py.
 
 >>> config = validate_config(TrainConfig(dataset="digits", microbatches=7, sampling="shuffle"))
 Traceback (most recent call last):
@@ -27,7 +29,6 @@ from tf_tempered import data as data_lib
 from tf_tempered.privacy import accounting
 
 __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples",
-           "define_training_flags", "config_from_flags", "parse_floats",
            "DEFAULT_NOISE_MULTIPLIER"]
 
 DATASETS = data_lib.NAMES
@@ -277,156 +278,3 @@ def check_num_examples(config, num_examples):
               f"{f' (--num_train={config.num_train})' if config.num_train else ''}"
               f"{f' after --validation_size={held_out}' if held_out else ''}"
               f". Fix: use --batch_size={num_examples} or less, or more training data.")
-
-
-def define_training_flags(flag_values, exclude=()):
-    """Defines the train script's flags on ``flag_values`` (absl), except ``exclude``.
-
-    Called from each script's ``main`` entry point, never at import time.
-    """
-    from absl import flags  # pylint: disable=g-import-not-at-top
-
-    d = TrainConfig()
-    specs = [
-        ("enum", "dataset", d.dataset, "Dataset.", DATASETS),
-        ("string", "data_dir", None, "Folder with the dataset files (see tf_tempered.data)."),
-        ("integer", "num_train", None, "Keep only the first so many training examples."),
-        ("integer", "num_test", None, "Keep only the first so many test examples."),
-        ("enum", "features", d.features, "Model inputs: pixels (the paper's CNNs) or "
-                                         "scatternet (ScatterNet features, J=2, L=8, and "
-                                         "Tramer & Boneh's CNN; needs kymatio).", FEATURES),
-        ("enum", "head", d.head, "Model on the ScatterNet features: cnn (Tramer & Boneh's "
-                                 "33k-parameter CNN) or linear (normalization, then one Dense "
-                                 "layer: no hidden layer, so the activation flags do not "
-                                 "apply).", HEADS),
-        ("bool", "weight_standardization", d.weight_standardization,
-         "ScatterNet CNN: scaled weight standardization of its convolutions "
-         "(tf_tempered.WeightStandardizedConv2D(scaled=True): each output channel's kernel "
-         "centred and scaled to variance 1/fan-in on every call)."),
-        ("integer", "norm_groups", d.norm_groups, "GroupNorm groups of the ScatterNet CNN's "
-                                                  "input (must divide its 81 channels)."),
-        ("enum", "feature_norm", d.feature_norm, "ScatterNet input normalization: group "
-         "(GroupNorm, no privacy cost), dp_stats (per-channel mean/variance released with DP, "
-         "composed into ε) or none. See tf_tempered/experiments/feature_norm.py.",
-         ("group", "dp_stats", "none")),
-        ("float", "feature_norm_noise", d.feature_norm_noise,
-         "Noise multiplier of --feature_norm=dp_stats' two Gaussian releases."),
-        ("float", "feature_norm_mean_clip", d.feature_norm_mean_clip,
-         "L2 clip of each example's per-channel means (--feature_norm=dp_stats)."),
-        ("float", "feature_norm_square_clip", d.feature_norm_square_clip,
-         "L2 clip of each example's per-channel mean squares (--feature_norm=dp_stats)."),
-        ("integer", "validation_size", d.validation_size,
-         "Hold out the LAST so many training examples as a validation set (0: none). "
-         "Training, σ and ε use the others only; per-epoch and final accuracy are then on "
-         "the validation set, and the test set is evaluated once, at the end."),
-        ("integer", "validation_fold", None,
-         "With --validation_size=S: hold out examples [k*S, (k+1)*S) instead of the last S "
-         "(k-fold cross-validation: S = N/K and k = 0..K-1, one run per fold)."),
-        ("enum", "activation", d.activation, "Activation of every hidden layer.", ACTIVATIONS),
-        ("float", "scale", d.scale, "Tempered sigmoid scale s."),
-        ("float", "inverse_temperature", d.inverse_temperature, "Tempered sigmoid T."),
-        ("float", "offset", d.offset, "Tempered sigmoid offset o."),
-        ("bool", "learnable", d.learnable, "Learn (s, T, o) per layer."),
-        ("bool", "dpsgd", d.dpsgd, "Train with DP-SGD; --nodpsgd trains non-privately "
-                                   "(shuffled batches, ε = inf)."),
-        ("enum", "optimizer", d.optimizer, "Update rule.", OPTIMIZERS),
-        ("float", "learning_rate", d.learning_rate, "Learning rate."),
-        ("enum", "lr_schedule", d.lr_schedule, "constant: --learning_rate throughout; cosine: "
-                                               "from --learning_rate down to 0 along a "
-                                               "half cosine over the run's steps.",
-         LR_SCHEDULES),
-        ("float", "momentum", d.momentum, "Momentum of --optimizer=sgd (0: plain SGD)."),
-        ("float", "l2_norm_clip", d.l2_norm_clip, "Clipping norm C."),
-        ("float", "noise_multiplier", None,
-         f"Noise multiplier σ (default {DEFAULT_NOISE_MULTIPLIER} unless --target_epsilon)."),
-        ("float", "target_epsilon", None, "Calibrate σ to reach this ε after --epochs."),
-        ("integer", "batch_size", d.batch_size, "(Expected) batch size."),
-        ("integer", "microbatches", None, "Microbatches per batch (default: one per "
-                                          "example); must divide --batch_size."),
-        ("integer", "epochs", d.epochs, "Epochs."),
-        ("float", "ema_decay", None, "Average the weights: shadow <- d*shadow + (1-d)*w after "
-                                     "each step; evaluate and save the average (no privacy "
-                                     "cost: post-processing). Default: off."),
-        ("enum", "sampling", d.sampling, "poisson: Poisson-sampled batches (the ε "
-                                         "accounting assumes); shuffle: shuffled fixed-size "
-                                         "batches.", SAMPLINGS),
-        ("enum", "accountant", d.accountant, "Privacy accountant.", ACCOUNTANTS),
-        ("float", "delta", d.delta, "δ of the (ε, δ) guarantee."),
-        ("integer", "seed", d.seed, "Seed of what is not privacy-relevant: weight "
-                                    "initialisation, dropout, the shuffling of --nodpsgd runs. "
-                                    "Never the DP noise, Poisson batches or DP shuffling: "
-                                    "those are keyed by a secret from the OS's entropy."),
-        ("integer", "insecure_dp_seed", None,
-         "NOT PRIVATE, for debugging and tests: derive the DP noise, Poisson batches and "
-         "DP shuffling from this seed, so the run is reproducible bit for bit but its ε "
-         "does not hold (metrics.json and the summary say so)."),
-        ("integer", "augmult", d.augmult,
-         "Augmentation multiplicity K (De et al. 2022): each sampled example is trained on "
-         "as K augmented copies (random shifts of up to --augment_shift pixels, and "
-         "left-right flips with --augment_flip) whose mean gradient is clipped once: same "
-         "ε, K times the compute. 1: no augmentation."),
-        ("integer", "augment_shift", d.augment_shift,
-         "With --augmult > 1: largest random shift, in pixels (zero fill). With "
-         "--features=scatternet the features of every shifted training image are computed "
-         "once ((2s+1)^2 times the features, kept in float16) and each copy takes a random "
-         "one."),
-        ("bool", "augment_flip", d.augment_flip,
-         "With --augmult > 1: also flip copies left-right at random (not for digits)."),
-        ("string", "output_dir", None, "Where to write results (default: write nothing)."),
-        ("bool", "save_model", d.save_model, "Also save model.keras into --output_dir."),
-        ("string", "recipe", None, "Named bundle of flag defaults (experiments/recipes.py, "
-                                   "e.g. paper); flags given explicitly override it."),
-    ]
-    for kind, name, default, help_text, *choices in specs:
-        if name in exclude or name in flag_values:
-            continue
-        define = getattr(flags, f"DEFINE_{kind}")
-        define(name, default, *choices, help_text, flag_values=flag_values)
-
-
-def config_from_flags(flag_values, **overrides):
-    """A TrainConfig from parsed absl flags (those defined), --recipe, then ``overrides``."""
-    from tf_tempered.experiments import recipes  # pylint: disable=g-import-not-at-top
-    names = [f.name for f in dataclasses.fields(TrainConfig)]
-    values = {n: flag_values[n].value for n in names if n in flag_values}
-    # --recipe's values fill in the flags not given on the command line.
-    values = recipes.apply_recipe(values, {n for n in values if flag_values[n].present})
-    values.update(overrides)
-    return TrainConfig(**values)
-
-
-def parse_floats(name, values):
-    """Floats from an absl list flag (strings); ConfigError naming ``--name`` if one is not."""
-    try:
-        parsed = [float(v) for v in values]
-    except (TypeError, ValueError):
-        _fail(f"--{name}={','.join(map(str, values))} is invalid: give comma-separated numbers, "
-              f"e.g. --{name}=1,2,4.")
-    if not parsed or not all(math.isfinite(v) for v in parsed):
-        _fail(f"--{name} must list at least one finite number, e.g. --{name}=1,2,4.")
-    return parsed
-
-
-def absl_entry_point(define_flags, run_from_flags):
-    """(main, cli) for a script: ``cli`` defines its flags and runs ``main`` under absl.
-
-    ``run_from_flags(FLAGS)`` does the work; a ConfigError it raises becomes absl's
-    UsageError, so a bad flag prints the message and exits non-zero.
-    """
-
-    def main(argv):
-        from absl import app, flags  # pylint: disable=g-import-not-at-top
-        if len(argv) > 1:
-            raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-        try:
-            run_from_flags(flags.FLAGS)
-        except ConfigError as e:
-            raise app.UsageError(str(e)) from e
-
-    def cli():
-        from absl import app  # pylint: disable=g-import-not-at-top
-        define_flags()
-        app.run(main)
-
-    return main, cli
-

@@ -26,7 +26,7 @@ import pathlib
 
 import numpy as np
 
-from tf_tempered.experiments import common, results
+from tf_tempered.experiments import command_line, common, results
 from tf_tempered.experiments.train import progress_verbosity, run_training
 
 __all__ = ["run_pareto", "define_flags", "main", "cli"]
@@ -129,7 +129,7 @@ def _plot(curves, delta, path):
 def define_flags():
     """Defines the script's absl flags: train's (minus activation and seed) plus the lists."""
     from absl import flags  # pylint: disable=g-import-not-at-top
-    common.define_training_flags(flags.FLAGS, exclude=("activation", "seed", "dpsgd",
+    command_line.define_training_flags(flags.FLAGS, exclude=("activation", "seed", "dpsgd",
                                                        "save_model"))
     flags.DEFINE_list("activations", ["relu", "tanh"], "Activations to compare.")
     flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds; accuracy is averaged over them.")
@@ -142,13 +142,13 @@ def _run_from_flags(f):
         raise common.ConfigError(f"--seeds={','.join(f.seeds)} is invalid: give "
                                  "comma-separated integers, e.g. --seeds=0,1,2.") from e
     # The tempered sigmoid's (s, T, o) flags apply only if it is among --activations.
-    config = common.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
+    config = command_line.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
     run_pareto(config, activations=f.activations, seeds=seeds, output_dir=f.output_dir,
                verbose=progress_verbosity())
 
 
 # `cli` is the console entry point tf-tempered-pareto.
-main, cli = common.absl_entry_point(define_flags, _run_from_flags)
+main, cli = command_line.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

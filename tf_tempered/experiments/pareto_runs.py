@@ -30,7 +30,7 @@ import pathlib
 
 import numpy as np
 
-from tf_tempered.experiments import common, results
+from tf_tempered.experiments import command_line, common, results
 
 __all__ = ["load_runs", "average_curve", "curves_from_runs", "plot_curves", "define_flags",
            "main", "cli"]
@@ -167,7 +167,7 @@ def _run_from_flags(f):
 
 
 # `cli` is the console entry point tf-tempered-pareto-runs.
-main, cli = common.absl_entry_point(define_flags, _run_from_flags)
+main, cli = command_line.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

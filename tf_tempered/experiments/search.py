@@ -30,9 +30,9 @@ at that ε (at ``--delta``) on the N − ``--validation_size`` training examples
 Selection is by validation accuracy. ``--validation_folds=K`` (K ≥ 2) makes it K-fold
 cross-validation: each config is trained K times, holding out block k of
 ``--validation_size`` examples (``--validation_fold=k``, k = 0..K−1; e.g. 12000 × 5
-for MNIST's 60,000), and scored by the mean of the K validation accuracies. The test set is evaluated by run_training at the
-end of every run but dropped here (not stored, not shown), so the search cannot select
-on it. Writes ``runs/<trial>.json`` (resumable, as the sweep), ``search.csv``,
+for MNIST's 60,000), and scored by the mean of the K validation accuracies. The test
+set is evaluated by run_training at the end of every run but dropped here (not stored,
+not shown), so the search cannot select on it. Writes ``runs/<trial>.json`` (resumable, as the sweep), ``search.csv``,
 ``search.json`` and ``search.md`` (one row per config, best marked), and prints the
 command that re-runs the best config with its test-set evaluation.
 
@@ -48,7 +48,7 @@ import shlex
 
 import numpy as np
 
-from tf_tempered.experiments import common, results
+from tf_tempered.experiments import command_line, common, results
 from tf_tempered.experiments.train import progress_verbosity, run_training
 
 __all__ = ["parse_axis", "expand_trials", "run_search", "best_command", "define_flags",
@@ -284,7 +284,7 @@ def _markdown(rows, summary):
 def define_flags():
     """Defines the search's absl flags: every train flag (the base config) plus the axes."""
     from absl import flags  # pylint: disable=g-import-not-at-top
-    common.define_training_flags(flags.FLAGS, exclude=("save_model",))
+    command_line.define_training_flags(flags.FLAGS, exclude=("save_model",))
     flags.DEFINE_multi_string("vary", [], "FLAG=V1,V2,...: an axis of the search (repeat "
                               "for more axes); activation also takes ts:S/T/O and "
                               "ts_learnable:S/T/O; 'none' unsets.")
@@ -298,7 +298,7 @@ def define_flags():
 
 
 def _run_from_flags(f):
-    config = common.config_from_flags(f, save_model=False)
+    config = command_line.config_from_flags(f, save_model=False)
     axes = [parse_axis(spec) for spec in f["vary"].value]
     run_search(config, axes, output_dir=f["output_dir"].value, search=f["search"].value,
                num_trials=f["num_trials"].value, seed=f["search_seed"].value,
@@ -307,7 +307,7 @@ def _run_from_flags(f):
 
 
 # `cli` is the console entry point tf-tempered-search.
-main, cli = common.absl_entry_point(define_flags, _run_from_flags)
+main, cli = command_line.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

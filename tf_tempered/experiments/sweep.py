@@ -30,7 +30,7 @@ import pathlib
 
 import numpy as np
 
-from tf_tempered.experiments import common, results
+from tf_tempered.experiments import command_line, common, results
 from tf_tempered.experiments.train import progress_verbosity, run_training
 
 __all__ = ["run_sweep", "top_fraction_mean", "define_flags", "main", "cli"]
@@ -150,7 +150,7 @@ def _plot(rows, summary, path):
 def define_flags():
     """Defines the sweep's absl flags: train's (minus the activation) plus the grid."""
     from absl import flags  # pylint: disable=g-import-not-at-top
-    common.define_training_flags(
+    command_line.define_training_flags(
         flags.FLAGS, exclude=("activation", "scale", "inverse_temperature", "offset",
                               "save_model"))
     flags.DEFINE_list("scales", ["1", "2", "3"], "Scales s of the grid.")
@@ -159,14 +159,14 @@ def define_flags():
 
 
 def _run_from_flags(f):
-    grid = {name: common.parse_floats(name, f[name].value)
+    grid = {name: command_line.parse_floats(name, f[name].value)
             for name in ("scales", "inverse_temperatures", "offsets")}
-    config = common.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
+    config = command_line.config_from_flags(f, activation="tempered_sigmoid", output_dir=None)
     run_sweep(config, output_dir=f.output_dir, verbose=progress_verbosity(), **grid)
 
 
 # `cli` is the console entry point tf-tempered-sweep.
-main, cli = common.absl_entry_point(define_flags, _run_from_flags)
+main, cli = command_line.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()

@@ -57,7 +57,8 @@ from tf_tempered import scatternet
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.ema import ExponentialMovingAverage
-from tf_tempered.experiments import common, feature_norm, model_builders, results, train_data
+from tf_tempered.experiments import (command_line, common, feature_norm, model_builders,
+                                     results, train_data)
 # Re-exported: PrivacyPlan and plan_privacy lived here before privacy_plan.py.
 from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
 from tf_tempered.privacy import has_secret_dp_randomness, make_private, optimizers
@@ -371,7 +372,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
 def define_flags():
     """Defines this script's absl flags (call once, from the entry point)."""
     from absl import flags  # pylint: disable=g-import-not-at-top
-    common.define_training_flags(flags.FLAGS)
+    command_line.define_training_flags(flags.FLAGS)
     flags.DEFINE_string("backup_dir", None, "Back up the run (weights, optimizer, epoch, "
                         "DP steps taken) here after every epoch, and resume from it if "
                         "present: a killed run started again continues, and its ε counts "
@@ -389,12 +390,12 @@ def _run_from_flags(f):
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
             cpu, [tf.config.LogicalDeviceConfiguration()] * f["cpu_devices"].value)
-    run_training(common.validate_config(common.config_from_flags(f)), verbose="auto",
+    run_training(common.validate_config(command_line.config_from_flags(f)), verbose="auto",
                  backup_dir=f["backup_dir"].value, strategy=f["strategy"].value)
 
 
 # `cli` is the console entry point tf-tempered-train.
-main, cli = common.absl_entry_point(define_flags, _run_from_flags)
+main, cli = command_line.absl_entry_point(define_flags, _run_from_flags)
 
 if __name__ == "__main__":
     cli()
