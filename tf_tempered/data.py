@@ -179,7 +179,7 @@ def without_block(array, start, stop):
 
 
 def split_validation(dataset, validation_size, *, fold=None):
-    """``(train_dataset, (x_val, y_val))``: a block of ``validation_size`` training examples held out.
+    """``(train_dataset, (x_val, y_val))``: a block of ``validation_size`` examples held out.
 
     By default the LAST ``validation_size``; ``fold=k`` holds out the k-th block from
     the start instead (:func:`validation_block`: K-fold cross-validation). A fixed,

@@ -32,9 +32,10 @@ cross-validation: each config is trained K times, holding out block k of
 ``--validation_size`` examples (``--validation_fold=k``, k = 0..K−1; e.g. 12000 × 5
 for MNIST's 60,000), and scored by the mean of the K validation accuracies. The test
 set is evaluated by run_training at the end of every run but dropped here (not stored,
-not shown), so the search cannot select on it. Writes ``runs/<trial>.json`` (resumable, as the sweep), ``search.csv``,
-``search.json`` and ``search.md`` (one row per config, best marked), and prints the
-command that re-runs the best config with its test-set evaluation.
+not shown), so the search cannot select on it. Writes ``runs/<trial>.json``
+(resumable, as the sweep), ``search.csv``, ``search.json`` and ``search.md`` (one row
+per config, best marked), and prints the command that re-runs the best config with
+its test-set evaluation.
 
 Privacy of the search itself: see docs/model_selection.md. The reported ε covers one
 training run; the selection, made on validation data carved from the private training

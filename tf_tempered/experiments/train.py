@@ -40,8 +40,8 @@ the bound actually proven for shuffling (no amplification by subsampling).
 
 Model selection: ``--validation_size=N`` holds out the last N training examples
 (:func:`tf_tempered.data.split_validation`; ``--validation_fold=k`` holds out block k
-of N from the start instead, for k-fold cross-validation); training, σ and ε use the rest only,
-each epoch reports ``validation_accuracy``, and the test set is evaluated once, at
+of N from the start instead, for k-fold cross-validation); training, σ and ε use the
+rest only, each epoch reports ``validation_accuracy``, and the test set is evaluated once, at
 the end (``test_accuracy``), so choices made on the validation numbers leave the
 test accuracy an unbiased estimate.
 """
