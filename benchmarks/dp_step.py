@@ -31,7 +31,7 @@ reports the median wall-clock and CPU (all threads) ms/step per path, their rati
 to nonprivate, and the peak of TF's CPU allocator during that path's steps
 (tf.config.experimental.get_memory_info).
 
-    python benchmarks/dp_step.py                       # the README table
+    python benchmarks/dp_step.py                       # docs/benchmarks.md's first table
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --batch_size=4096 --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered --dynamic_batch
@@ -218,7 +218,6 @@ def _compiled(path, kind, batch_size):
     elif path == "stock_optimizer":
         tensorflow_privacy_ = require_tensorflow_privacy(f"The benchmark path {path!r}")
         model = _model(kind)
-        object.__setattr__(model, "_tf_tempered_private", False)  # keep TF Privacy's own step
         model.train_step = type(model).train_step.__get__(model)
         model.compile(tensorflow_privacy_.DPKerasSGDOptimizer(
             **dp, num_microbatches=batch_size, learning_rate=0.15), loss=per_example)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates benchmarks/results/*.md|json (the README's tables). CPU-only; ~25 min on 2 cores.
+# Regenerates benchmarks/results/*.md|json (the tables of docs/benchmarks.md). CPU-only; ~25 min on 2 cores.
 # Each command names its Keras (--keras=2|3), whatever TF_USE_LEGACY_KERAS says; the unsuffixed
 # files are Keras 2 (with TF Privacy's paths), the *_keras3* ones Keras 3.
 set -euo pipefail

@@ -109,8 +109,7 @@ def main(argv=None):
                                      l2_norm_clip=args.l2_norm_clip,
                                      noise_multiplier=args.noise_multiplier)
     model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  reduction="none"),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
     steps = args.epochs * round(args.num_train / args.batch_size)
     batches = poisson_batches(x_train, y_train, expected_batch_size=args.batch_size, steps=steps)

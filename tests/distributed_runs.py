@@ -36,8 +36,10 @@ def _model(*, x_shape, num_microbatches, sigma, seed):
     model = keras.Sequential([keras.Input(x_shape),
                               keras.layers.Conv2D(3, 3, activation="tanh"),
                               keras.layers.Flatten(), keras.layers.Dense(3)])
+    # Keras' own batches on both sides (fit on arrays would otherwise draw Poisson ones).
     tf_tempered.make_private(model, l2_norm_clip=2.0, noise_multiplier=sigma,
-                             num_microbatches=num_microbatches, insecure_dp_seed=seed)
+                             num_microbatches=num_microbatches, insecure_dp_seed=seed,
+                             sampling="shuffle")
     model.compile(optimizer=_sgd(0.5), loss=_loss())
     return model
 
@@ -203,7 +205,8 @@ def _noise_updates(strategy, *, steps=6, batch=8, sigma=1.5, clip=0.5, lr=0.25):
     from tf_tempered._compat import keras
     with strategy.scope():
         model = keras.Sequential([keras.Input((40,)), keras.layers.Dense(50, use_bias=False)])
-        tf_tempered.make_private(model, l2_norm_clip=clip, noise_multiplier=sigma)
+        tf_tempered.make_private(model, l2_norm_clip=clip, noise_multiplier=sigma,
+                                 sampling="shuffle")  # fixed batches: normaliser = batch
         model.compile(optimizer=_sgd(lr), loss=_loss())
     before = model.get_weights()[0]
     model.fit(np.zeros((steps * batch, 40), np.float32), np.zeros(steps * batch),

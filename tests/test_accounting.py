@@ -239,7 +239,11 @@ def test_scripts_reuse_the_accounting_defaults():
     assert (config.delta, config.sampling, config.accountant) == (1e-5, "poisson", "rdp")
     assert AuditConfig().delta == accounting.DEFAULT_DELTA
     for function in (accounting.compute_epsilon, accounting.noise_multiplier_for_epsilon,
-                     epsilon.privacy_report, callbacks.PrivacyBudget.__init__):
+                     epsilon.privacy_report):
         parameters = inspect.signature(function).parameters
         assert parameters["sampling"].default == accounting.DEFAULT_SAMPLING, function
         assert parameters["accountant"].default == accounting.DEFAULT_ACCOUNTANT, function
+    # PrivacyBudget follows the run: a private model's sampling and accountant, and for a
+    # model tf_tempered does not train, shuffled batches (Keras' own) unless told.
+    parameters = inspect.signature(callbacks.PrivacyBudget.__init__).parameters
+    assert parameters["sampling"].default is None and parameters["accountant"].default is None

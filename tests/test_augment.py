@@ -93,9 +93,14 @@ def test_rows_not_a_multiple_of_the_multiplicity_are_refused():
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
                                                 learning_rate=0.1), loss=dp_reference.LOSS)
     x, y = _copies(3)
-    with pytest.raises(ValueError, match=r"augmentation_multiplicity=3 does not divide the 7 "
-                                         r"rows.*augmult_batches"):
-        model.fit(x[:7], y[:7], batch_size=7, verbose=0)
+    with pytest.warns(UserWarning, match="did not build"), pytest.raises(
+            ValueError, match=r"augmentation_multiplicity=3 does not divide the 7 "
+                              r"rows.*augmult_batches"):
+        model.fit(tf.data.Dataset.from_tensors((x[:7], y[:7])), verbose=0)
+    # Arrays hold examples: fit cannot sample them into each example's copies.
+    with pytest.raises(ValueError, match=r"augmentation_multiplicity=3 needs batches.*"
+                                         r"augmult_batches\(.*poisson_batches"):
+        model.fit(x[:6], y[:6], batch_size=6, verbose=0)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])

@@ -38,9 +38,14 @@ def _assert_same_run(one, two):
     for a, b in zip(one["weights"], two["weights"]):
         a, b = np.asarray(a), np.asarray(b)
         np.testing.assert_allclose(b, a, rtol=0, atol=2e-6 * max(1.0, np.abs(a).max()))
-    assert set(one["history"]) == set(two["history"])
+    # fit logs epsilon and delta; a custom loop (the Poisson shards, Keras 3's workers) does
+    # not: the training values are compared, the accounting is tested on its own.
+    accounting = {"epsilon", "delta"}
+    assert set(one["history"]) - accounting == set(two["history"]) - accounting
     for key, values in one["history"].items():
-        np.testing.assert_allclose(two["history"][key], values, rtol=2e-5, atol=1e-6, err_msg=key)
+        if key in two["history"]:
+            np.testing.assert_allclose(two["history"][key], values, rtol=2e-5, atol=1e-6,
+                                       err_msg=key)
 
 
 @pytest.mark.parametrize("config", ["per_example", "microbatches", "noisy_seeded"])

@@ -28,6 +28,7 @@ from dp_reference import _microbatch_grads
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import (DPConfig, DPKerasAdamOptimizer, DPKerasSGDOptimizer, EngineOptions,
+                                 NotPrivateError,
                                  UnsupportedLayerError, dp_config, make_private, native)
 from tf_tempered.privacy.optimizers import DPOptimizerMixin
 
@@ -270,7 +271,7 @@ def test_short_last_batch_with_microbatches_equals_tf_privacy():
     def weights_after_epoch(private):
         model = _fresh(_sequence_model)
         if private:
-            make_private(model)
+            make_private(model, sampling="shuffle")  # the batches TF Privacy trains on
         optimizer = opt() if private else _tf_privacy_reference(opt())
         before = model.get_weights()
         if optimizer is None:
@@ -452,13 +453,19 @@ def test_nonfinite_example_contributes_zero_and_is_counted(forced):
         np.testing.assert_allclose((after - b) * BATCH, c * (BATCH - 1), atol=1e-5)
 
 
-def test_plain_optimizer_trains_non_privately():
+def test_plain_optimizer_without_settings_is_refused_not_trained():
+    # make_private(model) without settings and a plain optimizer: no clipping, no noise
+    # would be a silent non-private run. Refused before any update, naming the fix.
     x, y = _data(_cnn())
-    opt = lambda: _plain_sgd(learning_rate=0.5)
-    reference, _ = _update(_cnn, opt, False, x, y)
-    ours, _ = _update(_cnn, opt, True, x, y)
-    for r, o in zip(reference, ours):
-        np.testing.assert_allclose(o, r, atol=1e-6)
+    model = make_private(_fresh(_cnn))
+    model.compile(optimizer=_plain_sgd(learning_rate=0.5), loss=LOSS)
+    before = model.get_weights()
+    with pytest.raises(NotPrivateError, match="WITHOUT differential privacy.*l2_norm_clip"):
+        model.fit(x, y, batch_size=BATCH, verbose=0)
+    with pytest.raises(NotPrivateError):  # train_on_batch runs the step itself
+        model.train_on_batch(x, y)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_poisson_padding_rows_do_not_change_the_update():
@@ -493,12 +500,13 @@ def test_poisson_padding_rows_do_not_change_the_update():
         np.testing.assert_allclose(ours * 10, r * 8, atol=1e-5)
 
 
-def test_reduced_loss_is_refused():
+def test_a_loss_function_reducing_over_the_batch_is_refused():
     model = make_private(_cnn())
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
-                                                num_microbatches=1, learning_rate=0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    with pytest.raises(ValueError, match="one loss per example.*reduction"):
+                                                learning_rate=0.1),
+                  loss=lambda y, p: tf.reduce_mean(
+                      keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True)))
+    with pytest.raises(ValueError, match="one value for the whole batch.*axis=-1"):
         model.fit(*_data(model), batch_size=BATCH, verbose=0)
 
 
@@ -518,7 +526,7 @@ def test_weight_regularizer_is_refused_before_any_update():
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
                                                 learning_rate=0.1), loss=LOSS)
     before = [w.copy() for w in model.get_weights()]
-    with pytest.raises(ValueError, match="regularization losses.*Remove the regularizers"):
+    with pytest.raises(ValueError, match="weight regularizers.*kernel_regularizer.*AdamW"):
         model.fit(np.ones((8, 4), np.float32), np.zeros(8), batch_size=8, verbose=0)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
@@ -594,7 +602,7 @@ def test_settings_on_make_private_with_a_plain_optimizer(num_microbatches):
     dp_opt = DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0,
                                  num_microbatches=num_microbatches, learning_rate=1.0)
     model = make_private(_fresh(_cnn), l2_norm_clip=0.3, noise_multiplier=0.0,
-                         num_microbatches=num_microbatches)
+                         num_microbatches=num_microbatches, sampling="shuffle")
     model.compile(optimizer=_plain_sgd(learning_rate=1.0), loss=LOSS)
     before = model.get_weights()
     history = model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0).history

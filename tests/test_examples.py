@@ -59,3 +59,17 @@ def test_text_classifier_bilstm_takes_the_recurrent_rows_handler():
         ["--architecture=bilstm", "--num_train=512", "--num_test=128", "--vocab_size=300",
          "--seq_len=16", "--epochs=1", "--batch_size=64"])
     assert 0.0 <= accuracy <= 1.0 and epsilon > 0
+
+
+def test_custom_loop_trains_with_dp_gradients_on_poisson_batches():
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        import custom_loop_dp  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    from tf_tempered.privacy.accounting import compute_epsilon  # pylint: disable=import-outside-toplevel
+    accuracy, epsilon = custom_loop_dp.main(["--epochs=1"])
+    assert 0.1 < accuracy <= 1.0  # 10 classes: better than chance after one DP epoch
+    # digits: 1438 training examples, batch 64: round(1438 / 64) = 22 Poisson steps.
+    assert epsilon == compute_epsilon(num_examples=1438, batch_size=64, noise_multiplier=1.1,
+                                      steps=22, delta=1e-5)

@@ -110,8 +110,8 @@ def test_calibration_leaves_room_for_the_release():
 def test_privacy_budget_reports_the_composition():
     prior = (feature_stats.release_event(8.0),)
     budget = PrivacyBudget(target_epsilon=3.0, delta=1e-5, num_examples=60000, batch_size=1024,
-                           noise_multiplier=1.25, prior_events=prior)
-    budget._resolve()  # what on_train_begin does with explicit settings
+                           noise_multiplier=1.25, prior_events=prior, sampling="poisson")
+    budget._resolve_legacy()  # what on_train_begin does for a model tf_tempered does not train
     expected = accounting.compute_epsilon(num_examples=60000, batch_size=1024,
                                           noise_multiplier=1.25, steps=590, delta=1e-5,
                                           prior_events=prior)

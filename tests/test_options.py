@@ -20,6 +20,7 @@ import pytest
 from tf_tempered._compat import keras
 from tf_tempered.privacy import EngineOptions, make_private
 from tf_tempered.privacy.options import NORM_PATHS
+from tf_tempered.privacy.state import get_state
 
 
 def test_defaults_are_the_measured_thresholds(monkeypatch):
@@ -90,8 +91,10 @@ def test_native_path_needs_the_native_op():
 def test_make_private_takes_options_and_refuses_other_types():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     options = EngineOptions(norm_path="ghost")
-    assert make_private(model, options=options)._dp_options is options  # pylint: disable=protected-access
-    make_private(model)  # again, without: the defaults
-    assert model._dp_options == EngineOptions()  # pylint: disable=protected-access
+    assert get_state(make_private(model, options=options)).options is options
+    make_private(model)  # again, without: the options given before are kept
+    assert get_state(model).options is options
+    make_private(model, options=EngineOptions())
+    assert get_state(model).options == EngineOptions()
     with pytest.raises(TypeError, match="options must be a tf_tempered.privacy.EngineOptions"):
         make_private(model, options={"norm_path": "ghost"})

@@ -21,6 +21,7 @@ from tf_tempered.privacy import DPKerasSGDOptimizer
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import make_private, randomness
+from tf_tempered.privacy.state import get_state
 
 
 @pytest.fixture
@@ -160,7 +161,7 @@ def test_key_is_untracked_and_in_no_saved_file(tmp_path, drawn_secrets):
                   loss=keras.losses.SparseCategoricalCrossentropy(
                       from_logits=True, reduction="none"))
     model.fit(np.ones((8, 6), np.float32), np.zeros(8), batch_size=8, epochs=2, verbose=0)
-    state = model._dp_noise  # pylint: disable=protected-access
+    state = get_state(model).noise
     assert int(state._counter.numpy()) == 2  # pylint: disable=protected-access
     hidden = {id(state._key), id(state._counter)}  # pylint: disable=protected-access
     assert not hidden & {id(v) for v in model.weights + model.variables}
@@ -187,4 +188,4 @@ def test_key_is_untracked_and_in_no_saved_file(tmp_path, drawn_secrets):
             assert pattern not in content, (path.name, pattern)
     # Reloaded, the model is no longer private: nothing about the key travelled with it.
     reloaded = keras.models.load_model(tmp_path / "model.keras", compile=False)
-    assert not hasattr(reloaded, "_dp_noise")
+    assert get_state(reloaded) is None

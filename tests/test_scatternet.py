@@ -34,9 +34,23 @@ def test_layout_and_values_match_kymatio():
     assert got.shape == (2, 7, 7, 2 * 81) and got.dtype == np.float32
     ref = kymatio_frontend.ScatteringNumPy2D(J=2, shape=(28, 28), L=8)(
         np.moveaxis(x, -1, 1))  # [N, C, 81, 7, 7]
+    # The same transform, computed in another order: equal to float32 rounding.
     for c in range(2):
         for k in (0, 1, 16, 17, 80):
-            np.testing.assert_array_equal(got[..., c * 81 + k], ref[:, c, k])
+            np.testing.assert_allclose(got[..., c * 81 + k], ref[:, c, k], rtol=1e-5,
+                                       atol=1e-6)
+    np.testing.assert_allclose(got, np.moveaxis(ref, 2, -1).transpose(0, 2, 3, 1, 4).reshape(
+        got.shape), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("J, L, shape", [(1, 2, (8, 8)), (2, 4, (16, 12)), (3, 8, (32, 32)),
+                                         (2, 6, (20, 28))])
+def test_every_coefficient_matches_kymatio(J, L, shape):
+    x = np.random.default_rng(J + L).random((3,) + shape, dtype=np.float32)
+    got = scatternet.scattering_features(x, J=J, L=L, cache=False)
+    ref = kymatio_frontend.ScatteringNumPy2D(J=J, shape=shape, L=L)(x)  # [N, K, h, w]
+    assert got.shape == (3, shape[0] // 2 ** J, shape[1] // 2 ** J, scatternet.num_channels(J, L))
+    np.testing.assert_allclose(got, np.moveaxis(ref, 1, -1), rtol=1e-5, atol=1e-6)
 
 
 def test_constant_image_closed_form():
@@ -196,3 +210,114 @@ def test_missing_kymatio_names_the_pip_command(monkeypatch):
         scatternet.scattering_features(_images(1, 16), cache=False)
     # The model builder does not need kymatio.
     assert scatternet.scatternet_cnn("tanh", input_shape=(4, 4, 9), groups=3).count_params()
+
+
+def test_cached_shifted_features_stay_on_disk_and_read_what_a_batch_needs(tmp_path):
+    """One float16 file per shift (the unshifted one is the float32 features' file);
+    reading them gives the in-memory array, and copies() picks as pick_variants does."""
+    from tf_tempered import augment  # pylint: disable=g-import-not-at-top
+    images = _images(5, 8)
+    in_memory = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
+                                                       cache=False)
+    cached = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
+                                                    cache_dir=tmp_path)
+    assert isinstance(cached, scatternet.ShiftedFeatures)
+    assert cached.shape == in_memory.shape == (5, 9, 4, 4, 3) and cached.dtype == np.float16
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 9 and sum(f.endswith("_float16.npy") for f in files) == 8
+    assert any("_shift-1+1_float16" in f for f in files)  # (dy, dx) = (−1, +1): variant 6
+    np.testing.assert_array_equal(np.asarray(cached), in_memory)
+    np.testing.assert_array_equal(cached[:, 4], scatternet.scattering_features(
+        images, J=1, L=2, cache=False).astype(np.float16))
+    np.testing.assert_array_equal(cached[3], in_memory[3])
+    # Dropping a block reads nothing; its rows are the other examples, in order.
+    rest = cached.without_rows(1, 3)
+    assert rest.rows.tolist() == [0, 3, 4] and rest.shape == (3, 9, 4, 4, 3)
+    np.testing.assert_array_equal(np.asarray(rest), in_memory[[0, 3, 4]])
+    rows = tf.constant([4, 0, 0, 3], tf.int64)
+    copies = cached.copies(rows, 3, seed=[7, 8])
+    assert copies.shape == (12, 4, 4, 3) and copies.dtype == tf.float32
+    expected = augment.pick_variants(tf.constant(in_memory[[4, 0, 0, 3]]), 3, seed=[7, 8])
+    np.testing.assert_array_equal(copies.numpy(), expected.numpy())
+    padded = cached.copies(tf.constant([4, -1], tf.int64), 3, seed=[7, 8]).numpy()
+    np.testing.assert_array_equal(padded[:3], expected.numpy()[:3])
+    assert not padded[3:].any()  # a negative row (padding): zeros
+    # A second call finds every file: nothing is recomputed (the files are not rewritten).
+    stamps = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    again = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
+                                                   cache_dir=tmp_path)
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == stamps
+    np.testing.assert_array_equal(np.asarray(again), in_memory)
+
+
+def test_shifted_features_in_training_batches_and_validation_blocks(tmp_path):
+    from tf_tempered import data  # pylint: disable=g-import-not-at-top
+    from tf_tempered.experiments import train, train_data  # pylint: disable=g-import-not-at-top
+    images = _images(40, 8)
+    cached = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
+                                                    cache_dir=tmp_path)
+    x = data.without_block(cached, 10, 20)
+    assert isinstance(x, scatternet.ShiftedFeatures) and len(x) == 30
+    y = np.arange(40)[np.r_[0:10, 20:40]]
+    config = common.validate_config(common.TrainConfig(
+        dataset="digits", features="scatternet", batch_size=8, epochs=1, augmult=2,
+        augment_shift=1, seed=0, insecure_dp_seed=3))
+    plan = train.plan_privacy(config, 30)
+    batch_x, batch_y, info = next(iter(train_data.training_batches(config, plan, x, y)))
+    assert batch_x.shape[1:] == (4, 4, 3) and batch_x.dtype == tf.float32
+    assert batch_x.shape[0] == info["mask"].shape[0] == len(batch_y) and len(batch_y) % 2 == 0
+    assert info["mask"].numpy().sum() > 0
+    variants = np.asarray(cached).astype(np.float32)  # [40, 9, ...]
+    for features, label, keep in zip(batch_x.numpy(), batch_y.numpy(), info["mask"].numpy()):
+        if not keep:
+            assert not features.any()  # padding: zeros, as poisson_batches pads
+        else:  # each copy: one of the 9 shifts of its own example's features
+            assert any(np.array_equal(features, v) for v in variants[label])
+
+
+def test_cache_directory_variable(monkeypatch, tmp_path):
+    monkeypatch.delenv("TF_TEMPERED_CACHE", raising=False)
+    monkeypatch.setenv("TF_TEMPERED_CACHE_DIR", str(tmp_path / "new"))
+    assert scatternet.default_cache_dir() == tmp_path / "new" / "scatternet"
+    monkeypatch.setenv("TF_TEMPERED_CACHE", str(tmp_path / "old"))  # the new name wins
+    assert scatternet.default_cache_dir() == tmp_path / "new" / "scatternet"
+    monkeypatch.delenv("TF_TEMPERED_CACHE_DIR")
+    with pytest.warns(FutureWarning, match="TF_TEMPERED_CACHE_DIR"):
+        assert scatternet.default_cache_dir() == tmp_path / "old" / "scatternet"
+    monkeypatch.delenv("TF_TEMPERED_CACHE")
+    assert scatternet.default_cache_dir().parts[-3:] == (".cache", "tf_tempered", "scatternet")
+
+
+def test_progress_lines(tmp_path, capsys):
+    scatternet.scattering_features(_images(3, 8), J=1, L=2, cache_dir=tmp_path)
+    assert capsys.readouterr().out == ""  # small arrays: silent by default
+    scatternet.scattering_features(_images(3, 8, seed=1), J=1, L=2, cache_dir=tmp_path,
+                                   progress=True)
+    out = capsys.readouterr().out.splitlines()
+    assert "not cached yet, writing" in out[0] and out[-1].endswith("about 0 s left")
+    assert "3/3 (100%)" in out[-1]
+    scatternet.shifted_scattering_features(_images(3, 8, seed=1), max_shift=1, J=1, L=2,
+                                           cache_dir=tmp_path, progress=True)
+    out = capsys.readouterr().out
+    assert "8 shifted copies of 3 images: computing 24 transforms" in out and "24/24" in out
+
+
+def test_large_training_arrays_are_read_per_batch(monkeypatch):
+    """Poisson batches of an array from train_data.READ_PER_BATCH_BYTES on: its rows are read
+    per batch (no TensorFlow copy of the array), padding zeros, as poisson_batches gives."""
+    from tf_tempered.experiments import train, train_data  # pylint: disable=g-import-not-at-top
+    x = np.random.default_rng(0).random((50, 2, 2, 3), dtype=np.float32)
+    y = np.arange(50)
+    config = common.validate_config(common.TrainConfig(dataset="digits", batch_size=10,
+                                                       epochs=1, insecure_dp_seed=4))
+    plan = train.plan_privacy(config, 50)
+    monkeypatch.setattr(train_data, "READ_PER_BATCH_BYTES", 1)
+    batch_x, batch_y, info = next(iter(train_data.training_batches(config, plan, x, y)))
+    monkeypatch.setattr(train_data, "READ_PER_BATCH_BYTES", 1 << 60)
+    ref_x, ref_y, ref_info = next(iter(train_data.training_batches(config, plan, x, y)))
+    np.testing.assert_array_equal(batch_y.numpy(), ref_y.numpy())
+    np.testing.assert_array_equal(info["mask"].numpy(), ref_info["mask"].numpy())
+    np.testing.assert_array_equal(batch_x.numpy(), ref_x.numpy())
+    keep = info["mask"].numpy() > 0
+    np.testing.assert_array_equal(batch_x.numpy()[keep], x[batch_y.numpy()[keep]])
+    assert not batch_x.numpy()[~keep].any() and (~keep).any()

@@ -166,7 +166,7 @@ KERAS2_IMPORT = "import tf_keras as keras\n"
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebooks_show_the_keras3_public_api(name):
-    """Keras 3 the standard way: `import keras`, reduction="none", no tf.keras, no internals."""
+    """Keras 3 the standard way: `import keras`, losses as compiled, no tf.keras, no internals."""
     notebook = _load(name)
     code = "\n".join(_code_cells(notebook)[1:])
     text = "\n".join(_source(c) for c in notebook["cells"])
@@ -176,8 +176,8 @@ def test_notebooks_show_the_keras3_public_api(name):
     uses_keras = re.search(r"\bkeras\.", code) is not None
     assert code.count(KERAS3_IMPORT) == (1 if uses_keras else 0), (
         f"{name}.ipynb: import Keras once, in the imports cell, as {KERAS3_IMPORT.strip()!r}")
-    if "SparseCategoricalCrossentropy" in code and "make_private" in code:
-        assert 'reduction="none"' in code
+    # A private model takes the loss as users compile it (no reduction="none" needed).
+    assert 'reduction="none"' not in code, f"{name}.ipynb: compile losses as users do"
     # Where the imports are explained: Keras 3 by default, Keras 2 for TF Privacy users.
     assert "TF_USE_LEGACY_KERAS=1" in text and "import tf_keras as keras" in text
 

@@ -35,8 +35,9 @@ example's clipped term, so the DP guarantee holds for every value of it.
 """
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy import data_sampling
 
-__all__ = ["augmult_batches", "pick_variants", "random_shift_flip"]
+__all__ = ["augmult_batches", "draw_variants", "pick_variants", "random_shift_flip"]
 
 
 def random_shift_flip(images, *, max_shift, flip, seed):
@@ -71,11 +72,27 @@ def random_shift_flip(images, *, max_shift, flip, seed):
     return images
 
 
+def draw_variants(n, multiplicity, variants, seed):
+    """[n, multiplicity] int32, uniform in [0, variants): which variant each copy takes.
+
+    The draw of :func:`pick_variants`, shared with
+    :meth:`tf_tempered.scatternet.ShiftedFeatures.copies` (which reads the variants
+    from disk): the same seed picks the same variants in both.
+
+    >>> draw_variants(2, 3, 9, seed=[0, 1]).shape
+    TensorShape([2, 3])
+    """
+    return tf.random.stateless_uniform([n, multiplicity], tf.cast(seed, tf.int64), minval=0,
+                                       maxval=variants, dtype=tf.int32)
+
+
 def pick_variants(x, multiplicity, seed):
     """K copies of each example, each a uniformly random one of its precomputed variants.
 
     ``x``: [B, V, ...] (V variants of each example, e.g.
-    :func:`tf_tempered.scatternet.shifted_scattering_features`); returns [B·K, ...]
+    :func:`tf_tempered.scatternet.shifted_scattering_features` with ``cache=False``; the
+    cached ones stay on disk and pick their variants with
+    :meth:`~tf_tempered.scatternet.ShiftedFeatures.copies`); returns [B·K, ...]
     float32, the K copies of example i consecutive (rows i·K … i·K+K−1), as
     :func:`augmult_batches` lays them out. ``seed``: a stateless seed, shape [2].
 
@@ -85,9 +102,7 @@ def pick_variants(x, multiplicity, seed):
     ((8,), True, True)
     """
     x = tf.convert_to_tensor(x)
-    n, variants = tf.shape(x)[0], x.shape[1]
-    which = tf.random.stateless_uniform([n, multiplicity], tf.cast(seed, tf.int64), minval=0,
-                                        maxval=variants, dtype=tf.int32)
+    which = draw_variants(tf.shape(x)[0], multiplicity, x.shape[1], seed)
     copies = tf.gather(x, which, axis=1, batch_dims=1)  # [B, K, ...]
     return tf.cast(tf.reshape(copies, tf.concat([[-1], tf.shape(x)[2:]], 0)), tf.float32)
 
@@ -130,12 +145,17 @@ def augmult_batches(dataset, *, multiplicity, max_shift=0, flip=False, augment=N
         if rest:
             weight = rest[0]
             if isinstance(weight, dict) and "expected_batch_size" in weight:
-                weight = dict(weight, mask=repeat(weight["mask"]))
+                weight = {key: value if key == "expected_batch_size" else repeat(value)
+                          for key, value in weight.items()}
             else:
                 weight = tf.nest.map_structure(repeat, weight)
             return x, y, weight
         return x, y
 
-    return tf.data.Dataset.zip((dataset, seeds)).map(
+    expanded = tf.data.Dataset.zip((dataset, seeds)).map(
         lambda batch, s: expand(batch, s), num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True).prefetch(tf.data.AUTOTUNE)
+    # The examples are sampled as the input's were (each example's copies form one
+    # microbatch): the accounting reads the input's sampling.
+    sampling = data_sampling.sampling_of(dataset)
+    return expanded if sampling is None else data_sampling.tag_dataset(expanded, sampling)

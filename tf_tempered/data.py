@@ -170,7 +170,13 @@ def validation_block(num_examples, validation_size, fold=None):
 
 
 def without_block(array, start, stop):
-    """``array`` minus rows ``[start, stop)``, in order (a view when one part is empty)."""
+    """``array`` minus rows ``[start, stop)``, in order (a view when one part is empty).
+
+    An array-like with a ``without_rows(start, stop)`` method (e.g.
+    :class:`tf_tempered.scatternet.ShiftedFeatures`, which stays on disk) does it itself.
+    """
+    if hasattr(array, "without_rows"):
+        return array.without_rows(start, stop)
     if start == 0:
         return array[stop:]
     if stop >= len(array):

@@ -274,7 +274,7 @@ def mnist_cnn(activation="tempered_sigmoid", *, input_shape=(28, 28, 1), num_cla
         A plain, uncompiled Functional ``keras.Model`` of the active Keras. For DP-SGD
         pass it to :func:`tf_tempered.make_private` once, e.g.
         ``tf_tempered.make_private(model, l2_norm_clip=1.0, noise_multiplier=1.1)``,
-        then compile it with a per-example loss (``reduction="none"``).
+        then compile it with any Keras loss (the engine takes it per example).
 
     >>> model = mnist_cnn()
     >>> model.count_params(), model.output_shape
@@ -297,7 +297,7 @@ def cifar10_cnn(activation="tempered_sigmoid", *, input_shape=(32, 32, 3), num_c
         A plain, uncompiled Functional ``keras.Model`` of the active Keras. For DP-SGD
         pass it to :func:`tf_tempered.make_private` once, e.g.
         ``tf_tempered.make_private(model, l2_norm_clip=1.0, noise_multiplier=1.1)``,
-        then compile it with a per-example loss (``reduction="none"``).
+        then compile it with any Keras loss (the engine takes it per example).
 
     >>> model = cifar10_cnn("relu")
     >>> model.count_params(), model.output_shape

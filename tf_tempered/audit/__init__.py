@@ -37,6 +37,10 @@ from tf_tempered.audit.canaries import (Canaries, ExposureReport, canary_exposur
 from tf_tempered.audit.metrics import (EpsilonLowerBound, RocCurve, attacker_advantage,
                                        clopper_pearson, epsilon_lower_bound, exposure,
                                        roc_auc, roc_curve, tpr_at_fpr)
+from tf_tempered.audit.one_run import (OneRunAudit, OneRunBound, epsilon_one_run,
+                                       epsilon_one_run_fdp, epsilon_one_run_fdp_from_counts,
+                                       epsilon_one_run_from_counts, one_run_audit,
+                                       one_run_p_value)
 
 __all__ = [
     "AttackResult", "confidence_attack", "lira_attack", "lira_scores",
@@ -45,4 +49,7 @@ __all__ = [
     "Canaries", "ExposureReport", "canary_exposure", "canary_ranks", "mislabeled_canaries",
     "EpsilonLowerBound", "RocCurve", "attacker_advantage", "clopper_pearson",
     "epsilon_lower_bound", "exposure", "roc_auc", "roc_curve", "tpr_at_fpr",
+    "OneRunAudit", "OneRunBound", "epsilon_one_run", "epsilon_one_run_fdp",
+    "epsilon_one_run_fdp_from_counts", "epsilon_one_run_from_counts", "one_run_audit",
+    "one_run_p_value",
 ]

@@ -21,13 +21,15 @@ absl through :func:`absl_entry_point`, which turns a ConfigError into a usage er
 
 import dataclasses
 import math
+import sys
 
 from tf_tempered.experiments.common import (ACCOUNTANTS, ACTIVATIONS, DATASETS,
                                             DEFAULT_NOISE_MULTIPLIER, FEATURES, HEADS,
                                             LR_SCHEDULES, OPTIMIZERS, SAMPLINGS, ConfigError,
                                             TrainConfig)
 
-__all__ = ["define_training_flags", "config_from_flags", "parse_floats", "absl_entry_point"]
+__all__ = ["define_training_flags", "config_from_flags", "parse_floats", "absl_entry_point",
+           "declare_main_module_flags"]
 
 
 def define_training_flags(flag_values, exclude=()):
@@ -176,9 +178,24 @@ def absl_entry_point(define_flags, run_from_flags):
             raise app.UsageError(str(e)) from e
 
     def cli():
-        from absl import app  # pylint: disable=g-import-not-at-top
+        from absl import app, flags  # pylint: disable=g-import-not-at-top
+        before = set(flags.FLAGS)
         define_flags()
+        declare_main_module_flags(flags.FLAGS, set(flags.FLAGS) - before)
         app.run(main)
 
     return main, cli
+
+
+def declare_main_module_flags(flag_values, names):
+    """Makes the flags ``names`` key flags of the main module, so that ``--help`` lists them.
+
+    absl's ``--help`` (and ``--helpshort``) lists the key flags of the module named by
+    ``sys.argv[0]`` only, i.e. the flags that module defined itself. The scripts define
+    most of theirs here (:func:`define_training_flags`), and when run as a console script
+    (``tf-tempered-train``) not even their own module is ``sys.argv[0]``, so without this
+    ``--help`` showed a few flags or none, the rest only under ``--helpfull``.
+    """
+    for name in sorted(names):
+        flag_values.register_key_flag_for_module(sys.argv[0], flag_values[name])
 

@@ -42,13 +42,13 @@ class PrivacyPlan:
         # run_training confirms it from the model (has_secret_dp_randomness).
         self.epsilon_holds = noise_multiplier is None or config.insecure_dp_seed is None
 
-    def _epsilon(self, steps, sampling_assumed):
+    def _epsilon(self, steps):
         with warnings.catch_warnings():  # the shuffle note is said once, in the label
             warnings.filterwarnings("ignore", message="sampling='shuffle'", category=UserWarning)
             return accounting.compute_epsilon(
                 num_examples=self.num_examples, batch_size=self.config.batch_size,
                 noise_multiplier=self.noise_multiplier, steps=steps, delta=self.config.delta,
-                sampling=sampling_assumed, accountant=self.config.accountant,
+                sampling=self.config.sampling, accountant=self.config.accountant,
                 microbatch_size=self.microbatch_size, prior_events=self.prior_events)
 
     def prior_epsilon(self):
@@ -57,16 +57,11 @@ class PrivacyPlan:
                                         accountant=self.config.accountant)
 
     def epsilon(self, steps):
-        """ε after ``steps`` steps, with Poisson sampling assumed (TF Privacy's figure)."""
+        """ε after ``steps`` steps of the run's sampling: Poisson (amplified), or the bound
+        for shuffled batches (without amplification) with --sampling=shuffle."""
         if self.noise_multiplier is None:
             return math.inf
-        return self._epsilon(steps, "poisson") if steps else self.prior_epsilon()
-
-    def epsilon_no_amplification(self, steps):
-        """ε proven for shuffled batches (no amplification); None unless sampling=shuffle."""
-        if self.noise_multiplier is None or self.config.sampling != "shuffle":
-            return None
-        return self._epsilon(steps, "shuffle") if steps else self.prior_epsilon()
+        return self._epsilon(steps) if steps else self.prior_epsilon()
 
     def dp_randomness(self):
         """"secret", "insecure" (--insecure_dp_seed) or None (non-private)."""
@@ -84,9 +79,9 @@ class PrivacyPlan:
         if c.sampling == "poisson":
             label = f"ε {where}, Poisson sampling (as trained)"
         else:
-            label = (f"ε {where}, ASSUMING Poisson sampling as TF Privacy reports it, but "
-                     f"this run used shuffled fixed-size batches; the bound proven for those "
-                     f"(no amplification by subsampling) is epsilon_no_amplification")
+            label = (f"ε {where}, shuffled fixed-size batches (as trained): the bound "
+                     f"proven for them, without amplification by subsampling (one Gaussian "
+                     f"mechanism per epoch)")
         if self.prior_events:
             label += (f", composed with the DP feature statistics (--feature_norm=dp_stats, "
                       f"noise {c.feature_norm_noise:g}, ε alone {self.prior_epsilon():.3g})")
@@ -116,7 +111,7 @@ def plan_privacy(config, num_examples):
             sigma = accounting.noise_multiplier_for_epsilon(
                 target_epsilon=config.target_epsilon, num_examples=num_examples,
                 batch_size=config.batch_size, steps=steps_per_epoch * config.epochs,
-                delta=config.delta, sampling="poisson", accountant=config.accountant,
+                delta=config.delta, sampling=config.sampling, accountant=config.accountant,
                 microbatch_size=_microbatch_size(config),
                 prior_events=feature_norm.prior_events(config))
         except ValueError as e:

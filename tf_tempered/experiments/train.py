@@ -33,10 +33,11 @@ for debugging; the run is then NOT private, and metrics.json
 (``"dp_randomness": "insecure"``, ``"epsilon_holds": false``) and the printed
 summary say that the ε does not hold.
 
-Sampling: ``poisson`` (default) trains on Poisson-sampled batches, the sampling the
-reported ε assumes. ``shuffle`` trains on shuffled fixed-size batches; ε is then
-reported as TF Privacy does, *assuming* Poisson sampling, and labelled so, next to
-the bound actually proven for shuffling (no amplification by subsampling).
+Sampling: ``poisson`` (default) trains on Poisson-sampled batches, and the ε reported
+is the amplified one they earn. ``shuffle`` trains on shuffled fixed-size batches
+(needed for ``--microbatches``), and every ε reported is the bound proven for them,
+without amplification by subsampling (σ is calibrated for it with
+``--target_epsilon``), labelled so.
 
 Model selection: ``--validation_size=N`` holds out the last N training examples
 (:func:`tf_tempered.data.split_validation`; ``--validation_fold=k`` holds out block k
@@ -61,7 +62,7 @@ from tf_tempered.experiments import (command_line, common, feature_norm, model_b
                                      results, train_data)
 # Re-exported: PrivacyPlan and plan_privacy lived here before privacy_plan.py.
 from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
-from tf_tempered.privacy import has_secret_dp_randomness, make_private, optimizers
+from tf_tempered.privacy import epsilon_spent, has_secret_dp_randomness, make_private, optimizers
 
 __all__ = ["PrivacyPlan", "plan_privacy", "learning_rate", "progress_verbosity", "run_training",
            "define_flags", "main", "cli"]
@@ -83,24 +84,21 @@ class _EpochReport(keras.callbacks.Callback):
         logs = logs if logs is not None else {}
         # With a PrivacyBudget ledger (--backup_dir): every DP step taken, redone ones too.
         steps = int(logs.get("dp_steps", (epoch + 1) * self.plan.steps_per_epoch))
-        # PrivacyBudget, which runs before this callback, has put ε into the logs.
+        # A private model's fit puts the ε of its batches into the logs.
         eps = logs["epsilon"] if "epsilon" in logs else self.plan.epsilon(steps)
-        eps_shuffle = self.plan.epsilon_no_amplification(steps)
         record = {"epoch": epoch + 1, "steps": steps, "epsilon": eps,
                   "time_s": time.monotonic() - self._start}
-        if eps_shuffle is not None:
-            record["epsilon_no_amplification"] = eps_shuffle
         for key, value in logs.items():
             # val_dp_* are the DP training metrics, idle (zero) in evaluation.
-            if key not in ("epsilon", "dp_steps") and not key.startswith("val_dp_"):
+            if key not in ("epsilon", "delta", "dp_steps") and not key.startswith("val_dp_"):
                 name = key.replace("val_", f"{self.eval_name}_", 1) if key.startswith(
                     "val_") else (
                     key if key.startswith("dp_") else f"train_{key}")
                 record[name] = float(value)
         self.records.append(record)
         if self.verbose:
-            extra = "" if eps_shuffle is None else (
-                f" [assumes Poisson sampling; shuffled batches: ε ≤ {eps_shuffle:.4g}]")
+            extra = "" if self.plan.config.sampling == "poisson" or not self.plan.config.dpsgd \
+                else " [shuffled batches: no amplification by subsampling]"
             delta = "" if math.isinf(eps) else f" at δ={self.plan.config.delta:g} " \
                 f"({self.plan.config.accountant.upper()})"
             if not self.plan.epsilon_holds:
@@ -252,17 +250,15 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:  # variables (model, optimizer, DP noise counter) on every replica
         model = model_builders.build_model(config, dataset, feature_stats=stats)
-        loss_options = {}
         if config.dpsgd:
             # Once, here: the builders return plain models, and a second call would
             # re-key the noise. The DP optimizer from _make_optimizer carries C and σ.
             make_private(model, insecure_dp_seed=config.insecure_dp_seed,
-                         augmentation_multiplicity=config.augmult)
+                         augmentation_multiplicity=config.augmult, sampling=config.sampling,
+                         delta=config.delta, accountant=config.accountant)
             plan.epsilon_holds = has_secret_dp_randomness(model)
-            loss_options["reduction"] = "none"  # per-example losses (both Kerases)
         model.compile(optimizer=_make_optimizer(config, plan),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                      **loss_options),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
     train_ds = train_data.training_batches(config, plan, train_x, dataset.y_train, strategy)
     del train_x
@@ -291,14 +287,14 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         ledger = pathlib.Path(backup_dir) / "privacy_ledger.json"
     budget = None
     if config.dpsgd:
-        # Logs ε each epoch, and with --target_epsilon stops before exceeding it (a
-        # safety net: the calibrated σ already keeps the last epoch within it).
+        # With --target_epsilon stops before exceeding it (a safety net: the calibrated σ
+        # already keeps the last epoch within it); composes the DP feature statistics into
+        # the model's ε; checks the run's N, batch size and σ against the plan's.
         budget = PrivacyBudget(
-            target_epsilon=config.target_epsilon or math.inf, delta=config.delta,
+            target_epsilon=config.target_epsilon or math.inf,
             num_examples=plan.num_examples, batch_size=config.batch_size,
-            noise_multiplier=plan.noise_multiplier, sampling="poisson",
-            accountant=config.accountant, microbatch_size=plan.microbatch_size,
-            ledger=ledger, prior_events=plan.prior_events)
+            noise_multiplier=plan.noise_multiplier, ledger=ledger,
+            prior_events=plan.prior_events)
         callbacks.append(budget)
     callbacks.append(report)
     if extra_callbacks is not None:
@@ -322,7 +318,8 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         # None without --validation_size (then the test set is what each epoch reports).
         "validation_accuracy": None if val_metrics is None else float(val_metrics["accuracy"]),
         "validation_loss": None if val_metrics is None else float(val_metrics["loss"]),
-        "epsilon": plan.epsilon(final),
+        # The model's own ledger: every DP step it took, by the sampling of its batches.
+        "epsilon": epsilon_spent(model)[0] if config.dpsgd else math.inf,
         "delta": config.delta,
         "epsilon_label": plan.label(),
         # Where the DP noise and batches came from; False: the ε above does not hold.
@@ -349,21 +346,16 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         # 3 by default; 2 with TF_USE_LEGACY_KERAS=1 (both are installed, see versions).
         "keras_major": KERAS_MAJOR,
     }
-    if config.dpsgd and config.sampling == "shuffle":
-        result["epsilon_no_amplification"] = plan.epsilon_no_amplification(final)
     result["wall_time_s"] = time.monotonic() - start
     if out is not None:
         if config.save_model:
             model.save(out / "model.keras")
         results.write_json(out / "metrics.json", result)
     if verbose:
-        shuffled = result.get("epsilon_no_amplification")
         val = result["validation_accuracy"]
         print((f"Validation accuracy {val:.4f}; " if val is not None else "")
               + f"Test accuracy {result['test_accuracy']:.4f}; ε = {result['epsilon']:.4g} "
-              f"({plan.label()}"
-              + (f" = {shuffled:.4g}" if shuffled is not None else "")
-              + f"); wall time {result['wall_time_s']:.1f} s"
+              f"({plan.label()}); wall time {result['wall_time_s']:.1f} s"
               + (f"; wrote {out}/metrics.json" if out else "")
               + (" and model.keras" if out and config.save_model else ""), flush=True)
     return result

@@ -13,9 +13,11 @@
 # limitations under the License.
 """The train script's batches: Poisson or shuffled sampling, then augmentation copies."""
 
-from tf_tempered import augment
+import numpy as np
+
+from tf_tempered import augment, scatternet
 from tf_tempered._compat import tf
-from tf_tempered.privacy import randomness, sampling
+from tf_tempered.privacy import data_sampling, randomness, sampling
 
 __all__ = ["sampled_batches", "training_batches"]
 
@@ -23,7 +25,15 @@ __all__ = ["sampled_batches", "training_batches"]
 def training_batches(config, plan, x, y, strategy=None):
     """The run's training batches: sampled as config.sampling says, then K augmented
     copies of each example with --augmult=K (x: the features of every shift, [N, V, ...],
-    for ScatterNet features)."""
+    for ScatterNet features; a scatternet.ShiftedFeatures stays on disk: the batches
+    sample its file rows, and each copy reads the features of its shift)."""
+    if isinstance(x, scatternet.ShiftedFeatures):
+        # Batches of file rows + 1 (8 bytes an example; Poisson padding is 0, read as zeros,
+        # as padding is elsewhere): the features are read per batch.
+        batches = sampled_batches(config, plan, x.rows + 1, y, strategy)
+        return augment.augmult_batches(
+            batches, multiplicity=config.augmult, seed=config.seed,
+            copies=lambda rows, k, seed: x.copies(rows - 1, k, seed))
     batches = sampled_batches(config, plan, x, y, strategy)
     if config.augmult == 1:
         return batches
@@ -49,14 +59,50 @@ def sampled_batches(config, plan, x, y, strategy=None):
         q = config.batch_size / len(x)
         max_batch = sampling.default_max_batch_size(
             num_examples=len(x), sampling_probability=q, total_steps=plan.total_steps)
-        # One epoch's steps; every new iteration (epoch) draws fresh batches.
-        return sampling.poisson_batches(x, y, expected_batch_size=config.batch_size,
-                                        steps=plan.steps_per_epoch, max_batch_size=max_batch,
-                                        insecure_dp_seed=config.insecure_dp_seed)
+        if not _read_per_batch(x):
+            # One epoch's steps; every new iteration (epoch) draws fresh batches.
+            return sampling.poisson_batches(x, y, expected_batch_size=config.batch_size,
+                                            steps=plan.steps_per_epoch,
+                                            max_batch_size=max_batch,
+                                            insecure_dp_seed=config.insecure_dp_seed)
+        # A large array (e.g. MNIST's ScatterNet features, 953 MB): sample its row numbers
+        # + 1 and read the rows per batch, instead of a TensorFlow copy of the whole array
+        # (1.9 GB more resident memory, measured). Padding (0) reads as zeros, as before.
+        batches = sampling.poisson_batches(np.arange(1, len(x) + 1), y,
+                                           expected_batch_size=config.batch_size,
+                                           steps=plan.steps_per_epoch, max_batch_size=max_batch,
+                                           insecure_dp_seed=config.insecure_dp_seed)
+        return batches.map(lambda rows, *rest: (_rows_of(x, rows), *rest),
+                           num_parallel_calls=tf.data.AUTOTUNE,
+                           deterministic=True).prefetch(tf.data.AUTOTUNE)
     seed = config.seed
     if config.dpsgd:  # which examples share a batch is privacy-relevant: secret
         seed = randomness.dp_seed("shuffle", insecure_dp_seed=config.insecure_dp_seed)
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
-    # Fixed-size batches: microbatches must divide every batch.
-    return ds.batch(config.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    # Fixed-size batches: microbatches must divide every batch. Declared shuffled (each
+    # example at most once per epoch): accounted with the bound without amplification.
+    ds = ds.batch(config.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return data_sampling.tag_dataset(ds, data_sampling.SamplingTag(
+        "shuffle", len(x), config.batch_size, None, len(x) // config.batch_size))
+
+
+READ_PER_BATCH_BYTES = 64 << 20  # training arrays from this size stay in NumPy
+
+
+def _read_per_batch(x):
+    return isinstance(x, np.ndarray) and x.nbytes >= READ_PER_BATCH_BYTES and x.ndim >= 1
+
+
+def _rows_of(x, rows):
+    """x[rows − 1] (zeros where rows is 0) as a tensor, read from the NumPy array x."""
+
+    def read(r):
+        out = np.zeros((len(r),) + x.shape[1:], x.dtype)
+        keep = np.flatnonzero(r > 0)
+        flat = out.reshape(len(r), -1)
+        flat[keep] = x.reshape(len(x), -1)[r[keep] - 1]
+        return out
+
+    batch = tf.numpy_function(read, [rows], tf.as_dtype(x.dtype))
+    return tf.ensure_shape(batch, [None] + list(x.shape[1:]))

@@ -15,9 +15,14 @@
 
 from tf_tempered.privacy.accounting import (compute_epsilon, make_dp_event,
                                             noise_multiplier_for_epsilon, num_steps)
-from tf_tempered.privacy.engine import (DPConfig, EngineOptions, UnsupportedLayerError, dp_config,
-                                        has_secret_dp_randomness, is_private, make_private)
+from tf_tempered.privacy.data_sampling import shuffled_batches
+from tf_tempered.privacy.errors import NotPrivateError, UnsupportedLayerError
+from tf_tempered.privacy.fit import epsilon_spent
+from tf_tempered.privacy.gradients import DPGradients
 from tf_tempered.privacy.layer_report import layer_paths
+from tf_tempered.privacy.make_private import has_secret_dp_randomness, is_private, make_private
+from tf_tempered.privacy.options import EngineOptions
+from tf_tempered.privacy.settings import DPConfig, dp_config
 from tf_tempered.privacy.optimizers import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,
                                             DPKerasSGDOptimizer)
 from tf_tempered.privacy.randomness import InsecureDPRandomnessWarning
@@ -29,15 +34,18 @@ from tf_tempered.privacy.sampling import (default_max_batch_size,
 # `python -m tf_tempered.privacy.epsilon` runs it as a fresh module.
 __all__ = [
     "DPConfig",
+    "DPGradients",
     "DPKerasAdagradOptimizer",
     "DPKerasAdamOptimizer",
     "DPKerasSGDOptimizer",
     "EngineOptions",
     "InsecureDPRandomnessWarning",
+    "NotPrivateError",
     "UnsupportedLayerError",
     "compute_epsilon",
     "default_max_batch_size",
     "dp_config",
+    "epsilon_spent",
     "has_secret_dp_randomness",
     "is_private",
     "layer_paths",
@@ -48,4 +56,5 @@ __all__ = [
     "poisson_batches",
     "distributed_poisson_batches",
     "poisson_steps_per_epoch",
+    "shuffled_batches",
 ]

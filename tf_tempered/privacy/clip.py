@@ -20,7 +20,21 @@ form Σ_m c_m·g_m from a `ClipWeights`.
 
 from tf_tempered._compat import tf
 
-__all__ = ["ClipWeights", "group_rows", "per_example", "sum_microbatches", "weighted_sum"]
+__all__ = ["ClipWeights", "group_rows", "per_example", "sum_microbatches", "weighted_sum",
+           "widen"]
+
+_HALF = (tf.float16, tf.bfloat16)
+
+
+def widen(t):
+    """``t`` in float32 if it is a float16/bfloat16 tensor (mixed precision), else ``t``.
+
+    Per-example norms are sums of many squares: in float16 they overflow (above 65504)
+    and drop examples as non-finite, so the engine computes them in float32.
+    """
+    if isinstance(t, tf.Tensor) and t.dtype in _HALF:
+        return tf.cast(t, tf.float32)
+    return t
 
 
 class ClipWeights:

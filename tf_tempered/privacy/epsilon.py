@@ -134,7 +134,12 @@ def _main(argv):
 
 def main(argv=None):
     """Console-script entry point (``tf-tempered-epsilon``)."""
+    before = set(flags.FLAGS)
     define_flags()
+    # absl's --help lists the flags of the module named by sys.argv[0] only: the
+    # console script's is not this module, so mark them as its flags.
+    for name in sorted(set(flags.FLAGS) - before):
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
     app.run(_main, argv=argv if argv is not None else sys.argv)
 
 

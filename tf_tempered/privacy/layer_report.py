@@ -13,25 +13,26 @@
 # limitations under the License.
 """Which handler and path each trainable layer of a private model took: `layer_paths(model)`.
 
-The engine records it each time it traces a DP step (`remember`), from the
+The engine records it each time it traces a DP step (`describe`), from the
 handlers' decision objects (`Norms.path`), so benchmarks and users can see, e.g.,
 whether a Conv2D took the native op or ghost norms.
 """
 
-from tf_tempered.privacy import keras_bridge, layer_grads
+from tf_tempered.privacy import layer_grads
+from tf_tempered.privacy.state import get_state
 
-__all__ = ["layer_paths", "remember"]
+__all__ = ["layer_paths", "describe"]
 
 
-def remember(model, groups, norms):
-    """Keeps on `model` the handler and path of each layer of the step being traced.
+def describe(groups, norms):
+    """The handler and path of each layer of the step being traced (kept in PrivateState).
 
     groups: [(first record, all records of that layer)], norms: each group's Norms.
     """
-    keras_bridge.set_untracked(model, "_dp_layer_paths", [
-        {"layer": first.layer.name, "class": type(first.layer).__name__,
-         "handler": first.handler.name if len(calls) == 1 else "multi_call",
-         "path": layer_grads.describe_path(n.path)} for (first, calls), n in zip(groups, norms)])
+    return [{"layer": first.layer.name, "class": type(first.layer).__name__,
+             "handler": first.handler.name if len(calls) == 1 else "multi_call",
+             "path": layer_grads.describe_path(n.path)}
+            for (first, calls), n in zip(groups, norms)]
 
 
 def layer_paths(model):
@@ -42,7 +43,8 @@ def layer_paths(model):
     step, e.g. for a batch size unknown while tracing, read "per step"). Raises
     ValueError before the first training step of a model prepared by make_private.
     """
-    paths = getattr(model, "_dp_layer_paths", None)
+    state = get_state(model)
+    paths = state.layer_paths if state is not None else None
     if paths is None:
         raise ValueError(f"model {getattr(model, 'name', model)!r} has no traced DP step yet: "
                          "call tf_tempered.make_private(model), compile it with a DP optimizer "

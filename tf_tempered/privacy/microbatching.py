@@ -29,18 +29,13 @@ to C as one unit. Three layouts:
   example still changes one clipped term: the sensitivity, the normaliser (the
   number of examples) and the ε are those of per-example clipping.
 
->>> microbatch_layout(tf.zeros([12]), num_microbatches=None, multiplicity=3, poisson=True)
+>>> microbatch_layout(tf.zeros([12]), num_microbatches=None, multiplicity=3, poisson=True)[:2]
 (4, 3)
 """
 
 from tf_tempered._compat import tf
 
 __all__ = ["validate_multiplicity", "microbatch_layout", "microbatch_mask"]
-
-LOSS_FIX = (
-    "compile with a per-example loss, e.g. loss=keras.losses.SparseCategoricalCrossentropy("
-    "from_logits=True, reduction=\"none\")")
-
 
 def validate_multiplicity(value):
     """``value`` as an int >= 1; ValueError naming ``augmentation_multiplicity`` otherwise."""
@@ -59,24 +54,19 @@ def microbatch_layout(losses, *, num_microbatches, multiplicity=1, poisson):
     ``losses`` holds one loss per row; ``num_microbatches`` is None (one example
     per microbatch) or this replica's M.
     """
-    if losses.shape.rank == 0:
-        raise ValueError(
-            "DP-SGD needs one loss per example, but the compiled loss reduces the "
-            "batch to a scalar (TF Privacy would then clip the batch-mean gradient, "
-            f"which is not differentially private per example): {LOSS_FIX}.")
     static_rows = losses.shape[0]
     rows = static_rows if static_rows is not None else tf.shape(losses)[0]
     k = multiplicity
     if num_microbatches is None:
         if k == 1:
-            return rows, 1
+            return rows, 1, losses
         if static_rows is not None:
             if static_rows % k:
                 raise ValueError(_multiplicity_message(static_rows, k))
-            return static_rows // k, k
+            return static_rows // k, k, losses
         with tf.control_dependencies([tf.debugging.assert_equal(
                 rows % k, 0, message=_multiplicity_message("this", k))]):
-            return tf.identity(rows // k), k
+            return tf.identity(rows // k), k, tf.identity(losses)
     if poisson:
         raise ValueError(
             "Poisson-sampled batches need one example per microbatch: create the "
@@ -85,10 +75,11 @@ def microbatch_layout(losses, *, num_microbatches, multiplicity=1, poisson):
     if static_rows is not None:
         if static_rows % per:
             raise ValueError(_microbatch_message(static_rows, num_microbatches, k))
-        return num_microbatches, static_rows // num_microbatches
-    tf.debugging.assert_equal(rows % per, 0,
-                              message=_microbatch_message("this", num_microbatches, k))
-    return num_microbatches, None
+        return num_microbatches, static_rows // num_microbatches, losses
+    check = tf.debugging.assert_equal(
+        rows % per, 0, message=_microbatch_message("a short", num_microbatches, k))
+    with tf.control_dependencies([check]):  # before the reshape into microbatches
+        return num_microbatches, None, tf.identity(losses)
 
 
 def microbatch_mask(row_mask, num_microbatches):
@@ -112,7 +103,7 @@ def _microbatch_message(rows, num_microbatches, k):
     examples = "" if k == 1 else (f" ({k} augmented copies per example, so a multiple of "
                                    f"{num_microbatches * k} rows)")
     return (f"num_microbatches={num_microbatches} does not divide {rows} batch size"
-            f"{examples}; each microbatch must hold the same number of examples. Use a "
+            f"{examples}; each microbatch must hold the same number of examples. Fix: use a "
             "batch size that is a multiple of num_microbatches and drop the short last "
-            "batch (tf.data: .batch(batch_size, drop_remainder=True)), or set "
-            "num_microbatches=None (one example per microbatch).")
+            "batch (tf.data: .batch(batch_size, drop_remainder=True); fit on arrays drops "
+            "it for you), or set num_microbatches=None (one example per microbatch).")

@@ -43,8 +43,7 @@ Example:
 >>> model.compile(
 ...     optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1,
 ...                                   learning_rate=0.1),
-...     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-...                                                     reduction="none"))
+...     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 >>> history = model.fit(np.zeros((8, 4)), np.zeros(8), batch_size=4, verbose=0)
 >>> tf_tempered.privacy.dp_config(model.optimizer)
 DPConfig(l2_norm_clip=1.0, noise_multiplier=1.1, num_microbatches=None)

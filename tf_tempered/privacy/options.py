@@ -33,7 +33,7 @@ __all__ = ["EngineOptions", "NORM_PATHS", "CLIPPED_SUMS"]
 # "depthwise": the depthwise-conv backprop for every undilated Conv2D with equal strides
 # whatever its channel count (others: "auto" without the native op).
 NORM_PATHS = ("auto", "ghost", "materialize", "native", "depthwise")
-# How the clipped sum is formed once the clip factors are known (privacy/second_pass.py).
+# How the clipped sum is formed once the clip factors are known (privacy/step/clipped_sum.py).
 CLIPPED_SUMS = ("bookkeeping", "second_pass", "recompute")
 
 

@@ -172,6 +172,10 @@ class DPRandomness:
         """A new counter value (int64 scalar tensor): 1, 2, 3, ... Stateful."""
         return self._counter.assign_add(1)
 
+    def draws(self):
+        """How many counter values were handed out (the DP steps of a model's noise)."""
+        return int(self._counter.read_value().numpy())
+
     def _key_counter(self, counter, stream):
         """Philox's 128-bit counter: draw counter c in the high 64 bits, the stream s in
         bits 48-62 of the low 64. A draw increments the low word from s·2^48, one per Philox

@@ -13,7 +13,8 @@
 # limitations under the License.
 """Recording hooks: what each trainable layer saw and produced in the forward pass.
 
-`instrument(model)` wraps the `call` of every layer that owns trainable weights.
+`instrument(model)` wraps the `call` of every layer that owns weights (or has an
+activity regularizer).
 While a `Recorder` is active (the DP training step), each call leaves a
 `LayerRecord` with the layer's input, its output (the pre-activation output
 when the layer's handler asks for it, see layer_grads/: the activation is then
@@ -31,18 +32,11 @@ import functools
 import threading
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy import keras_bridge, layer_grads
+from tf_tempered.privacy.errors import UnsupportedLayerError
 
 __all__ = ["LayerRecord", "Recorder", "UnsupportedLayerError", "instrument",
            "own_trainable_weights"]
-
-
-class UnsupportedLayerError(ValueError):
-    """A layer whose per-example gradients the DP engine cannot compute exactly."""
-
-    # Raised while Keras traces the train step; autograph re-raises an error as
-    # its own type only if its constructor is Exception's (else StagingError).
-    __init__ = Exception.__init__
 
 
 _STATE = threading.local()
@@ -91,13 +85,24 @@ class Recorder:
     layer's calls (tied weights), whose gradient no handler would see.
     """
 
-    def __init__(self, norm_hooks=None):
+    def __init__(self, norm_hooks=None, activity_regularizers=None):
         self.records = []
         self.graph, self._start = None, 0
         self.forward_ops = ()
-        # second_pass.NormHooks, or None: computes each layer's norms inside the
+        # clipped_sum.NormHooks, or None: computes each layer's norms inside the
         # backward pass (EngineOptions(clipped_sum="second_pass")).
         self.norm_hooks = norm_hooks
+        # {id(layer): (layer, regularizer)} of the activity regularizers Keras does not
+        # apply in this forward pass; each call's outputs are kept in activity_outputs
+        # as (layer, regularizer, outputs), for a penalty per example.
+        self.activity_regularizers = dict(activity_regularizers or {})
+        self.activity_outputs = []
+
+    def capture_activity(self, layer, outputs):
+        """Keeps ``outputs`` of ``layer`` if its activity regularizer is the engine's to apply."""
+        found = self.activity_regularizers.get(id(layer))
+        if found is not None:
+            self.activity_outputs.append((layer, found[1], outputs))
 
     @contextlib.contextmanager
     def active(self):
@@ -120,10 +125,13 @@ own_trainable_weights = keras_bridge.own_trainable_weights
 
 
 def instrument(model):
-    """Installs recording hooks on every layer of `model` that owns trainable weights.
+    """Installs recording hooks on every layer of `model` that owns weights (trainable or
+    frozen: a frozen layer may be unfrozen later) or has an activity regularizer.
 
-    Idempotent. Returns the instrumented layers. The hook is a no-op unless a
-    Recorder is active, so inference, evaluation and saving are unaffected.
+    Idempotent; the DP step calls it again each time it is traced, so layers unfrozen
+    or added since make_private are covered. Returns the instrumented layers. The
+    hook is a no-op unless a Recorder is active, so inference, evaluation and saving
+    are unaffected. Raises UnsupportedLayerError for a trainable BatchNormalization.
     """
     layers = []
     # A recurrent unit's call is recorded as a whole: its cell and wrapped layers are not.
@@ -141,7 +149,8 @@ def instrument(model):
                 "or freeze it (layer.trainable = False) so it uses its moving statistics.")
         # An unbuilt layer may create weights at its first call (Keras 3 builds a
         # Dense's activation layer only then): instrument it too.
-        if not own_trainable_weights(layer) and layer.built:
+        if (not layer.weights and layer.built
+                and getattr(layer, "activity_regularizer", None) is None):
             continue
         if not getattr(layer, "_tf_tempered_instrumented", False):
             _wrap_call(layer)
@@ -156,61 +165,84 @@ def _wrap_call(layer):
     @tf.autograph.experimental.do_not_convert
     def call(inputs, *args, **kwargs):
         recorder = _active_recorder()
-        # Frozen since make_private (layer.trainable = False): nothing to clip.
-        if recorder is None or not own_trainable_weights(layer):
+        if recorder is None:
             return original_call(inputs, *args, **kwargs)
-        unit = keras_bridge.is_recurrent_unit(layer)
-        if not _dense_tensors(inputs, allow_nested=unit):
-            raise UnsupportedLayerError(
-                f"Layer {layer.name!r} received {type(inputs).__name__} inputs; the DP "
-                "engine computes per-example gradients for layers called on one dense "
-                "tensor. Pass dense tensors (or wrap the layer's logic in one).")
-        # Imported here: handler modules (einsum_dense) import this module's errors.
-        from tf_tempered.privacy import layer_grads  # pylint: disable=g-import-not-at-top
-        # Keras built the layer before calling `call`: its hyperparameters are known.
-        handler, params = layer_grads.lookup(layer)
-        graph, start = _graph_position()
-        if graph is not recorder.graph:
-            raise UnsupportedLayerError(_nested_graph_message(layer))
-        record = None
-        if handler.records_own_forward:
-            # The handler runs the layer's math itself to record the tensors it needs
-            # (rnn_rows.py), or declines this call: then the next handler takes it.
-            record, outputs = _own_forward(recorder, layer, handler, params, original_call,
-                                           inputs, args, kwargs)
-            if record is None:
-                handler, params = layer_grads.lookup(layer, skip=(handler,))
-        if record is not None:
-            pass  # recorded by the handler
-        elif handler.records_pre_activation:
-            activation = layer.activation
-            # Record the pre-activation output: bypass Keras attribute tracking so
-            # the layer's weight order and sub-layer list stay untouched.
-            keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
-            try:
-                z = original_call(inputs, *args, **kwargs)
-            finally:
-                keras_bridge.set_untracked(layer, "activation", activation)
-            record = LayerRecord(layer, handler, params, inputs, z, args, kwargs, original_call)
-            if recorder.norm_hooks is not None:
-                z = recorder.norm_hooks.wrap(record, z)
-            outputs = activation(z) if activation is not None else z
-        else:
+        if own_trainable_weights(layer):
+            outputs = _recorded_call(recorder, layer, original_call, inputs, args, kwargs)
+        else:  # frozen (or without weights): nothing to clip
             outputs = original_call(inputs, *args, **kwargs)
-            # A recurrent unit may return [output, *states] (return_state=True).
-            if not _dense_tensors(outputs, allow_nested=unit, variables=False):
-                raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
-            record = LayerRecord(layer, handler, params, inputs, outputs, args, kwargs,
-                                 original_call)
-            if recorder.norm_hooks is not None and not unit:
-                outputs = recorder.norm_hooks.wrap(record, outputs)
-        if graph is not None:
-            record.ops = graph.get_operations()[start:]
-        recorder.records.append(record)
+        recorder.capture_activity(layer, outputs)
         return outputs
 
     keras_bridge.set_untracked(layer, "call", call)
     keras_bridge.set_untracked(layer, "_tf_tempered_instrumented", True)
+
+
+def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):
+    """The outputs of one call of a trainable layer, leaving its LayerRecord in ``recorder``."""
+    unit = keras_bridge.is_recurrent_unit(layer)
+    if _dense_tensors(inputs, allow_nested=False) or unit:
+        # Keras built the layer before calling `call`: its hyperparameters are known.
+        handler, params = layer_grads.lookup(layer)
+    else:
+        # Called on several tensors (a list or dict: attention layers, FiLM): the
+        # per-example VJP of the layer's call over all of them.
+        _check_structure(layer, inputs)
+        handler, params = layer_grads.GENERIC, layer_grads.GENERIC.hyperparameters(layer)
+    graph, start = _graph_position()
+    if graph is not recorder.graph:
+        raise UnsupportedLayerError(_nested_graph_message(layer))
+    record = None
+    if handler.records_own_forward:
+        # The handler runs the layer's math itself to record the tensors it needs
+        # (rnn_rows.py), or declines this call: then the next handler takes it.
+        record, outputs = _own_forward(recorder, layer, handler, params, original_call,
+                                       inputs, args, kwargs)
+        if record is None:
+            handler, params = layer_grads.lookup(layer, skip=(handler,))
+    if record is not None:
+        pass  # recorded by the handler
+    elif handler.records_pre_activation:
+        activation = layer.activation
+        # Record the pre-activation output: bypass Keras attribute tracking so
+        # the layer's weight order and sub-layer list stay untouched.
+        keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
+        try:
+            z = original_call(inputs, *args, **kwargs)
+        finally:
+            keras_bridge.set_untracked(layer, "activation", activation)
+        record = LayerRecord(layer, handler, params, inputs, z, args, kwargs, original_call)
+        if recorder.norm_hooks is not None:
+            z = recorder.norm_hooks.wrap(record, z)
+        outputs = activation(z) if activation is not None else z
+    else:
+        outputs = original_call(inputs, *args, **kwargs)
+        # A recurrent unit may return [output, *states] (return_state=True); the
+        # generic VJP takes any structure of tensors.
+        # (A recurrent cell called outside an RNN layer returns (output, states): refused,
+        # its loop is not one the engine records as a unit.)
+        nested_ok = unit or (handler is layer_grads.GENERIC and not hasattr(layer, "state_size"))
+        if not _dense_tensors(outputs, allow_nested=nested_ok, variables=False):
+            raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
+        record = LayerRecord(layer, handler, params, inputs, outputs, args, kwargs,
+                             original_call)
+        if recorder.norm_hooks is not None and not unit:
+            outputs = recorder.norm_hooks.wrap(record, outputs)
+    if graph is not None:
+        record.ops = graph.get_operations()[start:]
+    recorder.records.append(record)
+    return outputs
+
+
+def _check_structure(layer, inputs):
+    """Refuses inputs that are not a structure of dense tensors (sparse, ragged, none)."""
+    if not _dense_tensors(inputs, allow_nested=True):
+        raise UnsupportedLayerError(
+            f"Layer {layer.name!r} received {type(inputs).__name__} inputs that are not "
+            "dense tensors (e.g. a SparseTensor or RaggedTensor); the DP engine computes "
+            "per-example gradients from dense tensors whose first axis is the batch. Fix: "
+            "convert them to dense tensors (tf.sparse.to_dense, .to_tensor()) before the "
+            "layer.")
 
 
 def _own_forward(recorder, layer, handler, params, call_fn, inputs, args, kwargs):

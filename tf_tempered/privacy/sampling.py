@@ -43,7 +43,7 @@ whole dataset, the sampling ``compute_epsilon(num_examples=N, batch_size=q·N,
 sampling="poisson")`` assumes. Each replica pads its own sample to its own
 ``max_batch_size`` with a mask, and every replica carries the GLOBAL expected
 batch size q·N, the normaliser of the summed update (see
-:mod:`tf_tempered.privacy.distribute`). Splitting one padded global batch among the
+:mod:`tf_tempered.privacy.step.replicas`). Splitting one padded global batch among the
 replicas instead would put the padding on the last replicas (and tf.distribute
 cannot split the scalar expected batch size), hence a per-replica sampler.
 """
@@ -55,7 +55,7 @@ import numpy as np  # noqa: F401  (used by the doctests)
 from scipy import stats
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import randomness
+from tf_tempered.privacy import data_sampling, randomness
 
 __all__ = [
     "OVERFLOW_PROBABILITY",
@@ -151,9 +151,9 @@ def _check_positive_int(name, value):
                          f"{name}=1 or larger.")
 
 
-def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None, epochs=None,
-                    steps=None, max_batch_size=None, seed=None, insecure_dp_seed=None,
-                    num_shards=1, shard_index=0):
+def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
+                    sampling_probability=None, epochs=None, steps=None, max_batch_size=None,
+                    seed=None, insecure_dp_seed=None, num_shards=1, shard_index=0):
     """tf.data.Dataset of Poisson-sampled, zero-padded batches of (x, y) with a mask.
 
     Each step includes each example independently with probability q (a Bernoulli
@@ -162,7 +162,11 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
     ``epochs`` (steps = epochs · round(1/q)) and ``steps``. Batches are padded to
     ``max_batch_size`` (default: see ``default_max_batch_size``); a step that samples
     more raises ``InvalidArgumentError`` naming max_batch_size, never drops examples.
-    Account with ``compute_epsilon(num_examples=N, batch_size=q·N, steps=<steps>)``.
+    ``x`` and ``y`` may be structures (dicts, tuples) of arrays, as for ``fit``;
+    ``sample_weight`` (one weight per example, ≥ 0) rides along as the info dict's
+    ``"sample_weight"``. The dataset is tagged as Poisson-sampled, so a private model's
+    ``fit`` accounts it with the amplified ε of ``compute_epsilon(num_examples=N,
+    batch_size=q·N, steps=<steps>)``.
 
     ``num_shards=R, shard_index=r`` (for one replica of R; see
     :func:`distributed_poisson_batches`) samples only the examples ``x[r::R]``, with
@@ -193,26 +197,8 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
             f"a seed that is printed or saved would void it. Fix: drop seed= (membership "
             f"is then keyed by OS entropy), or, for a reproducible NON-private debug run, "
             f"pass insecure_dp_seed={seed!r}.")
-    x = tf.convert_to_tensor(x)
-    y = tf.convert_to_tensor(y)
-    if x.shape.rank == 0 or x.shape[0] is None:
-        raise ValueError(f"x must have a leading example dimension, got shape {x.shape}.")
-    num_examples = int(x.shape[0])
-    if y.shape.rank == 0 or y.shape[0] != num_examples:
-        raise ValueError(f"y must have one row per example of x ({num_examples}), got shape "
-                         f"{y.shape}; pass labels aligned with x.")
-    _check_positive_int("num_shards", num_shards)
-    if (isinstance(shard_index, bool) or not isinstance(shard_index, numbers.Integral)
-            or not 0 <= shard_index < num_shards):
-        raise ValueError(f"shard_index must be an integer in [0, num_shards={num_shards}), "
-                         f"got {shard_index!r}.")
-    if num_shards > randomness.MAX_STREAMS:
-        raise ValueError(f"num_shards={num_shards} exceeds the {randomness.MAX_STREAMS} "
-                         "independent Philox streams of one key. Fix: fewer shards (one "
-                         "per replica under a strategy).")
-    if num_shards > num_examples:
-        raise ValueError(f"num_shards={num_shards} exceeds the {num_examples} examples; "
-                         f"every shard needs at least one example.")
+    data, num_examples = _as_examples(x, y, sample_weight)
+    _check_shards(num_shards, shard_index, num_examples)
     q = poisson_sampling_probability(num_examples=num_examples,
                                      expected_batch_size=expected_batch_size,
                                      sampling_probability=sampling_probability)
@@ -226,8 +212,8 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
     _check_positive_int("steps", steps)
     steps = int(steps)
     if num_shards > 1:  # this replica's examples; q and q·N stay global
-        x, y = x[shard_index::num_shards], y[shard_index::num_shards]
-    shard_examples = int(x.shape[0])
+        data = tf.nest.map_structure(lambda t: t[shard_index::num_shards], data)
+    shard_examples = int(tf.nest.flatten(data)[0].shape[0])
     if max_batch_size is None:  # over all shards' steps (union bound)
         max_batch_size = default_max_batch_size(num_examples=shard_examples,
                                                 sampling_probability=q,
@@ -237,7 +223,64 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
     if steps >= 2 ** 32:  # the Philox counter holds (pass, step) as two 32-bit halves
         raise ValueError(f"steps must be below 2**32, got {steps}; split the run.")
     source = randomness.DPRandomness("poisson", insecure_dp_seed=insecure_dp_seed)
+    draw = _drawer(data, source, q=q, num_examples=num_examples, shard_index=shard_index,
+                   max_batch_size=max_batch_size)
 
+    # The one-element map runs once per pass over the dataset (each epoch of fit):
+    # a new counter value, hence new batches, every pass.
+    @tf.autograph.experimental.do_not_convert
+    def new_pass(_):
+        return source.next_counter()
+
+    @tf.autograph.experimental.do_not_convert
+    def steps_of_pass(iteration):
+        return tf.data.Dataset.range(steps).map(
+            tf.autograph.experimental.do_not_convert(lambda step: (step, iteration)))
+
+    dataset = tf.data.Dataset.range(1).map(new_pass).flat_map(steps_of_pass)
+    # flat_map hides the length; Keras and PrivacyBudget need the steps per epoch.
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
+    dataset = dataset.map(draw, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return data_sampling.tag_dataset(
+        dataset.prefetch(tf.data.AUTOTUNE),
+        data_sampling.SamplingTag("poisson", num_examples, q * num_examples, q, steps))
+
+
+def _as_examples(x, y, sample_weight):
+    """((x, y[, sample_weight]) as tensors, N), checked to have N rows each."""
+    data = tf.nest.map_structure(tf.convert_to_tensor, (x, y) if sample_weight is None
+                                 else (x, y, sample_weight))
+    leaves = tf.nest.flatten(data)
+    first = leaves[0]
+    if first.shape.rank == 0 or first.shape[0] is None:
+        raise ValueError(f"x must have a leading example dimension, got shape {first.shape}.")
+    num_examples = int(first.shape[0])
+    for leaf in leaves[1:]:
+        if leaf.shape.rank == 0 or leaf.shape[0] != num_examples:
+            raise ValueError(f"y must have one row per example of x ({num_examples}), and "
+                             f"so must sample_weight; got shape {leaf.shape}. Fix: pass "
+                             "arrays aligned with x.")
+    return data, num_examples
+
+
+def _check_shards(num_shards, shard_index, num_examples):
+    _check_positive_int("num_shards", num_shards)
+    if (isinstance(shard_index, bool) or not isinstance(shard_index, numbers.Integral)
+            or not 0 <= shard_index < num_shards):
+        raise ValueError(f"shard_index must be an integer in [0, num_shards={num_shards}), "
+                         f"got {shard_index!r}.")
+    if num_shards > randomness.MAX_STREAMS:
+        raise ValueError(f"num_shards={num_shards} exceeds the {randomness.MAX_STREAMS} "
+                         "independent Philox streams of one key. Fix: fewer shards (one "
+                         "per replica under a strategy).")
+    if num_shards > num_examples:
+        raise ValueError(f"num_shards={num_shards} exceeds the {num_examples} examples; "
+                         f"every shard needs at least one example.")
+
+
+def _drawer(data, source, *, q, num_examples, shard_index, max_batch_size):
+    """draw(step, pass) → (x, y, {"mask", "expected_batch_size"[, "sample_weight"]})."""
+    shard_examples = int(tf.nest.flatten(data)[0].shape[0])
     q64 = tf.constant(q, tf.float64)
     expected = tf.constant(q * num_examples, tf.float32)
     overflow_message = (
@@ -262,26 +305,14 @@ def poisson_batches(x, y, *, expected_batch_size=None, sampling_probability=None
         check = tf.debugging.assert_less_equal(count, max_batch_size, message=overflow_message)
         with tf.control_dependencies([check]):
             count = tf.identity(count)
-        mask = pad(tf.ones([count], tf.float32), count)
-        return (pad(tf.gather(x, index), count), pad(tf.gather(y, index), count),
-                {"mask": mask, "expected_batch_size": expected})
+        rows = tf.nest.map_structure(lambda t: pad(tf.gather(t, index), count), data)
+        info = {"mask": pad(tf.ones([count], tf.float32), count),
+                "expected_batch_size": expected}
+        if len(rows) == 3:
+            info["sample_weight"] = rows[2]
+        return rows[0], rows[1], info
 
-    # The one-element map runs once per pass over the dataset (each epoch of fit):
-    # a new counter value, hence new batches, every pass.
-    @tf.autograph.experimental.do_not_convert
-    def new_pass(_):
-        return source.next_counter()
-
-    @tf.autograph.experimental.do_not_convert
-    def steps_of_pass(iteration):
-        return tf.data.Dataset.range(steps).map(
-            tf.autograph.experimental.do_not_convert(lambda step: (step, iteration)))
-
-    dataset = tf.data.Dataset.range(1).map(new_pass).flat_map(steps_of_pass)
-    # flat_map hides the length; Keras and PrivacyBudget need the steps per epoch.
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
-    dataset = dataset.map(draw, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return draw
 
 
 def distributed_poisson_batches(strategy, x, y, **kwargs):
@@ -312,4 +343,10 @@ def distributed_poisson_batches(strategy, x, y, **kwargs):
         return tf.data.Dataset.choose_from_datasets(
             shards, tf.data.Dataset.range(local).repeat(), stop_on_empty_dataset=True).repeat()
 
-    return strategy.distribute_datasets_from_function(per_worker)
+    _, num_examples = _as_examples(x, y, kwargs.get("sample_weight"))
+    q = poisson_sampling_probability(
+        num_examples=num_examples, expected_batch_size=kwargs.get("expected_batch_size"),
+        sampling_probability=kwargs.get("sampling_probability"))
+    return data_sampling.tag_dataset(
+        strategy.distribute_datasets_from_function(per_worker),
+        data_sampling.SamplingTag("poisson", num_examples, q * num_examples, q, None))

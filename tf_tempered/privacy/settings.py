@@ -19,7 +19,8 @@ DPKeras*Optimizer and for TF Privacy's Keras DP optimizers alike.
 """
 
 from tf_tempered._compat import keras  # noqa: F401  (used by the doctests)
-from tf_tempered.privacy import optimizers
+from tf_tempered.privacy import keras_bridge, optimizers
+from tf_tempered.privacy.state import get_state
 
 __all__ = ["DPConfig", "dp_config", "model_dp_config", "settings_config"]
 
@@ -83,9 +84,9 @@ def dp_config(optimizer):
     """DPConfig of a DP optimizer; None for a non-private optimizer.
 
     Reads tf_tempered's DPKeras*Optimizer (``tf_tempered.privacy.optimizers``) and
-    TF Privacy's Keras DP optimizers. Raises ValueError for a DP optimizer this
-    engine cannot reproduce exactly (a non-Gaussian DP query), rather than training
-    with different privacy.
+    TF Privacy's Keras DP optimizers, also inside Keras' LossScaleOptimizer (mixed
+    precision). Raises ValueError for a DP optimizer this engine cannot reproduce
+    exactly (a non-Gaussian DP query), rather than training with different privacy.
 
     >>> from tf_tempered.privacy import DPKerasSGDOptimizer
     >>> config = dp_config(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=0.5,
@@ -95,36 +96,18 @@ def dp_config(optimizer):
     >>> dp_config(keras.optimizers.SGD()) is None
     True
     """
+    optimizer = keras_bridge.inner_optimizer(optimizer)
     if isinstance(optimizer, optimizers.DPOptimizerMixin):
         # Validated in its constructor; its attributes are not meant to change after.
         return DPConfig(optimizers._check_l2_norm_clip(optimizer.l2_norm_clip),  # pylint: disable=protected-access
                         optimizer.noise_stddev,
                         optimizers._check_num_microbatches(optimizer.num_microbatches),  # pylint: disable=protected-access
                         noise_multiplier=optimizer.noise_multiplier)
-    if not hasattr(optimizer, "_was_dp_gradients_called"):
+    found = keras_bridge.tf_privacy_optimizer_settings(optimizer)
+    if found is None:
         return None
-    num_microbatches = getattr(optimizer, "_num_microbatches", None)
-    if num_microbatches is not None:
-        num_microbatches = int(num_microbatches)
-        if num_microbatches <= 0:
-            raise ValueError(f"num_microbatches must be positive, got {num_microbatches}.")
-    if hasattr(optimizer, "_noise_multiplier"):  # Vectorized* optimizers
-        clip = float(optimizer._l2_norm_clip)  # pylint: disable=protected-access
-        stddev = clip * float(optimizer._noise_multiplier)  # pylint: disable=protected-access
-        return _checked(clip, stddev, num_microbatches,
-                        noise_multiplier=float(optimizer._noise_multiplier))  # pylint: disable=protected-access
-    else:
-        query = getattr(optimizer, "_dp_sum_query", None)
-        if type(query).__name__ != "GaussianSumQuery":
-            raise ValueError(
-                f"The optimizer {type(optimizer).__name__} uses the DP query "
-                f"{type(query).__name__}; the fast DP engine reproduces the Gaussian "
-                "sum query only (DPKeras*/GenericDP* with GaussianSumQuery, "
-                "VectorizedDPKeras*). Use one of those, or train without "
-                "tf_tempered.privacy.make_private to use TF Privacy's own path.")
-        clip = float(query._l2_norm_clip)  # pylint: disable=protected-access
-        stddev = float(query._stddev)  # pylint: disable=protected-access
-    return _checked(clip, stddev, num_microbatches)
+    clip, stddev, num_microbatches, sigma = found
+    return _checked(clip, stddev, num_microbatches, noise_multiplier=sigma)
 
 
 def _checked(clip, stddev, num_microbatches, noise_multiplier=None):
@@ -150,7 +133,8 @@ def model_dp_config(model):
     """
     optimizer = getattr(model, "optimizer", None)
     from_optimizer = dp_config(optimizer) if optimizer is not None else None
-    settings = getattr(model, "_dp_settings", None)
+    state = get_state(model)
+    settings = state.settings if state is not None else None
     if settings is None:
         return from_optimizer
     if from_optimizer is not None and repr(from_optimizer) != repr(settings):

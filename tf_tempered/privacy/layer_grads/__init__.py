@@ -34,7 +34,8 @@ unregistered layers and registered ones whose `hyperparameters` returns None
 
 Adding a layer type: a module here with a `Handler` subclass decorated with
 `@register(LayerClass)`, imported at the bottom of this file, and one entry in
-tests/test_layer_grads_conformance.py.
+tests/conformance_cases.py (run by tests/test_layer_grads_conformance.py against a
+float64 reference, and by tests/test_sensitivity.py).
 """
 
 import dataclasses

@@ -87,7 +87,7 @@ import string
 import numpy as np
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.recording import UnsupportedLayerError
+from tf_tempered.privacy.errors import UnsupportedLayerError
 
 __all__ = ["EinsumRowForm", "UnsupportedEinsumError", "einsum_rows", "kernel_from_matrix",
            "parse_equation", "row_widths"]

@@ -123,12 +123,14 @@ def _is_per_example(value):
 def _split_call_args(call, slices):
     """(per-example tensors of the call's other arguments, the rest), by position/keyword.
 
-    Without `slices` every argument is passed unchanged to each example's call.
+    With `slices` every tensor of rank > 0 is sliced per example; otherwise those whose
+    first axis is the batch's (a mask of the inputs, a per-example condition): the
+    same static length as the inputs', or both unknown while tracing.
     """
     leaves = tf.nest.flatten((call.call_args, call.call_kwargs))
-    if not slices:
-        return {}, leaves
-    per_example = {i: t for i, t in enumerate(leaves) if _is_per_example(t)}
+    rows = tf.nest.flatten(call.inputs)[0].shape[0]
+    per_example = {i: t for i, t in enumerate(leaves) if _is_per_example(t) and (
+        slices or t.shape[0] == rows)}
     return per_example, leaves
 
 

@@ -38,6 +38,7 @@ engine checks the leading dimension of every call against the batch size).
 import dataclasses
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import generic
 
@@ -80,7 +81,6 @@ def multi_call_norms(calls, step):
 
 def _check_example_major(call, step):
     """Each call must see the batch's examples on axis 0 (else the sum pairs wrong rows)."""
-    from tf_tempered.privacy.recording import UnsupportedLayerError  # pylint: disable=g-import-not-at-top
     message = (f"Layer {call.layer.name!r} is called more than once per step, and one call's "
                "input does not have the batch's examples on its first axis, so the DP engine "
                "cannot add up each example's contributions of the calls. Call a shared layer "

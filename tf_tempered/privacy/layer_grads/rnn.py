@@ -34,6 +34,7 @@ deterministic (dropout outside the RNN layer).
 """
 
 from tf_tempered._compat import keras
+from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import Handler, generic, register
 
@@ -80,9 +81,6 @@ class RecurrentHandler(Handler):
 
 
 def _refuse_unsupported(layer):
-    # Imported here: recording imports layer_grads lazily, and this module is
-    # imported by layer_grads.
-    from tf_tempered.privacy.recording import UnsupportedLayerError  # pylint: disable=g-import-not-at-top
     what = f"Recurrent layer {layer.name!r} ({type(layer).__name__})"
     for sub in keras_bridge.flatten_layers(layer, include_self=True):
         if getattr(sub, "stateful", False):

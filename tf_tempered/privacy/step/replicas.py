@@ -45,32 +45,9 @@ the loss) are global: their per-step sums are all-reduced with the normaliser
 With one replica every function here is the identity of the single-device step.
 """
 
-import types
-
 from tf_tempered._compat import KERAS_MAJOR, tf
 
-__all__ = ["Replicas", "accept_poisson_sample_weights", "step_stats", "update_dp_metrics"]
-
-
-def accept_poisson_sample_weights(model, unpack):
-    """Lets ``model.compute_loss``/``compute_metrics`` take a Poisson-batch sample weight.
-
-    Under a strategy Keras 3 builds the compiled loss and metrics before the first
-    step (``_symbolic_build``) by calling them on a batch as it comes from the
-    dataset, i.e. with the ``{"mask", "expected_batch_size"}`` dict of
-    :func:`~tf_tempered.privacy.poisson_batches`; they are given the mask
-    (``unpack(sample_weight)[0]``) instead. The DP train step passes them plain
-    weights already.
-    """
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, **kwargs):
-        return type(self).compute_loss(self, x, y, y_pred, unpack(sample_weight)[0], **kwargs)
-
-    def compute_metrics(self, x, y, y_pred, sample_weight=None, **kwargs):
-        return type(self).compute_metrics(self, x, y, y_pred, unpack(sample_weight)[0],
-                                          **kwargs)
-
-    model.compute_loss = types.MethodType(compute_loss, model)
-    model.compute_metrics = types.MethodType(compute_metrics, model)
+__all__ = ["Replicas"]
 
 
 class Replicas:
@@ -142,59 +119,11 @@ class Replicas:
         return tf.cond(first, lambda: draw(counter),
                        lambda: [tf.zeros(v.shape, tf.float32) for v in variables])
 
+    def metric_share(self):
+        """The share of a global value each replica records in a Keras metric.
 
-def update_dp_metrics(metrics, global_stats, replicas):
-    """Records this step's global DP metrics from :func:`step_stats`'s all-reduced sums.
-
-    Every replica records the global values, times a share chosen so that what
-    Keras reports is global: Keras 2's ``Metric.result()`` in a replica context
-    sums the replicas' states (merge_call), so each records 1/R; Keras 3 reads
-    each replica's own state and averages the replicas' logs, so each records
-    all of it. (Means are ratios of two sums: the share cancels.)
-    """
-    _, _, clipped, real, norm_sum, nonfinite, loss_sum, loss_count = tf.unstack(global_stats)
-    share = 1.0 / replicas.count if KERAS_MAJOR == 2 else 1.0
-    safe = tf.maximum(real, 1e-30)
-    metrics.clipped_fraction.update_state(clipped / safe, sample_weight=real * share)
-    metrics.grad_norm.update_state(norm_sum / safe, sample_weight=real * share)
-    metrics.nonfinite.update_state(nonfinite * share)
-    metrics.masked_loss.update_state(loss_sum / tf.maximum(loss_count, 1e-30),
-                                     sample_weight=loss_count * share)
-
-
-def configure_model(model):
-    """Keras 2 under MultiWorkerMirroredStrategy: report the replicas' logs as they are.
-
-    TF-Keras reduces the per-replica logs of ``fit`` with ``distribute_reduction_method``
-    "auto", which is "sum" across workers; its metric results are already global
-    (``Metric.result()`` merges the replicas), so the sum would report R times the
-    loss and metrics. "first" reports them once (Keras 3 averages: nothing to do).
-    """
-    strategy = model.distribute_strategy
-    if (KERAS_MAJOR == 2 and strategy.num_replicas_in_sync > 1
-            and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and getattr(model, "_distribute_reduction_method", None) is None):
-        model.distribute_reduction_method = "first"
-
-
-def step_stats(replicas, *, num_microbatches, rows, norm, finite, clip, real, losses,
-               loss_weight):
-    """[microbatches, rows, clipped, real, Σ norm, non-finite, Σ loss, loss weight] summed
-    over all replicas (one all-reduce): the global normaliser and DP metrics of the step.
-
-    ``real`` weights the microbatches (0 for padded Poisson rows and non-finite
-    ones), ``loss_weight`` the rows' losses (None: all 1).
-    """
-    losses = tf.cast(losses, tf.float32)
-    weight = tf.ones_like(losses) if loss_weight is None else tf.cast(loss_weight, tf.float32)
-    local = tf.stack([
-        tf.cast(num_microbatches, tf.float32),
-        tf.cast(rows, tf.float32),
-        tf.reduce_sum(tf.cast(norm > clip, tf.float32) * real),
-        tf.reduce_sum(real),
-        tf.reduce_sum(tf.where(finite > 0, norm, 0.0) * real),
-        tf.reduce_sum(1.0 - finite),
-        tf.reduce_sum(losses * weight),
-        tf.reduce_sum(weight),
-    ])
-    return replicas.sum(local)
+        Keras 2's ``Metric.result()`` in a replica context sums the replicas' states
+        (merge_call), so each records 1/R; Keras 3 reads each replica's own state and
+        averages the replicas' logs, so each records all of it.
+        """
+        return 1.0 / self.count if KERAS_MAJOR == 2 else 1.0

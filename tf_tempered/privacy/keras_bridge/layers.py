@@ -11,19 +11,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The DP engine's one door into Keras internals, for Keras 2 (tf-keras) and Keras 3.
-
-Everything the engine reads or sets on Keras objects beyond their public API goes
-through here; the Keras 2 / Keras 3 differences are the few `_K2`/`_K3` branches
-below (chosen once by `tf_tempered._compat.KERAS_MAJOR`), so the handlers in
-`layer_grads/` take plain tensors and numbers and serve both.
-"""
+"""Keras internals about layers and variables: traversal, ownership, recurrent units."""
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit",
            "is_trainable_batch_norm", "linear_activation", "own_trainable_weights",
-           "random_layers", "set_untracked", "shape_of", "unpack_x_y_sample_weight",
+           "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "watchable", "IS_KERAS3"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
@@ -128,3 +122,11 @@ def is_trainable_batch_norm(layer):
 
 
 linear_activation = keras.activations.linear
+
+
+def step_losses(model):
+    """The losses ``model.losses`` holds for the step being run: tf-keras also keeps, on a
+    Functional model, the symbolic losses of its construction, which the step never uses."""
+    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    return [loss for loss in model.losses
+            if graph is None or getattr(loss, "graph", graph) is graph]

@@ -11,7 +11,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The clipped sum by a second backward pass: ``EngineOptions(clipped_sum="second_pass")``.
+"""Stage 5 of the DP step: the clipped sum Σ_m c_m·g_m, by one of three strategies.
+
+``EngineOptions(clipped_sum=...)`` picks one; all three give the same sum:
+
+* :class:`BookKeeping` ("bookkeeping", the default): each layer's handler forms its
+  part from what its norm used (its input and output gradient, or its per-microbatch
+  gradients): one backward pass, every layer's tensors kept until the last norm;
+* :class:`SecondPass` ("second_pass") and :class:`Recompute` ("recompute"): a second
+  backward pass, below.
 
 Once the clip factors ``c_m = C / max(‖g_m‖, C)`` of the microbatches are known, the
 clipped sum is the gradient of a reweighted loss,
@@ -45,10 +53,84 @@ sum keeps the finite microbatches. Dropping examples never increases the sensiti
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy import clip, keras_bridge
 
-__all__ = ["NormHooks", "clipped_sum", "ForwardOps", "recomputed_clipped_sum",
-           "refuse_random_layers", "refuse_random_ops"]
+__all__ = ["BookKeeping", "SecondPass", "Recompute", "strategy_for", "NormHooks",
+           "ForwardOps", "refuse_random_layers", "refuse_random_ops"]
+
+
+class BookKeeping:
+    """Each layer's clipped sum from its handler (no second pass)."""
+
+    persistent_tape = False  # the forward pass's tape is used once
+
+    def new_hooks(self):
+        """NormHooks that compute each layer's norms inside the backward pass, or None."""
+        return None
+
+    def check_forward(self, forward_ops):
+        """Refuses a forward pass this strategy cannot use (Recompute: random ops)."""
+        del forward_ops
+
+    def sum(self, forward, layers, weights, variables):
+        """``{variable_key: Σ_m c_m·g_m}`` of the variables the layers' handlers cover."""
+        del variables
+        summed = {}
+        for layer in layers:
+            grads = layer.norms.clipped_sum(weights)
+            for var, grad in zip(layer.variables, grads):
+                if isinstance(grad, tf.IndexedSlices):
+                    # A sparse gradient (Embedding) is densified: the dense noise is added
+                    # to every coordinate anyway. scatter_nd sums duplicate ids and keeps
+                    # the static shape; unlike a scatter-add into tf.zeros, it gives
+                    # Grappler no [vocab, d] zeros to fold into a constant the step holds.
+                    grad = tf.scatter_nd(grad.indices[:, None], grad.values, var.shape)
+                key = keras_bridge.variable_key(var)
+                summed[key] = summed[key] + grad if key in summed else grad
+        return summed
+
+
+class SecondPass(BookKeeping):
+    """Norms in the first backward pass, the clipped sum from a second one on the same tape."""
+
+    persistent_tape = True
+
+    def new_hooks(self):
+        return NormHooks()
+
+    def sum(self, forward, layers, weights, variables):
+        del layers
+        return clipped_sum(forward.tape, forward.microbatch_losses, weights.scale,
+                           weights.finite, variables)
+
+
+class Recompute(SecondPass):
+    """As SecondPass, with a second forward pass instead of keeping the first's activations."""
+
+    persistent_tape = False
+
+    def __init__(self, model):
+        refuse_random_layers(model)
+
+    def check_forward(self, forward_ops):
+        refuse_random_ops(forward_ops.new_ops())
+
+    def sum(self, forward, layers, weights, variables):
+        del layers
+        # The second forward pass starts only once the clip factors are known, so its
+        # activations never coexist with the first pass's.
+        with tf.GradientTape() as tape:
+            microbatch_losses = forward.recompute(after=weights.scale)
+        return clipped_sum(tape, microbatch_losses, weights.scale, weights.finite, variables)
+
+
+def strategy_for(name, model):
+    """The strategy of ``EngineOptions.clipped_sum`` ``name``."""
+    if name == "bookkeeping":
+        return BookKeeping()
+    if name == "second_pass":
+        return SecondPass()
+    return Recompute(model)
 
 
 class NormHooks:
@@ -76,7 +158,8 @@ class NormHooks:
             def grad(dy):
                 if not self.collecting or id(record) in self.skip:
                     return dy
-                record.grad_output = dy
+                record.grad_output = clip.widen(dy)
+                record.inputs = tf.nest.map_structure(clip.widen, record.inputs)
                 layer_norms = record.handler.norms(record, record.params, self.step)
                 self.norms[id(record)] = layer_norms
                 with tf.control_dependencies([layer_norms.sq_norms]):
@@ -102,23 +185,6 @@ def clipped_sum(tape, microbatch_losses, scale, finite, variables):
         # A scalar zero: a zeros_like(grad) would become a constant the step holds.
         summed[keras_bridge.variable_key(var)] = tf.where(all_finite, grad, tf.zeros([], grad.dtype))
     return summed
-
-
-def recomputed_clipped_sum(model, x, y, sample_weight, scale, finite, num_microbatches,
-                           variables):
-    """``{variable_key: Σ_m c_m ∇ loss_m}`` from a second forward pass of ``model``.
-
-    The forward pass starts only once ``scale`` (the clip factors) is known, so its
-    activations never coexist with the first pass's.
-    """
-    with tf.control_dependencies([scale]):
-        x = tf.nest.map_structure(
-            lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, x)
-    with tf.GradientTape() as tape:
-        y_pred = model(x, training=True)
-        losses = model.compute_loss(x, y, y_pred, sample_weight)
-        microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
-    return clipped_sum(tape, microbatch_losses, scale, finite, variables)
 
 
 _RECOMPUTE_FIX = ("Fix: use EngineOptions.low_memory(clipped_sum=\"second_pass\") (one forward "

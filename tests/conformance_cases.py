@@ -1,0 +1,513 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The conformance cases: one small model per layer family, with the paths its handler takes.
+
+Shared by tests/test_layer_grads_conformance.py (each handler against a float64
+per-microbatch reference) and tests/test_sensitivity.py (neighbouring batches move
+the noised sum by at most C). Each case: (builder(dtype), inputs(seed), paths
+{name: EngineOptions kwargs}, {layer class name: expected handler name}).
+"""
+
+import functools
+
+import numpy as np
+
+from dp_reference import BATCH
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
+from tf_tempered.layers import TemperedSigmoid, WeightStandardizedConv2D
+
+_TF_OPS = {"native": False}
+# Paths of a Dense-like row handler (Dense, EinsumDense).
+_ROW_PATHS = {"auto": {}, "ghost": {"norm_path": "ghost"},
+              "materialize": {"norm_path": "materialize"},
+              "no-memory": {"materialize_max_bytes": 0}}
+# Recurrent layers: TF's vectorized_map (the default on Keras 3) or a tf.map_fn
+# (tf-keras' RNNs always take the tf.map_fn).
+_RNN_PATHS = {"vectorized": {}, "map_fn": {"vectorize_recurrent": False}}
+_CONV_PATHS = {
+    "tf-auto": _TF_OPS,
+    "tf-ghost": {**_TF_OPS, "norm_path": "ghost"},
+    "tf-materialize": {**_TF_OPS, "norm_path": "materialize"},
+    "tf-depthwise": {**_TF_OPS, "norm_path": "depthwise"},
+    "tf-chunks": {**_TF_OPS, "patch_chunk_bytes": 1, "depthwise_max_channel_pairs": 0},
+    # Pattern A for the native op's automatic choice too (the order sets the pattern).
+    "native-materialized": {"norm_path": "native", "native_materialize_min_rows": 0},
+    "native-auto": {},
+    "native-norms-only": {"norm_path": "native", "materialize_max_bytes": 0},
+}
+
+# Paths of the depthwise part (DepthwiseConv2D, SeparableConv2D): the folded
+# backprop in one call or in chunks of 3 examples (padded chunks with a dynamic
+# batch), image patches; no native op there.
+_DEPTHWISE_PATHS = {"auto": {}, "patches": {"norm_path": "materialize"},
+                    "chunks": {"depthwise_chunk": 3, "materialize_max_bytes": 0}}
+
+
+def _dense(dtype):
+    # [B, T, d] input: several rows per example.
+    return keras.Sequential([
+        keras.Input((4, 6), dtype=dtype),
+        keras.layers.Dense(5, activation="tanh", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _conv2d(dtype):
+    return keras.Sequential([
+        keras.Input((8, 7, 2), dtype=dtype),
+        keras.layers.Conv2D(3, 3, padding="same", activation="tanh", dtype=dtype),
+        keras.layers.Conv2D(4, 3, strides=2, activation="tanh", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _weight_standardized(dtype):
+    # The Conv2D paths on g/σ plus the standardization's terms: a large ε (0.05 against
+    # Glorot variances ~0.04: ρ ≈ 1/2, so a wrong ε term shows), dilated "valid" without
+    # bias and fan-in scaled, strided "same" before GroupNormalization (De et al.'s block).
+    return keras.Sequential([
+        keras.Input((8, 7, 2), dtype=dtype),
+        WeightStandardizedConv2D(3, 3, padding="same", epsilon=0.05, activation="tanh",
+                                 dtype=dtype),
+        WeightStandardizedConv2D(4, 2, dilation_rate=2, use_bias=False, scaled=True,
+                                 activation="tanh", dtype=dtype),
+        WeightStandardizedConv2D(4, 3, strides=2, padding="same", dtype=dtype),
+        keras.layers.GroupNormalization(groups=2, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+_VOCAB = 5000  # large enough that a dense per-example gradient would matter
+
+
+def _embedding(dtype):
+    # Ids arrive as floats (the reference helper casts inputs); Keras casts them back.
+    return keras.Sequential([
+        keras.Input((6,), dtype=dtype),
+        keras.layers.Embedding(_VOCAB, 4, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _einsum_dense(dtype):
+    # MultiHeadAttention's equations: a q/k/v projection and the output projection.
+    return keras.Sequential([
+        keras.Input((4, 6), dtype=dtype),
+        keras.layers.EinsumDense("abc,cde->abde", (4, 2, 3), bias_axes="de",
+                                 activation="tanh", dtype=dtype),
+        keras.layers.EinsumDense("abcd,cde->abe", (4, 5), bias_axes="e", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _einsum_dense_row_bias(dtype):
+    # A bias over a row axis: not the ones-column trick, per-example bias sums.
+    return keras.Sequential([
+        keras.Input((4, 6), dtype=dtype),
+        keras.layers.EinsumDense("abc,cd->abd", (4, 5), bias_axes="b", activation="tanh",
+                                 dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _transformer_block(dtype):
+    tokens = keras.Input((5,), dtype=dtype)
+    x = keras.layers.Embedding(50, 6, dtype=dtype)(tokens)
+    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=3, dtype=dtype)(x, x)
+    x = keras.layers.LayerNormalization(dtype=dtype)(keras.layers.Add(dtype=dtype)([x, attended]))
+    x = keras.layers.Dense(6, activation="tanh", dtype=dtype)(x)
+    x = keras.layers.GlobalAveragePooling1D(dtype=dtype)(x)
+    return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
+
+
+def _keras3_lora_and_frozen_bias(dtype):
+    """Keras 3 only: LoRA layers (kernel = frozen kernel + trainable low-rank factors,
+    `layer.kernel` a tensor) and a Dense whose bias alone is frozen: not the
+    variables the handlers' math is for, so every one takes the generic VJP.
+    (No EinsumDense here: on Keras 3 the generic VJP of an "abc,cd->abd"
+    EinsumDense crashes TF's vectorized_map; see the report of issue 15.)"""
+    tokens = keras.Input((6,), dtype=dtype)
+    x = keras.layers.Embedding(50, 4, lora_rank=2, dtype=dtype)(tokens)
+    x = keras.layers.Dense(5, activation="tanh", lora_rank=2, dtype=dtype)(x)
+    frozen_bias = keras.layers.Dense(4, activation="tanh", bias_initializer="ones",
+                                     dtype=dtype)
+    x = frozen_bias(keras.layers.Flatten(dtype=dtype)(x))
+    frozen_bias.bias.trainable = False
+    model = keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
+    rng = np.random.default_rng(0)
+    for layer in model.layers:
+        if getattr(layer, "lora_enabled", False):  # B = 0 at first: a zero LoRA gradient of A
+            for variable in layer.trainable_weights:
+                if not np.any(variable.numpy()):
+                    variable.assign(0.3 * rng.normal(size=variable.shape))
+    return model
+
+
+class _DenseWithOwnCall(keras.layers.Dense):
+    """A Dense subclass overriding `call`: its handler must be the generic one."""
+
+    def call(self, inputs):
+        return super().call(inputs) * 0.5
+
+
+def _generic(dtype):
+    return keras.Sequential([
+        keras.Input((6,), dtype=dtype),
+        _DenseWithOwnCall(5, activation="tanh", dtype=dtype),
+        keras.layers.LayerNormalization(dtype=dtype),
+        TemperedSigmoid(learnable=True, dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _conv1d(dtype):
+    # The Conv1D handler (Conv2D paths on [B, 1, L, C]): causal dilated, strided "same".
+    return keras.Sequential([
+        keras.Input((10, 4), dtype=dtype),
+        keras.layers.Conv1D(6, 3, dilation_rate=2, padding="causal", activation="tanh",
+                            dtype=dtype),
+        keras.layers.Conv1D(5, 3, strides=2, padding="same", activation="tanh", dtype=dtype),
+        keras.layers.Conv1D(4, 2, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _normalization(dtype):
+    # LayerNormalization over the last axis and over two axes given out of order (γ of
+    # shape [C, L], which both Kerases reshape, not transpose, onto the input's [L, C]),
+    # GroupNormalization, variants without β or γ; γ and β random.
+    inputs = keras.Input((6, 4), dtype=dtype)
+    x = keras.layers.LayerNormalization(dtype=dtype)(inputs)
+    x = keras.layers.Dense(4, activation="tanh", dtype=dtype)(x)
+    x = keras.layers.GroupNormalization(groups=2, dtype=dtype)(x)
+    x = keras.layers.Dense(4, activation="tanh", dtype=dtype)(x)
+    x = keras.layers.LayerNormalization(axis=[-1, 1], center=False, dtype=dtype)(x)
+    x = keras.layers.GroupNormalization(groups=4, scale=False, dtype=dtype)(x)
+    x = keras.layers.Flatten(dtype=dtype)(x)
+    model = keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(x))
+    rng = np.random.default_rng(3)
+    for layer in model.layers:
+        for name in ("gamma", "beta"):
+            if getattr(layer, name, None) is not None:
+                variable = getattr(layer, name)
+                variable.assign((1.0 if name == "gamma" else 0.0)
+                                + 0.5 * rng.normal(size=variable.shape).astype(dtype))
+    return model
+
+
+def _grouped_conv1d(dtype):
+    # Grouped Conv1D layers: the Conv1D handler, group by group (grouped.py).
+    return keras.Sequential([
+        keras.Input((10, 4), dtype=dtype),
+        keras.layers.Conv1D(6, 3, strides=2, groups=2, activation="tanh", dtype=dtype),
+        keras.layers.Conv1D(4, 2, dilation_rate=2, padding="causal", groups=2, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _depthwise(dtype):
+    # depth_multiplier, "same"/"valid", strides, dilation, no bias.
+    return keras.Sequential([
+        keras.Input((7, 6, 2), dtype=dtype),
+        keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2, activation="tanh",
+                                     dtype=dtype),
+        keras.layers.DepthwiseConv2D((2, 3), strides=2, activation="tanh", dtype=dtype),
+        keras.layers.DepthwiseConv2D(2, dilation_rate=(2, 1), padding="same", depth_multiplier=3,
+                                     use_bias=False, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _separable(dtype):
+    return keras.Sequential([
+        keras.Input((7, 6, 2), dtype=dtype),
+        keras.layers.SeparableConv2D(3, 3, padding="same", depth_multiplier=2, activation="tanh",
+                                     dtype=dtype),
+        keras.layers.SeparableConv2D(4, (3, 2), strides=2, activation="tanh", dtype=dtype),
+        keras.layers.SeparableConv2D(2, 2, dilation_rate=2, padding="same", use_bias=False,
+                                     dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _conv_transpose(dtype):
+    # Strided with output_padding and no bias, unstrided, strided "same". (Dilated:
+    # _dilated_conv_transpose, which needs oneDNN on CPU.)
+    return keras.Sequential([
+        keras.Input((3, 2, 3), dtype=dtype),
+        keras.layers.Conv2DTranspose(3, 3, strides=2, output_padding=1, use_bias=False,
+                                     activation="tanh", dtype=dtype),
+        keras.layers.Conv2DTranspose(4, (2, 3), activation="tanh", dtype=dtype),
+        keras.layers.Conv2DTranspose(2, 3, strides=2, padding="same", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+class _ZeroInsertedConv2DTranspose(keras.layers.Conv2DTranspose):
+    """A dilated Conv2DTranspose computed as an undilated one with the kernel's taps spread
+    out by zeros (the definition of dilation): the float64 reference's stand-in, since
+    oneDNN, which TF's CPU needs for dilated transposed convolutions, has no float64."""
+
+    def call(self, inputs):
+        kh, kw, filters, cin = self.kernel.shape
+        dh, dw = self.dilation_rate
+        spread = tf.pad(tf.reshape(self.kernel, [kh, 1, kw, 1, filters, cin]),
+                        [[0, 0], [0, dh - 1], [0, 0], [0, dw - 1], [0, 0], [0, 0]])
+        spread = tf.reshape(spread, [kh * dh, kw * dw, filters, cin])
+        spread = spread[:(kh - 1) * dh + 1, :(kw - 1) * dw + 1]
+        size = tf.shape(inputs)[1:3]
+        if self.padding == "valid":
+            size += tf.constant([(kh - 1) * dh, (kw - 1) * dw])
+        outputs = tf.nn.conv2d_transpose(
+            inputs, spread, tf.concat([tf.shape(inputs)[:1], size, [filters]], 0), 1,
+            self.padding.upper())
+        return self.activation(tf.nn.bias_add(outputs, self.bias))
+
+
+def _dilated_conv_transpose(dtype):
+    # "same" and "valid" (strides 1: TF allows no dilated strided transposed convolution).
+    layer = _ZeroInsertedConv2DTranspose if dtype == "float64" else keras.layers.Conv2DTranspose
+    return keras.Sequential([
+        keras.Input((4, 3, 2), dtype=dtype),
+        layer(3, 3, dilation_rate=2, padding="same", activation="tanh", dtype=dtype),
+        layer(2, (2, 3), dilation_rate=2, dtype=dtype),  # (tf-keras: equal rates only)
+        # (tf-keras' dilated Conv2DTranspose leaves the spatial sizes unknown: no Flatten)
+        keras.layers.GlobalAveragePooling2D(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _grouped_conv2d(dtype):
+    # Grouped Conv2D layers (dilated; strided "same"): the Conv2D handler, group by group
+    # (grouped.py).
+    return keras.Sequential([
+        keras.Input((6, 6, 4), dtype=dtype),
+        keras.layers.Conv2D(6, 3, groups=2, dilation_rate=2, activation="tanh", dtype=dtype),
+        keras.layers.Conv2D(6, 2, strides=2, padding="same", groups=3,
+                            dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _grouped_conv3d(dtype):
+    return keras.Sequential([
+        keras.Input((3, 4, 4, 4), dtype=dtype),
+        keras.layers.Conv3D(4, 2, groups=2, activation="tanh", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _conv3d(dtype):
+    # The Conv3D handler: "valid", strided "same" with an uneven kernel, dilated "same"
+    # and dilated "valid" (patches from strided slices).
+    return keras.Sequential([
+        keras.Input((5, 4, 4, 2), dtype=dtype),
+        keras.layers.Conv3D(3, 2, activation="tanh", dtype=dtype),
+        keras.layers.Conv3D(4, (3, 2, 2), strides=(2, 1, 2), padding="same", activation="tanh",
+                            dtype=dtype),
+        keras.layers.Conv3D(2, 2, dilation_rate=(1, 2, 1), padding="same", activation="tanh",
+                            dtype=dtype),
+        keras.layers.Conv3D(2, (1, 2, 2), dilation_rate=(1, 2, 1), dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _own_call(cls):
+    # A subclass with its own `call` (the same math): rnn_rows.py does not take it, so
+    # it is the recurrent unit's per-example VJP (rnn.py) that runs.
+    if cls not in _OWN_CALL:
+        @functools.wraps(cls.call)  # Keras 3 reads the call's signature
+        def call(self, *args, **kwargs):
+            return cls.call(self, *args, **kwargs)
+
+        # Registered: Keras 3's Bidirectional copies its layer through its config.
+        _OWN_CALL[cls] = keras.utils.register_keras_serializable("tf_tempered_tests")(
+            type(f"OwnCall{cls.__name__}", (cls,), {"call": call}))
+    return _OWN_CALL[cls]
+
+
+_OWN_CALL = {}
+
+
+def _rnn(dtype):
+    # The recurrent unit's VJP (its cells are not recorded): a backwards SimpleRNN, an
+    # unrolled LSTM and a GRU (tf-keras: its fused kernel), as subclasses with a call
+    # of their own.
+    return keras.Sequential([
+        keras.Input((5, 3), dtype=dtype),
+        _own_call(keras.layers.SimpleRNN)(4, return_sequences=True, go_backwards=True,
+                                          dtype=dtype),
+        _own_call(keras.layers.LSTM)(3, return_sequences=True, unroll=True, dtype=dtype),
+        _own_call(keras.layers.GRU)(3, dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+def _rnn_rows(dtype):
+    # rnn_rows.py: a backwards SimpleRNN, an unrolled LSTM, a GRU returning its state,
+    # and a ReLU SimpleRNN whose weights are shared by two calls.
+    inputs = keras.Input((5, 3), dtype=dtype)
+    x = keras.layers.SimpleRNN(4, return_sequences=True, go_backwards=True, dtype=dtype)(inputs)
+    x = keras.layers.LSTM(3, return_sequences=True, unroll=True, dtype=dtype)(x)
+    seq, state = keras.layers.GRU(3, return_sequences=True, return_state=True, dtype=dtype)(x)
+    shared = keras.layers.SimpleRNN(2, activation="relu", dtype=dtype)
+    merged = keras.layers.Concatenate(dtype=dtype)([shared(seq), shared(x), state])
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(merged))
+
+
+def _rnn_rows_masked(dtype):
+    # Embedding(mask_zero) masks the padded steps of a GRU (sequences, zero outputs at
+    # masked steps), a Bidirectional SimpleRNN and a backwards LSTM without bias.
+    tokens = keras.Input((5,), dtype=dtype)
+    x = keras.layers.Embedding(20, 4, mask_zero=True, dtype=dtype)(tokens)
+    x = keras.layers.GRU(3, return_sequences=True, zero_output_for_mask=True, dtype=dtype)(x)
+    x = keras.layers.Bidirectional(keras.layers.SimpleRNN(2, return_sequences=True,
+                                                          dtype=dtype), dtype=dtype)(x)
+    x = keras.layers.LSTM(3, go_backwards=True, use_bias=False, dtype=dtype)(x)
+    return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
+
+
+def _rnn_masked_bidirectional(dtype):
+    # Embedding(mask_zero) masks the padded steps of a Bidirectional LSTM (its two
+    # LSTMs with a call of their own: the recurrent unit's VJP).
+    tokens = keras.Input((4,), dtype=dtype)
+    x = keras.layers.Embedding(20, 4, mask_zero=True, dtype=dtype)(tokens)
+    x = keras.layers.Bidirectional(_own_call(keras.layers.LSTM)(3, dtype=dtype),
+                                   dtype=dtype)(x)
+    return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
+
+
+def _rnn_states(dtype):
+    # initial_state from another layer, return_state feeding the head, a ConvLSTM1D.
+    inputs = keras.Input((4, 5, 2), dtype=dtype)
+    seq = keras.layers.ConvLSTM1D(2, 2, dtype=dtype)(inputs)  # [B, 4, 2]
+    first = keras.layers.Lambda(lambda t: t[:, 0], dtype=dtype)(seq)
+    h0 = keras.layers.Dense(3, activation="tanh", dtype=dtype)(first)
+    out, h, c = keras.layers.LSTM(3, return_state=True, dtype=dtype)(seq, initial_state=[h0, h0])
+    merged = keras.layers.Concatenate(dtype=dtype)([out, c])
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(merged))
+
+
+def _padded_ids(shape, seed):
+    # Ids 1..19 with padded (id 0) tails of different lengths.
+    ids = np.random.default_rng(seed).integers(1, 20, size=(BATCH,) + shape)
+    lengths = np.arange(BATCH) % shape[-1] + 1
+    return np.where(np.arange(shape[-1]) < lengths[:, None], ids, 0)
+
+
+def _floats(shape, seed):
+    return np.random.default_rng(seed).normal(size=(BATCH,) + shape)
+
+
+def _ids(shape, seed, vocab):
+    # Mostly a few small ids (duplicates within and across examples), some large ones.
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, 4, size=(BATCH,) + shape)
+    rare = rng.random(ids.shape) < 0.3
+    return np.where(rare, rng.integers(vocab - 3, vocab, size=ids.shape), ids)
+
+
+# name: (builder, inputs(seed), paths, {layer class name: handler name})
+CASES = {
+    "dense": (_dense, lambda s: _floats((4, 6), s), _ROW_PATHS, {"Dense": "dense"}),
+    "conv2d": (_conv2d, lambda s: _floats((8, 7, 2), s), _CONV_PATHS,
+               {"Conv2D": "conv2d", "Dense": "dense"}),
+    "embedding": (_embedding, lambda s: _ids((6,), s, _VOCAB), {"auto": {}},
+                  {"Embedding": "embedding", "Dense": "dense"}),
+    "einsum_dense": (_einsum_dense, lambda s: _floats((4, 6), s), _ROW_PATHS,
+                     {"EinsumDense": "einsum_dense", "Dense": "dense"}),
+    "einsum_dense_row_bias": (_einsum_dense_row_bias, lambda s: _floats((4, 6), s), _ROW_PATHS,
+                              {"EinsumDense": "einsum_dense", "Dense": "dense"}),
+    "transformer_block": (_transformer_block, lambda s: _ids((5,), s, 50),
+                          {"auto": {}, "ghost": {"norm_path": "ghost"}},
+                          {"EinsumDense": "einsum_dense", "Embedding": "embedding",
+                           "LayerNormalization": "normalization", "Dense": "dense"}),
+    "generic": (_generic, lambda s: _floats((6,), s), {"auto": {}},
+                {"_DenseWithOwnCall": "generic", "LayerNormalization": "normalization",
+                 "TemperedSigmoid": "tempered_sigmoid", "Dense": "dense"}),
+    "conv1d": (_conv1d, lambda s: _floats((10, 4), s), _CONV_PATHS,
+               {"Conv1D": "conv1d", "Dense": "dense"}),
+    "normalization": (_normalization, lambda s: _floats((6, 4), s), {"auto": {}},
+                      {"LayerNormalization": "normalization", "GroupNormalization": "normalization",
+                       "Dense": "dense"}),
+    "grouped_conv1d": (_grouped_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
+                       {"Conv1D": "conv1d", "Dense": "dense"}),
+    "depthwise": (_depthwise, lambda s: _floats((7, 6, 2), s), _DEPTHWISE_PATHS,
+                  {"DepthwiseConv2D": "depthwise_conv2d", "Dense": "dense"}),
+    "separable": (_separable, lambda s: _floats((7, 6, 2), s),
+                  {**_DEPTHWISE_PATHS, "ghost": {"norm_path": "ghost"}},
+                  {"SeparableConv2D": "separable_conv2d", "Dense": "dense"}),
+    "grouped_conv2d": (_grouped_conv2d, lambda s: _floats((6, 6, 4), s), _CONV_PATHS,
+                       {"Conv2D": "conv2d", "Dense": "dense"}),
+    "grouped_conv3d": (_grouped_conv3d, lambda s: _floats((3, 4, 4, 4), s), {"auto": {}},
+                       {"Conv3D": "conv3d", "Dense": "dense"}),
+    "conv_transpose": (_conv_transpose, lambda s: _floats((3, 2, 3), s), _CONV_PATHS,
+                       {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
+    "dilated_conv_transpose": (_dilated_conv_transpose, lambda s: _floats((4, 3, 2), s),
+                               _CONV_PATHS,
+                               {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
+    "conv3d": (_conv3d, lambda s: _floats((5, 4, 4, 2), s),
+               {**_ROW_PATHS, "chunks": {"patch_chunk_bytes": 1}},
+               {"Conv3D": "conv3d", "Dense": "dense"}),
+    # Two of the Conv2D paths (the conv2d case runs them all): per-example kernel
+    # gradients kept (depthwise backprop, per-step choices) and ghost norms.
+    "weight_standardized": (_weight_standardized, lambda s: _floats((8, 7, 2), s),
+                            {"tf-auto": _TF_OPS, "tf-ghost": _CONV_PATHS["tf-ghost"]},
+                            {"WeightStandardizedConv2D": "weight_standardized_conv2d",
+                             "GroupNormalization": "normalization", "Dense": "dense"}),
+    "rnn": (_rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,
+            {"OwnCallSimpleRNN": "rnn", "OwnCallLSTM": "rnn", "OwnCallGRU": "rnn",
+             "Dense": "dense"}),
+    "rnn_rows": (_rnn_rows, lambda s: _floats((5, 3), s), _ROW_PATHS,
+                 {"SimpleRNN": "rnn_rows", "LSTM": "rnn_rows", "GRU": "rnn_rows",
+                  "Dense": "dense"}),
+    "rnn_rows_masked": (_rnn_rows_masked, lambda s: _padded_ids((5,), s), _ROW_PATHS,
+                        {"Embedding": "embedding", "GRU": "rnn_rows", "SimpleRNN": "rnn_rows",
+                         "LSTM": "rnn_rows", "Dense": "dense"}),
+    "rnn_masked_bidirectional": (_rnn_masked_bidirectional, lambda s: _padded_ids((4,), s),
+                                 _RNN_PATHS, {"Embedding": "embedding", "OwnCallLSTM": "rnn",
+                                              "Dense": "dense"}),
+    "rnn_states": (_rnn_states, lambda s: _floats((4, 5, 2), s), _RNN_PATHS,
+                   {"ConvLSTM1D": "rnn", "LSTM": "rnn_rows", "Dense": "dense"}),
+}
+
+if KERAS_MAJOR == 3:  # Keras 2 has neither LoRA nor per-variable trainable flags
+    CASES["keras3_lora_frozen_bias"] = (
+        _keras3_lora_and_frozen_bias, lambda s: _ids((6,), s, 50), {"auto": {}},
+        {"Embedding": "generic", "Dense": {"generic", "dense"}})
+
+
+
+# Recurrent cases: their vectorized per-example VJP is slow to trace (TF's
+# vectorized_map of a time loop, 15-40 s a step on 2 busy CPUs), so the
+# "vectorized" path runs one (M, batch kind) pair per case, pattern A's pairs
+# spread over the three cases; "map_fn" (seconds) runs pattern A or B alternately.
+_RECURRENT = ("rnn", "rnn_masked_bidirectional", "rnn_states")
+# Cases with grouped convolutions or dilated transposed ones: TensorFlow differentiates
+# them only with oneDNN on CPU.
+_ONEDNN_ONLY = ("grouped_conv1d", "grouped_conv2d", "grouped_conv3d", "dilated_conv_transpose")

@@ -1,0 +1,113 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""DPGradients (tf_tempered/privacy/gradients.py): the DP gradient for custom training loops.
+
+Same update as fit, noise of the right scale, the model's noise key and ledger, and the
+per-example reference (misuse_reference.py) for any Keras loss.
+"""
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from misuse_reference import assert_update, median_clip, per_example_reference
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import DPGradients, UnsupportedLayerError, epsilon_spent, make_private
+
+ROWS = 16
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _mlp(dtype="float32"):
+    return keras.Sequential([keras.Input((5,), dtype=dtype),
+                             keras.layers.Dense(6, activation="tanh", dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(ROWS, 5)).astype(np.float32), rng.integers(0, 3, ROWS)
+
+
+def _sce(y, p, model):
+    del model
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True))
+
+
+def test_a_custom_loop_gives_the_update_fit_gives():
+    x, y = _data()
+    weights = _mlp().get_weights()
+    norms, reference = per_example_reference(_mlp, weights, x, y, _sce)
+    clip = median_clip(norms)
+
+    loop_model = _mlp()
+    loop_model.set_weights(weights)
+    dp = DPGradients(loop_model, LOSS,
+                     l2_norm_clip=clip, noise_multiplier=0.0)
+    optimizer = keras.optimizers.SGD(1.0)
+
+    @tf.function
+    def step(xb, yb):
+        grads, logs = dp(xb, yb)
+        optimizer.apply_gradients(zip(grads, loop_model.trainable_variables))
+        return logs
+
+    logs = step(x, y)
+    loop_update = [a - b for a, b in zip(loop_model.get_weights(), weights)]
+    assert_update(loop_update, reference(clip))
+    np.testing.assert_allclose(float(logs["dp_clipped_fraction"]), np.mean(norms > clip))
+
+    fit_model = _mlp()
+    fit_model.set_weights(weights)
+    make_private(fit_model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    fit_model.compile(optimizer=keras.optimizers.SGD(1.0), loss=LOSS)
+    with pytest.warns(UserWarning, match="noise_multiplier=0"):
+        fit_model.fit(x, y, batch_size=ROWS, shuffle=False, verbose=0)
+    for a, b in zip(loop_model.get_weights(), fit_model.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+
+
+def test_the_noise_has_stddev_sigma_clip_over_the_batch():
+    # Zero weights for every example: the clipped sum is zero, the gradient is Z / n.
+    model = keras.Sequential([keras.Input((200,)), keras.layers.Dense(50)])
+    dp = DPGradients(model, LOSS, l2_norm_clip=0.5, noise_multiplier=2.0)
+    x = np.ones((8, 200), np.float32)
+    grads, _ = dp(x, np.zeros(8), sample_weight=np.zeros(8, np.float32))
+    values = np.concatenate([g.numpy().ravel() for g in grads])
+    assert values.size == 10050
+    # n = 8 microbatches; the std estimate of 10050 normals is within 2% (≈ 3 σ's).
+    assert np.std(values) * 8 == pytest.approx(2.0 * 0.5, rel=0.02)
+    again, _ = dp(x, np.zeros(8), sample_weight=np.zeros(8, np.float32))
+    assert not np.allclose(values, np.concatenate([g.numpy().ravel() for g in again]))
+
+
+def test_its_steps_are_accounted_without_amplification():
+    x, y = _data()
+    model = _mlp()
+    dp = DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.5, delta=1e-6)
+    for _ in range(3):
+        dp(x, y)
+    expected = dp_accounting.rdp.RdpAccountant().compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.GaussianDpEvent(1.5), 3)).get_epsilon(1e-6)
+    assert epsilon_spent(model) == (pytest.approx(expected), 1e-6)
+
+
+def test_it_refuses_what_fit_refuses():
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3),
+                              keras.layers.BatchNormalization()])
+    with pytest.raises(UnsupportedLayerError, match="BatchNormalization"):
+        DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+    with pytest.raises(ValueError, match="one value for the whole batch"):
+        DPGradients(_mlp(), lambda yt, yp: tf.reduce_mean(yp), l2_norm_clip=1.0,
+                    noise_multiplier=1.0)(*_data())

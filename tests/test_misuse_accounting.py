@@ -1,0 +1,204 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Misuse tests, accounting: the ε a private model's fit reports is the one its batches earn.
+
+Fit on arrays draws Poisson batches (the amplified ε); the shuffle opt-out, declared
+shuffled batches and unknown pipelines are accounted with the bound without
+amplification; DP steps outside fit count too. Every ε is checked against an
+independent dp_accounting computation; ε and δ reach every callback, in any order.
+"""
+
+import glob
+import warnings
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.callbacks import PrivacyBudget
+from tf_tempered.privacy import (epsilon_spent, make_private, poisson_batches,
+                                 shuffled_batches)
+
+N, BATCH, SIGMA, DELTA = 64, 16, 1.3, 1e-5
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(N, 5)).astype(np.float32), rng.integers(0, 3, N)
+
+
+def _model(**make_private_kwargs):
+    model = make_private(keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=SIGMA, **make_private_kwargs)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    return model
+
+
+def _rdp(*events):
+    accountant = dp_accounting.rdp.RdpAccountant()
+    return accountant.compose(dp_accounting.ComposedDpEvent(list(events))).get_epsilon(DELTA)
+
+
+def _poisson(steps, sigma=SIGMA, q=BATCH / N):
+    return dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+
+
+def _gaussians(count, sigma=SIGMA):
+    return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), count)
+
+
+class _Rows(keras.callbacks.Callback):
+    """Steps per epoch, and the rows each step trained on (from a metric of the step)."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps, self.rows, self._last = [], [], 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.steps.append(0)
+        self._last = 0.0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps[-1] += 1
+        self.rows.append(logs["rows"] - self._last)
+        self._last = logs["rows"]
+
+
+class RowCount(keras.metrics.Metric):
+    """How many rows the compiled metrics saw (the real rows of a Poisson batch)."""
+
+    def __init__(self, name="rows", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.count = self.add_weight(name="count", initializer="zeros")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        del y_pred, sample_weight
+        self.count.assign_add(tf.cast(tf.shape(y_true)[0], self.count.dtype))
+
+    def result(self):
+        return self.count
+
+
+def test_fit_on_arrays_draws_poisson_batches_and_logs_their_epsilon():
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS, metrics=[RowCount()])
+    rows = _Rows()
+    history = model.fit(x, y, batch_size=BATCH, epochs=3, callbacks=[rows], verbose=0).history
+    assert rows.steps == [4, 4, 4]  # round(N / B) steps of q = B / N per epoch
+    assert len(set(rows.rows)) > 1  # Binomial(N, q) examples a step, not B every time
+    expected = [_rdp(_poisson(4 * k)) for k in (1, 2, 3)]
+    assert history["epsilon"] == pytest.approx(expected, rel=1e-9)
+    assert history["delta"] == [DELTA] * 3
+    assert epsilon_spent(model) == (pytest.approx(expected[-1], rel=1e-9), DELTA)
+
+
+def test_the_shuffle_opt_out_reports_the_bound_for_shuffled_batches():
+    x, y = _data()
+    model = _model(sampling="shuffle")
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0).history
+    expected = [_rdp(_gaussians(k)) for k in (1, 2)]  # one Gaussian mechanism per epoch
+    assert history["epsilon"] == pytest.approx(expected, rel=1e-9)
+    assert expected[1] > _rdp(_poisson(8))  # above the Poisson ε of the same steps
+    budget = PrivacyBudget(target_epsilon=100.0, sampling="poisson")
+    with pytest.raises(ValueError, match="sampling='poisson'.*not Poisson-sampled"):
+        model.fit(x, y, batch_size=BATCH, callbacks=[budget], verbose=0)
+    budget = PrivacyBudget(target_epsilon=100.0)  # follows the batches drawn
+    history = model.fit(x, y, batch_size=BATCH, callbacks=[budget], verbose=0).history
+    assert budget.epsilons == history["epsilon"] == pytest.approx([_rdp(_gaussians(3))])
+    # A short last batch (50 = 3·16 + 2): still one pass over the data an epoch.
+    history = model.fit(x[:50], y[:50], batch_size=BATCH, epochs=2, verbose=0).history
+    assert history["epsilon"] == pytest.approx([_rdp(_gaussians(k)) for k in (4, 5)])
+
+
+def test_datasets_are_accounted_as_their_sampling():
+    x, y = _data()
+    model = _model()
+    # Poisson batches, through transformations that keep them.
+    ds = poisson_batches(x, y, expected_batch_size=BATCH, steps=4).prefetch(1)
+    history = model.fit(ds.map(lambda *e: e), epochs=2, verbose=0).history
+    assert history["epsilon"] == pytest.approx([_rdp(_poisson(4 * k)) for k in (1, 2)])
+    # Declared shuffled batches: the bound without amplification, no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        history = model.fit(shuffled_batches(x, y, batch_size=BATCH), verbose=0).history
+    assert history["epsilon"] == pytest.approx([_rdp(_poisson(8), _gaussians(1))])
+    # Cached Poisson batches repeat their membership: no longer Poisson, nor known.
+    cached = poisson_batches(x, y, expected_batch_size=BATCH, steps=4).cache()
+    with pytest.warns(UserWarning, match="did not build.*poisson_batches"):
+        history = model.fit(cached, verbose=0).history
+    assert history["epsilon"] == pytest.approx([_rdp(_poisson(8), _gaussians(2))])
+
+
+def test_an_unknown_pipeline_warns_once_and_is_accounted_as_shuffled():
+    x, y = _data()
+    model = _model()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(BATCH)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(ds, verbose=0)
+        history = model.fit(ds, epochs=2, verbose=0).history
+    said = [w for w in caught if "did not build" in str(w.message)]
+    assert len(said) == 1 and "poisson_batches" in str(said[0].message)
+    assert history["epsilon"] == pytest.approx([_rdp(_gaussians(k)) for k in (2, 3)])
+
+
+def test_steps_outside_fit_are_accounted_without_amplification():
+    x, y = _data()
+    model = _model()
+    model.fit(x, y, batch_size=BATCH, verbose=0)
+    for _ in range(3):
+        model.train_on_batch(x[:BATCH], y[:BATCH])  # batches the engine did not draw
+    assert epsilon_spent(model)[0] == pytest.approx(_rdp(_poisson(4), _gaussians(3)))
+    history = model.fit(x, y, batch_size=BATCH, verbose=0).history
+    assert history["epsilon"] == pytest.approx([_rdp(_poisson(4), _gaussians(3), _poisson(4))])
+
+
+def test_epsilon_reaches_every_callback_whatever_their_order(tmp_path):
+    x, y = _data()
+    model = _model()
+    seen = []
+    first = keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: seen.append((logs["epsilon"], logs["delta"])))
+    csv = keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
+    board = keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb"))
+    budget = PrivacyBudget(target_epsilon=100.0)  # last: ε is already in the logs
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0,
+                        callbacks=[first, board, csv, budget]).history
+    assert [s[0] for s in seen] == history["epsilon"] == budget.epsilons
+    header, *rows = (tmp_path / "log.csv").read_text().splitlines()
+    column = header.split(",").index("epsilon")
+    assert [float(r.split(",")[column]) for r in rows] == pytest.approx(history["epsilon"])
+    logged = []
+    for path in glob.glob(str(tmp_path / "tb" / "train" / "*")):
+        for record in tf.data.TFRecordDataset(path):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag == "epoch_epsilon":
+                    logged.append(float(tf.make_ndarray(value.tensor)) if value.HasField(
+                        "tensor") else value.simple_value)
+    assert logged == pytest.approx(history["epsilon"], rel=1e-6)
+
+
+def test_no_noise_warns_and_logs_an_infinite_epsilon():
+    x, y = _data()
+    model = make_private(keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=0.0)
+    model.compile(optimizer="sgd", loss=LOSS)
+    with pytest.warns(UserWarning, match="noise_multiplier=0.*NOT differentially private"):
+        history = model.fit(x, y, batch_size=BATCH, verbose=0).history
+    assert history["epsilon"] == [float("inf")]

@@ -1,0 +1,187 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Misuse tests, Keras flows: saving and loading, unfreezing, XLA, mixed precision,
+layers called on several tensors, activity regularizers, microbatches with a short batch.
+
+Each flow either trains with the exact DP update (checked against a float64 per-example
+reference, misuse_reference.py) or is refused before any update, naming the fix.
+"""
+
+import numpy as np
+import pytest
+
+from misuse_reference import assert_update, engine_update, median_clip, per_example_reference
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
+from tf_tempered.privacy import (NotPrivateError, epsilon_spent, is_private, layer_paths,
+                                 make_private)
+from tf_tempered.privacy.state import get_state
+
+pytestmark = pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+
+ROWS = 12
+
+
+def _sce(y, p, model):
+    del model
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True))
+
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _data(shape=(5,), seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(ROWS,) + shape).astype(np.float32), rng.integers(0, 3, ROWS)
+
+
+def _mlp(dtype="float32"):
+    return keras.Sequential([keras.Input((5,), dtype=dtype),
+                             keras.layers.Dense(6, activation="tanh", dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
+
+
+# Keras 3's legacy H5 loading gives an optimizer it cannot train, private or not
+# ("Unknown variable"): the .keras format there; tf-keras also saves H5 and SavedModel.
+@pytest.mark.parametrize("suffix", [".keras"] + ([".h5", ""] if KERAS_MAJOR == 2 else []))
+def test_a_loaded_private_model_refuses_to_train_until_make_private(tmp_path, suffix):
+    x, y = _data()
+    model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle",
+                         delta=1e-6)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=LOSS)
+    model.fit(x, y, batch_size=4, epochs=2, verbose=0)
+    spent = epsilon_spent(model)
+    model.save(tmp_path / f"model{suffix}")
+    loaded = keras.models.load_model(tmp_path / f"model{suffix}")
+    assert not is_private(loaded)
+    before = loaded.get_weights()
+    with pytest.raises(NotPrivateError, match="make_private\\(model\\)"):
+        loaded.fit(x, y, batch_size=4, verbose=0)  # plain Keras fit: would not be DP
+    for b, a in zip(before, loaded.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    make_private(loaded)  # the settings saved with it; a fresh secret key
+    state = get_state(loaded)
+    assert (state.settings.l2_norm_clip, state.settings.noise_multiplier) == (0.5, 1.3)
+    assert state.sampling == "shuffle" and is_private(loaded)
+    assert epsilon_spent(loaded) == pytest.approx(spent)  # the ledger travelled too
+    history = loaded.fit(x, y, batch_size=4, epochs=1, verbose=0).history
+    assert history["epsilon"][0] > spent[0] and history["delta"] == [1e-6]
+    assert state.noise.is_secret
+
+
+def test_a_second_make_private_keeps_what_the_first_was_given():
+    x, y = _data()
+    model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle")
+    model.compile(optimizer="sgd", loss=LOSS)
+    first = model.fit(x, y, batch_size=4, verbose=0).history["epsilon"]
+    key = get_state(model).noise
+    make_private(model)
+    state = get_state(model)
+    assert (state.settings.noise_multiplier, state.sampling) == (1.3, "shuffle")
+    assert state.noise is not key  # re-keyed
+    second = model.fit(x, y, batch_size=4, verbose=0).history["epsilon"]
+    assert second[0] > first[0]  # the first fit still counts
+
+
+def test_is_private_only_when_the_next_fit_is_dp():
+    model = make_private(_mlp())
+    assert not is_private(model)  # no settings yet
+    model.compile(optimizer="sgd", loss=LOSS)
+    assert not is_private(model)  # a plain optimizer: fit would refuse
+    from tf_tempered.privacy import DPKerasSGDOptimizer  # pylint: disable=import-outside-toplevel
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0),
+                  loss=LOSS)
+    assert is_private(model)
+
+
+def _transfer_model(dtype):
+    base = keras.Sequential([keras.Input((5,), dtype=dtype),
+                             keras.layers.Dense(6, activation="tanh", dtype=dtype),
+                             keras.layers.Dense(6, activation="tanh", dtype=dtype)],
+                            name="base")
+    inputs = keras.Input((5,), dtype=dtype)
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(base(inputs)))
+
+
+def test_unfreezing_after_make_private_trains_every_trainable_layer_exactly():
+    # Keras' transfer-learning flow: freeze the base, train the head, unfreeze the top
+    # of the base, recompile, fine-tune.
+    x, y = _data()
+    model = _transfer_model("float32")
+    base = model.get_layer("base")
+    base.trainable = False
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    model.fit(x, y, batch_size=4, verbose=0)
+    base.trainable = True
+    base.layers[0].trainable = False
+    weights = model.get_weights()
+
+    def build(dtype):
+        fresh = _transfer_model(dtype)
+        fresh.get_layer("base").layers[0].trainable = False
+        return fresh
+
+    norms, reference = per_example_reference(build, weights, x, y, _sce)
+    clip = median_clip(norms)
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0)
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=LOSS)
+    before = [w.numpy() for w in model.trainable_variables]
+    model.fit(x, y, batch_size=ROWS, shuffle=False, verbose=0)
+    ours = [w.numpy() - b for w, b in zip(model.trainable_variables, before)]
+    assert len(ours) == 4  # the unfrozen base layer's kernel and bias, and the head's
+    assert_update(ours, reference(clip))
+
+
+def _cnn(dtype):
+    return keras.Sequential([
+        keras.Input((7, 7, 2), dtype=dtype),
+        keras.layers.Conv2D(4, 3, activation="tanh", dtype=dtype),
+        keras.layers.Conv2D(3, 2, strides=2, dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype)])
+
+
+def test_jit_compile_takes_the_xla_paths_and_is_exact():
+    x, y = _data((7, 7, 2))
+    weights = _cnn("float32").get_weights()
+    norms, reference = per_example_reference(_cnn, weights, x, y, _sce)
+    clip = median_clip(norms)
+    model = _cnn("float32")
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip, loss=LOSS, jit_compile=True)
+    assert_update(ours, reference(clip))
+    assert all("native=False" in p["path"] for p in layer_paths(model)
+               if p["class"] == "Conv2D")
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_gives_the_float32_update(policy):
+    # Norms and clipping in float32, no loss scale applied to the DP update. The
+    # reference is float64; the forward pass in half precision bounds the agreement.
+    x, y = _data((7, 7, 2))
+    weights = _cnn("float32").get_weights()
+    norms, reference = per_example_reference(_cnn, weights, x, y, _sce)
+    clip = median_clip(norms)
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        model = keras.Sequential([
+            keras.Input((7, 7, 2)), keras.layers.Conv2D(4, 3, activation="tanh"),
+            keras.layers.Conv2D(3, 2, strides=2), keras.layers.Flatten(),
+            keras.layers.Dense(3, dtype="float32")])
+        model.set_weights(weights)
+        ours, history = engine_update(model, x, y, clip=clip, loss=LOSS)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert history["dp_nonfinite"] == [0.0]
+    assert_update(ours, reference(clip), rtol=2e-2 if policy == "mixed_bfloat16" else 5e-3)

@@ -1,0 +1,208 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Misuse tests, layers as Keras users write them: layers called on several tensors
+(attention with a learned scale, FiLM), activity regularizers, microbatches with a
+short last batch. Exact against a float64 per-example reference (misuse_reference.py),
+or refused before any update with the fix.
+"""
+
+import numpy as np
+import pytest
+
+from misuse_reference import assert_update, engine_update, median_clip, per_example_reference
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import layer_paths, make_private
+
+pytestmark = pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+
+ROWS = 12
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _sce(y, p, model):
+    del model
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True))
+
+
+@keras.utils.register_keras_serializable(package="tf_tempered_tests")
+class FiLM(keras.layers.Layer):
+    """Feature-wise linear modulation: x·(1 + W c) + b, called on [x, c]."""
+
+    def build(self, input_shape):
+        features, condition = input_shape
+        self.w = self.add_weight(shape=(condition[-1], features[-1]), name="w")
+        self.b = self.add_weight(shape=(features[-1],), initializer="zeros", name="b")
+
+    def call(self, inputs):
+        x, c = inputs
+        return x * (1.0 + tf.matmul(c, tf.cast(self.w, c.dtype))) + tf.cast(self.b, x.dtype)
+
+
+def _two_inputs(layer_fn):
+    def build(dtype):
+        a = keras.Input((4, 3), dtype=dtype)
+        b = keras.Input((4, 3), dtype=dtype)
+        mixed = layer_fn(dtype)([a, b])
+        out = keras.layers.Dense(3, dtype=dtype)(keras.layers.Flatten(dtype=dtype)(mixed))
+        return keras.Model([a, b], out)
+    return build
+
+
+def _film(dtype):
+    a = keras.Input((3,), dtype=dtype)
+    c = keras.Input((2,), dtype=dtype)
+    out = FiLM(dtype=dtype)([keras.layers.Dense(3, activation="tanh", dtype=dtype)(a), c])
+    return keras.Model([a, c], keras.layers.Dense(3, dtype=dtype)(out))
+
+
+_MULTI_INPUT = {
+    "attention-use-scale": (
+        _two_inputs(lambda d: keras.layers.Attention(use_scale=True, dtype=d)), (4, 3), (4, 3)),
+    "additive-attention-use-scale": (
+        _two_inputs(lambda d: keras.layers.AdditiveAttention(use_scale=True, dtype=d)),
+        (4, 3), (4, 3)),
+    "film": (_film, (3,), (2,)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_MULTI_INPUT))
+def test_layers_called_on_several_tensors_train_exactly(case):
+    build, shape_a, shape_b = _MULTI_INPUT[case]
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=(ROWS,) + shape_a).astype(np.float32),
+         rng.normal(size=(ROWS,) + shape_b).astype(np.float32))
+    y = rng.integers(0, 3, ROWS)
+    model = build("float32")
+    # A learned scale starts where it does not matter; move it so that its gradient counts.
+    weights = [w + 0.3 * rng.normal(size=w.shape).astype(np.float32)
+               for w in model.get_weights()]
+    norms, reference = per_example_reference(build, weights, x, y, _sce)
+    clip = median_clip(norms)
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip, loss=LOSS)
+    assert_update(ours, reference(clip))
+    assert "generic" in {p["handler"] for p in layer_paths(model)}
+
+
+def _masked_attention(dtype):
+    tokens = keras.Input((6,), dtype="int32")
+    embedded = keras.layers.Embedding(9, 4, mask_zero=True, dtype=dtype)(tokens)
+    attended = keras.layers.Attention(use_scale=True, dtype=dtype)([embedded, embedded])
+    pooled = keras.layers.GlobalAveragePooling1D(dtype=dtype)(attended)
+    return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(pooled))
+
+
+def test_a_layer_gets_each_example_of_its_mask():
+    # Embedding(mask_zero=True) hands the attention layer a [batch, time] mask: each
+    # example's VJP must see its own row of it.
+    rng = np.random.default_rng(5)
+    tokens = rng.integers(0, 9, (ROWS, 6)).astype(np.int32)
+    tokens[:, 4:] = 0  # padding
+    y = rng.integers(0, 3, ROWS)
+    model = _masked_attention("float32")
+    weights = [w + 0.3 * rng.normal(size=w.shape).astype(np.float32)
+               for w in model.get_weights()]
+    norms, reference = per_example_reference(_masked_attention, weights, tokens, y, _sce)
+    clip = median_clip(norms)
+    model.set_weights(weights)
+    ours, _ = engine_update(model, tokens, y, clip=clip, loss=LOSS)
+    assert_update(ours, reference(clip))
+
+
+def _regularized(dtype):
+    return keras.Sequential([
+        keras.Input((5,), dtype=dtype),
+        keras.layers.Dense(6, activation="tanh", dtype=dtype,
+                           activity_regularizer=keras.regularizers.L1L2(l1=0.05, l2=0.2)),
+        keras.layers.Dense(3, dtype=dtype)])
+
+
+def test_an_activity_regularizer_joins_each_example_loss():
+    # Keras adds regularizer(outputs) / batch size; example i's share is
+    # regularizer(output_i): ℓ_i = CE_i + 0.05·|h_i|₁ + 0.2·|h_i|₂².
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(ROWS, 5)).astype(np.float32), rng.integers(0, 3, ROWS)
+
+    def reference_loss(y_true, y_pred, model):
+        hidden = model.layers[0](x_example[0])
+        return (_sce(y_true, y_pred, model) + 0.05 * tf.reduce_sum(tf.abs(hidden))
+                + 0.2 * tf.reduce_sum(tf.square(hidden)))
+
+    weights = _regularized("float32").get_weights()
+    x_example = [None]
+
+    def loss_with_input(y_true, y_pred, model):
+        return reference_loss(y_true, y_pred, model)
+
+    # The reference needs the example's input: wrap the builder's model call.
+    def build(dtype):
+        model = _regularized(dtype)
+        original = model.call
+
+        def call(inputs, *args, **kwargs):
+            x_example[0] = inputs
+            return original(inputs, *args, **kwargs)
+
+        object.__setattr__(model, "call", call)
+        return model
+
+    norms, reference = per_example_reference(build, weights, x, y, loss_with_input)
+    clip = median_clip(norms)
+    model = _regularized("float32")
+    model.set_weights(weights)
+    ours, history = engine_update(model, x, y, clip=clip, loss=LOSS)
+    assert_update(ours, reference(clip))
+    hidden = np.tanh(x @ weights[0] + weights[1])
+    penalty = 0.05 * np.abs(hidden).sum(1) + 0.2 * np.square(hidden).sum(1)
+    expected = LOSS(y, model_before(weights, x)).numpy() + penalty.mean()
+    np.testing.assert_allclose(history["loss"][0], expected, rtol=1e-5)
+
+
+def model_before(weights, x):
+    model = _regularized("float32")
+    model.set_weights(weights)
+    return model(x)
+
+
+def test_weight_regularizers_and_add_loss_are_refused_naming_them():
+    model = make_private(keras.Sequential([
+        keras.Input((5,)), keras.layers.Dense(3, kernel_regularizer="l2", name="head")]),
+        l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss=LOSS)
+    with pytest.raises(ValueError, match="head.kernel_regularizer.*AdamW"):
+        model.fit(np.ones((4, 5)), np.zeros(4), batch_size=4, verbose=0)
+
+
+def test_microbatches_with_a_short_last_batch():
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(30, 5)).astype(np.float32), rng.integers(0, 3, 30)
+    model = make_private(keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=1.0, num_microbatches=4,
+                         sampling="shuffle")
+    model.compile(optimizer="sgd", loss=LOSS)
+    steps = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: steps.append(b))
+    # Arrays: the short last batch (30 = 3·8 + 6, 6 not a multiple of 4) is dropped.
+    model.fit(x, y, batch_size=8, epochs=2, callbacks=[counter], verbose=0)
+    assert len(steps) == 6
+    # A pipeline: refused before any step, with the fix.
+    before = model.get_weights()
+    with pytest.raises(ValueError, match="last batch holds 6.*drop_remainder=True"):
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # Poisson batches vary in size: microbatches need sampling="shuffle".
+    make_private(model, sampling="poisson")
+    with pytest.raises(ValueError, match='num_microbatches=4.*sampling="shuffle"'):
+        model.fit(x, y, batch_size=8, verbose=0)

@@ -1,0 +1,214 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Misuse tests, losses: the user's compile as written trains exactly, per example.
+
+Each case compiles a loss the way a Keras user writes it and checks the engine's update
+(noise 0) against a float64 per-example reference (misuse_reference.py); a loss that
+reduces over the batch is refused with a fix that fits it.
+"""
+
+import numpy as np
+import pytest
+
+from misuse_reference import assert_update, engine_update, median_clip, per_example_reference
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import make_private
+
+pytestmark = pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+
+ROWS = 12
+
+
+def _classifier(dtype, softmax=False):
+    return keras.Sequential([
+        keras.Input((5,), dtype=dtype),
+        keras.layers.Dense(6, activation="tanh", dtype=dtype),
+        keras.layers.Dense(3, activation="softmax" if softmax else None, dtype=dtype)])
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(ROWS, 5)).astype(np.float32), rng.integers(0, 3, ROWS)
+
+
+def _sce(from_logits):
+    def loss(y, p, model):
+        del model
+        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+            y, p, from_logits=from_logits))
+    return loss
+
+
+# (loss as compiled, softmax output, the example's loss for the reference, scale)
+_LOSSES = {
+    "string": ("sparse_categorical_crossentropy", True, _sce(False), 1.0),
+    "object-default-reduction": (
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True), False, _sce(True), 1.0),
+    "object-sum-reduction": (
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum"), False,
+        _sce(True), 1.0),
+    "object-none-reduction": (
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none"), False,
+        _sce(True), 1.0),
+    "function-per-example": (
+        lambda y, p: keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True),
+        False, _sce(True), 1.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_LOSSES))
+def test_losses_as_users_write_them_train_exactly(case):
+    loss, softmax, reference_loss, _ = _LOSSES[case]
+    x, y = _data()
+    build = lambda dtype: _classifier(dtype, softmax)  # noqa: E731
+    weights = build("float32").get_weights()
+    norms, reference = per_example_reference(build, weights, x, y, reference_loss)
+    clip = median_clip(norms)
+    model = build("float32")
+    model.set_weights(weights)
+    ours, history = engine_update(model, x, y, clip=clip, loss=loss)
+    assert_update(ours, reference(clip))
+    np.testing.assert_allclose(history["dp_clipped_fraction"][0], np.mean(norms > clip))
+
+
+def test_a_sequence_loss_is_the_mean_over_the_example_positions():
+    # [B, T] losses (a per-position classifier): the example's loss is their mean.
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(ROWS, 4, 5)).astype(np.float32), rng.integers(0, 3, (ROWS, 4))
+
+    def build(dtype):
+        return keras.Sequential([keras.Input((4, 5), dtype=dtype),
+                                 keras.layers.Dense(3, dtype=dtype)])
+
+    weights = build("float32").get_weights()
+    norms, reference = per_example_reference(build, weights, x, y, _sce(True))
+    clip = median_clip(norms)
+    model = build("float32")
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip,
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))
+
+
+def test_multi_output_losses_with_loss_weights_train_exactly():
+    x, y = _data()
+    targets = {"cls": y, "reg": x[:, :2] * 0.5}
+
+    def build(dtype):
+        inputs = keras.Input((5,), dtype=dtype)
+        hidden = keras.layers.Dense(6, activation="tanh", dtype=dtype)(inputs)
+        return keras.Model(inputs, {
+            "cls": keras.layers.Dense(3, name="cls", dtype=dtype)(hidden),
+            "reg": keras.layers.Dense(2, name="reg", dtype=dtype)(hidden)})
+
+    def reference_loss(y_true, y_pred, model):
+        del model
+        cls = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+            y_true["cls"], y_pred["cls"], from_logits=True))
+        reg = tf.reduce_mean(tf.square(y_true["reg"] - y_pred["reg"]))
+        return cls + 0.25 * reg
+
+    weights = build("float32").get_weights()
+    norms, reference = per_example_reference(build, weights, x, targets, reference_loss)
+    clip = median_clip(norms)
+    model = build("float32")
+    model.set_weights(weights)
+    ours, history = engine_update(
+        model, x, targets, clip=clip,
+        loss={"cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+              "reg": "mse"},
+        loss_weights={"cls": 1.0, "reg": 0.25})
+    assert_update(ours, reference(clip))
+    assert "cls_loss" in history and "reg_loss" in history
+
+
+def test_sample_weights_scale_each_example_before_clipping():
+    x, y = _data()
+    sample_weight = np.linspace(0.0, 2.0, ROWS).astype(np.float32)
+    weights = _classifier("float32").get_weights()
+    norms, reference = per_example_reference(_classifier, weights, x, y, _sce(True),
+                                             sample_weight=sample_weight)
+    clip = median_clip(norms)
+    model = _classifier("float32")
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip, sample_weight=sample_weight,
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))
+    # class_weight: the sample weights it stands for.
+    classes = {0: 0.5, 1: 2.0, 2: 1.0}
+    model = _classifier("float32")
+    model.set_weights(weights)
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, class_weight=classes, batch_size=ROWS, shuffle=False, verbose=0)
+    _, reference_by_class = per_example_reference(
+        _classifier, weights, x, y, _sce(True),
+        sample_weight=np.array([classes[int(c)] for c in y], np.float32))
+    assert_update([w.numpy() - b for w, b in zip(model.trainable_variables, weights)],
+                  reference_by_class(clip))
+
+
+def test_negative_weights_are_refused_naming_the_argument():
+    x, y = _data()
+    model = make_private(_classifier("float32"), l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    before = model.get_weights()
+    with pytest.raises(ValueError, match="sample_weight.*negative.*weights >= 0"):
+        model.fit(x, y, sample_weight=-np.ones(ROWS), batch_size=4, verbose=0)
+    with pytest.raises(ValueError, match="negative"):
+        model.fit(x, y, class_weight={0: 1.0, 1: -1.0, 2: 1.0}, batch_size=4, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_loss_reducing_over_the_batch_is_refused_with_a_fix_that_fits_it():
+    x, y = _data()
+    model = make_private(_classifier("float32"), l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss=lambda y_true, y_pred: tf.reduce_mean(
+        keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)))
+    before = model.get_weights()
+    with pytest.raises(ValueError, match="one value for the whole batch.*reduce_mean.*axis=-1"):
+        model.fit(x, y, batch_size=4, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+class ScalarLossModel(keras.Sequential):
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, **kwargs):
+        del x, sample_weight, kwargs
+        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+            y, y_pred, from_logits=True))
+
+
+def test_a_compute_loss_override_returning_a_scalar_is_refused():
+    x, y = _data()
+    model = ScalarLossModel([keras.Input((5,)), keras.layers.Dense(3)])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    with pytest.raises(ValueError, match="compute_loss.*one loss per example"):
+        model.fit(x, y, batch_size=4, verbose=0)
+
+
+def test_the_epoch_loss_leaves_out_the_examples_counted_nonfinite():
+    x, y = _data()
+    x[3] = np.nan
+    model = _classifier("float32")
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    expected = loss(np.delete(y, 3), model(np.delete(x, 3, axis=0))).numpy()
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=loss)
+    history = model.fit(x, y, batch_size=ROWS, shuffle=False, verbose=0).history
+    assert history["dp_nonfinite"] == [1.0]
+    np.testing.assert_allclose(history["loss"][0], expected, rtol=1e-5)

@@ -1,0 +1,110 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Which sampling drew a dataset's batches: the tag the accounting reads.
+
+:func:`~tf_tempered.privacy.sampling.poisson_batches` (and ``distributed_poisson_batches``,
+``augmult_batches`` of them) tag the datasets they return as Poisson, with q and N;
+:func:`shuffled_batches` tags its own as shuffled (each example at most once per pass).
+A dataset made from a tagged one by transformations that keep what the tag says keeps
+it (:func:`sampling_of` walks back through them); anything else is untagged, and
+training on it is accounted with the bound for shuffled batches, with a warning.
+
+>>> ds = shuffled_batches(np.arange(10.0), np.arange(10), batch_size=4)
+>>> tag = sampling_of(ds.prefetch(1))
+>>> tag.kind, tag.num_examples, tag.batch_size
+('shuffle', 10, 4)
+>>> sampling_of(ds.unbatch().batch(4)) is None  # rebatched: who knows
+True
+"""
+
+import dataclasses
+from typing import Optional
+
+import numpy as np  # noqa: F401  (used by the doctest)
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy import keras_bridge, randomness
+
+__all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches"]
+
+_ATTRIBUTE = "_tf_tempered_sampling"
+
+# tf.data transformations that keep each batch as drawn (and, for Poisson, draw anew
+# on every pass): a tag survives them. Caching or rebatching does not keep it: a
+# cached Poisson batch is reused, not drawn again; a rebatched one is another batch.
+_KEEPS = {
+    "poisson": {"PrefetchDataset", "OptionsDataset", "MapDataset", "ParallelMapDataset",
+                "TakeDataset", "SkipDataset", "RepeatDataset", "AssertCardinalityDataset"},
+    "shuffle": {"PrefetchDataset", "OptionsDataset", "MapDataset", "ParallelMapDataset",
+                "TakeDataset", "AssertCardinalityDataset", "CacheDataset"},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingTag:
+    """How a dataset's batches were drawn.
+
+    kind: "poisson" (each example in each batch with probability q, secret membership)
+      or "shuffle" (each example at most once per pass over the dataset).
+    num_examples: N; sampling_probability: q (Poisson); batch_size: the (expected)
+    batch size; steps_per_pass: batches in one pass.
+    """
+
+    kind: str
+    num_examples: int
+    batch_size: float
+    sampling_probability: Optional[float] = None
+    steps_per_pass: Optional[int] = None
+
+
+def tag_dataset(dataset, tag):
+    """Returns ``dataset`` tagged with ``tag`` (a SamplingTag)."""
+    keras_bridge.set_untracked(dataset, _ATTRIBUTE, tag)
+    return dataset
+
+
+def sampling_of(dataset, _depth=0):
+    """The SamplingTag of ``dataset`` or of the dataset it was made from, or None."""
+    tag = vars(dataset).get(_ATTRIBUTE) if hasattr(dataset, "__dict__") else None
+    if tag is not None or _depth > 64:
+        return tag
+    inputs = keras_bridge.dataset_inputs(dataset)
+    if len(inputs) != 1:
+        return None
+    found = sampling_of(inputs[0], _depth + 1)
+    if found is not None and keras_bridge.dataset_kind(dataset) in _KEEPS[found.kind]:
+        return found
+    return None
+
+
+def shuffled_batches(x, y=None, sample_weight=None, *, batch_size, drop_remainder=False,
+                     shuffle=True):
+    """tf.data of batches that use each example once per pass, reshuffled every pass.
+
+    The sampling that ε "without amplification" (``sampling="shuffle"``) is proven for,
+    tagged so: training on it is accounted as such, without a warning. Structures
+    (dicts, tuples) of arrays work as for ``fit``. The order comes from a secret key
+    (it does not matter for this bound, but neither does it leak).
+    """
+    data = tuple(t for t in (x, y, sample_weight) if t is not None)
+    num_examples = int(tf.nest.flatten(data)[0].shape[0])
+    dataset = tf.data.Dataset.from_tensor_slices(data)
+    if shuffle:
+        dataset = dataset.shuffle(num_examples, seed=randomness.secret_seed(),
+                                  reshuffle_each_iteration=True)
+    dataset = dataset.batch(int(batch_size), drop_remainder=drop_remainder)
+    steps = num_examples // int(batch_size) + (0 if drop_remainder or
+                                                not num_examples % int(batch_size) else 1)
+    return tag_dataset(dataset.prefetch(tf.data.AUTOTUNE),
+                       SamplingTag("shuffle", num_examples, batch_size, None, steps))

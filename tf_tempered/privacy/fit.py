@@ -1,0 +1,179 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``fit`` of a private model: batches whose sampling the ε holds for, and ε in the logs.
+
+``model.fit(...)`` of a model make_private prepared:
+
+1. refuses to start without DP settings (it would train without privacy);
+2. draws the batches as :mod:`tf_tempered.privacy.fit_data` says (Poisson batches
+   from arrays by default) and knows their sampling;
+3. puts ``epsilon`` and ``delta`` into every epoch's logs, from the model's privacy
+   ledger and the steps this fit has taken: its first callback does, so History,
+   TensorBoard, CSVLogger and the progress bar see them, whatever the callback order;
+4. records the fit's steps in the ledger when it ends (or fails): later fits, saving,
+   PrivacyBudget and :func:`epsilon_spent` count them.
+
+DP steps taken outside ``fit`` (``train_on_batch``, a custom loop) are recorded too, as
+steps on batches the engine did not draw (no amplification): the noise counter counts
+every DP step.
+"""
+
+import math
+import warnings
+
+from tf_tempered._compat import keras
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.fit_data import plan_fit_data
+from tf_tempered.privacy.ledger import Segment
+from tf_tempered.privacy.state import get_state
+from tf_tempered.privacy.step.plan import require_dp_settings
+
+__all__ = ["RunAccount", "EpsilonLog", "private_fit", "record_outside_steps",
+           "epsilon_spent", "NO_NOISE_WARNING"]
+
+NO_NOISE_WARNING = (
+    "noise_multiplier=0: no noise is added, so this training is NOT differentially private "
+    "(ε is infinite; the logs say epsilon=inf). Fix: a noise_multiplier > 0, e.g. from "
+    "tf_tempered.privacy.noise_multiplier_for_epsilon(target_epsilon=..., ...).")
+
+
+def record_outside_steps(state, config):
+    """Records the DP steps taken since the ledger last counted (train_on_batch, custom
+    loops) as steps on batches the engine did not draw. ``config``: the DPConfig they
+    ran with (with num_microbatches, a microbatch may hold several examples)."""
+    outside = state.steps_taken() - state.steps_accounted
+    if outside > 0:
+        state.ledger.add(Segment(
+            "unsampled", config.noise_multiplier, steps=outside,
+            multi_example_microbatches=config.num_microbatches is not None))
+    state.steps_accounted = state.steps_taken()
+
+
+class RunAccount:
+    """The DP steps of one fit: its sampling, σ, and the steps and passes taken so far."""
+
+    def __init__(self, state, run_sampling, config):
+        self.state = state
+        self.sampling = run_sampling
+        self.config = config
+        self.noise_multiplier = config.noise_multiplier
+        self.start = None
+        self.passes = 0
+        self._epoch_start = None
+        self.finished = False
+
+    def begin(self):
+        record_outside_steps(self.state, self.config)
+        self.start = self.state.steps_taken()
+        self._epoch_start = self.start
+        self.state.run = self
+
+    def steps(self):
+        return 0 if self.start is None else self.state.steps_taken() - self.start
+
+    def end_epoch(self):
+        """Counts a pass over the data if the epoch took a step."""
+        now = self.state.steps_taken()
+        if now > self._epoch_start:
+            self.passes += 1
+        self._epoch_start = now
+
+    def segment(self, more_steps=0, more_passes=0):
+        """The fit's Segment so far (plus ``more_steps`` steps and ``more_passes`` passes)."""
+        run = self.sampling
+        steps = self.steps() + more_steps
+        passes = self.passes + more_passes
+        if self._epoch_start is not None and self.state.steps_taken() > self._epoch_start:
+            passes += 1  # an epoch in progress (or stopped early) is a pass begun
+        if run.kind == "shuffle" and run.steps_per_pass:
+            # steps_per_epoch larger than a pass: an epoch may pass over the data more than once
+            passes = max(passes, math.ceil(steps / run.steps_per_pass))
+        return Segment(run.kind, self.noise_multiplier, steps=steps, passes=passes,
+                       sampling_probability=run.sampling_probability,
+                       multi_example_microbatches=run.multi_example_microbatches)
+
+    def epsilon(self, more_steps=0, more_passes=0):
+        """ε of the model's ledger and this fit (plus ``more_steps``/``more_passes``)."""
+        return self.state.ledger.epsilon(extra=[self.segment(more_steps, more_passes)])
+
+    def finish(self):
+        """Records the fit's steps in the model's ledger (once)."""
+        if self.finished or self.start is None:
+            return
+        self.finished = True
+        self.state.ledger.add(self.segment())
+        self.state.steps_accounted = self.state.steps_taken()
+        if self.state.run is self:
+            self.state.run = None
+
+
+class EpsilonLog(keras.callbacks.Callback):
+    """Writes ``epsilon`` and ``delta`` into each epoch's logs (the first callback of a
+    private model's fit)."""
+
+    def __init__(self, account):
+        super().__init__()
+        self.account = account
+
+    def on_train_begin(self, logs=None):
+        self.account.begin()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.account.end_epoch()
+        if logs is not None:
+            logs["epsilon"] = self.account.epsilon()
+            logs["delta"] = self.account.state.ledger.delta
+
+    def on_train_end(self, logs=None):
+        self.account.finish()
+
+
+def private_fit(model, *args, **kwargs):
+    """``Model.fit`` of a private model (installed by make_private; see the module docstring)."""
+    state = get_state(model)
+    config = require_dp_settings(model)
+    if config.noise_multiplier == 0:
+        warnings.warn(NO_NOISE_WARNING, UserWarning, stacklevel=3)
+    arguments = keras_bridge.fit_arguments(model, args, kwargs)
+    arguments, run_sampling = plan_fit_data(model, state, config, arguments)
+    account = RunAccount(state, run_sampling, config)
+    callbacks = arguments.get("callbacks")
+    callbacks = list(callbacks) if callbacks is not None else []
+    arguments["callbacks"] = [EpsilonLog(account), *callbacks]
+    try:
+        return type(model).fit(model, **arguments)
+    finally:
+        account.finish()  # also when fit fails or is interrupted: those steps were taken
+
+
+def epsilon_spent(model):
+    """``(ε, δ)`` spent so far by a private model's training: every fit (the one in
+    progress included) and the DP steps outside fit, at the model's δ.
+
+    >>> from tf_tempered._compat import keras
+    >>> from tf_tempered.privacy import make_private
+    >>> model = make_private(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]),
+    ...                      l2_norm_clip=1.0, noise_multiplier=1.1)
+    >>> epsilon_spent(model)
+    (0.0, 1e-05)
+    """
+    state = get_state(model)
+    if state is None:
+        raise ValueError(f"model {getattr(model, 'name', model)!r} was not prepared by "
+                         "make_private; tf_tempered does not account its training.")
+    if state.run is not None:
+        return state.ledger.epsilon(extra=[state.run.segment()]), state.ledger.delta
+    if state.steps_taken() > state.steps_accounted:
+        record_outside_steps(state, require_dp_settings(model))
+    return state.ledger.epsilon(), state.ledger.delta

@@ -1,0 +1,116 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What make_private installs on a Keras model: its methods that run the DP engine.
+
+One place replaces the model's methods (on the instance; the class is untouched):
+
+* ``train_step``: the DP step (:mod:`tf_tempered.privacy.step.keras_step`);
+* ``fit``: batches whose sampling the ε holds for, ε in the logs (:mod:`.fit`);
+* ``compile``: Keras' compile, then the optimizer is marked for saving (:mod:`.saving`);
+* ``reset_metrics``: also resets the DP metrics (kept out of ``model.metrics``);
+* ``compute_loss``/``compute_metrics``: accept a Poisson batch's sample-weight dict
+  (Keras 3 builds the compiled loss and metrics under a strategy by calling them on a
+  batch as the dataset gives it).
+"""
+
+import types
+
+from tf_tempered._compat import KERAS_MAJOR, tf
+from tf_tempered.privacy import fit, keras_bridge, saving
+from tf_tempered.privacy.state import get_state
+from tf_tempered.privacy.step import keras_step
+from tf_tempered.privacy.step.batch import unpack_sample_weight
+
+__all__ = ["install"]
+
+_INSTALLED = "_tf_tempered_adapter"
+
+
+def _train_step(self, data):
+    return keras_step.train_step(self, data)
+
+
+def _fit(self, *args, **kwargs):
+    return fit.private_fit(self, *args, **kwargs)
+
+
+def _compile(self, *args, **kwargs):
+    result = type(self).compile(self, *args, **kwargs)
+    state = get_state(self)
+    if state is not None:
+        saving.bind_optimizer(self, state, saving_description)
+    return result
+
+
+def _reset_metrics(self):
+    type(self).reset_metrics(self)
+    state = get_state(self)
+    if state is not None:
+        for metric in state.metrics.all():
+            metric.reset_state()
+
+
+def _compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, **kwargs):
+    return type(self).compute_loss(self, x, y, y_pred, unpack_sample_weight(sample_weight)[0],
+                                   **kwargs)
+
+
+def _compute_metrics(self, x, y, y_pred, sample_weight=None, **kwargs):
+    return type(self).compute_metrics(self, x, y, y_pred,
+                                      unpack_sample_weight(sample_weight)[0], **kwargs)
+
+
+def _configure_distribution(model):
+    """Keras 2 under MultiWorkerMirroredStrategy: report the replicas' logs as they are.
+
+    TF-Keras reduces the per-replica logs of ``fit`` with ``distribute_reduction_method``
+    "auto", which is "sum" across workers; its metric results are already global
+    (``Metric.result()`` merges the replicas), so the sum would report R times the
+    loss and metrics. "first" reports them once (Keras 3 averages: nothing to do).
+    """
+    strategy = model.distribute_strategy
+    if (KERAS_MAJOR == 2 and strategy.num_replicas_in_sync > 1
+            and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and getattr(model, "_distribute_reduction_method", None) is None):
+        model.distribute_reduction_method = "first"
+
+
+def saving_description(state):
+    """The DP dict saved with a private model's optimizer (never the key)."""
+    settings = state.settings
+    ledger = state.ledger.to_config()
+    if state.run is not None:  # saved during a fit: its steps so far count too
+        ledger["segments"].append(dict(vars(state.run.segment())))
+    return {
+        "settings": None if settings is None else {
+            "l2_norm_clip": settings.l2_norm_clip,
+            "noise_multiplier": settings.noise_multiplier,
+            "num_microbatches": settings.num_microbatches},
+        "sampling": state.sampling,
+        "augmentation_multiplicity": state.augmentation_multiplicity,
+        "options": {k: v for k, v in vars(state.options).items()},
+        "ledger": ledger,
+    }
+
+
+def install(model):
+    """Installs the DP engine's methods on ``model`` (idempotent)."""
+    if vars(model).get(_INSTALLED):
+        return
+    for name, method in (("train_step", _train_step), ("fit", _fit), ("compile", _compile),
+                         ("reset_metrics", _reset_metrics), ("compute_loss", _compute_loss),
+                         ("compute_metrics", _compute_metrics)):
+        keras_bridge.set_untracked(model, name, types.MethodType(method, model))
+    _configure_distribution(model)
+    keras_bridge.set_untracked(model, _INSTALLED, True)

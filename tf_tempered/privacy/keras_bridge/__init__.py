@@ -1,0 +1,39 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The DP engine's one door into Keras and TF Privacy internals, for Keras 2 (tf-keras) and 3.
+
+Everything the engine reads or sets on Keras objects beyond their public API goes
+through this package; the Keras 2 / Keras 3 differences are branches in its modules
+(chosen once by `tf_tempered._compat.KERAS_MAJOR`), so the handlers in `layer_grads/`
+and the step's stages take plain tensors and numbers and serve both. This file only
+re-exports:
+
+* :mod:`.layers`: layer traversal, the weights a layer owns, recurrent units,
+  activity regularizers;
+* :mod:`.losses`: the compiled loss per example (the user's compile as written);
+* :mod:`.training`: optimizers (loss scaling, the DP mark), XLA, fit's arguments, the
+  compile config saved with a model, callbacks;
+* :mod:`.tf_privacy`: the settings of TF Privacy's DP optimizers.
+"""
+
+from tf_tempered.privacy.keras_bridge.layers import *  # noqa: F401,F403
+from tf_tempered.privacy.keras_bridge.layers import __all__ as _layers_all
+from tf_tempered.privacy.keras_bridge.losses import *  # noqa: F401,F403
+from tf_tempered.privacy.keras_bridge.losses import __all__ as _losses_all
+from tf_tempered.privacy.keras_bridge.training import *  # noqa: F401,F403
+from tf_tempered.privacy.keras_bridge.training import __all__ as _training_all
+from tf_tempered.privacy.keras_bridge.tf_privacy import *  # noqa: F401,F403
+from tf_tempered.privacy.keras_bridge.tf_privacy import __all__ as _tf_privacy_all
+
+__all__ = [*_layers_all, *_losses_all, *_training_all, *_tf_privacy_all]

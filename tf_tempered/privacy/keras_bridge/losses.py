@@ -1,0 +1,177 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Keras internals about losses: the user's compiled loss, evaluated per example.
+
+Keras reduces the compiled loss over the batch (a string name, a loss object with any
+reduction, a function, a dict or list for several outputs with ``loss_weights``). DP-SGD
+needs one loss per example, so :func:`compiled_loss_per_example` calls the model's own
+compiled loss container (Keras' structure matching of labels, outputs, sample weights
+and loss weights, unchanged) with each of its loss objects replaced, for that call
+only, by a stand-in that returns its loss per row (:func:`loss_values`, reduction
+"none"). Its per-output loss trackers are left out of that call; the engine updates
+them with the masked means itself.
+"""
+
+import contextlib
+
+from tf_tempered._compat import KERAS_MAJOR, keras
+
+__all__ = ["compiled_loss_per_example", "compiled_loss_trackers", "loss_container",
+           "loss_values", "overrides_compute_loss", "reduction_of"]
+
+IS_KERAS3 = KERAS_MAJOR == 3
+
+
+class _NoMetric:
+    """Stands in for a loss tracker during the per-example call (its update is the engine's)."""
+
+    name = "unused"
+
+    def update_state(self, *args, **kwargs):
+        del args, kwargs
+
+
+def reduction_of(loss):
+    """The reduction string of a Keras loss object ("sum", "none", "sum_over_batch_size", ...)."""
+    return str(getattr(loss, "reduction", "sum_over_batch_size") or "none").lower()
+
+
+def loss_values(loss, y_true, y_pred, sample_weight):
+    """(weighted values [rows, ...], raw values of ``loss.call``) of one Keras loss object.
+
+    The loss is called as Keras calls it (dtype conversion, the mask of ``y_pred``,
+    ``sample_weight``) with its reduction set to "none" for this call: no batch
+    reduction, and no rescaling of a mask by the batch's count of valid entries (a
+    quantity of the whole batch). The raw values (what the loss's own ``call``
+    returned) tell a function that reduces over the batch by its rank.
+    """
+    seen = []
+    had_call = "call" in vars(loss)
+    original_call = loss.call
+
+    def call(*args, **kwargs):
+        out = original_call(*args, **kwargs)
+        seen.append(out)
+        return out
+
+    reduction = loss.reduction
+    object.__setattr__(loss, "call", call)
+    object.__setattr__(loss, "reduction", "none")
+    try:
+        values = loss(y_true, y_pred, sample_weight=sample_weight)
+    finally:
+        object.__setattr__(loss, "reduction", reduction)
+        if had_call:
+            object.__setattr__(loss, "call", original_call)
+        else:
+            object.__delattr__(loss, "call")
+    return values, (seen[-1] if seen else values)
+
+
+@contextlib.contextmanager
+def _stand_ins(container, per_example):
+    """The container's loss objects replaced by ``per_example(loss)`` and its loss trackers
+    by no-ops, inside the block; restored after."""
+    if IS_KERAS3:
+        names = ("_flat_losses", "_metrics")
+
+        def swap():
+            container._flat_losses = [  # pylint: disable=protected-access
+                entry._replace(loss=per_example(entry.loss)) if entry.loss is not None
+                else entry for entry in container._flat_losses]  # pylint: disable=protected-access
+            container._metrics = [_NoMetric() for _ in container._metrics]  # pylint: disable=protected-access
+    else:
+        names = ("_losses", "_per_output_metrics", "_total_loss_mean")
+
+        def swap():
+            container._losses = [per_example(loss) if loss is not None else None  # pylint: disable=protected-access
+                                 for loss in container._losses]  # pylint: disable=protected-access
+            container._per_output_metrics = [  # pylint: disable=protected-access
+                None for _ in container._per_output_metrics]  # pylint: disable=protected-access
+            container._total_loss_mean = _NoMetric()  # pylint: disable=protected-access
+
+    built = container.built
+    saved = {}
+    original_build = container.build
+
+    def build(*args, **kwargs):
+        original_build(*args, **kwargs)
+        saved.update({name: getattr(container, name) for name in names})
+        swap()
+
+    if built:
+        saved.update({name: getattr(container, name) for name in names})
+        swap()
+    else:  # Keras builds it inside the call, from the labels and outputs it sees
+        object.__setattr__(container, "build", build)
+    try:
+        yield
+    finally:
+        if not built:
+            object.__delattr__(container, "build")
+        for name, value in saved.items():
+            object.__setattr__(container, name, value)
+
+
+def _container(model):
+    container = model._compile_loss if IS_KERAS3 else model.compiled_loss  # pylint: disable=protected-access
+    if container is None:
+        raise ValueError(
+            "The model was compiled without a loss. Fix: compile with one, e.g. "
+            "model.compile(optimizer=..., loss=\"sparse_categorical_crossentropy\").")
+    return container
+
+
+def compiled_loss_per_example(model, y, y_pred, sample_weight, per_example, container=None):
+    """The model's compiled loss (or ``container``'s) with each loss object replaced by
+    ``per_example(loss)``.
+
+    ``per_example(loss)`` returns a callable ``(y_true, y_pred, sample_weight) → [rows]``;
+    the container applies the ``loss_weights`` and sums the outputs' per-row losses.
+    """
+    container = _container(model) if container is None else container
+    with _stand_ins(container, per_example):
+        return container(y, y_pred, sample_weight)
+
+
+def compiled_loss_trackers(model):
+    """The per-output loss trackers of a multi-output model, one per loss the container
+    calls (in its order; None where Keras keeps none), else []."""
+    container = _container(model)
+    if IS_KERAS3:
+        trackers = list(container.metrics)
+        flat = container._flat_losses or []  # pylint: disable=protected-access
+        return trackers if len(trackers) == len(flat) else []
+    per_output = container._per_output_metrics or []  # pylint: disable=protected-access
+    losses = container._losses if container.built else []  # pylint: disable=protected-access
+    trackers = [m for loss, m in zip(losses, per_output) if loss is not None]
+    return trackers if any(m is not None for m in trackers) else []
+
+
+def overrides_compute_loss(model):
+    """Whether the model's class overrides Keras' ``compute_loss`` (a custom loss)."""
+    base = keras.Model.compute_loss
+    return getattr(type(model).compute_loss, "__code__", None) is not getattr(
+        base, "__code__", None)
+
+
+def loss_container(model, loss, loss_weights=None):
+    """Keras' container of ``loss`` as ``model.compile(loss=..., loss_weights=...)`` would
+    build it (the structure matching of outputs and labels), for DPGradients."""
+    if IS_KERAS3:
+        from keras.src.trainers.compile_utils import CompileLoss  # pylint: disable=g-import-not-at-top
+        names = getattr(model, "output_names", None)
+        return CompileLoss(loss, loss_weights, output_names=names)
+    from tf_keras.src.engine.compile_utils import LossesContainer  # pylint: disable=g-import-not-at-top
+    return LossesContainer(loss, loss_weights, output_names=getattr(model, "output_names", None))

@@ -1,0 +1,166 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Keras internals about training: optimizers, XLA, ``fit``'s arguments, saving, datasets."""
+
+import contextlib
+import inspect
+
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
+
+__all__ = ["activity_regularized_layers", "class_registered_as", "dataset_inputs",
+           "dataset_kind", "fit_arguments", "inner_optimizer", "jit_compiled",
+           "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
+           "swap_class", "deserialize", "is_distributed_dataset", "batching_of"]
+
+IS_KERAS3 = KERAS_MAJOR == 3
+
+
+def inner_optimizer(optimizer):
+    """The optimizer a LossScaleOptimizer wraps (mixed_float16), else ``optimizer`` itself.
+
+    The DP engine computes its update in float32 from a loss it does not scale, so
+    it applies the update with the wrapped optimizer: the loss-scale optimizer would
+    divide it by a loss scale it never multiplied in.
+    """
+    while optimizer is not None and hasattr(optimizer, "inner_optimizer"):
+        optimizer = optimizer.inner_optimizer
+    return optimizer
+
+
+def jit_compiled(model):
+    """Whether Keras compiles the model's train function with XLA (``jit_compile``).
+
+    Keras 3 resolves ``jit_compile="auto"`` (its default) to True on a machine with a
+    GPU, so every DP path must be XLA-compilable.
+    """
+    value = model.jit_compile if IS_KERAS3 else getattr(model, "_jit_compile", False)
+    return bool(value)
+
+
+def steps_per_execution(model):
+    """Training steps Keras runs per call of its train function (1 by default)."""
+    value = getattr(model, "steps_per_execution", None)
+    if value is None:
+        value = getattr(model, "_steps_per_execution", None)
+    return 1 if value is None else int(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def fit_arguments(model, args, kwargs):
+    """``Model.fit``'s arguments of this Keras by name, defaults filled in (an OrderedDict)."""
+    bound = inspect.signature(type(model).fit).bind(model, *args, **kwargs)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    del arguments["self"]
+    extra = arguments.pop("kwargs", None)
+    if extra:
+        arguments.update(extra)
+    return arguments
+
+
+def swap_class(obj, cls):
+    """Makes ``obj`` an instance of ``cls`` (a subclass or base of its class, same layout)."""
+    object.__setattr__(obj, "__class__", cls)
+
+
+def class_registered_as(cls, registered_name):
+    """Keras serializes instances of ``cls`` under ``registered_name`` ("package>Name"),
+    which must name a class registered with ``register_keras_serializable``."""
+    if IS_KERAS3:
+        from keras.src.saving import object_registration  # pylint: disable=g-import-not-at-top
+        object_registration.GLOBAL_CUSTOM_NAMES[cls] = registered_name
+    else:
+        from tf_keras.src.saving import object_registration  # pylint: disable=g-import-not-at-top
+        object_registration._GLOBAL_CUSTOM_NAMES[cls] = registered_name  # pylint: disable=protected-access
+
+
+def serialize_as(obj, cls):
+    """Keras' serialization of the optimizer ``obj`` as if it were an instance of ``cls``."""
+    actual = type(obj)
+    swap_class(obj, cls)
+    try:
+        if IS_KERAS3:
+            return keras.saving.serialize_keras_object(obj)
+        # tf-keras' own form for optimizers in every format (H5, SavedModel, .keras):
+        # the registered name ("package>Name" for custom classes) and the config.
+        return {"class_name": keras.utils.get_registered_name(cls), "config": obj.get_config()}
+    finally:
+        swap_class(obj, actual)
+
+
+def deserialize(config):
+    """The object Keras' serialization ``config`` describes (an optimizer here)."""
+    if IS_KERAS3:
+        return keras.saving.deserialize_keras_object(config)
+    return keras.optimizers.deserialize(config)
+
+
+def dataset_kind(dataset):
+    """The tf.data class of a dataset, without tf.data's leading underscore ("MapDataset")."""
+    return type(dataset).__name__.lstrip("_")
+
+
+def dataset_inputs(dataset):
+    """The datasets ``dataset`` was made from (tf.data's private ``_inputs``), [] if none."""
+    try:
+        return list(dataset._inputs())  # pylint: disable=protected-access
+    except (AttributeError, NotImplementedError, TypeError):
+        return []
+
+
+def activity_regularized_layers(layers):
+    """The layers among ``layers`` that have an activity regularizer."""
+    return [layer for layer in layers if getattr(layer, "activity_regularizer", None) is not None]
+
+
+def _set_activity_regularizer(layer, value):
+    name = "activity_regularizer" if IS_KERAS3 else "_activity_regularizer"
+    object.__setattr__(layer, name, value)
+
+
+@contextlib.contextmanager
+def suspended_activity_regularizers(layers):
+    """Inside the block, Keras adds no activity-regularization loss for ``layers``
+    (the DP engine folds each example's penalty into its own loss instead)."""
+    saved = [(layer, layer.activity_regularizer) for layer in layers]
+    for layer, _ in saved:
+        _set_activity_regularizer(layer, None)
+    try:
+        yield
+    finally:
+        for layer, regularizer in saved:
+            _set_activity_regularizer(layer, regularizer)
+
+
+def is_distributed_dataset(x):
+    """Whether ``x`` is a tf.distribute dataset (from distribute_datasets_from_function...)."""
+    return isinstance(x, (tf.distribute.DistributedDataset,)) or type(x).__name__.startswith(
+        "DistributedDataset")
+
+
+def batching_of(dataset, _depth=0):
+    """(batch size, drop_remainder, rows batched) of the nearest ``.batch()`` in a tf.data
+    pipeline of single-input steps, or None where it cannot be read (rows: None if the
+    input's length is unknown)."""
+    if _depth > 64 or not isinstance(dataset, tf.data.Dataset):
+        return None
+    if dataset_kind(dataset) in ("BatchDataset", "ParallelBatchDataset"):
+        try:
+            batch_size = int(dataset._batch_size)  # pylint: disable=protected-access
+            drop = bool(dataset._drop_remainder)  # pylint: disable=protected-access
+            rows = int(dataset._input_dataset.cardinality())  # pylint: disable=protected-access
+        except (AttributeError, TypeError, ValueError):
+            return None
+        return batch_size, drop, rows if rows >= 0 else None
+    inputs = dataset_inputs(dataset)
+    return batching_of(inputs[0], _depth + 1) if len(inputs) == 1 else None

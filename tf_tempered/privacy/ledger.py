@@ -1,0 +1,205 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What a private model's training has spent: its DP steps, by the sampling that drew them.
+
+Every DP step a model takes is recorded in its :class:`PrivacyLedger` as part of a
+:class:`Segment` (a run of steps with one sampling and one σ), and ε at δ is the
+composition of all segments (and of the releases made before training,
+``prior_events``) read off one accountant. The segment's sampling is the one the
+batches were actually drawn with:
+
+* ``"poisson"``: each example in each step with probability q, secret membership
+  (:func:`~tf_tempered.privacy.sampling.poisson_batches`, or ``fit`` on in-memory
+  data by default): ``SelfComposed(PoissonSampled(q, Gaussian(σ')), steps)``, the
+  amplified ε;
+* ``"shuffle"``: batches in which each example appears at most once per pass over the
+  data (Keras' shuffled batches): ``SelfComposed(Gaussian(σ'), passes)``, no
+  amplification by subsampling;
+* ``"unsampled"``: steps on batches the engine knows nothing about (``train_on_batch``,
+  a custom loop): any example may be in every one, so each step is a Gaussian
+  mechanism on its own, ``SelfComposed(Gaussian(σ'), steps)``.
+
+σ' = σ/2 when a microbatch may hold more than one example (TF Privacy's convention:
+a microbatch changes by one example, its clipped gradient by up to 2C in the
+replace-one sense), else σ. σ = 0 spends an infinite ε.
+
+>>> ledger = PrivacyLedger(delta=1e-5)
+>>> ledger.add(Segment("poisson", noise_multiplier=1.1, steps=14063,
+...                    sampling_probability=256 / 60000))
+>>> round(ledger.epsilon(), 3)  # TF Privacy's MNIST tutorial: 60 epochs of q = 256/60000
+2.597
+"""
+
+import dataclasses
+import math
+from typing import Optional
+
+import dp_accounting
+
+from tf_tempered.privacy import accounting
+
+__all__ = ["SAMPLINGS", "Segment", "PrivacyLedger"]
+
+SAMPLINGS = ("poisson", "shuffle", "unsampled")
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A run of DP steps with one sampling and one noise multiplier.
+
+    ``steps``: DP steps taken; ``passes`` (shuffle): passes over the data they made
+    (each example at most once per pass); ``sampling_probability`` (poisson): q;
+    ``multi_example_microbatches``: a microbatch may hold more than one example.
+    """
+
+    sampling: str
+    noise_multiplier: float
+    steps: int = 0
+    passes: int = 0
+    sampling_probability: Optional[float] = None
+    multi_example_microbatches: bool = False
+
+    def __post_init__(self):
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"Segment.sampling must be one of {SAMPLINGS}, got "
+                             f"{self.sampling!r}.")
+        if self.sampling == "poisson" and not 0 < (self.sampling_probability or 0) <= 1:
+            raise ValueError(f"A Poisson segment needs sampling_probability in (0, 1], got "
+                             f"{self.sampling_probability!r}.")
+
+    @property
+    def mechanisms(self):
+        """How many times the segment's mechanism composes (steps, or passes for shuffle)."""
+        return self.passes if self.sampling == "shuffle" else self.steps
+
+    def event(self):
+        """The dp_accounting DpEvent of the segment (None when it spent nothing)."""
+        if self.mechanisms == 0:
+            return None
+        sigma = self.noise_multiplier / 2.0 if self.multi_example_microbatches \
+            else self.noise_multiplier
+        event = dp_accounting.GaussianDpEvent(sigma)
+        if self.sampling == "poisson":
+            event = dp_accounting.PoissonSampledDpEvent(self.sampling_probability, event)
+        return dp_accounting.SelfComposedDpEvent(event, self.mechanisms)
+
+    def describe(self):
+        """The segment in words, for logs and reports."""
+        if self.sampling == "poisson":
+            how = f"Poisson sampling, q={self.sampling_probability:.4g}, {self.steps} steps"
+        elif self.sampling == "shuffle":
+            how = (f"shuffled batches (no amplification), {self.passes} passes over the data "
+                   f"in {self.steps} steps")
+        else:
+            how = f"{self.steps} steps on batches the engine did not draw (no amplification)"
+        return f"σ={self.noise_multiplier:g}, {how}"
+
+
+class PrivacyLedger:
+    """The segments of DP steps a model has taken, and the ε at δ they spend together.
+
+    ``prior_events``: releases computed on the same data before training (e.g. DP
+    feature statistics), composed into every ε.
+    """
+
+    def __init__(self, *, delta=accounting.DEFAULT_DELTA, accountant=accounting.DEFAULT_ACCOUNTANT,
+                 segments=(), prior_events=()):
+        if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {delta!r}; e.g. delta=1e-5 "
+                             "(well below 1/number of training examples).")
+        if accountant not in accounting.ACCOUNTANTS:
+            raise ValueError(f"accountant must be one of {accounting.ACCOUNTANTS}, got "
+                             f"{accountant!r}.")
+        self.delta = float(delta)
+        self.accountant = accountant
+        self.segments = list(segments)
+        self.prior_events = list(accounting.check_prior_events(prior_events))
+
+    def add(self, segment):
+        """Records a finished segment (one without steps is dropped)."""
+        if segment.steps or segment.passes:
+            self.segments.append(segment)
+
+    def add_prior_events(self, events):
+        """Composes releases on the same data into every later ε (each event once)."""
+        for event in accounting.check_prior_events(events):
+            if not any(event == e for e in self.prior_events):
+                self.prior_events.append(event)
+
+    @property
+    def steps(self):
+        """DP steps recorded in all segments."""
+        return sum(s.steps for s in self.segments)
+
+    def epsilon(self, extra=()):
+        """ε at δ of the recorded segments, the prior events and ``extra`` segments.
+
+        ``extra``: segments not recorded (yet), e.g. the run in progress, or the next
+        epoch of it (PrivacyBudget's stopping rule). ``math.inf`` if a segment with
+        steps has σ = 0; 0.0 if nothing was spent.
+        """
+        segments = [s for s in [*self.segments, *extra] if s.mechanisms]
+        if any(s.noise_multiplier == 0 for s in segments):
+            return math.inf
+        events = [*self.prior_events, *(s.event() for s in segments)]
+        if not events:
+            return 0.0
+        accountant = (dp_accounting.rdp.RdpAccountant() if self.accountant == "rdp"
+                      else dp_accounting.pld.PLDAccountant())
+        return float(accountant.compose(dp_accounting.ComposedDpEvent(events))
+                     .get_epsilon(self.delta))
+
+    def samplings(self, extra=()):
+        """The samplings of the recorded (and ``extra``) segments that spent something."""
+        return sorted({s.sampling for s in [*self.segments, *extra] if s.mechanisms})
+
+    def to_config(self):
+        """A JSON-serializable dict (saved with the model; no secret in it)."""
+        return {"delta": self.delta, "accountant": self.accountant,
+                "segments": [dataclasses.asdict(s) for s in self.segments],
+                "prior_events": [_plain(e.to_named_tuple()) for e in self.prior_events]}
+
+    @classmethod
+    def from_config(cls, config):
+        """The ledger :meth:`to_config` described.
+
+        >>> ledger = PrivacyLedger(delta=1e-6, prior_events=[dp_accounting.GaussianDpEvent(8.0)])
+        >>> ledger.add(Segment("shuffle", noise_multiplier=2.0, steps=10, passes=2))
+        >>> again = PrivacyLedger.from_config(ledger.to_config())
+        >>> again.epsilon() == ledger.epsilon(), again.segments == ledger.segments
+        (True, True)
+        """
+        return cls(delta=config["delta"], accountant=config["accountant"],
+                   segments=[Segment(**s) for s in config["segments"]],
+                   prior_events=[_event(e) for e in config.get("prior_events", ())])
+
+
+def _plain(value):
+    """A DpEvent's named tuple as JSON-serializable dicts and lists."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _event(value):
+    """The DpEvent _plain described."""
+    if isinstance(value, dict) and "class_name" in value:
+        cls = getattr(dp_accounting, value["class_name"])
+        return cls(**{k: _event(v) for k, v in value.items()
+                      if k not in ("module_name", "class_name")})
+    if isinstance(value, list):
+        return [_event(v) for v in value]
+    return value

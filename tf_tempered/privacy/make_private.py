@@ -1,0 +1,192 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``make_private(model)``: a Keras model that trains with fast, exact DP-SGD.
+
+Example (any Keras loss and optimizer; ``fit`` on arrays draws Poisson batches and
+logs ε):
+
+>>> import numpy as np
+>>> from tf_tempered._compat import keras
+>>> from tf_tempered.privacy import make_private
+>>> model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+...                      l2_norm_clip=1.0, noise_multiplier=1.1)
+>>> model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+>>> history = model.fit(np.zeros((64, 4)), np.zeros(64), batch_size=16, epochs=2, verbose=0)
+>>> sorted(k for k in history.history if k.startswith(("dp_", "eps", "delta")))
+['delta', 'dp_clipped_fraction', 'dp_grad_norm', 'dp_nonfinite', 'epsilon']
+"""
+
+from tf_tempered._compat import check_same_keras, keras
+from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording, saving)
+from tf_tempered.privacy.fit import record_outside_steps
+from tf_tempered.privacy.ledger import PrivacyLedger
+from tf_tempered.privacy.options import EngineOptions
+from tf_tempered.privacy.settings import model_dp_config, settings_config
+from tf_tempered.privacy.state import SAMPLINGS, PrivateState, attach_state, get_state
+from tf_tempered.privacy.step.clipped_sum import refuse_random_layers
+from tf_tempered.privacy.step.metrics import DPMetrics
+
+__all__ = ["make_private", "is_private", "has_secret_dp_randomness"]
+
+
+def is_private(model):
+    """True if the next ``fit`` of ``model`` runs DP-SGD: make_private prepared it and it
+    has DP settings (given to make_private, or carried by its compiled DP optimizer)."""
+    if get_state(model) is None:
+        return False
+    try:
+        return model_dp_config(model) is not None
+    except ValueError:  # settings given twice and differing: fit refuses
+        return False
+
+
+def has_secret_dp_randomness(model):
+    """True if the DP noise of ``model`` (prepared by make_private) is keyed by a secret.
+
+    False for ``make_private(model, insecure_dp_seed=K)``, whose ε does not hold.
+    Raises ValueError for a model that make_private has not prepared.
+    """
+    state = get_state(model)
+    if state is None:
+        raise ValueError(
+            f"model {getattr(model, 'name', model)!r} was not prepared by make_private, so "
+            "tf_tempered does not draw its DP noise (TF Privacy's own DP path draws it "
+            "from TensorFlow's global seed). Call tf_tempered.make_private(model) first.")
+    return state.noise.is_secret
+
+
+def _saved_settings(saved):
+    values = (saved or {}).get("settings")
+    if not values:
+        return None
+    return settings_config(**values)
+
+
+def _choice(name, value, choices, default):
+    if value is None:
+        return default
+    if value not in choices:
+        raise ValueError(f"make_private: {name} must be one of {', '.join(choices)}, got "
+                         f"{value!r}. Fix: e.g. {name}={choices[0]!r}.")
+    return value
+
+
+def _options(options, previous, saved):
+    if options is None:
+        if previous is not None:
+            return previous.options
+        return EngineOptions(**saved["options"]) if saved and saved.get("options") \
+            else EngineOptions()
+    if not isinstance(options, EngineOptions):
+        raise TypeError(f"make_private: options must be a tf_tempered.privacy.EngineOptions, "
+                        f"got {type(options).__name__}.")
+    return options
+
+
+def _ledger(previous, saved, delta, accountant):
+    if previous is not None:
+        ledger = previous.ledger
+    elif saved and saved.get("ledger"):
+        ledger = PrivacyLedger.from_config(saved["ledger"])
+    else:
+        ledger = PrivacyLedger()
+    if delta is not None or accountant is not None:
+        checked = PrivacyLedger(delta=ledger.delta if delta is None else delta,
+                                accountant=ledger.accountant if accountant is None
+                                else accountant)
+        ledger.delta, ledger.accountant = checked.delta, checked.accountant
+    return ledger
+
+
+def _account_old_key(previous, model):
+    """Records the DP steps of the key being replaced that no fit recorded."""
+    if previous is None or previous.steps_taken() <= previous.steps_accounted:
+        return
+    record_outside_steps(previous, previous.settings or model_dp_config(model))
+
+
+def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microbatches=None,
+                 sampling=None, delta=None, accountant=None, augmentation_multiplicity=None,
+                 options=None, insecure_dp_seed=None):
+    """Prepares a Keras model for fast, exact DP-SGD and returns it (the same object).
+
+    Works for Sequential, Functional and subclassed models of the active Keras (Keras 3
+    by default, Keras 2 with ``TF_USE_LEGACY_KERAS=1``) whose trainable layers treat
+    examples independently. Then ``compile`` as usual — any Keras loss (a name such as
+    ``"sparse_categorical_crossentropy"``, a loss object with any reduction, a function
+    returning one loss per example, a dict or list for several outputs) and any Keras
+    optimizer — and ``fit``:
+
+    * each microbatch's gradient (one example by default) is clipped to L2 norm
+      ``l2_norm_clip``, N(0, (σ·C)²) noise with σ = ``noise_multiplier`` is added to
+      their sum once, and the sum is divided by the number of microbatches (or the
+      expected batch size of Poisson batches);
+    * ``fit`` on in-memory data draws Poisson batches of expected size ``batch_size``
+      (``sampling="poisson"``, the default; ``"shuffle"``: Keras' shuffled batches, whose
+      ε has no amplification by subsampling); a tf.data pipeline is accounted as its
+      sampling says (:mod:`tf_tempered.privacy.fit_data`);
+    * every epoch's logs hold ``epsilon`` (at δ = ``delta``, default 1e-5; ``accountant``
+      "rdp" or "pld") for all the DP steps the model has taken, and the DP metrics
+      ``dp_clipped_fraction``, ``dp_grad_norm``, ``dp_nonfinite``.
+
+    Without ``l2_norm_clip``/``noise_multiplier``, compile with a DP optimizer that carries
+    them (``tf_tempered.privacy.DPKerasSGDOptimizer``, Adam, Adagrad, or TF Privacy's on
+    Keras 2); with neither, ``fit`` raises NotPrivateError instead of training without
+    privacy. Calling make_private again keeps every setting not given (and the privacy
+    ledger), and re-keys the noise. A model loaded from a file saved by a private model
+    refuses to train until make_private is called on it; without arguments it takes the
+    settings saved with it.
+
+    ``num_microbatches=M``: M microbatches per batch (TF Privacy's microbatching; needs
+    fixed-size batches, so ``sampling="shuffle"``). ``augmentation_multiplicity=K`` (De et
+    al. 2022): batches of K augmented copies of each example
+    (:func:`tf_tempered.augment.augmult_batches`), each example's copies clipped as one.
+    ``options`` (:class:`~tf_tempered.privacy.options.EngineOptions`) trade speed and
+    memory, never values. The noise is keyed by a secret from the OS's entropy, never by a
+    seed; ``insecure_dp_seed=K`` derives it from K instead: reproducible, NOT private.
+
+    Raises UnsupportedLayerError (a ValueError) for layers that mix examples, such as a
+    trainable BatchNormalization, and ValueError for invalid settings (naming the argument).
+    """
+    check_same_keras(model, "make_private's model")
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"make_private expects a keras.Model, got {type(model).__name__}.")
+    previous = get_state(model)
+    saved = saving.saved_dp(model) if previous is None else None
+    settings = settings_config(l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
+                               num_microbatches=num_microbatches)
+    if settings is None:
+        settings = previous.settings if previous is not None else _saved_settings(saved)
+    default_sampling = (previous.sampling if previous is not None
+                        else (saved or {}).get("sampling", "poisson"))
+    sampling = _choice("sampling", sampling, SAMPLINGS, default_sampling)
+    if augmentation_multiplicity is None:
+        augmentation_multiplicity = (previous.augmentation_multiplicity if previous is not None
+                                     else (saved or {}).get("augmentation_multiplicity", 1))
+    multiplicity = microbatching.validate_multiplicity(augmentation_multiplicity)
+    options = _options(options, previous, saved)
+    if options.clipped_sum == "recompute":
+        refuse_random_layers(model)
+    ledger = _ledger(previous, saved, delta, accountant)
+    recording.instrument(model)
+    _account_old_key(previous, model)
+    with model.distribute_strategy.scope():  # replicated variables under a strategy
+        noise = randomness.DPRandomness("noise", insecure_dp_seed=insecure_dp_seed)
+        metrics = previous.metrics if previous is not None else DPMetrics()
+    state = PrivateState(settings, options, noise, sampling, multiplicity, ledger, metrics)
+    attach_state(model, state)
+    keras_adapter.install(model)
+    saving.bind_optimizer(model, state, keras_adapter.saving_description)
+    model.train_function = None  # drop a step compiled before this call (old key)
+    return model

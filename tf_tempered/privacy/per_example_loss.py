@@ -1,0 +1,124 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The user's compiled loss as one loss per example: what DP-SGD clips.
+
+Whatever the compile says — a string name (``"sparse_categorical_crossentropy"``), a
+loss object with any reduction, a plain function, a dict or list of losses for several
+outputs with ``loss_weights``, ``sample_weight`` — example i's loss is
+
+    ℓ_i = Σ_k w_k · ρ_k(s_i · L_k(y_i, ŷ_i)),
+
+where L_k is output k's loss evaluated without batch reduction (Keras' own call of the
+loss object, reduction "none"), s_i the sample weight (times the mask of ŷ), w_k the
+loss weight, and ρ_k reduces the example's remaining axes (time steps, pixels) by their
+mean, or by their sum for a loss whose reduction is "sum". So the mean of ℓ_i over the
+batch is the scalar Keras would train on: the reduction chooses the scale only, and
+DP-SGD's own normaliser (microbatches, or the expected batch size) replaces the batch
+mean. One exception, on purpose: Keras' "sum_over_batch_size" rescales a masked loss by
+the batch's count of valid entries, a quantity of the whole batch; here a masked entry
+counts as zero and ρ still divides by the example's number of entries, so no example's
+loss depends on another's.
+
+Refused with the fix: a loss function that reduces over the batch (it returns one
+value for the whole batch, so no example has a loss of its own), and a model whose
+``compute_loss`` override returns a scalar.
+
+>>> from tf_tempered._compat import keras
+>>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(3)])
+>>> model.compile(loss="sparse_categorical_crossentropy")
+>>> y_pred = tf.nn.softmax(tf.constant([[1.0, 2.0, 0.5], [0.1, 0.2, 3.0]]))
+>>> losses, _ = per_example_losses(model, None, tf.constant([1, 2]), y_pred, None)
+>>> np.round(losses.numpy(), 4)  # −log softmax of the label: −log 0.6285, −log 0.8962
+array([0.4644, 0.1096], dtype=float32)
+"""
+
+import numpy as np  # noqa: F401  (used by the doctest)
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy import keras_bridge
+
+__all__ = ["per_example_losses", "reduce_per_example", "ScalarLossError"]
+
+
+class ScalarLossError(ValueError):
+    """A loss that reduces over the batch: it has no per-example value to clip."""
+
+    __init__ = Exception.__init__
+
+
+def reduce_per_example(values, how="mean"):
+    """[rows, ...] → [rows]: the mean (or sum) over every axis but the first.
+
+    >>> reduce_per_example(tf.constant([[1.0, 3.0], [2.0, 2.0]])).numpy()
+    array([2., 2.], dtype=float32)
+    """
+    if values.shape.rank == 1:
+        return values
+    axes = list(range(1, values.shape.rank))
+    return (tf.reduce_sum if how == "sum" else tf.reduce_mean)(values, axis=axes)
+
+
+def _check_per_example(raw, y_pred, what, fix):
+    """Raises ScalarLossError when ``raw`` has no batch axis matching ``y_pred``'s."""
+    rows = tf.nest.flatten(y_pred)[0].shape[0] if y_pred is not None else None
+    if raw.shape.rank == 0 or (raw.shape[0] is not None and rows is not None
+                               and raw.shape[0] != rows):
+        raise ScalarLossError(
+            f"{what} returns shape {raw.shape.as_list()} for a batch of {rows} examples: "
+            f"one value for the whole batch, so no example has a loss of its own and "
+            f"DP-SGD cannot clip each example's gradient. Fix: {fix}")
+
+
+_FUNCTION_FIX = ("return the loss of each example, reducing over the non-batch axes "
+                 "only (e.g. tf.reduce_mean(..., axis=-1), not over the batch), or use a "
+                 "Keras loss: any reduction works, the engine takes it per example.")
+
+
+class _PerExample:
+    """Stands in for one compiled loss object: returns its loss per row, [rows]."""
+
+    reduction = "none"  # what Keras 2's loss container reads (no rescaling)
+
+    def __init__(self, loss, seen):
+        self.loss = loss
+        self.name = getattr(loss, "name", "loss")
+        self._seen = seen
+
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        values, raw = keras_bridge.loss_values(self.loss, y_true, y_pred, sample_weight)
+        _check_per_example(raw, y_pred, f"The loss {self.name!r}", _FUNCTION_FIX)
+        how = "sum" if keras_bridge.reduction_of(self.loss) == "sum" else "mean"
+        per_row = reduce_per_example(values, how)
+        self._seen.append(per_row)
+        return per_row
+
+
+def per_example_losses(model, x, y, y_pred, sample_weight, *, container=None):
+    """([rows] float32 losses, [each output's [rows] loss]) of the model's compiled loss.
+
+    ``sample_weight``: Keras' (the user's weights times a Poisson mask), or None;
+    ``container``: a loss container (keras_bridge.loss_container) to use instead.
+    """
+    if container is None and keras_bridge.overrides_compute_loss(model):
+        losses = type(model).compute_loss(model, x, y, y_pred, sample_weight)
+        _check_per_example(losses, y_pred, f"{type(model).__name__}.compute_loss",
+                           "return one loss per example ([batch] or [batch, ...]); the DP "
+                           "engine averages it over the non-batch axes and divides by its "
+                           "own normaliser.")
+        return tf.cast(reduce_per_example(losses), tf.float32), []
+    seen = []
+    total = keras_bridge.compiled_loss_per_example(
+        model, y, y_pred, sample_weight, lambda loss: _PerExample(loss, seen),
+        container=container)
+    return tf.cast(total, tf.float32), seen

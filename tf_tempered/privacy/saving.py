@@ -1,0 +1,152 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Saving and loading a private model: its DP settings travel with it, its key never does.
+
+A private model's optimizer is *marked* when it is compiled into the model (or when
+make_private meets it): its class becomes a subclass of its own class that
+
+* applies only the DP engine's updates (a plain Keras ``fit`` of a model that has no
+  DP step raises :class:`~tf_tempered.privacy.errors.NotPrivateError` with the fix,
+  instead of training without privacy), and
+* serializes as ``tf_tempered>PrivateOptimizer``: the optimizer's own config plus the
+  model's DP settings, sampling, δ, accountant, engine options and privacy ledger
+  (every DP step taken so far). Never the secret key.
+
+So ``model.save("m.keras")`` (or ``.h5``, or a SavedModel with tf-keras) and
+``keras.models.load_model`` give back a model whose optimizer refuses to train until
+``make_private(model)`` is called again; called without arguments, it takes the
+settings saved with the model, draws a fresh secret key, and keeps counting ε from
+the saved ledger.
+"""
+
+import weakref
+
+from tf_tempered._compat import KERAS_MAJOR, keras
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.errors import NotPrivateError
+
+__all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp"]
+
+REGISTERED_NAME = "tf_tempered>PrivateOptimizer"
+
+_REFUSAL = (
+    "The optimizer {name} belongs to a model prepared by tf_tempered.make_private (it was "
+    "compiled into one, or saved from one and loaded), and applies only the DP engine's "
+    "updates; this model has no DP training step now, so it would train WITHOUT "
+    "differential privacy. Fix: call tf_tempered.make_private(model) before fit (a "
+    "loaded model: make_private(model) without arguments takes the DP settings saved "
+    "with it and draws a fresh secret key).")
+
+
+class _Marked:
+    """Mixin of a marked optimizer class (placed before the optimizer's own class)."""
+
+    def _refuse_unless_engine(self):
+        if not getattr(self, "_was_dp_gradients_called", False):
+            raise NotPrivateError(_REFUSAL.format(name=type(self).__name__))
+
+    def get_config(self):
+        return {"optimizer": keras_bridge.serialize_as(self, self._tf_tempered_base),
+                "dp": saved_dp_of(self)}
+
+
+class _MarkedKeras3(_Marked):
+    def apply(self, grads, trainable_variables=None):
+        """Applies the DP engine's update (marked by it); refuses any other."""
+        self._refuse_unless_engine()
+        result = super().apply(grads, trainable_variables)
+        self._was_dp_gradients_called = False  # one mark, one update
+        return result
+
+
+class _MarkedKeras2(_Marked):
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        """Applies the DP engine's update (marked by it); refuses any other."""
+        self._refuse_unless_engine()
+        result = super().apply_gradients(grads_and_vars, *args, **kwargs)
+        self._was_dp_gradients_called = False  # one mark, one update
+        return result
+
+    def minimize(self, *args, **kwargs):
+        """Refuses: a Keras 2 train step without DP computes its gradients here."""
+        del args, kwargs
+        raise NotPrivateError(_REFUSAL.format(name=type(self).__name__))
+
+
+_MIXIN = _MarkedKeras3 if KERAS_MAJOR == 3 else _MarkedKeras2
+_MARKED_CLASSES = {}  # optimizer class -> its marked subclass
+
+
+def _marked_class(cls):
+    if cls not in _MARKED_CLASSES:
+        marked = type(f"Private{cls.__name__}", (_MIXIN, cls), {"_tf_tempered_base": cls})
+        keras_bridge.class_registered_as(marked, REGISTERED_NAME)
+        _MARKED_CLASSES[cls] = marked
+    return _MARKED_CLASSES[cls]
+
+
+def mark_optimizer(optimizer, *, saved=None):
+    """Marks ``optimizer`` (idempotent); ``saved``: the DP dict it was loaded with."""
+    if not isinstance(optimizer, _Marked):
+        keras_bridge.swap_class(optimizer, _marked_class(type(optimizer)))
+    if not hasattr(optimizer, "_was_dp_gradients_called"):
+        optimizer._was_dp_gradients_called = False  # pylint: disable=protected-access
+    if saved is not None:
+        keras_bridge.set_untracked(optimizer, "_tf_tempered_saved_dp", saved)
+    return optimizer
+
+
+def bind_optimizer(model, state, describe):
+    """Marks the model's compiled optimizer and ties what it saves to ``describe(state)``."""
+    optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
+    if optimizer is None or isinstance(optimizer, str):
+        return
+    mark_optimizer(optimizer)
+    keras_bridge.set_untracked(optimizer, "_tf_tempered_describe",
+                               (weakref.ref(state), describe))
+
+
+def saved_dp_of(optimizer):
+    """The DP dict a marked optimizer saves: its model's now, else the one it was loaded with."""
+    bound = vars(optimizer).get("_tf_tempered_describe")
+    if bound is not None:
+        state = bound[0]()
+        if state is not None:
+            return bound[1](state)
+    return vars(optimizer).get("_tf_tempered_saved_dp")
+
+
+def saved_dp(model):
+    """The DP dict saved with a loaded model (on its marked optimizer), or None."""
+    optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
+    if optimizer is None or not isinstance(optimizer, _Marked):
+        return None
+    return vars(optimizer).get("_tf_tempered_saved_dp")
+
+
+@keras.utils.register_keras_serializable(package="tf_tempered", name="PrivateOptimizer")
+class PrivateOptimizer:
+    """What a private model's optimizer is saved as: see the module docstring.
+
+    Loading gives back the optimizer itself (its own class, marked), never an instance
+    of this class.
+    """
+
+    def get_config(self):
+        raise NotImplementedError("PrivateOptimizer is a serialized form only.")
+
+    @classmethod
+    def from_config(cls, config):
+        optimizer = keras_bridge.deserialize(config["optimizer"])
+        return mark_optimizer(optimizer, saved=dict(config["dp"]))

@@ -1,0 +1,89 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Stage 0 of the DP step: the batch as the step sees it.
+
+A batch from Keras is ``x``, ``y`` and an optional sample weight. A Poisson batch
+(:func:`~tf_tempered.privacy.sampling.poisson_batches`) carries instead of the weight
+the dict ``{"mask", "expected_batch_size"}`` (and ``"sample_weight"`` when the data has
+weights): ``mask`` is 1.0 for a sampled example and 0.0 for a padding row, and the
+expected batch size q·N is the normaliser of the update.
+"""
+
+import dataclasses
+from typing import Any
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy import keras_bridge
+
+__all__ = ["Batch", "unpack_batch", "unpack_sample_weight", "POISSON_KEYS"]
+
+POISSON_KEYS = frozenset({"mask", "expected_batch_size"})
+_OPTIONAL_KEYS = frozenset({"sample_weight"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """One training batch.
+
+    ``loss_weight``: what weighs each row's loss (the user's sample weight, times the
+    Poisson mask), or None; ``user_weight``: the user's sample weight alone, or None;
+    ``poisson_mask``: [rows] 1.0/0.0, or None (not Poisson); ``normalizer``: the
+    expected batch size of a Poisson batch, or None (the number of microbatches is the
+    normaliser then).
+    """
+
+    x: Any
+    y: Any
+    loss_weight: Any
+    user_weight: Any
+    poisson_mask: Any
+    normalizer: Any
+
+
+def unpack_sample_weight(sample_weight):
+    """(weight for the loss, user weight, Poisson mask or None, normaliser or None)."""
+    if not isinstance(sample_weight, dict) or not POISSON_KEYS & set(sample_weight):
+        return sample_weight, sample_weight, None, None
+    keys = set(sample_weight)
+    if not POISSON_KEYS <= keys <= POISSON_KEYS | _OPTIONAL_KEYS:
+        raise ValueError(
+            "A dict sample weight must be the Poisson-batch structure "
+            "{'mask', 'expected_batch_size'} (and 'sample_weight') from "
+            f"tf_tempered.privacy.poisson_batches; got keys {sorted(keys)}.")
+    mask = sample_weight["mask"]
+    weight, user = mask, sample_weight.get("sample_weight")
+    if user is not None:  # (a structure for a model with several outputs)
+        weight = tf.nest.map_structure(lambda w: tf.cast(w, mask.dtype) * mask, user)
+    return weight, user, mask, sample_weight["expected_batch_size"]
+
+
+def _checked_weights(weight):
+    """``weight`` with an in-graph check that no weight is negative (not under XLA)."""
+    if weight is None or isinstance(weight, dict) or not isinstance(weight, tf.Tensor):
+        return weight
+    check = tf.debugging.assert_non_negative(
+        weight, message="sample_weight has a negative entry: DP-SGD weighs each example's "
+                        "loss before clipping, and a negative weight is refused. Fix: pass "
+                        "weights >= 0.")
+    with tf.control_dependencies([check]):
+        return tf.identity(weight)
+
+
+def unpack_batch(data, *, xla=False):
+    """The Batch of one element of the training data (Keras' (x, y, sample_weight))."""
+    x, y, sample_weight = keras_bridge.unpack_x_y_sample_weight(data)
+    weight, user, mask, normalizer = unpack_sample_weight(sample_weight)
+    if not xla and weight is not None:
+        weight = tf.nest.map_structure(_checked_weights, weight)
+    return Batch(x, y, weight, user, mask, normalizer)

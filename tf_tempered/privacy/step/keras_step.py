@@ -1,0 +1,67 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The DP step as Keras runs it: ``model.train_step`` of a private model.
+
+Each stage is a small module of this package, called in order; data flows one way:
+
+    batch → plan → forward (recorded, per-example losses) → backward (output gradients)
+    → per-layer norms → clip factors → clipped sum → + noise, ÷ normaliser → optimizer
+    → metrics and logs
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy.state import get_state
+from tf_tempered.privacy.step.backward import backward
+from tf_tempered.privacy.step.batch import unpack_batch
+from tf_tempered.privacy.step.forward import record_forward
+from tf_tempered.privacy.step.metrics import step_logs, step_stats, update_metrics
+from tf_tempered.privacy.step.noise import apply_update, noised_mean
+from tf_tempered.privacy.step.norms import clip_factors, layer_norms
+from tf_tempered.privacy.step.plan import plan_step
+
+__all__ = ["train_step"]
+
+
+# Not autograph-converted: the step has no data-dependent Python control flow, and
+# conversion would re-wrap our own exception types in StagingError.
+@tf.autograph.experimental.do_not_convert
+def dp_gradients(model, data, *, losses=None):
+    """(batch, forward, [(ĝ, variable)], DP stats) of one DP step on ``data``.
+
+    ``losses``: a Keras loss container to take the per-example losses from instead of the
+    model's compiled loss (DPGradients).
+    """
+    state = get_state(model)
+    plan = plan_step(model, state, check_optimizer=losses is None)
+    batch = unpack_batch(data, xla=plan.xla)
+    forward = record_forward(model, batch, plan, losses=losses)
+    rows = forward.losses.shape[0]
+    step, groups = backward(model, forward, plan,
+                            rows if rows is not None else tf.shape(forward.losses)[0])
+    layers = layer_norms(model, state, groups, step, forward.recorder.norm_hooks)
+    norm, finite, weights = clip_factors(layers, forward.num_microbatches,
+                                         plan.config.l2_norm_clip)
+    summed = plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables)
+    stats = step_stats(plan, batch, forward, norm, finite)
+    update = noised_mean(model, state, plan, batch, forward, summed, stats)
+    update_metrics(model if losses is None else None, state.metrics, stats, plan.replicas)
+    return batch, forward, update
+
+
+@tf.autograph.experimental.do_not_convert
+def train_step(model, data):
+    """One DP-SGD step on ``data``; returns the logs (Keras' ``train_step`` contract)."""
+    batch, forward, update = dp_gradients(model, data)
+    apply_update(model, update)
+    return step_logs(model, get_state(model).metrics, batch, forward.y_pred)

@@ -1,0 +1,69 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Stage 6 of the DP step: noise once, the normaliser, and the optimizer's update.
+
+    ĝ = (Σ_m c_m·g_m + Z) / n,    Z ~ N(0, σ²C²·I),
+
+with Z drawn from the model's secret key at a fresh counter (on replica 0 only under
+tf.distribute, see :mod:`.replicas`) and n the global number of microbatches, or the
+expected batch size q·N of Poisson batches. The optimizer applies ĝ with its own rule
+(SGD, Adam, ...); under mixed precision the wrapped optimizer does, since ĝ comes from
+a loss nobody scaled.
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy import keras_bridge, randomness
+
+__all__ = ["noised_mean", "apply_update"]
+
+
+def _normalizer(plan, batch, forward, stats):
+    """n: the expected batch size (Poisson), else the global number of microbatches."""
+    if batch.normalizer is not None:
+        return batch.normalizer
+    check = (plan.replicas.check_even_split(tf.shape(forward.losses)[0], stats[1])
+             if plan.config.num_microbatches is not None else tf.no_op())
+    with tf.control_dependencies([check]):
+        return tf.identity(stats[0])
+
+
+def noised_mean(model, state, plan, batch, forward, summed, stats):
+    """[(ĝ, variable)] for every trainable variable (a zero sum for one this step did not use,
+    as TF Privacy gives it: the noise still goes to every coordinate)."""
+    normalizer = _normalizer(plan, batch, forward, stats)
+    variables = model.trainable_variables
+    with tf.control_dependencies([forward.total]):  # no core taken from the forward pass
+        counter = state.noise.next_counter()  # on every replica: a synchronised step
+        noises = plan.replicas.noise(
+            lambda c: randomness.gaussian_noise_like(variables, plan.config.noise_stddev,
+                                                     state.noise, c),
+            variables, counter)
+    if state.audit_hook is not None:  # only in a model a privacy audit trains
+        summed = state.audit_hook(dict(summed), variables, counter)
+    grads_and_vars = []
+    for var, noise in zip(variables, noises):
+        grad = summed.get(keras_bridge.variable_key(var))
+        if grad is None:
+            grad = tf.zeros_like(var)
+        grads_and_vars.append(((grad + tf.cast(noise, grad.dtype))
+                               / tf.cast(normalizer, grad.dtype), var))
+    return grads_and_vars
+
+
+def apply_update(model, grads_and_vars):
+    """Applies the DP update with the model's optimizer (the one a LossScaleOptimizer wraps),
+    marked as the DP engine's so that a DP optimizer accepts it."""
+    optimizer = keras_bridge.inner_optimizer(model.optimizer)
+    keras_bridge.set_dp_mark(optimizer)
+    optimizer.apply_gradients(grads_and_vars)

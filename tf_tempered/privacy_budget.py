@@ -1,0 +1,338 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""PrivacyBudget: ε in the logs, a stop before a target ε, and a ledger that survives kills.
+
+On a model prepared by ``make_private`` the ε is the model's own (its privacy ledger
+and the batches its ``fit`` actually draws, see :mod:`tf_tempered.privacy.fit`); the
+budget adds what only it knows — a target to stop at, δ and the accountant if you
+give them, releases made before training (``prior_events``), and a ledger file that
+counts DP steps across killed and resumed runs — and refuses settings that contradict
+the run (e.g. ``sampling="poisson"`` for shuffled batches). On a model tf_tempered
+does not train (TF Privacy's own DP path), it computes ε itself from its arguments,
+with ``sampling="shuffle"`` unless told otherwise (Keras' batches are shuffled).
+"""
+
+import json
+import math
+import numbers
+import os
+import pathlib
+import warnings
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import accounting, keras_bridge, randomness, settings
+from tf_tempered.privacy.ledger import PrivacyLedger, Segment
+from tf_tempered.privacy.make_private import has_secret_dp_randomness
+from tf_tempered.privacy.state import get_state
+
+__all__ = ["PrivacyBudget", "dp_optimizer_settings"]
+
+
+def dp_optimizer_settings(optimizer):
+    """(noise_multiplier, num_microbatches) of a DP optimizer (ours or TF Privacy's), or None.
+
+    >>> from tf_tempered.privacy import DPKerasSGDOptimizer
+    >>> dp_optimizer_settings(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=1.1,
+    ...                                           num_microbatches=4))
+    (1.1, 4)
+    >>> dp_optimizer_settings(keras.optimizers.SGD()) is None
+    True
+    """
+    if optimizer is None:
+        return None
+    _check_no_gradient_accumulation(optimizer)
+    config = settings.dp_config(optimizer)  # the one reader of TF Privacy's optimizer settings
+    return None if config is None else (config.noise_multiplier, config.num_microbatches)
+
+
+def _check_no_gradient_accumulation(optimizer):
+    steps = getattr(optimizer, "gradient_accumulation_steps", None) or 1
+    if steps > 1:
+        raise ValueError(
+            f"gradient_accumulation_steps={steps} > 1 is not "
+            f"accounted for (the batch and the noise per update change); account for it "
+            f"yourself with tf_tempered.privacy.accounting.compute_epsilon.")
+
+
+def _model_dp_settings(model):
+    """(σ, num_microbatches) a model tf_tempered does not train trains with, or None."""
+    _check_no_gradient_accumulation(getattr(model, "optimizer", None))
+    config = settings.model_dp_config(model)
+    if config is not None:
+        return config.noise_multiplier, config.num_microbatches
+    return keras_bridge.tf_privacy_model_settings(model)
+
+
+def _global_seed_is_set():
+    """Whether tf.random.set_seed (or keras.utils.set_random_seed) has fixed a global seed."""
+    # An explicit op seed (0) leaves TF's op-seed counter alone; without a global seed,
+    # TF pairs it with DEFAULT_GRAPH_SEED = 87654321.
+    return tf.compat.v1.get_seed(0)[0] != 87654321
+
+
+class PrivacyBudget(keras.callbacks.Callback):
+    """Logs ``epsilon`` after each epoch; stops before an epoch that would exceed the target.
+
+    After each epoch ``logs["epsilon"]`` is the ε spent so far; if one more epoch would
+    spend more than ``target_epsilon``, training stops (a warning says so), and if even
+    the first epoch would, no step is taken. On a private model (make_private) ε is the
+    model's: every DP step it took, with the sampling its batches were drawn with, and
+    arguments that contradict the run (``sampling``, ``num_examples``, ``batch_size``,
+    ``noise_multiplier``) are refused; ``delta`` and ``accountant``, when given, become the
+    model's. Otherwise ε is computed from the arguments (σ and microbatches from the DP
+    optimizer where not given; ``sampling="shuffle"`` unless given). ``prior_events``
+    (dp_accounting DpEvents of releases on the same data before training) are composed in.
+
+    ``ledger="<backup dir>/privacy_ledger.json"``: for runs killed and resumed
+    (``keras.callbacks.BackupAndRestore``). The file holds every DP step taken, written
+    after each step (atomically), and a later fit (a new process too) adds to it, so the
+    steps of a killed run that the restore rolled back and training redid are counted,
+    never forgotten. ``steps_taken`` and ``logs["dp_steps"]`` give the count. Needs
+    ``steps_per_execution=1``.
+
+    ``epsilon_holds``: True for make_private's secret randomness, False (and a warning)
+    with ``insecure_dp_seed``, None when tf_tempered does not draw the noise.
+
+    >>> budget = PrivacyBudget(target_epsilon=3.0, delta=1e-5, num_examples=60000,
+    ...                        batch_size=256, noise_multiplier=1.1, sampling="poisson")
+    >>> round(budget.epsilon_after(60, steps_per_epoch=None), 3)
+    2.597
+    """
+
+    def __init__(self, *, target_epsilon, delta=None, num_examples=None, batch_size=None,
+                 noise_multiplier=None, sampling=None, accountant=None, microbatch_size=None,
+                 ledger=None, prior_events=()):
+        super().__init__()
+        if (isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real)
+                or not target_epsilon > 0):
+            raise ValueError(f"target_epsilon must be a positive number, got "
+                             f"{target_epsilon!r}; pass e.g. target_epsilon=3.0.")
+        if sampling is not None and sampling not in accounting.SAMPLINGS:
+            raise ValueError(f"sampling must be one of {accounting.SAMPLINGS}, got "
+                             f"{sampling!r}.")
+        if accountant is not None and accountant not in accounting.ACCOUNTANTS:
+            raise ValueError(f"accountant must be one of {accounting.ACCOUNTANTS}, got "
+                             f"{accountant!r}.")
+        self.target_epsilon = float(target_epsilon)
+        self.delta, self.accountant = delta, accountant
+        self.num_examples, self.batch_size = num_examples, batch_size
+        self.noise_multiplier, self.sampling = noise_multiplier, sampling
+        self.microbatch_size = microbatch_size
+        self.prior_events = accounting.check_prior_events(prior_events)
+        self.epsilons = []  # ε after each completed epoch (all fits that share a ledger)
+        self.stopped_epoch = None  # epoch index after which training was stopped
+        self.epsilon_holds = None
+        self.ledger = None if ledger is None else pathlib.Path(ledger)
+        self.steps_taken = 0  # DP steps counted in the ledger file (all runs), if any
+        self._run = None  # the private model's fit (fit.RunAccount), else None
+        self._legacy = None  # (σ, microbatch size) of a model tf_tempered does not train
+        self._blocked_train_function = None
+
+    # -- ε of a model tf_tempered does not train (from the arguments) -----------------
+    def epsilon_after(self, epochs, *, steps_per_epoch):
+        """ε after ``epochs`` epochs of ``steps_per_epoch`` steps (None: TF Privacy's count),
+        from the budget's arguments (a model tf_tempered does not train)."""
+        sigma, microbatch = self._legacy or (self.noise_multiplier, self.microbatch_size)
+        kwargs = dict(num_examples=self.num_examples, batch_size=self.batch_size,
+                      noise_multiplier=sigma, delta=self.delta or accounting.DEFAULT_DELTA,
+                      sampling=self.sampling or "shuffle",
+                      accountant=self.accountant or accounting.DEFAULT_ACCOUNTANT,
+                      microbatch_size=microbatch or 1, prior_events=self.prior_events)
+        if steps_per_epoch is None or kwargs["sampling"] == "shuffle":
+            return accounting.compute_epsilon(epochs=epochs, **kwargs)
+        return accounting.compute_epsilon(steps=epochs * steps_per_epoch, **kwargs)
+
+    def _resolve_legacy(self):
+        if self.num_examples is None or self.batch_size is None:
+            raise ValueError(
+                "PrivacyBudget needs num_examples= and batch_size= for a model that "
+                "tf_tempered.make_private did not prepare (Keras does not tell callbacks "
+                "the data size): pass them, e.g. PrivacyBudget(..., num_examples=60000, "
+                "batch_size=256), or call make_private(model) (then they are known).")
+        found = _model_dp_settings(self.model) if self.model is not None else None
+        sigma = self.noise_multiplier if self.noise_multiplier is not None else (
+            found[0] if found else None)
+        if sigma is None:
+            raise ValueError(
+                "PrivacyBudget found no noise_multiplier: the model was not given DP "
+                "settings by tf_tempered.make_private(model, l2_norm_clip=..., "
+                "noise_multiplier=...) and is not compiled with a DP optimizer "
+                "(tf_tempered.privacy.DPKeras*Optimizer, or TF Privacy's "
+                "DPKeras*/GenericDP*/VectorizedDPKeras*). Pass noise_multiplier= explicitly.")
+        microbatch = self.microbatch_size
+        if microbatch is None:
+            count = found[1] if found else None
+            microbatch = 1 if count is None else max(1, math.ceil(self.batch_size / int(count)))
+        self._legacy = (float(sigma), microbatch)
+        self.epsilon_after(1, steps_per_epoch=None)  # raises ValueError on bad settings
+
+    # -- a private model's fit ----------------------------------------------------------
+    def _resolve_private(self, state):
+        run = state.run
+        if run is None:
+            raise ValueError(
+                "PrivacyBudget on a model prepared by make_private counts the steps of its "
+                "fit: use it in model.fit(..., callbacks=[budget]).")
+        drawn = run.sampling
+        if self.sampling is not None and self.sampling != drawn.kind:
+            raise ValueError(
+                f"PrivacyBudget(sampling={self.sampling!r}), but this fit's batches are "
+                f"{'Poisson-sampled' if drawn.kind == 'poisson' else 'not Poisson-sampled'} "
+                f"(accounted as {drawn.kind!r}). Fix: drop sampling= (the budget follows the "
+                "batches actually drawn); for Poisson batches fit on arrays (sampling="
+                "\"poisson\" in make_private, the default) or on tf_tempered.privacy."
+                "poisson_batches(...).")
+        for name, given, actual in (("num_examples", self.num_examples, drawn.num_examples),
+                                    ("batch_size", self.batch_size, drawn.batch_size),
+                                    ("noise_multiplier", self.noise_multiplier,
+                                     run.noise_multiplier)):
+            if given is not None and actual is not None and not math.isclose(
+                    float(given), float(actual), rel_tol=1e-9):
+                raise ValueError(
+                    f"PrivacyBudget({name}={given!r}), but this fit trains with {name}="
+                    f"{actual!r}. Fix: drop {name}= (the budget reads it from the run) or "
+                    "give the run's value.")
+        if self.delta is not None or self.accountant is not None:
+            checked = PrivacyLedger(delta=self.delta or state.ledger.delta,
+                                    accountant=self.accountant or state.ledger.accountant)
+            state.ledger.delta, state.ledger.accountant = checked.delta, checked.accountant
+        state.ledger.add_prior_events(self.prior_events)
+        self._run = run
+
+    def _load_ledger_file(self, state):
+        """Adds the steps a ledger file holds to the model's ledger (once per model)."""
+        data = json.loads(self.ledger.read_text()) if self.ledger.exists() else {}
+        segments = None
+        if isinstance(data.get("ledger"), dict):
+            segments = PrivacyLedger.from_config(data["ledger"]).segments
+        elif isinstance(data.get("steps"), int) and data["steps"] >= 0:  # an older file
+            run = self._run.segment()
+            segments = [Segment(run.sampling, run.noise_multiplier, steps=data["steps"],
+                                passes=data["steps"] and max(1, run.passes),
+                                sampling_probability=run.sampling_probability)]
+        elif data:
+            raise ValueError(f"PrivacyBudget: ledger {self.ledger} is corrupt ({data!r}); "
+                             f"restore it or start a new run with a new backup directory.")
+        self.epsilons = list(data.get("epsilons", []))
+        key = str(self.ledger.resolve())
+        if key not in state.loaded_ledgers and segments:
+            state.ledger.segments.extend(s for s in segments if s.mechanisms)
+        state.loaded_ledgers.add(key)
+
+    def _write_ledger(self, state):
+        config = state.ledger.to_config()
+        config["segments"].append(dict(vars(self._run.segment())))
+        self.steps_taken = state.ledger.steps + self._run.steps()
+        tmp = self.ledger.with_name(self.ledger.name + ".tmp")
+        tmp.write_text(json.dumps({"version": 2, "steps": self.steps_taken,
+                                   "epsilons": self.epsilons, "ledger": config}))
+        os.replace(tmp, self.ledger)  # atomic: a kill leaves the old or the new count
+
+    # -- Keras callback ---------------------------------------------------------------
+    def _steps_per_epoch(self):
+        return (self.params or {}).get("steps")
+
+    def _epsilon(self, more_epochs, epoch=-1):
+        """ε now (more_epochs=0) or after ``more_epochs`` more epochs."""
+        steps = self._steps_per_epoch()
+        if self._run is not None:
+            if more_epochs and steps is None:
+                return self._run.epsilon()  # unknown epoch length: no look-ahead
+            return self._run.epsilon(more_steps=more_epochs * (steps or 0),
+                                     more_passes=more_epochs)
+        return self.epsilon_after(epoch + 1 + more_epochs, steps_per_epoch=steps)
+
+    def _check_randomness(self):
+        """Sets epsilon_holds from the model's DP randomness; warns if ε may not hold."""
+        self.epsilon_holds = None
+        if self.model is None:
+            return
+        if get_state(self.model) is not None:
+            self.epsilon_holds = has_secret_dp_randomness(self.model)
+            if not self.epsilon_holds:
+                warnings.warn(
+                    f"PrivacyBudget: model {self.model.name!r} was made private with "
+                    f"insecure_dp_seed, so {randomness.INSECURE_NOTE}; the epsilon logged "
+                    f"is what a private run with these settings would spend.",
+                    randomness.InsecureDPRandomnessWarning, stacklevel=3)
+        elif _global_seed_is_set():
+            warnings.warn(
+                f"PrivacyBudget: model {self.model.name!r} trains on TF Privacy's own DP path, "
+                f"whose noise follows TensorFlow's global seed, and a global seed is set "
+                f"(keras.utils.set_random_seed / tf.random.set_seed): anyone who knows it can "
+                f"regenerate the noise, and the epsilon does not hold. Use "
+                f"tf_tempered.make_private(model) for secret noise.", UserWarning, stacklevel=3)
+
+    def on_train_begin(self, logs=None):
+        state = get_state(self.model) if self.model is not None else None
+        self._run = None
+        if state is not None:
+            self._resolve_private(state)
+        else:
+            self._resolve_legacy()
+        self._check_randomness()
+        self.epsilons, self.stopped_epoch = [], None
+        if self.ledger is not None:
+            if self._run is None:
+                raise ValueError("PrivacyBudget(ledger=...) counts the DP steps of a model "
+                                 "prepared by tf_tempered.make_private.")
+            if keras_bridge.steps_per_execution(self.model) != 1:
+                raise ValueError(
+                    "PrivacyBudget(ledger=...) counts one DP step per train batch; compile "
+                    "with steps_per_execution=1 (the default).")
+            self.ledger.parent.mkdir(parents=True, exist_ok=True)
+            self._load_ledger_file(state)
+            self.steps_taken = state.ledger.steps
+        first = self._epsilon(1)
+        if first > self.target_epsilon:
+            warnings.warn(
+                f"PrivacyBudget: one epoch already spends epsilon={first:.4g} > "
+                f"target_epsilon={self.target_epsilon:g}; not training. Raise "
+                f"noise_multiplier (see noise_multiplier_for_epsilon) or lower the sampling "
+                f"rate.", UserWarning, stacklevel=2)
+            self.model.stop_training = True
+            self.stopped_epoch = -1
+            # Keras runs one step before it looks at stop_training: make that a no-op.
+            self._blocked_train_function = self.model.train_function
+            self.model.train_function = lambda iterator: {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.ledger is not None and self._blocked_train_function is None:
+            self._write_ledger(get_state(self.model))
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._blocked_train_function is not None:
+            return
+        epsilon = self._epsilon(0, epoch)
+        self.epsilons.append(epsilon)
+        if logs is not None:
+            logs["epsilon"] = epsilon
+            if self.ledger is not None:
+                logs["dp_steps"] = self.steps_taken
+        if self.ledger is not None:
+            self._write_ledger(get_state(self.model))
+        following = self._epsilon(1, epoch)
+        if following > self.target_epsilon:
+            self.model.stop_training = True
+            self.stopped_epoch = epoch
+            if epoch + 1 < (self.params or {}).get("epochs", math.inf):
+                warnings.warn(
+                    f"PrivacyBudget: stopping after epoch {epoch + 1} at epsilon="
+                    f"{epsilon:.4g}; one more epoch would spend {following:.4g} > "
+                    f"target_epsilon={self.target_epsilon:g}.", UserWarning, stacklevel=2)
+
+    def on_train_end(self, logs=None):
+        if self._blocked_train_function is not None:
+            self.model.train_function = self._blocked_train_function
+            self._blocked_train_function = None
