@@ -25,6 +25,9 @@ from tf_tempered._compat import tensorflow_privacy
 from tf_tempered.privacy import accounting
 from tf_tempered.privacy.accounting import compute_epsilon, noise_multiplier_for_epsilon
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 # (num_examples, batch_size, noise_multiplier, epochs, delta)
 SETTINGS = [
     (60000, 256, 1.1, 60, 1e-5),   # Abadi et al. / TF Privacy MNIST tutorial

@@ -24,6 +24,9 @@ from sklearn import metrics as sk_metrics
 from tf_tempered import audit
 from tf_tempered.audit import attacks, canaries, metrics
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 
 # ---------------------------------------------------------------- metrics by hand
 

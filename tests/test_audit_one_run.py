@@ -27,7 +27,10 @@ import pytest
 from scipy import optimize, special, stats
 
 from tf_tempered import audit
-from tf_tempered.audit import metrics, one_run
+from tf_tempered.audit import metrics, one_run, one_run_counts
+
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
 
 
 def _deterministic_normal(mean, n):
@@ -185,7 +188,7 @@ GAUSSIAN_CASES = list(itertools.product((0.1, 1.0, 3.0, 10.0), (1e-8, 1e-5, 1e-2
 def test_gaussian_mu_has_the_requested_delta():
     # δ(ε) of μ-GDP (Dong, Roth & Su 2019, Corollary 2.13) at the μ found is the δ asked for.
     for epsilon, delta in GAUSSIAN_CASES:
-        mu = one_run._gaussian_mu(epsilon, delta)
+        mu = one_run_counts._gaussian_mu(epsilon, delta)
         exact = (stats.norm.cdf(-epsilon / mu + mu / 2)
                  - math.exp(epsilon) * stats.norm.cdf(-epsilon / mu - mu / 2))
         assert exact == pytest.approx(delta, rel=1e-9)
@@ -196,7 +199,7 @@ def test_gaussian_mu_has_the_requested_delta():
 def test_gaussian_mu_matches_dp_accounting():
     # JAX Privacy's f-DP estimator takes μ = 1 / dp_accounting.get_sigma_gaussian(ε, δ).
     for epsilon, delta in GAUSSIAN_CASES:
-        assert one_run._gaussian_mu(epsilon, delta) == pytest.approx(
+        assert one_run_counts._gaussian_mu(epsilon, delta) == pytest.approx(
             1 / dp_accounting.get_sigma_gaussian(epsilon, delta), rel=1e-9)
 
 
@@ -205,7 +208,7 @@ def test_fdp_margin_changes_sign_at_the_bound():
     epsilon = audit.epsilon_one_run_fdp_from_counts(m, k, v, significance=tau, delta=delta)
 
     def margin(eps):
-        return one_run._fdp_margin(m, k, v, tau, one_run._gaussian_mu(eps, delta))
+        return one_run_counts._fdp_margin(m, k, v, tau, one_run_counts._gaussian_mu(eps, delta))
     assert margin(epsilon - 1e-4) > 0 >= margin(epsilon + 1e-4)
 
 
@@ -314,7 +317,7 @@ def test_fdp_bound_is_valid_and_not_vacuous_for_a_gaussian_mechanism():
     # of 1000 canaries reaches about half of ε0 here, so this is a sanity check; the
     # reference values above pin the estimator down.)
     mu, delta, tau, m, trials = 1.0, 1e-5, 0.2, 1000, 100
-    epsilon0 = optimize.brentq(lambda e: one_run._gaussian_mu(e, delta) - mu, 0.1, 50)
+    epsilon0 = optimize.brentq(lambda e: one_run_counts._gaussian_mu(e, delta) - mu, 0.1, 50)
     assert epsilon0 == pytest.approx(4.377, abs=1e-3)
     rng = np.random.default_rng(7)
     bounds = []

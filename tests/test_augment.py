@@ -164,12 +164,12 @@ def test_augmult_batches_validates(kwargs, name):
 
 
 def test_train_script_trains_on_k_copies_with_the_same_epsilon():
-    from tf_tempered.experiments import common, train, train_data
+    from tf_tempered.experiments import common, privacy_plan, train, train_data
     base = common.TrainConfig(dataset="digits", num_train=256, num_test=64, batch_size=32,
                               epochs=1, learning_rate=0.5, seed=0, insecure_dp_seed=1)
     plain = train.run_training(base, verbose=0)
     config = base.replace(augmult=3, augment_shift=1, momentum=0.5)
-    plan = train.plan_privacy(config, 256)
+    plan = privacy_plan.plan_privacy(config, 256)
     batch = next(iter(train_data.training_batches(
         config, plan, np.zeros((256, 8, 8, 1), "float32"), np.zeros(256))))
     assert batch[0].shape[0] % 3 == 0 and float(tf.reduce_sum(batch[2]["mask"])) % 3 == 0
@@ -216,14 +216,15 @@ def test_augmult_batches_with_copies_of_precomputed_variants():
 
 def test_train_script_augments_scatternet_features_with_shifted_images():
     pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
-    from tf_tempered.experiments import common, train, train_data  # pylint: disable=g-import-not-at-top
+    from tf_tempered.experiments import (  # pylint: disable=g-import-not-at-top
+        common, privacy_plan, train, train_data)
     base = common.TrainConfig(dataset="digits", features="scatternet", activation="tanh",
                               num_train=256, num_test=64, batch_size=32, epochs=1,
                               learning_rate=0.5, l2_norm_clip=0.1, seed=0, insecure_dp_seed=1)
     plain = train.run_training(base, verbose=0)
     config = base.replace(augmult=3, augment_shift=1)
     variants = np.zeros((256, 9, 2, 2, 81), "float16")
-    plan = train.plan_privacy(config, 256)
+    plan = privacy_plan.plan_privacy(config, 256)
     x, _, info = next(iter(train_data.training_batches(config, plan, variants, np.zeros(256))))
     assert x.shape[1:] == (2, 2, 81) and x.dtype == tf.float32
     assert x.shape[0] == info["mask"].shape[0] and x.shape[0] % 3 == 0
@@ -236,7 +237,8 @@ def test_shifted_scatternet_features_follow_a_middle_validation_fold(monkeypatch
     """--validation_fold: the augmented features of training example i are those of its image."""
     pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
     from tf_tempered import data, scatternet  # pylint: disable=g-import-not-at-top
-    from tf_tempered.experiments import common, train, train_data  # pylint: disable=g-import-not-at-top
+    from tf_tempered.experiments import (  # pylint: disable=g-import-not-at-top
+        common, privacy_plan, train, train_data)
     config = common.TrainConfig(dataset="digits", features="scatternet", activation="tanh",
                                 num_train=192, num_test=32, batch_size=32, epochs=1,
                                 learning_rate=0.5, l2_norm_clip=0.1, seed=0, augmult=2,

@@ -25,6 +25,9 @@ import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The last two are TF Privacy's own paths: only where it is installed (Python <= 3.11).
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops") + (

@@ -37,6 +37,9 @@ import sys
 
 import pytest
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILD_FILE_NAMES = ("BUILD", "BUILD.bazel")
 PACKAGE_DIR = "tf_tempered"

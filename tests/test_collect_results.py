@@ -24,6 +24,9 @@ import pytest
 from tf_tempered.experiments import collect_results, results
 from tf_tempered.experiments.common import ConfigError, TrainConfig
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 ACCURACIES = {0: 0.9871, 1: 0.9880, 2: 0.9866}
 
 

@@ -22,9 +22,13 @@ of train.py and none of the training flags, which appeared under `--helpfull` on
 import subprocess
 import sys
 
+import pytest
 from absl import flags
 
 from tf_tempered.experiments import command_line
+
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
 
 TRAINING_FLAGS = ("--dataset", "--activation", "--learning_rate", "--l2_norm_clip",
                   "--noise_multiplier", "--target_epsilon", "--batch_size", "--epochs",

@@ -25,6 +25,9 @@ import pytest
 
 from tf_tempered import data
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
 MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
 IDX = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",

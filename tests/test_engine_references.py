@@ -27,6 +27,10 @@ from dp_reference import BATCH, _seeded, assert_engine_matches_reference
 from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.privacy import EngineOptions, UnsupportedLayerError, native
 
+# On Keras 2 the conformance cases and the comparisons with TF Privacy stand in for these
+# per-path references (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 # --- Dilated Conv2D ---------------------------------------------------------
 
 def _dilated_cnn(dtype):
@@ -63,6 +67,7 @@ _DILATED_PATHS = {
 }
 
 
+@pytest.mark.cover_each()
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 @pytest.mark.parametrize("path", list(_DILATED_PATHS))
@@ -126,6 +131,7 @@ def _vectors(shape, seed=0):
     return rng.normal(size=(BATCH,) + shape), rng.integers(0, 3, BATCH)
 
 
+@pytest.mark.cover_each()
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 @pytest.mark.parametrize("num_microbatches", [None, 4])
 @pytest.mark.parametrize("forced", [None, "ghost", "materialize"])
@@ -136,6 +142,7 @@ def test_dense_microbatches_equal_reference(forced, num_microbatches, static_bat
                                     static_batch=static_batch, options=options)
 
 
+@pytest.mark.cover_each()
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 @pytest.mark.parametrize("num_microbatches", [None, 4])
 @pytest.mark.parametrize("builder", [_time_distributed_dense, _time_distributed_generic],
@@ -170,6 +177,7 @@ def _time_distributed_cnn(dtype):
     ])
 
 
+@pytest.mark.cover_each()
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 @pytest.mark.parametrize("num_microbatches", [None, 4])
 @pytest.mark.parametrize("path", ["tf-auto", "tf-ghost", "tf-materialize", "tf-chunks",
@@ -201,6 +209,7 @@ def _cnn_learnable(dtype):
     ])
 
 
+@pytest.mark.cover_each()
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 @pytest.mark.parametrize("num_microbatches", [None, 4])
 @pytest.mark.parametrize("path", ["tf-auto", "tf-ghost", "tf-materialize", "tf-chunks",
@@ -227,6 +236,7 @@ def _dilated_cnn_any_size(dtype):
     ])
 
 
+@pytest.mark.cover_each()
 @pytest.mark.parametrize("path", ["tf-auto", "tf-ghost", "tf-materialize", "native-auto"])
 def test_dilated_conv2d_of_unknown_size_equals_reference(path):
     options = EngineOptions(**_DILATED_PATHS[path])
@@ -253,6 +263,7 @@ def _generic_batched_matmul(dtype):
     ])
 
 
+@pytest.mark.cover_each()
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 @pytest.mark.parametrize("num_microbatches", [None, 4])
 def test_generic_layer_with_batched_matmul_equals_reference(num_microbatches, static_batch):

@@ -25,6 +25,9 @@ from absl import flags
 
 from tf_tempered.privacy import accounting, epsilon
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 BASE = ["--num_examples=60000", "--batch_size=256", "--delta=1e-5"]

@@ -8,6 +8,11 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+# The examples are written for the default Keras 3; the Keras 2 suite holds the engine to the
+# same references (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

@@ -22,6 +22,9 @@ import pytest
 from tf_tempered.experiments import activation_norms, pareto, sweep
 from tf_tempered.experiments.common import ConfigError, TrainConfig
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 BASE = TrainConfig(dataset="digits", num_train=512, num_test=128, epochs=1, batch_size=64,
                    learning_rate=0.5)

@@ -11,12 +11,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Which Keras tf_tempered's public objects belong to, and the tf_tempered.keras3 alias.
+"""Which Keras tf_tempered's public objects belong to.
 
 The values, validation, learnable weights and save/load of the tempered sigmoid are
 tested in test_activations.py and test_layers.py, which run on the active Keras
 (Keras 3 by default, Keras 2 with TF_USE_LEGACY_KERAS=1). Here: the top-level names
-resolve to the active Keras, the alias module, and (in fresh processes, whichever
+resolve to the active Keras, and (in fresh processes, whichever
 Keras this one runs) that `import tf_tempered` leaves the user's Keras choice alone.
 """
 
@@ -59,36 +59,6 @@ def test_top_level_names_are_the_active_keras_objects():
     np.testing.assert_allclose(np.asarray(model(x)), 1.0 / (1.0 + np.exp(-x)), rtol=1e-6)
 
 
-@pytest.mark.skipif(KERAS_MAJOR != 3, reason="the alias gives objects on Keras 3 only")
-def test_keras3_alias_gives_the_main_objects_on_keras3():
-    module = importlib.import_module("tf_tempered.keras3")
-    assert module.TemperedSigmoid is tf_tempered.TemperedSigmoid
-    assert module.tempered_sigmoid is tf_tempered.tempered_sigmoid
-    from tf_tempered.keras3 import TemperedSigmoid  # pylint: disable=g-import-not-at-top
-    layer = TemperedSigmoid(learnable=True, name="ts")
-    layer(np.zeros((1, 2), np.float32))
-    assert [w.path for w in layer.trainable_weights] == [
-        "ts/scale_raw", "ts/inverse_temperature_raw", "ts/offset"]
-    with pytest.raises(ValueError, match="TemperedSigmoid: `scale` must be a finite number > 0"):
-        TemperedSigmoid(scale=0.0)
-
-
-@pytest.mark.skipif(KERAS_MAJOR != 2, reason="on Keras 3 the alias gives the objects")
-def test_keras3_alias_refuses_with_the_fix_on_keras2():
-    module = importlib.import_module("tf_tempered.keras3")  # importing it does not raise
-    for name in ("TemperedSigmoid", "tempered_sigmoid"):
-        with pytest.raises(ImportError) as info:
-            getattr(module, name)
-        message = str(info.value)
-        assert f"tf_tempered.{name}, the same object for the active Keras" in message
-        assert "TF_USE_LEGACY_KERAS" in message and keras.__version__ in message
-    with pytest.raises(ImportError, match="cannot be mixed"):
-        # pylint: disable-next=g-import-not-at-top,unused-import
-        from tf_tempered.keras3 import TemperedSigmoid  # noqa: F401
-    with pytest.raises(AttributeError):
-        module.no_such_name  # pylint: disable=pointless-statement
-
-
 CHILD_CODE = r'''
 import json, sys
 import tf_tempered  # first, as a user would
@@ -100,11 +70,6 @@ out = {"keras_version": keras.__version__, "keras_major": KERAS_MAJOR,
        "tf_keras_layer_is_keras3": tf.keras.layers.Layer is keras.layers.Layer,
        "tf_keras_imported": "tf_keras" in sys.modules,
        "layer_base_module": tf_tempered.TemperedSigmoid.__mro__[1].__module__}
-try:
-    from tf_tempered.keras3 import TemperedSigmoid
-    out["alias_is_main"] = TemperedSigmoid is tf_tempered.TemperedSigmoid
-except ImportError as e:
-    out["alias_error"] = str(e)
 print("RESULT:" + json.dumps(out))
 '''
 
@@ -130,17 +95,14 @@ def test_import_leaves_keras3_bound_without_the_legacy_variable():
     assert out["tf_keras_layer_is_keras3"] is True
     assert out["tf_keras_imported"] is False
     assert out["layer_base_module"].startswith("keras.")
-    assert out["alias_is_main"] is True
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None, reason="tf-keras not installed")
-def test_legacy_variable_gives_keras2_objects_and_the_alias_says_why_not():
+def test_legacy_variable_gives_keras2_objects():
     out = _child(legacy=True)
     assert out["keras_major"] == 2
     assert out["layer_base_module"].startswith("tf_keras.")
     assert out["tf_keras_layer_is_keras3"] is False
-    assert "TF_USE_LEGACY_KERAS=1 is set" in out["alias_error"]
-    assert "tf_tempered.TemperedSigmoid" in out["alias_error"]
 
 
 def test_compat_reports_the_active_keras():

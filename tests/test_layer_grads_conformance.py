@@ -24,9 +24,11 @@ case with one path runs all 6 (M, batch kind) combinations; otherwise each path
 runs 3 of them, every M once, alternating between the two complementary
 patterns A and B below from one path to the next (so each path sees M = batch,
 4 and 1, static and unknown batch sizes, and each case every (M, batch kind)
-pair; the recurrent cases, slow to trace, see _RECURRENT). Pattern A, the first path's (the handler's automatic choice), holds the
-per-step decisions of an unknown batch size with M = batch (the microbatch
-count is a tensor). The model's reference is computed once per (case, M).
+pair; the recurrent cases, slow to trace, see _RECURRENT). Pattern A, the first path's
+(the handler's automatic choice), holds the per-step decisions of an unknown batch size
+with M = batch (the microbatch count is a tensor). The model's reference is computed
+once per (case, M). That whole matrix runs with ``--extended``; the default run takes
+the covering subset of _COVER below (tests/conftest.py).
 
 Adding a layer type = a handler in tf_tempered/privacy/layer_grads/ + one entry
 in CASES of tests/conformance_cases.py.
@@ -105,6 +107,14 @@ def test_the_combinations_cover_every_pair():
     assert {m for r in recurrent for m, _ in r["vectorized"]} == set(_M_IDS)
 
 
+# The default run covers, on Keras 3, every (case, path) and every path with every M, the
+# static and dynamic batch alternating; on Keras 2 every case: Keras 2 shares the handlers'
+# math and the step, and differs in the bridge (recording, fused recurrent kernels), which
+# every case exercises. --extended runs all.
+_COVER = (("case", "path"), ("path", "num_microbatches")) if KERAS_MAJOR == 3 else ("case",)
+
+
+@pytest.mark.cover_each(*_COVER)
 @pytest.mark.parametrize("case,path,num_microbatches,static_batch", _PARAMS)
 def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
                                                         static_batch):
@@ -139,6 +149,9 @@ _SECOND_PASS = [
     if mode == "second_pass" or case not in _RECURRENT]
 
 
+# Keras 3: every case in one of the two modes; Keras 2: each mode with each (M, batch) once.
+@pytest.mark.cover_each(*(("case",) if KERAS_MAJOR == 3 else ()),
+                        ("mode", "num_microbatches", "static_batch"))
 @pytest.mark.parametrize("mode,case,num_microbatches,static_batch", _SECOND_PASS)
 def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
                                                               static_batch):
@@ -159,6 +172,7 @@ def test_two_pass_cases_cover_every_pair():
                 for m, static in [p.values[2:]]} == set(_PATTERN_A + _PATTERN_B), mode
 
 
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="the Keras 3 suite runs the oneDNN-only cases")
 def test_onednn_only_cases_run_with_onednn_where_this_process_cannot():
     """Without oneDNN (e.g. an AVX2-only CPU) TensorFlow cannot differentiate grouped
     convolutions nor dilated transposed ones, so the cases above skip; they then run here in

@@ -55,7 +55,7 @@ def test_weight_standardized_handler_matches_per_example_tapes_under_xla(groups,
     scale = np.linspace(0.2, 1.0, len(x))
     handler, params = layer_grads.lookup(layer)
     assert handler.name == "weight_standardized_conv2d"
-    step = layer_grads.Step(len(x), 1, EngineOptions(native=False, norm_path=norm_path))
+    step = layer_grads.MicrobatchLayout(len(x), 1, EngineOptions(native=False, norm_path=norm_path))
 
     @tf.function(jit_compile=True)
     def norms_and_sum(x, g, z, scale):

@@ -233,7 +233,7 @@ def test_noise_std_is_noise_multiplier_times_clip():
     model.fit(np.zeros((batch, 100), "float32"), np.zeros(batch), batch_size=batch, verbose=0)
     noise = (before - model.get_weights()[0]).ravel() * batch / lr
     std = sigma * clip
-    assert stats.kstest(noise, stats.norm(0.0, std).cdf).pvalue > 1e-3
+    assert stats.kstest(noise, stats.norm(0.0, std).cdf).pvalue > 1e-6  # false alarm 1e-6
     assert abs(noise.std() / std - 1) < 0.05  # 6000 draws: the std is within ~1%
 
 

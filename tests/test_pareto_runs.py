@@ -22,6 +22,9 @@ import pytest
 from tf_tempered.experiments import pareto_runs, results
 from tf_tempered.experiments.common import ConfigError
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 EPSILONS = (0.8, 1.5, 2.93)
 
 

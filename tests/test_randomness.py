@@ -111,7 +111,7 @@ def test_normal_is_gaussian_with_the_asked_stddev(dtype):
     draw = source.normal([400_001], stddev=3.0, counter=5, dtype=dtype).numpy()
     assert draw.shape == (400_001,) and draw.dtype == dtype.as_numpy_dtype
     assert np.all(np.isfinite(draw))
-    assert stats.kstest(draw / 3.0, "norm").pvalue > 1e-3
+    assert stats.kstest(draw / 3.0, "norm").pvalue > 1e-6  # false alarm 1e-6
     n = len(draw)
     assert abs(draw.mean()) < 5 * 3.0 / np.sqrt(n)
     assert abs(draw.std() / 3.0 - 1) < 5 * np.sqrt(0.5 / n)

@@ -252,7 +252,8 @@ def test_cached_shifted_features_stay_on_disk_and_read_what_a_batch_needs(tmp_pa
 
 def test_shifted_features_in_training_batches_and_validation_blocks(tmp_path):
     from tf_tempered import data  # pylint: disable=g-import-not-at-top
-    from tf_tempered.experiments import train, train_data  # pylint: disable=g-import-not-at-top
+    from tf_tempered.experiments import (  # pylint: disable=g-import-not-at-top
+        privacy_plan, train, train_data)
     images = _images(40, 8)
     cached = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
                                                     cache_dir=tmp_path)
@@ -262,7 +263,7 @@ def test_shifted_features_in_training_batches_and_validation_blocks(tmp_path):
     config = common.validate_config(common.TrainConfig(
         dataset="digits", features="scatternet", batch_size=8, epochs=1, augmult=2,
         augment_shift=1, seed=0, insecure_dp_seed=3))
-    plan = train.plan_privacy(config, 30)
+    plan = privacy_plan.plan_privacy(config, 30)
     batch_x, batch_y, info = next(iter(train_data.training_batches(config, plan, x, y)))
     assert batch_x.shape[1:] == (4, 4, 3) and batch_x.dtype == tf.float32
     assert batch_x.shape[0] == info["mask"].shape[0] == len(batch_y) and len(batch_y) % 2 == 0
@@ -305,12 +306,13 @@ def test_progress_lines(tmp_path, capsys):
 def test_large_training_arrays_are_read_per_batch(monkeypatch):
     """Poisson batches of an array from train_data.READ_PER_BATCH_BYTES on: its rows are read
     per batch (no TensorFlow copy of the array), padding zeros, as poisson_batches gives."""
-    from tf_tempered.experiments import train, train_data  # pylint: disable=g-import-not-at-top
+    from tf_tempered.experiments import (  # pylint: disable=g-import-not-at-top
+        privacy_plan, train, train_data)
     x = np.random.default_rng(0).random((50, 2, 2, 3), dtype=np.float32)
     y = np.arange(50)
     config = common.validate_config(common.TrainConfig(dataset="digits", batch_size=10,
                                                        epochs=1, insecure_dp_seed=4))
-    plan = train.plan_privacy(config, 50)
+    plan = privacy_plan.plan_privacy(config, 50)
     monkeypatch.setattr(train_data, "READ_PER_BATCH_BYTES", 1)
     batch_x, batch_y, info = next(iter(train_data.training_batches(config, plan, x, y)))
     monkeypatch.setattr(train_data, "READ_PER_BATCH_BYTES", 1 << 60)

@@ -20,6 +20,9 @@ import pytest
 from tf_tempered.experiments import search
 from tf_tempered.experiments.common import ConfigError, TrainConfig
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 BASE = TrainConfig(dataset="digits", epochs=1, batch_size=128, learning_rate=0.5,
                    target_epsilon=3.0, validation_size=300)
 

@@ -24,11 +24,15 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras
-from tf_tempered.experiments import command_line, model_builders
+from tf_tempered.experiments import command_line, model_builders, privacy_plan, run_report
 from tf_tempered.experiments import train as train_lib
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
 from tf_tempered.privacy.accounting import compute_epsilon
 from tf_tempered.privacy.sampling import poisson_steps_per_epoch
+
+# The train script sits above make_private and fit, which the Keras 2 suite tests directly
+# (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
 
 DIGITS_TRAIN = 1438
 TINY = TrainConfig(dataset="digits", epochs=2, batch_size=128, learning_rate=0.5)
@@ -328,9 +332,9 @@ class _Stream:
 
 
 def test_progress_verbosity_is_the_bar_on_a_terminal_only():
-    assert train_lib.progress_verbosity(_Stream(True)) == 1
-    assert train_lib.progress_verbosity(_Stream(False)) == 2
-    assert train_lib.progress_verbosity(object()) == 2  # no isatty: not a terminal
+    assert run_report.progress_verbosity(_Stream(True)) == 1
+    assert run_report.progress_verbosity(_Stream(False)) == 2
+    assert run_report.progress_verbosity(object()) == 2  # no isatty: not a terminal
 
 
 def _run_cli(tmp_path, *, tty):
@@ -412,7 +416,7 @@ def test_augmult_shifts_scatternet_features():
 def test_cosine_schedule_decays_the_learning_rate_to_zero_over_the_run():
     """--lr_schedule=cosine: lr·(1 + cos(π·t/T))/2 at step t of T, on the optimizer that trains."""
     config = TINY.replace(lr_schedule="cosine", epochs=3)
-    plan = train_lib.plan_privacy(config, DIGITS_TRAIN)
+    plan = privacy_plan.plan_privacy(config, DIGITS_TRAIN)
     schedule = train_lib.learning_rate(config, plan)
     assert train_lib.learning_rate(TINY, plan) == 0.5  # constant: the float
     config_of = train_lib._make_optimizer(config, plan).get_config()["learning_rate"]

@@ -26,6 +26,9 @@ from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_co
 from tf_tempered.privacy.accounting import compute_epsilon, noise_multiplier_for_epsilon
 from tf_tempered.privacy.sampling import poisson_steps_per_epoch
 
+# The code under test does not depend on the Keras version (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 DIGITS_TRAIN, VAL = 1438, 300
 TINY = TrainConfig(dataset="digits", epochs=1, batch_size=128, learning_rate=0.5,
                    validation_size=VAL, target_epsilon=3.0)

@@ -23,9 +23,10 @@ Keras 3 (``import keras``) by default, Keras 2 (tf-keras) when ``TF_USE_LEGACY_K
 is set before TensorFlow is imported (see ``tf_tempered._compat``). Its public objects
 (``TemperedSigmoid``, ``WeightStandardizedConv2D``, ``tempered_sigmoid``, ``mnist_cnn``,
 ``swap_activations``, the callbacks, ``make_private``) are those of that Keras; no separate
-module is needed (``tf_tempered.keras3`` remains as an alias). ``tf_tempered.DPKerasSGDOptimizer``
-(and Adam, Adagrad) take TF Privacy's arguments and work on both Kerases; TensorFlow Privacy
-itself, where installed (Python <= 3.11), works with Keras 2 only.
+module is needed (the former ``tf_tempered.keras3`` alias is gone).
+``tf_tempered.DPKerasSGDOptimizer`` (and Adam, Adagrad) take TF Privacy's arguments and work
+on both Kerases; TensorFlow Privacy itself, where installed (Python <= 3.11), works with
+Keras 2 only.
 """
 
 from tf_tempered import _compat  # noqa: F401  (must run before anything touches tf.keras)

@@ -16,6 +16,9 @@
 Usage: python -m tf_tempered.audit [--num_train=1000] [--epochs=40]
     [--noise_multiplier=1.1] [--num_shadow=0] [--data_dir=DIR] [--output_dir=DIR]
     [--model_path=DIR] ...  (see tf_tempered.audit.cli)
+       python -m tf_tempered.audit one-run [--dataset=digits] [--epochs=10]
+    [--noise_multiplier=1.0] [--num_canaries=1000] [--output_dir=DIR] ...
+    (one-run white-box and black-box audits; see tf_tempered.audit.one_run_cli)
 """
 
 from tf_tempered.audit.cli import run

@@ -24,6 +24,9 @@ canary exposure), and writes ``roc_linear.png``, ``roc_loglog.png``,
 ``results.json``, the models and ``audit_config.json`` to ``--output_dir``.
 ``--model_path`` audits the models saved by an earlier run instead of training.
 Flags are defined by :func:`define_flags`, called from :func:`run`, never at import.
+
+``python -m tf_tempered.audit one-run ...`` runs the one-run audits instead
+(white-box and black-box, one training run each; :mod:`.one_run_cli`).
 """
 
 import dataclasses
@@ -32,6 +35,8 @@ import os
 import sys
 
 from absl import app, flags
+
+from tf_tempered.audit import one_run_cli
 
 __all__ = ["define_flags", "config_from_flags", "main", "run"]
 
@@ -114,7 +119,11 @@ def main(argv=None, flag_values=flags.FLAGS):
 
 
 def run():
-    """Console entry point: defines the flags, then ``app.run(main)``."""
+    """Console entry point: defines the flags, then ``app.run(main)``; with the
+    subcommand ``one-run`` first, the one-run audit's (:func:`.one_run_cli.run`)."""
+    if len(sys.argv) > 1 and sys.argv[1] in one_run_cli.SUBCOMMANDS:
+        one_run_cli.run([sys.argv[0]] + sys.argv[2:])
+        return
     define_flags()
     # `--help` lists the main module's flags: make ours key flags of it (python -m or
     # a console script), not only of this module.

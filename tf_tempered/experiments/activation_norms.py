@@ -29,7 +29,8 @@ import types
 
 from tf_tempered.callbacks import ActivationNormMonitor, plot_activation_norms
 from tf_tempered.experiments import command_line, common, model_builders, results
-from tf_tempered.experiments.train import progress_verbosity, run_training
+from tf_tempered.experiments.run_report import progress_verbosity
+from tf_tempered.experiments.train import run_training
 
 __all__ = ["RUNS", "run_activation_norms", "define_flags", "main", "cli"]
 

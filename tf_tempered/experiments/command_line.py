@@ -23,6 +23,7 @@ import dataclasses
 import math
 import sys
 
+from tf_tempered.experiments import recipes
 from tf_tempered.experiments.common import (ACCOUNTANTS, ACTIVATIONS, DATASETS,
                                             DEFAULT_NOISE_MULTIPLIER, FEATURES, HEADS,
                                             LR_SCHEDULES, OPTIMIZERS, SAMPLINGS, ConfigError,
@@ -139,7 +140,6 @@ def define_training_flags(flag_values, exclude=()):
 
 def config_from_flags(flag_values, **overrides):
     """A TrainConfig from parsed absl flags (those defined), --recipe, then ``overrides``."""
-    from tf_tempered.experiments import recipes  # pylint: disable=g-import-not-at-top
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     values = {n: flag_values[n].value for n in names if n in flag_values}
     # --recipe's values fill in the flags not given on the command line.

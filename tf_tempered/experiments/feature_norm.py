@@ -35,39 +35,10 @@ import numpy as np
 
 from tf_tempered import feature_stats
 
-__all__ = ["FEATURE_NORMS", "VARIANCE_EPSILON", "STORE_NAME", "check_config", "moment_points",
-           "prior_events", "release"]
+__all__ = ["VARIANCE_EPSILON", "STORE_NAME", "moment_points", "prior_events", "release"]
 
-FEATURE_NORMS = ("group", "dp_stats", "none")
 VARIANCE_EPSILON = 1e-5  # as BatchNorm's: channels whose released variance is ~0 stay bounded
 STORE_NAME = "feature_stats.npz"  # the release, in --backup_dir
-
-
-def check_config(config, fail):
-    """Calls ``fail(message)`` for a --feature_norm setting that cannot apply."""
-    if config.feature_norm not in FEATURE_NORMS:
-        fail(f"--feature_norm={config.feature_norm!r} is invalid: choose one of "
-             f"{', '.join(FEATURE_NORMS)}.")
-    for name in ("feature_norm_noise", "feature_norm_mean_clip", "feature_norm_square_clip"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < \
-                float("inf"):
-            fail(f"--{name}={value!r} is invalid: it must be a positive finite number.")
-    if config.feature_norm != "group" and config.features != "scatternet":
-        fail(f"--feature_norm={config.feature_norm} applies to --features=scatternet only. "
-             "Fix: drop --feature_norm, or add --features=scatternet.")
-    if config.feature_norm == "dp_stats" and not config.dpsgd:
-        fail("--feature_norm=dp_stats releases statistics with DP noise, but --nodpsgd trains "
-             "without privacy. Fix: drop --nodpsgd, or use --feature_norm=group.")
-    if (config.feature_norm == "dp_stats" and config.dataset == "fashion_mnist"
-            and (config.feature_norm_mean_clip, config.feature_norm_square_clip)
-            == (feature_stats.DEFAULT_MEAN_CLIP, feature_stats.DEFAULT_SQUARE_CLIP)):
-        # The defaults are Fashion-MNIST's own median norms: public for MNIST, a leak here.
-        fail("--feature_norm=dp_stats on --dataset=fashion_mnist with the default clip norms "
-             f"({feature_stats.DEFAULT_MEAN_CLIP:g}, {feature_stats.DEFAULT_SQUARE_CLIP:g}) "
-             "would use norms measured on Fashion-MNIST itself (private data). Fix: pass "
-             "--feature_norm_mean_clip and --feature_norm_square_clip chosen without this "
-             "data (e.g. from MNIST's features), or use --feature_norm=group.")
 
 
 def prior_events(config):

@@ -14,7 +14,8 @@
 """The models the experiment scripts train: a TrainConfig's model for a dataset."""
 
 from tf_tempered._compat import keras
-from tf_tempered.experiments.common import ConfigError
+from tf_tempered.experiments import feature_norm
+from tf_tempered.experiments.config import ConfigError
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.models import cifar10_cnn, mnist_cnn, resolve_activation
 from tf_tempered.scatternet import scatternet_cnn, scatternet_linear
@@ -57,7 +58,6 @@ def build_model(config, dataset, feature_stats=None):
     else:
         activation = config.activation
     if config.features == "scatternet":
-        from tf_tempered.experiments import feature_norm  # pylint: disable=g-import-not-at-top
         normalization = None
         if config.feature_norm == "dp_stats":
             if feature_stats is None:

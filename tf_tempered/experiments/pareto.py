@@ -27,7 +27,8 @@ import pathlib
 import numpy as np
 
 from tf_tempered.experiments import command_line, common, results
-from tf_tempered.experiments.train import progress_verbosity, run_training
+from tf_tempered.experiments.run_report import progress_verbosity
+from tf_tempered.experiments.train import run_training
 
 __all__ = ["run_pareto", "define_flags", "main", "cli"]
 

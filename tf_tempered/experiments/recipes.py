@@ -35,7 +35,7 @@
   validation split. The test results of each, 3 seeds, are in results/.
 """
 
-from tf_tempered.experiments import common
+from tf_tempered.experiments import config
 
 __all__ = ["RECIPES", "recipe_flags", "apply_recipe"]
 
@@ -66,20 +66,20 @@ def recipe_flags(name, dataset, recipes=None):
     """
     recipes = RECIPES if recipes is None else recipes
     if name not in recipes:
-        raise common.ConfigError(f"--recipe={name!r} is unknown: choose one of "
+        raise config.ConfigError(f"--recipe={name!r} is unknown: choose one of "
                                  f"{', '.join(sorted(recipes))}.")
     recipe = recipes[name]
-    if recipe and set(recipe) <= set(common.DATASETS):  # per-dataset values
+    if recipe and set(recipe) <= set(config.DATASETS):  # per-dataset values
         if dataset not in recipe:
-            raise common.ConfigError(
+            raise config.ConfigError(
                 f"--recipe={name} has no values for --dataset={dataset}; it covers "
                 f"{', '.join(sorted(recipe))}. Fix: pick one of those datasets or another "
                 "recipe.")
         recipe = recipe[dataset]
-    fields = set(common.TrainConfig.__dataclass_fields__)
+    fields = set(config.TrainConfig.__dataclass_fields__)
     unknown = sorted(set(recipe) - fields)
     if unknown:
-        raise common.ConfigError(f"--recipe={name} sets unknown flags {unknown}.")
+        raise config.ConfigError(f"--recipe={name} sets unknown flags {unknown}.")
     return dict(recipe)
 
 

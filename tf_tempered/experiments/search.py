@@ -50,7 +50,8 @@ import shlex
 import numpy as np
 
 from tf_tempered.experiments import command_line, common, results
-from tf_tempered.experiments.train import progress_verbosity, run_training
+from tf_tempered.experiments.run_report import progress_verbosity
+from tf_tempered.experiments.train import run_training
 
 __all__ = ["parse_axis", "expand_trials", "run_search", "best_command", "define_flags",
            "main", "cli"]

@@ -48,9 +48,9 @@ test accuracy an unbiased estimate.
 """
 
 import contextlib
+import dataclasses
 import math
 import pathlib
-import sys
 import time
 
 from tf_tempered import data as data_lib
@@ -59,58 +59,11 @@ from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.ema import ExponentialMovingAverage
 from tf_tempered.experiments import (command_line, common, feature_norm, model_builders,
-                                     results, train_data)
-# Re-exported: PrivacyPlan and plan_privacy lived here before privacy_plan.py.
+                                     results, run_report, train_data)
 from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
-from tf_tempered.privacy import epsilon_spent, has_secret_dp_randomness, make_private, optimizers
+from tf_tempered.privacy import has_secret_dp_randomness, make_private, optimizers
 
-__all__ = ["PrivacyPlan", "plan_privacy", "learning_rate", "progress_verbosity", "run_training",
-           "define_flags", "main", "cli"]
-
-
-class _EpochReport(keras.callbacks.Callback):
-    """Records each epoch (accuracies, ε, DP metrics, time) and prints accuracy and ε."""
-
-    def __init__(self, plan, verbose, eval_name="test"):
-        super().__init__()
-        self.plan, self.verbose, self.records = plan, verbose, []
-        self.eval_name = eval_name  # what fit's validation_data is: "test" or "validation"
-        self._start = None
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._start = time.monotonic()
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = logs if logs is not None else {}
-        # With a PrivacyBudget ledger (--backup_dir): every DP step taken, redone ones too.
-        steps = int(logs.get("dp_steps", (epoch + 1) * self.plan.steps_per_epoch))
-        # A private model's fit puts the ε of its batches into the logs.
-        eps = logs["epsilon"] if "epsilon" in logs else self.plan.epsilon(steps)
-        record = {"epoch": epoch + 1, "steps": steps, "epsilon": eps,
-                  "time_s": time.monotonic() - self._start}
-        for key, value in logs.items():
-            # val_dp_* are the DP training metrics, idle (zero) in evaluation.
-            if key not in ("epsilon", "delta", "dp_steps") and not key.startswith("val_dp_"):
-                name = key.replace("val_", f"{self.eval_name}_", 1) if key.startswith(
-                    "val_") else (
-                    key if key.startswith("dp_") else f"train_{key}")
-                record[name] = float(value)
-        self.records.append(record)
-        if self.verbose:
-            extra = "" if self.plan.config.sampling == "poisson" or not self.plan.config.dpsgd \
-                else " [shuffled batches: no amplification by subsampling]"
-            delta = "" if math.isinf(eps) else f" at δ={self.plan.config.delta:g} " \
-                f"({self.plan.config.accountant.upper()})"
-            if not self.plan.epsilon_holds:
-                extra += " [NOT PRIVATE: --insecure_dp_seed, this ε does not hold]"
-            clipped = ("" if "dp_clipped_fraction" not in record else
-                       f", clipped fraction {record['dp_clipped_fraction']:.3f}")
-            print(f"Epoch {epoch + 1}/{self.plan.config.epochs}: loss "
-                  f"{record.get('train_loss', math.nan):.4f}, train accuracy "
-                  f"{record.get('train_accuracy', math.nan):.4f}{clipped}, {self.eval_name} "
-                  f"accuracy {record.get(f'{self.eval_name}_accuracy', math.nan):.4f}, "
-                  f"ε = {eps:.4g}{delta}{extra}",
-                  flush=True)
+__all__ = ["learning_rate", "make_strategy", "run_training", "define_flags", "main", "cli"]
 
 
 def learning_rate(config, plan):
@@ -167,20 +120,6 @@ def make_strategy(name):
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-def progress_verbosity(stream=None):
-    """1 (progress bar and a line per epoch) on a terminal, else 2 (a line per epoch).
-
-    A progress bar rewrites its line with carriage returns hundreds of times per epoch,
-    which fills log files and CI output; there one line per epoch says the same.
-    """
-    stream = sys.stdout if stream is None else stream
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return 1 if isatty is not None and isatty() else 2
-    except ValueError:  # a closed stream
-        return 2
-
-
 def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, strategy=None):
     """Trains as ``config`` (a TrainConfig) says; returns the metrics dict (also written).
 
@@ -203,16 +142,59 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         ConfigError: for invalid settings, before any data is loaded or model trained.
     """
     common.validate_config(config)
-    if verbose == "auto":
-        verbose = progress_verbosity()
-    if verbose not in (0, 1, 2):
-        raise ValueError(f"verbose must be 0, 1, 2 or 'auto', got {verbose!r}.")
+    verbose = run_report.check_verbosity(verbose)
     start = time.monotonic()
     out = pathlib.Path(config.output_dir) if config.output_dir else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)  # fail now, not after training
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
+    data = _prepare_data(config, backup_dir)
+    strategy = _check_strategy(config, strategy)
+    model = _build_model(config, data, strategy)
+    train_ds = train_data.training_batches(config, data.plan, data.train_x,
+                                           data.dataset.y_train, strategy)
+    data.train_x = None  # the batches hold what they need (ScatterNet's shifts are large)
+    test_ds, eval_ds = _evaluation_sets(data, strategy)
+    report = run_report.EpochReport(data.plan, verbose,
+                                    "test" if data.validation is None else "validation")
+    callbacks, budget = _callbacks(config, data.plan, verbose, report, backup_dir)
+    if extra_callbacks is not None:
+        callbacks.extend(extra_callbacks(model, data.dataset))
+    model.fit(train_ds, epochs=config.epochs, validation_data=eval_ds, callbacks=callbacks,
+              verbose=1 if verbose == 1 else 0, shuffle=False,  # train_ds is shuffled/sampled
+              steps_per_epoch=data.plan.steps_per_epoch if strategy is not None else None)
+    # The test set once, at the end (with a validation split, never seen before).
+    result = run_report.run_metrics(
+        config, data.plan, data, model, report=report, budget=budget,
+        test=model.evaluate(test_ds, verbose=0, return_dict=True),
+        validation=None if data.validation is None else model.evaluate(
+            eval_ds, verbose=0, return_dict=True),
+        replicas=1 if strategy is None else strategy.num_replicas_in_sync)
+    result["wall_time_s"] = time.monotonic() - start
+    if out is not None:
+        if config.save_model:
+            model.save(out / "model.keras")
+        results.write_json(out / "metrics.json", result)
+    if verbose:
+        run_report.print_summary(result, data.plan, out, config.save_model)
+    return result
+
+
+@dataclasses.dataclass
+class _TrainingData:
+    """The run's data: the dataset (training part only with a validation split), the
+    validation split, the training inputs fed to the batches, the privacy plan and the
+    released feature statistics."""
+    dataset: object
+    validation: object
+    train_x: object
+    plan: PrivacyPlan
+    feature_stats: object
+
+
+def _prepare_data(config, backup_dir):
+    """Loads and splits the data, computes features, plans σ/ε and releases the statistics."""
     dataset = data_lib.load(config.dataset, data_dir=config.data_dir,
                             num_train=config.num_train, num_test=config.num_test)
     images = dataset.x_train
@@ -239,7 +221,11 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
     # with --backup_dir, once per run, however often it is resumed.
     stats = feature_norm.release(config, dataset.x_train, store=None if backup_dir is None
                                  else pathlib.Path(backup_dir) / feature_norm.STORE_NAME)
+    return _TrainingData(dataset, validation, train_x, plan, stats)
 
+
+def _check_strategy(config, strategy):
+    """The tf.distribute strategy (a name is made into one); refuses what it cannot run."""
     if isinstance(strategy, str):
         strategy = make_strategy(strategy)
     if config.augmult > 1 and strategy is not None and strategy.num_replicas_in_sync > 1:
@@ -247,34 +233,46 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
             f"--augmult={config.augmult} is not supported with several replicas yet (a "
             "replica's share of a batch could split an example's copies). Fix: drop "
             "--strategy or --augmult.")
+    return strategy
+
+
+def _build_model(config, data, strategy):
+    """The compiled model, made private (--dpsgd) once, in the strategy's scope."""
     scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
     with scope:  # variables (model, optimizer, DP noise counter) on every replica
-        model = model_builders.build_model(config, dataset, feature_stats=stats)
+        model = model_builders.build_model(config, data.dataset, feature_stats=data.feature_stats)
         if config.dpsgd:
             # Once, here: the builders return plain models, and a second call would
             # re-key the noise. The DP optimizer from _make_optimizer carries C and σ.
             make_private(model, insecure_dp_seed=config.insecure_dp_seed,
                          augmentation_multiplicity=config.augmult, sampling=config.sampling,
                          delta=config.delta, accountant=config.accountant)
-            plan.epsilon_holds = has_secret_dp_randomness(model)
-        model.compile(optimizer=_make_optimizer(config, plan),
+            data.plan.epsilon_holds = has_secret_dp_randomness(model)
+        model.compile(optimizer=_make_optimizer(config, data.plan),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"])
-    train_ds = train_data.training_batches(config, plan, train_x, dataset.y_train, strategy)
-    del train_x
-    test_batch = 1024
+    return model
+
+
+def _evaluation_sets(data, strategy, batch_size=1024):
+    """(test set, what fit evaluates each epoch: the validation split if any, else the test
+    set), batched."""
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         # Keras 3 builds evaluate() on its first batch averaged over the replicas,
         # which fails if that batch splits unevenly: make it a multiple of R.
         replicas = strategy.num_replicas_in_sync
-        test_batch = max(replicas, min(test_batch, len(dataset.y_test)) // replicas * replicas)
-    test_ds = tf.data.Dataset.from_tensor_slices(dataset.test).batch(test_batch)
-    # What fit() evaluates each epoch: the validation split if any, else the test set.
-    eval_ds = test_ds if validation is None else \
-        tf.data.Dataset.from_tensor_slices(validation).batch(test_batch)
-    report = _EpochReport(plan, verbose, "test" if validation is None else "validation")
-    # First, so that the bar finishes its line before _EpochReport prints. verbose=2:
-    # no bar (fit verbose=0), the per-epoch line of _EpochReport only.
+        batch_size = max(replicas,
+                         min(batch_size, len(data.dataset.y_test)) // replicas * replicas)
+    test_ds = tf.data.Dataset.from_tensor_slices(data.dataset.test).batch(batch_size)
+    if data.validation is None:
+        return test_ds, test_ds
+    return test_ds, tf.data.Dataset.from_tensor_slices(data.validation).batch(batch_size)
+
+
+def _callbacks(config, plan, verbose, report, backup_dir):
+    """(fit's callbacks in order, the PrivacyBudget or None)."""
+    # First, so that the bar finishes its line before the report prints. verbose=2:
+    # no bar (fit verbose=0), the per-epoch line of the report only.
     progbar = (keras.callbacks.ProgbarLogger(count_mode="steps") if KERAS_MAJOR == 2
                else keras.callbacks.ProgbarLogger())
     callbacks = [progbar] if verbose == 1 else []
@@ -296,69 +294,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
             noise_multiplier=plan.noise_multiplier, ledger=ledger,
             prior_events=plan.prior_events)
         callbacks.append(budget)
-    callbacks.append(report)
-    if extra_callbacks is not None:
-        callbacks.extend(extra_callbacks(model, dataset))
-    model.fit(train_ds, epochs=config.epochs, validation_data=eval_ds, callbacks=callbacks,
-              verbose=1 if verbose == 1 else 0, shuffle=False,  # train_ds is shuffled/sampled
-              steps_per_epoch=plan.steps_per_epoch if strategy is not None else None)
-    # The test set once, at the end (with a validation split, never seen before).
-    final_metrics = model.evaluate(test_ds, verbose=0, return_dict=True)
-    val_metrics = None if validation is None else model.evaluate(eval_ds, verbose=0,
-                                                                 return_dict=True)
-
-    # The steps actually taken (PrivacyBudget may stop early; with a ledger, the
-    # steps of killed runs that were redone after a restore count again).
-    final = report.records[-1]["steps"] if report.records else 0
-    if budget is not None and budget.ledger is not None:
-        final = budget.steps_taken
-    result = {
-        "test_accuracy": float(final_metrics["accuracy"]),
-        "test_loss": float(final_metrics["loss"]),
-        # None without --validation_size (then the test set is what each epoch reports).
-        "validation_accuracy": None if val_metrics is None else float(val_metrics["accuracy"]),
-        "validation_loss": None if val_metrics is None else float(val_metrics["loss"]),
-        # The model's own ledger: every DP step it took, by the sampling of its batches.
-        "epsilon": epsilon_spent(model)[0] if config.dpsgd else math.inf,
-        "delta": config.delta,
-        "epsilon_label": plan.label(),
-        # Where the DP noise and batches came from; False: the ε above does not hold.
-        "dp_randomness": plan.dp_randomness(),
-        "epsilon_holds": plan.epsilon_holds,
-        "accountant": config.accountant if config.dpsgd else None,
-        "sampling": config.sampling if config.dpsgd else "shuffle (non-private)",
-        "noise_multiplier": plan.noise_multiplier,
-        # ε of the DP feature statistics alone (--feature_norm=dp_stats; included above).
-        "epsilon_feature_stats": plan.prior_epsilon() if plan.prior_events else None,
-        "steps": final,
-        "steps_trained": int(model.optimizer.iterations.numpy()),
-        "replicas": 1 if strategy is None else strategy.num_replicas_in_sync,
-        "steps_per_epoch": plan.steps_per_epoch,
-        "flags": config.to_dict(),
-        "dataset": {"name": dataset.name, "source": dataset.source,
-                    "num_train": len(dataset.y_train), "num_test": len(dataset.y_test),
-                    "num_validation": config.validation_size,
-                    "validation_fold": config.validation_fold,
-                    "input_shape": list(dataset.input_shape)},
-        "model": {"name": model.name, "params": int(model.count_params())},
-        "history": report.records,
-        "versions": results.package_versions(),
-        # 3 by default; 2 with TF_USE_LEGACY_KERAS=1 (both are installed, see versions).
-        "keras_major": KERAS_MAJOR,
-    }
-    result["wall_time_s"] = time.monotonic() - start
-    if out is not None:
-        if config.save_model:
-            model.save(out / "model.keras")
-        results.write_json(out / "metrics.json", result)
-    if verbose:
-        val = result["validation_accuracy"]
-        print((f"Validation accuracy {val:.4f}; " if val is not None else "")
-              + f"Test accuracy {result['test_accuracy']:.4f}; ε = {result['epsilon']:.4g} "
-              f"({plan.label()}); wall time {result['wall_time_s']:.1f} s"
-              + (f"; wrote {out}/metrics.json" if out else "")
-              + (" and model.keras" if out and config.save_model else ""), flush=True)
-    return result
+    return callbacks + [report], budget
 
 
 def define_flags():

@@ -14,7 +14,7 @@
 """Which handler and path each trainable layer of a private model took: `layer_paths(model)`.
 
 The engine records it each time it traces a DP step (`describe`), from the
-handlers' decision objects (`Norms.path`), so benchmarks and users can see, e.g.,
+handlers' decision objects (`LayerResult.path`), so benchmarks and users can see, e.g.,
 whether a Conv2D took the native op or ghost norms.
 """
 
@@ -27,7 +27,7 @@ __all__ = ["layer_paths", "describe"]
 def describe(groups, norms):
     """The handler and path of each layer of the step being traced (kept in PrivateState).
 
-    groups: [(first record, all records of that layer)], norms: each group's Norms.
+    groups: [(first record, all records of that layer)], norms: each group's LayerResult.
     """
     return [{"layer": first.layer.name, "class": type(first.layer).__name__,
              "handler": first.handler.name if len(calls) == 1 else "multi_call",

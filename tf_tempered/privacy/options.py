@@ -18,13 +18,14 @@ measured on this project's 2-core CPU machine (M is the number of microbatches,
 "rows" the rows a_r of one microbatch: examples × output pixels or positions).
 The options change only how per-microbatch norms and clipped sums are computed,
 never their values (every path is exact), so they are safe to tune for speed or
-memory, and tests use them to exercise every path.
+memory, and tests use them to exercise every path; ``noise`` picks the sampler of the
+N(0, σ²C²) noise (same distribution, same ε; a hardened sampler costs more).
 """
 
 import dataclasses
 import os
 
-__all__ = ["EngineOptions", "NORM_PATHS", "CLIPPED_SUMS"]
+__all__ = ["EngineOptions", "NORM_PATHS", "CLIPPED_SUMS", "NOISE_MODES"]
 
 # "auto": each layer's handler picks by the measured cost rules below.
 # "ghost" / "materialize": that TF-ops path for every Dense/Conv2D-like layer
@@ -35,6 +36,8 @@ __all__ = ["EngineOptions", "NORM_PATHS", "CLIPPED_SUMS"]
 NORM_PATHS = ("auto", "ghost", "materialize", "native", "depthwise")
 # How the clipped sum is formed once the clip factors are known (privacy/step/clipped_sum.py).
 CLIPPED_SUMS = ("bookkeeping", "second_pass", "recompute")
+# How the noise is drawn (privacy/randomness.py SAMPLERS; docs/randomness.md, "Hardened noise").
+NOISE_MODES = ("gaussian", "sum_of_gaussians")
 
 
 def _native_default():
@@ -82,6 +85,13 @@ class EngineOptions:
         one, which runs the forward pass again once the clip factors are known: about
         the non-private step's memory, for one more forward and backward pass. Refused
         for models that draw random numbers in their forward pass (Dropout, ...).
+      noise: how the N(0, σ²C²) noise is drawn, from the model's secret Philox key either
+        way. "gaussian" (default): Box–Muller, one sample per coordinate.
+        "sum_of_gaussians": each coordinate the sum of 4 samples of std σC/2 (Holohan &
+        Braghin 2021, as Opacus' secure_mode): the same distribution and ε, the
+        floating-point traces of one Box–Muller sample hidden in the sum, tails to 17σ
+        instead of 8.49σ; 4x the noise draw's time (benchmarks/results/noise_modes.md).
+        What each protects against: docs/randomness.md, "Hardened noise".
     """
 
     native: bool = dataclasses.field(default_factory=_native_default)
@@ -126,6 +136,9 @@ class EngineOptions:
     # Measured on CPU, Keras 3, CIFAR-10 CNN, batch 256 (benchmarks/results/
     # cifar10_b256_keras3_second_pass.md).
     clipped_sum: str = "bookkeeping"
+    # Opt-in: four times the noise draw (benchmarks/results/noise_modes.md); the default
+    # stays the fast one.
+    noise: str = "gaussian"
 
     def __post_init__(self):
         for name in ("native", "vectorize_recurrent"):
@@ -138,6 +151,10 @@ class EngineOptions:
         if self.clipped_sum not in CLIPPED_SUMS:
             raise ValueError(f"EngineOptions.clipped_sum must be one of "
                              f"{', '.join(CLIPPED_SUMS)}; got {self.clipped_sum!r}.")
+        if self.noise not in NOISE_MODES:
+            raise ValueError(f"EngineOptions.noise must be one of {', '.join(NOISE_MODES)}; "
+                             f"got {self.noise!r}. Fix: noise='sum_of_gaussians' for hardened "
+                             f"noise (docs/randomness.md), or leave the default 'gaussian'.")
         if self.norm_path == "native" and not self.native:
             raise ValueError("EngineOptions.norm_path='native' needs native=True; with "
                              "native=False use norm_path 'auto', 'ghost', 'materialize' or "

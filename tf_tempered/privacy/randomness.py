@@ -37,6 +37,9 @@ in a process warns (:class:`InsecureDPRandomnessWarning`).
 
 Philox-4x32-10 is a statistical generator (the one TensorFlow uses everywhere),
 not a cryptographic one; what this module removes is the public seed.
+``EngineOptions(noise="sum_of_gaussians")`` draws each noise coordinate as the sum of
+four Box–Muller values instead (:mod:`~tf_tempered.privacy.hardened_noise`; the threat
+model: docs/randomness.md).
 
 >>> source = DPRandomness("noise")
 >>> source.is_secret, "key" in repr(source)
@@ -54,9 +57,10 @@ import warnings
 import numpy as np
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy import hardened_noise
 
 __all__ = ["DPRandomness", "InsecureDPRandomnessWarning", "check_insecure_dp_seed",
-           "gaussian_noise_like", "secret_seed", "dp_seed", "INSECURE_NOTE"]
+           "gaussian_noise_like", "SAMPLERS", "secret_seed", "dp_seed", "INSECURE_NOTE"]
 
 _PHILOX = 1  # tf.random.Algorithm.PHILOX
 _STREAM_SHIFT = 48
@@ -198,20 +202,37 @@ class DPRandomness:
         z = √(−2 ln(1 − u₁))·(cos 2πu₂, sin 2πu₂), two exact N(0, 1) per pair. Same
         distribution as ``StatelessRandomNormalV2`` (whose CPU kernel runs the same
         transform one value at a time, ~1.5× slower: 21 vs 13 ms for 3.2 M values, the
-        noise of a 3.2 M-parameter model each step). Tails end where 1 − u₁ is smallest:
-        at √(46 ln 2) ≈ 5.65σ in float32 (TF's kernel: 5.68σ), as for any float sampler.
+        noise of a 3.2 M-parameter model each step). u₁ is drawn in float64 whatever
+        ``dtype``: tails end where 1 − u₁ is smallest, at √(104 ln 2) ≈ 8.49σ, where float32
+        uniforms (and TF's own float32 kernel) stop at √(46 ln 2) ≈ 5.65σ. A truncated tail
+        is a privacy leak the accountant does not see: an output beyond the truncation point
+        is impossible without an example and possible with it, which adds about
+        T·q·Q(t − 1/σ) to δ (truncation t, T steps of sampling rate q, Q the normal tail).
+        At t = 5.65, 60 epochs at σ = 1.1 would add 6.5e-5, more than δ = 1e-5; at t = 8.49,
+        below 1e-12 for any σ ≥ 0.5 and a million epochs.
+        """
+        num_values = tf.reduce_prod(tf.cast(shape, tf.int64))
+        cos, sin = self.box_muller((num_values + 1) // 2, stddev=stddev, counter=counter,
+                                   stream=stream, dtype=dtype)
+        return tf.reshape(tf.concat([cos, sin], axis=0)[:num_values], shape)
+
+    def box_muller(self, num_pairs, *, stddev, counter, stream=0, dtype=tf.float32):
+        """(r·cos θ, r·sin θ): two [num_pairs] N(0, stddev²) vectors, pair j at index j of both.
+
+        One Philox draw at ``(stream, counter)``: the uniforms of :meth:`normal`, which
+        returns the two halves one after the other; a sampler that combines values
+        (:mod:`~tf_tempered.privacy.hardened_noise`) must not add up the two of one pair.
         """
         key, counter = self._key_counter(counter, stream)
-        num_values = tf.reduce_prod(tf.cast(shape, tf.int64))
-        half = (num_values + 1) // 2
+        # float64 uniforms (52-bit): the radius's tail reaches 8.49σ (see normal()).
         uniform = tf.raw_ops.StatelessRandomUniformV2(
-            shape=tf.stack([tf.constant(2, tf.int64), half]), key=key, counter=counter,
-            alg=_PHILOX, dtype=dtype)
-        # 1 - u in (0, 1]: u's largest value is 1 - 2^-mantissa bits, so the log is finite.
-        radius = tf.sqrt(-2.0 * tf.math.log(1.0 - uniform[0])) * tf.cast(stddev, dtype)
-        angle = (2.0 * np.pi) * uniform[1]
-        pairs = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], axis=0)
-        return tf.reshape(pairs[:num_values], shape)
+            shape=tf.stack([tf.constant(2, tf.int64), tf.cast(num_pairs, tf.int64)]), key=key,
+            counter=counter, alg=_PHILOX, dtype=tf.float64)
+        # 1 - u in (0, 1]: u's largest value is 1 - 2^-52, so the log is finite.
+        radius = tf.cast(tf.sqrt(-2.0 * tf.math.log1p(-uniform[0])), dtype) * tf.cast(
+            stddev, dtype)
+        angle = tf.cast((2.0 * np.pi) * uniform[1], dtype)
+        return radius * tf.cos(angle), radius * tf.sin(angle)
 
     def uniform(self, shape, *, counter, stream=0, dtype=tf.float64):
         """U[0, 1) of ``shape``: one Philox draw at ``(stream, counter)`` (_key_counter)."""
@@ -220,13 +241,26 @@ class DPRandomness:
                                                    alg=_PHILOX, dtype=dtype)
 
 
-def gaussian_noise_like(variables, stddev, source, counter):
+# EngineOptions.noise -> its draw: (source, shape, *, stddev, counter) -> N(0, stddev²).
+SAMPLERS = {
+    "gaussian": lambda source, shape, **kwargs: source.normal(shape, **kwargs),
+    "sum_of_gaussians": hardened_noise.sum_of_gaussians,
+}
+
+
+def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian"):
     """Independent N(0, stddev²) noise shaped like each variable, from ``source``.
 
     One Philox draw for all coordinates at a fresh counter of the model's secret
     stream (a DPRandomness): several times faster on CPU than one stateful
-    tf.random.normal per variable, same distribution.
+    tf.random.normal per variable, same distribution. ``mode`` (``EngineOptions.noise``):
+    "gaussian", Box–Muller (:meth:`DPRandomness.normal`); "sum_of_gaussians", the sum
+    of 4 draws of std stddev/2 (:mod:`~tf_tempered.privacy.hardened_noise`), 4× the cost.
     """
+    if mode not in SAMPLERS:
+        raise ValueError(f"gaussian_noise_like: mode must be one of {', '.join(SAMPLERS)} "
+                         f"(EngineOptions.noise), got {mode!r}.")
+    draw = SAMPLERS[mode]
     sizes = [int(np.prod(v.shape)) for v in variables]
-    flat = source.normal([sum(sizes)], stddev=stddev, counter=counter)
+    flat = draw(source, [sum(sizes)], stddev=stddev, counter=counter)
     return [tf.reshape(n, v.shape) for n, v in zip(tf.split(flat, sizes), variables)]

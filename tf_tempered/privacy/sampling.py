@@ -202,30 +202,48 @@ def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
     q = poisson_sampling_probability(num_examples=num_examples,
                                      expected_batch_size=expected_batch_size,
                                      sampling_probability=sampling_probability)
+    steps = _total_steps(epochs, steps, num_examples=num_examples, sampling_probability=q)
+    if num_shards > 1:  # this replica's examples; q and q·N stay global
+        data = tf.nest.map_structure(lambda t: t[shard_index::num_shards], data)
+    max_batch_size = _max_batch_size(max_batch_size, data, q=q, steps=steps,
+                                     num_shards=num_shards)
+    source = randomness.DPRandomness("poisson", insecure_dp_seed=insecure_dp_seed)
+    draw = _drawer(data, source, q=q, num_examples=num_examples, shard_index=shard_index,
+                   max_batch_size=max_batch_size)
+
+    return data_sampling.tag_dataset(
+        _padded_batches(source, draw, steps),
+        data_sampling.SamplingTag("poisson", num_examples, q * num_examples, q, steps))
+
+
+def _total_steps(epochs, steps, *, num_examples, sampling_probability):
+    """The steps of the run: ``steps``, or ``epochs · round(1/q)``; exactly one is given."""
     if (epochs is None) == (steps is None):
         raise ValueError(f"Give exactly one of epochs and steps (got epochs={epochs!r}, "
                          f"steps={steps!r}); e.g. epochs=10.")
     if steps is None:
         _check_positive_int("epochs", epochs)
         steps = int(epochs) * poisson_steps_per_epoch(num_examples=num_examples,
-                                                      sampling_probability=q)
+                                                      sampling_probability=sampling_probability)
     _check_positive_int("steps", steps)
-    steps = int(steps)
-    if num_shards > 1:  # this replica's examples; q and q·N stay global
-        data = tf.nest.map_structure(lambda t: t[shard_index::num_shards], data)
-    shard_examples = int(tf.nest.flatten(data)[0].shape[0])
+    if steps >= 2 ** 32:  # the Philox counter holds (pass, step) as two 32-bit halves
+        raise ValueError(f"steps must be below 2**32, got {steps}; split the run.")
+    return int(steps)
+
+
+def _max_batch_size(max_batch_size, shard_data, *, q, steps, num_shards):
+    """The padded batch size: as given, else the default bound over all shards' steps."""
     if max_batch_size is None:  # over all shards' steps (union bound)
+        shard_examples = int(tf.nest.flatten(shard_data)[0].shape[0])
         max_batch_size = default_max_batch_size(num_examples=shard_examples,
                                                 sampling_probability=q,
                                                 total_steps=steps * num_shards)
     _check_positive_int("max_batch_size", max_batch_size)
-    max_batch_size = int(max_batch_size)
-    if steps >= 2 ** 32:  # the Philox counter holds (pass, step) as two 32-bit halves
-        raise ValueError(f"steps must be below 2**32, got {steps}; split the run.")
-    source = randomness.DPRandomness("poisson", insecure_dp_seed=insecure_dp_seed)
-    draw = _drawer(data, source, q=q, num_examples=num_examples, shard_index=shard_index,
-                   max_batch_size=max_batch_size)
+    return int(max_batch_size)
 
+
+def _padded_batches(source, draw, steps):
+    """The dataset of ``steps`` padded batches ``draw((step, pass counter))`` per pass."""
     # The one-element map runs once per pass over the dataset (each epoch of fit):
     # a new counter value, hence new batches, every pass.
     @tf.autograph.experimental.do_not_convert
@@ -241,9 +259,7 @@ def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
     # flat_map hides the length; Keras and PrivacyBudget need the steps per epoch.
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(steps))
     dataset = dataset.map(draw, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return data_sampling.tag_dataset(
-        dataset.prefetch(tf.data.AUTOTUNE),
-        data_sampling.SamplingTag("poisson", num_examples, q * num_examples, q, steps))
+    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def _as_examples(x, y, sample_weight):

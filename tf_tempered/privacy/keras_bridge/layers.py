@@ -15,7 +15,8 @@
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit",
+__all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn_call_result",
+           "vectorized_map_takes_recurrent_layers",
            "is_trainable_batch_norm", "linear_activation", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "watchable", "IS_KERAS3"]
@@ -39,6 +40,18 @@ def is_recurrent_unit(layer):
     is not a unit: it calls its two RNN layers in its own call, and each is recorded.
     """
     return isinstance(layer, keras.layers.RNN)
+
+
+def rnn_call_result(output, final_states):
+    """What an RNN layer with return_state=True returns: Keras 3 a tuple (output, *states),
+    tf-keras a list [output, *states]."""
+    return (output, *final_states) if IS_KERAS3 else [output, *final_states]
+
+
+def vectorized_map_takes_recurrent_layers():
+    """Whether TF's vectorized_map can run an RNN layer's call per example: not on tf-keras,
+    whose fused LSTM/GRU functions it cannot convert (a TypeError on a variant tensor)."""
+    return IS_KERAS3
 
 
 def inside_recurrent_units(model):

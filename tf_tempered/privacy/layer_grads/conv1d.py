@@ -25,7 +25,8 @@ from typing import Any
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, Norms, derived_weights, register
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DParams
 
 __all__ = ["Conv1DHandler", "Conv1DParams"]
@@ -83,7 +84,7 @@ class Conv1DHandler(Handler):
             grads = norms.clipped_sum(weights)
             return [tf.reshape(grads[0], params.kernel_shape)] + grads[1:]
 
-        return Norms(norms.sq_norms, clipped_sum, norms.path)
+        return LayerResult(norms.sq_norms, clipped_sum, norms.path)
 
 
 _CONV2D = Conv2DHandler()

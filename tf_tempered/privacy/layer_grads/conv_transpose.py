@@ -29,7 +29,8 @@ import dataclasses
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import clip, keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, Norms, derived_weights, register
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DParams
 
 __all__ = ["Conv2DTransposeHandler", "ConvTransposeParams"]
@@ -90,7 +91,7 @@ class Conv2DTransposeHandler(Handler):
                 clip.weighted_sum(weights.zero_nonfinite(bias), weights.scale)]
 
         sq = kernel.sq_norms + tf.cast(tf.reduce_sum(tf.square(bias), 1), kernel.sq_norms.dtype)
-        return Norms(sq, clipped_sum, kernel.path)
+        return LayerResult(sq, clipped_sum, kernel.path)
 
 
 _CONV2D = Conv2DHandler()

@@ -18,7 +18,9 @@ from typing import Tuple
 
 from tf_tempered._compat import keras
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, derived_weights, register, rows
+from tf_tempered.privacy.layer_grads import rows
+from tf_tempered.privacy.layer_grads.contract import Handler
+from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 
 __all__ = ["DenseHandler", "DenseParams"]
 

@@ -38,7 +38,9 @@ from typing import Tuple
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import conv_grads, keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, derived_weights, register, rows
+from tf_tempered.privacy.layer_grads import rows
+from tf_tempered.privacy.layer_grads.contract import Handler
+from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 
 __all__ = ["DepthwiseConv2DHandler", "DepthwiseParams", "DepthwisePath", "choose_path",
            "depthwise_norms", "per_example_kernel_grads"]

@@ -52,7 +52,8 @@ Example: microbatch 0 = examples 0, 1 looks up row 3 twice and row 1 once.
 """
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy.layer_grads import Handler, Norms, register
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["EmbeddingHandler", "embedding_sq_norms", "embedding_clipped_sum",
            "embedding_hyperparameters"]
@@ -248,5 +249,5 @@ class EmbeddingHandler(Handler):
         vocab = params["vocab_size"]
         sq = embedding_sq_norms(call.inputs, call.grad_output, step.num_microbatches,
                                 vocab_size=vocab)
-        return Norms(sq, lambda weights: [embedding_clipped_sum(
+        return LayerResult(sq, lambda weights: [embedding_clipped_sum(
             call.inputs, call.grad_output, weights, vocab, dtype=params["dtype"])], "sparse")

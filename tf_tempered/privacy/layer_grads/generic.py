@@ -22,7 +22,7 @@ exact for any layer whose examples do not mix.
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import clip, keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, Norms
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 
 __all__ = ["GenericHandler", "norms_from_per_example", "per_example_grads"]
 
@@ -49,7 +49,7 @@ class GenericHandler(Handler):
 
 
 def norms_from_per_example(variables, per_example, step, path):
-    """Norms from per-example gradients [B, *var.shape] of `variables` (summed per microbatch)."""
+    """The LayerResult from per-example gradients [B, *var.shape] of `variables` (summed per microbatch)."""
     num_microbatches = step.num_microbatches
     grouped = [clip.sum_microbatches(p, num_microbatches) for p in per_example]
     sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [num_microbatches, -1])), 1)
@@ -62,7 +62,7 @@ def norms_from_per_example(variables, per_example, step, path):
             sums.append(tf.reshape(clip.weighted_sum(flat, weights.scale), var.shape))
         return sums
 
-    return Norms(sq, clipped_sum, path, variables=variables)
+    return LayerResult(sq, clipped_sum, path, variables=variables)
 
 
 def per_example_grads(call, variables, bypass_activation=False, options=None):

@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.layer_grads import Norms
+from tf_tempered.privacy.layer_grads.contract import LayerResult
 
 __all__ = ["GroupedPath", "grouped_norms"]
 
@@ -55,5 +55,5 @@ def grouped_norms(ungrouped_norms, call, group_params, groups, step):
         per_group = [part.clipped_sum(weights) for part in parts]
         return [tf.concat(list(grads), axis=-1) for grads in zip(*per_group)]
 
-    return Norms(tf.add_n([part.sq_norms for part in parts]), clipped_sum,
+    return LayerResult(tf.add_n([part.sq_norms for part in parts]), clipped_sum,
                  GroupedPath(groups, parts[0].path))

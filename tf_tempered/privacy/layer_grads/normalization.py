@@ -32,7 +32,8 @@ from typing import Tuple
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, register
+from tf_tempered.privacy.layer_grads.contract import Handler
+from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.generic import norms_from_per_example
 
 __all__ = ["AffineNormalizationHandler", "AffineNormalizationParams", "broadcast_weight_grads"]

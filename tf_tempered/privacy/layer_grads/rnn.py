@@ -36,7 +36,9 @@ deterministic (dropout outside the RNN layer).
 from tf_tempered._compat import keras
 from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, generic, register
+from tf_tempered.privacy.layer_grads import generic
+from tf_tempered.privacy.layer_grads.contract import Handler
+from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["RecurrentHandler"]
 
@@ -62,9 +64,9 @@ class RecurrentHandler(Handler):
     @staticmethod
     def per_example_while_loop(options):
         """Whether the per-example VJP is a tf.map_fn (else TF's vectorized_map)."""
-        # TF's vectorized_map cannot convert tf-keras' fused LSTM/GRU functions (a
-        # TypeError on a variant tensor): a tf.map_fn over the examples there.
-        return not keras_bridge.IS_KERAS3 or not options.vectorize_recurrent
+        # Where vectorized_map cannot run the layer (tf-keras' fused kernels): tf.map_fn.
+        return not keras_bridge.vectorized_map_takes_recurrent_layers() or (
+            not options.vectorize_recurrent)
 
     def hyperparameters(self, layer):
         _refuse_unsupported(layer)

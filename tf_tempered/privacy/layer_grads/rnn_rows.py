@@ -57,7 +57,9 @@ from typing import Any
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, Norms, register, rows
+from tf_tempered.privacy.layer_grads import rows
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["RNNRowsHandler", "RNNRowsParams"]
 
@@ -255,8 +257,7 @@ class RNNRowsHandler(Handler):
         recorded = (x, h_prev) + tuple(rest)
         output = sequence if params.return_sequences else last_output
         if params.return_state:
-            final = list(final_states)
-            result = (output, *final) if keras_bridge.IS_KERAS3 else [output] + final
+            result = keras_bridge.rnn_call_result(output, list(final_states))
         else:
             result = output
         return result, recorded, a
@@ -289,7 +290,7 @@ class RNNRowsHandler(Handler):
                     else input_bias)
             return [kernel, recurrent] + bias
 
-        return Norms(inputs_part.sq_norms + recurrent_part.sq_norms, clipped_sum,
+        return LayerResult(inputs_part.sq_norms + recurrent_part.sq_norms, clipped_sum,
                      RNNRowsPath(inputs_part.path, recurrent_part.path))
 
     def merge_calls(self, calls):

@@ -43,7 +43,7 @@ import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import clip, conv_grads
-from tf_tempered.privacy.layer_grads import Norms
+from tf_tempered.privacy.layer_grads.contract import LayerResult
 
 __all__ = ["KernelGrads", "RowSource", "RowsPath", "choose_materialize", "fits",
            "linear_norms", "static_rows"]
@@ -213,7 +213,6 @@ def linear_norms(src, path, step, *, kernel_shape, use_bias, book_keeping=None,
       None and bias_per_microbatch given) the bias never joins the ghost norm
       as a column of ones.
     """
-    num_microbatches, examples = step.num_microbatches, step.examples_per_microbatch
     materialize = path.materialize
     g = src.grad_output
     if book_keeping is None:
@@ -222,43 +221,17 @@ def linear_norms(src, path, step, *, kernel_shape, use_bias, book_keeping=None,
     if bias_per_microbatch is None:
         bias_per_microbatch = lambda m: tf.reduce_sum(clip.group_rows(g, m), 1)
     if bias_from_scaled is None:
-        bias_from_scaled = lambda scaled: tf.reduce_sum(tf.reshape(scaled, [-1, scaled.shape[-1]]), 0)
+        bias_from_scaled = lambda scaled: tf.reduce_sum(
+            tf.reshape(scaled, [-1, scaled.shape[-1]]), 0)
     # A ghost norm takes the bias in as an input column of ones, and its clipped
     # sum comes out of the book-keeping; otherwise per-microbatch bias gradients:
     # the sum over each microbatch's rows, however many rows an example has (a
     # static count of one per example does not make it one per microbatch).
     separate_bias = use_bias and (materialize is not False or kernel is not None
                                   or not ones_column)
-    bias = bias_per_microbatch(num_microbatches) if separate_bias else None
-
-    def kept_sum(per_microbatch):
-        return lambda weights: clip.weighted_sum(weights.zero_nonfinite(per_microbatch),
-                                                 weights.scale)
-
-    if kernel is not None:
-        sq, materialized_sum = kernel.sq_norms, kernel.materialized_sum
-    elif isinstance(materialize, bool):
-        if materialize:
-            per_microbatch = _over_chunks(_materialized_kernel_grads, src, num_microbatches,
-                                          examples)
-            sq, materialized_sum = _sq_row_norms(per_microbatch), kept_sum(per_microbatch)
-        else:
-            sq = _over_chunks(functools.partial(_ghost_sq_norms,
-                                                with_bias=use_bias and not separate_bias),
-                              src, num_microbatches, examples)
-            materialized_sum = None
-    else:
-        def materialized():
-            per_microbatch = _over_chunks(_materialized_kernel_grads, src, num_microbatches,
-                                          examples)
-            return _sq_row_norms(per_microbatch), per_microbatch
-
-        def ghost():  # an empty stand-in keeps both branches' outputs alike
-            return (_over_chunks(_ghost_sq_norms, src, num_microbatches, examples),
-                    tf.zeros([0, src.d_in * g.shape[-1]], g.dtype))
-
-        sq, per_microbatch = tf.cond(materialize, materialized, ghost)
-        materialized_sum = kept_sum(per_microbatch)
+    bias = bias_per_microbatch(step.num_microbatches) if separate_bias else None
+    sq, materialized_sum = _kernel_sq_norms(src, materialize, kernel, step,
+                                            with_bias=use_bias and not separate_bias)
     if bias is not None:
         sq += _sq_row_norms(bias)
 
@@ -278,4 +251,38 @@ def linear_norms(src, path, step, *, kernel_shape, use_bias, book_keeping=None,
         grads = [tf.reshape(kernel_grad, kernel_shape)]
         return grads + [bias_grad] if use_bias else grads
 
-    return Norms(sq, clipped_sum, path)
+    return LayerResult(sq, clipped_sum, path)
+
+
+def _kept_sum(per_microbatch):
+    """ClipWeights → Σ_m c_m·g_m of materialized per-microbatch gradients (non-finite rows 0)."""
+    return lambda weights: clip.weighted_sum(weights.zero_nonfinite(per_microbatch),
+                                             weights.scale)
+
+
+def _kernel_sq_norms(src, materialize, kernel, step, *, with_bias):
+    """(‖g_m‖² of the kernel [M] (+ the bias as a ones column if with_bias), the materialized
+    clipped sum or None): from `kernel` if the handler computed it, else ghost norms
+    (materialize False), materialized gradients (True), or either chosen per step (a tensor)."""
+    num_microbatches, examples = step.num_microbatches, step.examples_per_microbatch
+    if kernel is not None:
+        return kernel.sq_norms, kernel.materialized_sum
+    if materialize is True:
+        per_microbatch = _over_chunks(_materialized_kernel_grads, src, num_microbatches,
+                                      examples)
+        return _sq_row_norms(per_microbatch), _kept_sum(per_microbatch)
+    if materialize is False:
+        return _over_chunks(functools.partial(_ghost_sq_norms, with_bias=with_bias),
+                            src, num_microbatches, examples), None
+
+    def materialized():
+        per_microbatch = _over_chunks(_materialized_kernel_grads, src, num_microbatches,
+                                      examples)
+        return _sq_row_norms(per_microbatch), per_microbatch
+
+    def ghost():  # an empty stand-in keeps both branches' outputs alike
+        return (_over_chunks(_ghost_sq_norms, src, num_microbatches, examples),
+                tf.zeros([0, src.d_in * src.grad_output.shape[-1]], src.grad_output.dtype))
+
+    sq, per_microbatch = tf.cond(materialize, materialized, ghost)
+    return sq, _kept_sum(per_microbatch)

@@ -26,7 +26,9 @@ from typing import Any, Tuple
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, Norms, register, rows
+from tf_tempered.privacy.layer_grads import rows
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.depthwise import depthwise_norms, depthwise_params
 
 __all__ = ["SeparableConv2DHandler", "SeparableParams", "SeparablePath"]
@@ -89,7 +91,7 @@ class SeparableConv2DHandler(Handler):
         def clipped_sum(weights):
             return depthwise.clipped_sum(weights) + pointwise_norms.clipped_sum(weights)
 
-        return Norms(depthwise.sq_norms + pointwise_norms.sq_norms, clipped_sum,
+        return LayerResult(depthwise.sq_norms + pointwise_norms.sq_norms, clipped_sum,
                      SeparablePath(depthwise.path, pointwise_path))
 
 

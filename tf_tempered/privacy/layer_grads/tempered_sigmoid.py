@@ -34,7 +34,8 @@ vectorized VJP.
 
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, register
+from tf_tempered.privacy.layer_grads.contract import Handler
+from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.generic import norms_from_per_example
 from tf_tempered.privacy.layer_grads.normalization import broadcast_weight_grads
 

@@ -53,7 +53,8 @@ import numpy as np
 from tf_tempered._compat import tf
 from tf_tempered.layers import WeightStandardizedConv2D, standardize_kernel
 from tf_tempered.privacy import clip, keras_bridge
-from tf_tempered.privacy.layer_grads import Handler, Norms, register
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler
 
 __all__ = ["WeightStandardizedConv2DHandler", "WeightStandardizedParams"]
@@ -133,7 +134,7 @@ class WeightStandardizedConv2DHandler(Handler):
                 grads.append(clip.weighted_sum(weights.zero_nonfinite(bias), weights.scale))
             return grads
 
-        return Norms(sq, clipped_sum, kernel_norms.path)
+        return LayerResult(sq, clipped_sum, kernel_norms.path)
 
 
 def _patch_sums(x, params):

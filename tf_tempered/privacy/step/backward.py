@@ -27,12 +27,12 @@ __all__ = ["backward"]
 
 
 def backward(model, forward, plan, batch_size):
-    """(layer_grads.Step, [(first record, records of that layer)]) with the output
+    """(layer_grads.MicrobatchLayout, [(first record, records of that layer)]) with the output
     gradients of every record filled in."""
     records = forward.recorder.records
     unrecorded = coverage.check(model, records)
     coverage.refuse_reads_outside_calls(forward.recorder)
-    step = layer_grads.Step(forward.num_microbatches, forward.examples_per_microbatch,
+    step = layer_grads.MicrobatchLayout(forward.num_microbatches, forward.examples_per_microbatch,
                             plan.options, batch_size)
     # One entry per layer: a layer called more than once (shared weights) gets the
     # per-example sum of its calls' contributions.

@@ -144,7 +144,7 @@ class NormHooks:
     """
 
     def __init__(self):
-        self.step = None  # layer_grads.Step, set before the first backward pass
+        self.step = None  # layer_grads.MicrobatchLayout, set before the first backward pass
         self.skip = set()  # ids of records whose norms are computed afterwards
         self.collecting = False
         self.norms = {}  # id(record) -> the handler's norms object

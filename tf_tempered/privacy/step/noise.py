@@ -16,10 +16,10 @@
     ĝ = (Σ_m c_m·g_m + Z) / n,    Z ~ N(0, σ²C²·I),
 
 with Z drawn from the model's secret key at a fresh counter (on replica 0 only under
-tf.distribute, see :mod:`.replicas`) and n the global number of microbatches, or the
-expected batch size q·N of Poisson batches. The optimizer applies ĝ with its own rule
-(SGD, Adam, ...); under mixed precision the wrapped optimizer does, since ĝ comes from
-a loss nobody scaled.
+tf.distribute, see :mod:`.replicas`) by the sampler ``EngineOptions.noise`` names, and n
+the global number of microbatches, or the expected batch size q·N of Poisson batches.
+The optimizer applies ĝ with its own rule (SGD, Adam, ...); under mixed precision the
+wrapped optimizer does, since ĝ comes from a loss nobody scaled.
 """
 
 from tf_tempered._compat import tf
@@ -46,8 +46,8 @@ def noised_mean(model, state, plan, batch, forward, summed, stats):
     with tf.control_dependencies([forward.total]):  # no core taken from the forward pass
         counter = state.noise.next_counter()  # on every replica: a synchronised step
         noises = plan.replicas.noise(
-            lambda c: randomness.gaussian_noise_like(variables, plan.config.noise_stddev,
-                                                     state.noise, c),
+            lambda c: randomness.gaussian_noise_like(
+                variables, plan.config.noise_stddev, state.noise, c, mode=plan.options.noise),
             variables, counter)
     if state.audit_hook is not None:  # only in a model a privacy audit trains
         summed = state.audit_hook(dict(summed), variables, counter)

@@ -37,11 +37,11 @@ _LOG = logging.getLogger("tf_tempered.privacy.engine")
 
 @dataclasses.dataclass(frozen=True)
 class LayerNorms:
-    """One layer's result: its handler's Norms and the variables its clipped sum covers."""
+    """One layer's result: its handler's LayerResult and the variables its clipped sum covers."""
 
     first: Any  # the layer's first LayerRecord
     calls: List[Any]
-    norms: Any  # layer_grads.Norms
+    norms: Any  # layer_grads.LayerResult
     variables: List[Any]
 
 

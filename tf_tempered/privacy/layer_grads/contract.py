@@ -1,0 +1,110 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The handler contract: what the engine gives a handler and what a handler returns.
+
+A handler (one instance per layer family) turns what the forward pass and the one
+backward pass recorded for a layer call (its input ``A``, the gradient ``G`` of the summed
+microbatch losses w.r.t. its output, its hyperparameters as plain values) into a
+:class:`LayerResult`: the squared norm ``‖g_m‖²`` of each microbatch's gradient of the
+layer's own trainable variables, and ``c ↦ Σ_m c_m·g_m`` (the clipped sum for clip
+factors ``c``, book-keeping: no second backward pass). :class:`MicrobatchLayout` is
+what it needs to know about the step.
+
+This module is a leaf of ``layer_grads``: the registry (:mod:`.registry`) and every
+handler import it; it imports none of them.
+"""
+
+import dataclasses
+from typing import Any, Callable, List
+
+__all__ = ["Handler", "LayerResult", "MicrobatchLayout"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MicrobatchLayout:
+    """The microbatch layout of the training step, as a handler needs it.
+
+    num_microbatches: M (an int, or a scalar tensor when not known while tracing).
+    examples_per_microbatch: E (an int, or None when the batch size is not static).
+    options: the model's EngineOptions.
+    batch_size: B (an int, or a scalar tensor when not known while tracing).
+    """
+    num_microbatches: Any
+    examples_per_microbatch: Any
+    options: Any
+    batch_size: Any = None
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LayerResult:
+    """A handler's result for one layer call.
+
+    sq_norms: [M] squared norms of the microbatches' gradients of `variables`.
+    clipped_sum: ClipWeights → [Σ_m c_m·g_m for each variable of `variables`,
+      in that order] (a tensor, or tf.IndexedSlices for a sparse gradient).
+    path: the path the handler took (its own frozen decision object), for
+      inspection and tests.
+    variables: the variables `clipped_sum` returns gradients for, when they are
+      not `handler.variables(layer, params)` (multi_call: all the layer's own).
+    """
+    sq_norms: Any
+    clipped_sum: Callable[[Any], List[Any]]
+    path: Any = None
+    variables: Any = None
+
+
+class Handler:
+    """Base class of the per-layer handlers (stateless: one instance per family)."""
+
+    name = None  # short name for messages, logs and tests ("dense", "conv2d", ...)
+    summary = None  # one line for the supported-layers table (supported_layers_markdown)
+
+    # Whether recording bypasses the layer's activation so that the recorded
+    # output is the pre-activation Z (the handler's math is for Z = f(A, W)).
+    records_pre_activation = False
+
+    # A per-example VJP of the layer's own recorded call (rnn.py): exact for any
+    # subclass, so it also applies to subclasses that override `call`.
+    vjp_of_own_call = False
+    # Whether that VJP slices the tensors among the call's other arguments (mask,
+    # initial states) per example too (generic.per_example_grads).
+    slices_call_args = False
+    # Whether the handler runs the layer's call itself (`recorded_call`, rnn_rows.py) to
+    # record tensors of its own choosing instead of the layer's input and output.
+    records_own_forward = False
+
+    def hyperparameters(self, layer):
+        """Plain values of `layer` the handler needs (a frozen dataclass or dict),
+        or None if this handler does not cover this configuration."""
+        raise NotImplementedError
+
+    def variables(self, layer, params):
+        """The trainable variables `norms(...).clipped_sum` returns gradients for, in order."""
+        raise NotImplementedError
+
+    def norms(self, call, params, step):
+        """The LayerResult of one recorded call (`call.inputs`, `call.grad_output`)."""
+        raise NotImplementedError
+
+    def recorded_call(self, layer, params, call_fn, inputs, args, kwargs, wrap):
+        """(outputs, recorded inputs, recorded output) of a call the handler runs itself,
+        with `wrap` applied to the recorded output before it is used; or None to leave
+        the call to the next handler (only if records_own_forward)."""
+        raise NotImplementedError
+
+    def merge_calls(self, calls):
+        """One call-like record for a layer called several times, or None (multi_call.py
+        then sums per-example VJPs of the calls)."""
+        del calls
+        return None

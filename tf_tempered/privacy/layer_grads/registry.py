@@ -1,0 +1,166 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The handler registry: which handler computes a layer's per-example norms.
+
+Registering a handler for class K applies it to layers of K and of subclasses
+that inherit K's `call` unchanged; a subclass with its own `call` may compute
+something else, so it takes the generic per-example VJP (generic.py), as do
+unregistered layers and registered ones whose `hyperparameters` returns None
+(a variant the handler does not cover, e.g. Conv2D with groups > 1). The engine never
+branches on the layer type: it asks `lookup(layer)` for the handler.
+
+Handlers register themselves when their module is imported; the package
+``__init__`` imports them all.
+"""
+
+import dataclasses
+
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.layer_grads import generic, multi_call
+
+__all__ = ["GENERIC", "derived_weights", "describe_path", "handler_for", "lookup", "register",
+           "registered", "supported_layers_markdown"]
+
+GENERIC = generic.GenericHandler()
+
+_REGISTRY = {}  # layer class -> handler instance
+
+
+def register(*layer_classes):
+    """Class decorator: registers one instance of the Handler subclass for `layer_classes`."""
+    def decorate(handler_class):
+        handler = handler_class()
+        for cls in layer_classes:
+            _REGISTRY[cls] = handler
+        return handler_class
+
+    return decorate
+
+
+def registered():
+    """{layer class: handler} of every registered handler (a copy)."""
+    return dict(_REGISTRY)
+
+
+def handler_for(layer, skip=()):
+    """The handler registered for the nearest class of `layer` whose `call` it inherits, or None.
+
+    Walks the MRO: a registered class K applies only if it has the same `call`
+    as the layer's class (else the layer computes something else than K), or if
+    its handler is a VJP of the layer's own call (rnn.py, registered for RNN). Handlers
+    in `skip` (they declined the layer) are passed over.
+    """
+    for cls in type(layer).__mro__:
+        handler = _REGISTRY.get(cls)
+        if handler is None or handler in skip:
+            continue
+        if handler.vjp_of_own_call or type(layer).call is cls.call:
+            return handler
+    return None
+
+
+def derived_weights(layer):
+    """Why `layer`'s weights are not the plain variables its handler's math is for, or None.
+
+    Keras 3 layers with LoRA (`lora_rank`, `enable_lora`) compute their kernel
+    (embeddings) from frozen weights plus trainable low-rank factors, and
+    quantized ones from integer weights and scales: `layer.kernel` is then a
+    tensor, not the trainable variable. A handler refuses such a layer
+    (hyperparameters returns None) so that it takes the generic per-example VJP,
+    which is exact for them. Keras 2 layers have neither.
+    """
+    if getattr(layer, "lora_enabled", False):
+        return "LoRA is enabled (its trainable weights are the low-rank factors)"
+    mode = getattr(layer, "quantization_mode", None)
+    if mode:
+        return f"it is quantized ({mode})"
+    return None
+
+
+def lookup(layer, skip=()):
+    """(handler, plain hyperparameters) for `layer`; the generic handler where none applies.
+
+    A handler that declines (hyperparameters None) passes the layer on to the handler of
+    the next registered class in its MRO (an LSTM with dropout: from rnn_rows.py to the
+    recurrent unit's rnn.py); `skip` lists handlers that declined a call already.
+
+    A registered handler applies only if the variables it returns gradients for
+    are exactly the layer's own trainable weights: otherwise (a Keras 3 variable
+    frozen on its own, `layer.bias.trainable = False`; LoRA or quantized weights
+    a handler missed) its norms would count a frozen variable or miss a
+    trainable one, so the generic per-example VJP takes the layer.
+    """
+    skip = tuple(skip)
+    while (handler := handler_for(layer, skip)) is not None:
+        params = handler.hyperparameters(layer)
+        if params is not None and _same_variables(handler.variables(layer, params),
+                                                  keras_bridge.own_trainable_weights(layer)):
+            return handler, params
+        skip += (handler,)  # it declines this configuration: the next registered class's
+    return GENERIC, GENERIC.hyperparameters(layer)
+
+
+def describe_path(path):
+    """A handler's path (LayerResult.path) as text: a string as is, a decision object as its
+    repr with the choices made per step (tensors while tracing) shown as "per step".
+
+    >>> from tf_tempered.privacy.layer_grads.rows import RowsPath
+    >>> describe_path(RowsPath(materialize=False))
+    'RowsPath(materialize=False)'
+    """
+    if path is None or isinstance(path, str):
+        return path
+    if dataclasses.is_dataclass(path):
+        fields = ", ".join(f"{f.name}={_describe_value(getattr(path, f.name))}"
+                           for f in dataclasses.fields(path))
+        return f"{type(path).__name__}({fields})"
+    return repr(path)
+
+
+def _describe_value(value):
+    if hasattr(value, "dtype") and hasattr(value, "shape"):  # a tensor: decided per step
+        return "per step"
+    if dataclasses.is_dataclass(value):
+        return describe_path(value)
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_describe_value(v) for v in value) + ")"
+    return repr(value)
+
+
+def _same_variables(ours, owned):
+    keys = [keras_bridge.variable_key(v) for v in ours]
+    return len(set(keys)) == len(keys) == len(owned) and set(keys) == {
+        keras_bridge.variable_key(v) for v in owned}
+
+
+def supported_layers_markdown():
+    """The README's "Which layers are supported, and how" table, generated from the registry.
+
+    >>> print(supported_layers_markdown().splitlines()[0])
+    | Layer | Handler | How per-example gradient norms and the clipped sum are computed |
+    """
+    lines = ["| Layer | Handler | How per-example gradient norms and the clipped sum are computed |",
+             "|---|---|---|"]
+    for cls, handler in sorted(registered().items(), key=lambda item: item[0].__name__):
+        lines.append(f"| `{cls.__name__}` | `{handler.name}` | {handler.summary} |")
+    lines.append(f"| every other layer with trainable weights | `{GENERIC.name}` | "
+                 f"{GENERIC.summary} |")
+    lines.append(f"| a layer called more than once (shared weights) | `multi_call` | "
+                 f"{multi_call.SUMMARY} |")
+    lines.append("| refused, with the fix in the message | — | trainable BatchNormalization "
+                 "(mixes examples), stateful RNNs, RNNs with dropout/recurrent_dropout, a "
+                 "recurrent cell called outside an RNN layer, a layer inside another layer's "
+                 "loop, a weight read outside its layer's calls (tied embeddings), weight "
+                 "regularizers |")
+    return "\n".join(lines)
