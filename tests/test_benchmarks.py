@@ -66,6 +66,7 @@ def _load_module(name):
     return module
 
 
+@pytest.mark.extended  # the whole command in a subprocess; its functions are tested here
 def test_dp_step_keras_flag_overrides_the_environment(tmp_path):
     """--keras=<the other Keras> runs that Keras, whatever TF_USE_LEGACY_KERAS says."""
     other = 2 if KERAS_MAJOR == 3 else 3

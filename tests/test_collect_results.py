@@ -90,6 +90,7 @@ def test_refuses_mixed_configs_insecure_runs_and_missing_recipe(tmp_path):
         collect_results.aggregate([str(tmp_path / "nowhere")], recipe="paper")
 
 
+@pytest.mark.extended  # the whole command in a subprocess; its functions are tested here
 def test_cli_merges_json_and_appends_markdown(tmp_path):
     dirs = _write_runs(tmp_path, recipe="paper")
     out = tmp_path / "results" / "mnist.json"

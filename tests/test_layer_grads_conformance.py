@@ -43,6 +43,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import extended_run
 from dp_reference import (BATCH, assert_engine_matches_reference, onednn_conv_gradients,
                           seeded, skip_without_onednn_conv_gradients)
 from tf_tempered._compat import KERAS_MAJOR, keras
@@ -80,9 +81,13 @@ def _combinations(paths, case=None):
     return {path: (_PATTERN_A, _PATTERN_B)[i % 2] for i, path in enumerate(paths)}
 
 
+# On Keras 3 the recurrent cases' tf.map_fn path (what Keras 2 always takes, and Keras 3 with
+# EngineOptions(vectorize_recurrent=False)) runs with --extended only: the Keras 2 suite runs
+# every recurrent case on it.
 _PARAMS = [
     pytest.param(case, path, m, static,
-                 id=f"{case}-{path}-{_M_IDS[m]}-{'static' if static else 'dynamic'}-batch")
+                 id=f"{case}-{path}-{_M_IDS[m]}-{'static' if static else 'dynamic'}-batch",
+                 marks=[pytest.mark.extended] if KERAS_MAJOR == 3 and path == "map_fn" else [])
     for case, (_, _, paths, _) in CASES.items()
     for path, combinations in _combinations(paths, case).items() for m, static in combinations]
 
@@ -107,11 +112,11 @@ def test_the_combinations_cover_every_pair():
     assert {m for r in recurrent for m, _ in r["vectorized"]} == set(_M_IDS)
 
 
-# The default run covers, on Keras 3, every (case, path) and every path with every M, the
-# static and dynamic batch alternating; on Keras 2 every case: Keras 2 shares the handlers'
+# The default run covers, on Keras 3, every (case, path) (M and the static or dynamic batch
+# rotating with the patterns); on Keras 2 every case: Keras 2 shares the handlers'
 # math and the step, and differs in the bridge (recording, fused recurrent kernels), which
 # every case exercises. --extended runs all.
-_COVER = (("case", "path"), ("path", "num_microbatches")) if KERAS_MAJOR == 3 else ("case",)
+_COVER = (("case", "path"),) if KERAS_MAJOR == 3 else ("case",)
 
 
 @pytest.mark.cover_each(*_COVER)
@@ -149,9 +154,9 @@ _SECOND_PASS = [
     if mode == "second_pass" or case not in _RECURRENT]
 
 
-# Keras 3: every case in one of the two modes; Keras 2: each mode with each (M, batch) once.
-@pytest.mark.cover_each(*(("case",) if KERAS_MAJOR == 3 else ()),
-                        ("mode", "num_microbatches", "static_batch"))
+# Each mode with each (M, batch kind) once (--extended: every case in both modes); the norms
+# come from each handler's default path, which test_handler_update_equals_... covers.
+@pytest.mark.cover_each(("mode", "num_microbatches", "static_batch"))
 @pytest.mark.parametrize("mode,case,num_microbatches,static_batch", _SECOND_PASS)
 def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
                                                               static_batch):
@@ -173,19 +178,20 @@ def test_two_pass_cases_cover_every_pair():
 
 
 @pytest.mark.skipif(KERAS_MAJOR == 2, reason="the Keras 3 suite runs the oneDNN-only cases")
-def test_onednn_only_cases_run_with_onednn_where_this_process_cannot():
+def test_onednn_only_cases_run_with_onednn_where_this_process_cannot(request):
     """Without oneDNN (e.g. an AVX2-only CPU) TensorFlow cannot differentiate grouped
     convolutions nor dilated transposed ones, so the cases above skip; they then run here in
-    a subprocess with TF_ENABLE_ONEDNN_OPTS=1 (every path of each case once, and one
-    two-pass run)."""
+    a subprocess with TF_ENABLE_ONEDNN_OPTS=1 (each case once, every path of each with
+    --extended, and one two-pass run)."""
     if onednn_conv_gradients():
         pytest.skip("this process runs the grouped-convolution cases itself")
     here = pathlib.Path(__file__)
-    # Every path of each grouped case once (its first (M, batch) pair), one two-pass run.
+    # Each grouped case once (its first path; every path with --extended), one two-pass run.
+    key_size = 2 if extended_run(request.config) else 1
     firsts = {}
     for p in _PARAMS:
         if p.values[0] in _ONEDNN_ONLY:
-            firsts.setdefault(p.values[:2], p.id)
+            firsts.setdefault(p.values[:key_size], p.id)
     ids = [f"{here}::test_handler_update_equals_per_microbatch_reference[{i}]"
            for i in firsts.values()]
     ids += [f"{here}::test_two_pass_clipped_sum_equals_per_microbatch_reference[{p.id}]"

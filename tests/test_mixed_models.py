@@ -134,6 +134,7 @@ def test_every_trainable_layer_takes_its_handler(name):
     assert found == expected  # (a fixed TemperedSigmoid has no weights)
 
 
+@pytest.mark.cover_each("name", ("num_microbatches", "static_batch"))
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("num_microbatches,static_batch", [(None, True), (4, False)],
                          ids=["M=batch-static", "M=4-dynamic"])

@@ -74,6 +74,7 @@ def test_seeds_of_different_configs_and_mixed_datasets_are_refused(tmp_path):
         pareto_runs.curves_from_runs({"x": [str(tmp_path / "missing")]})
 
 
+@pytest.mark.extended  # the whole command in a subprocess; its functions are tested here
 def test_cli_writes_csv_json_and_png(tmp_path):
     a = _run(tmp_path, "a", (0.90, 0.95, 0.98))
     out = tmp_path / "out"
