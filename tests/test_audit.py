@@ -299,6 +299,7 @@ def test_dp_model_bound_never_exceeds_accounted_epsilon(mnist_split):
 
 # ---------------------------------------------------------------- the script
 
+@pytest.mark.extended  # a whole run of the script; its functions are tested here
 def test_script_trains_audits_saves_and_reloads(tmp_path, capsys):
     if not (DATA_DIR / "mnist").is_dir():
         pytest.skip(f"{DATA_DIR / 'mnist'} not present")

@@ -34,6 +34,7 @@ PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops") + (
     ("dpsequential", "stock_optimizer") if tensorflow_privacy is not None else ())
 
 
+@pytest.mark.extended  # a whole run of the script; its functions are tested here
 def test_dp_step_benchmark_runs_all_paths(tmp_path):
     out = tmp_path / "result.json"
     subprocess.run(

@@ -39,6 +39,7 @@ def _is_png(path):
     return path.read_bytes()[:8] == PNG_MAGIC
 
 
+@pytest.mark.extended  # a whole run of the script; its functions are tested here
 def test_sweep_writes_summary_and_resumes_without_training(tmp_path, monkeypatch):
     calls = []
     real_run = sweep.run_training
@@ -79,6 +80,7 @@ def test_sweep_needs_an_output_dir():
                         output_dir=None, verbose=0)
 
 
+@pytest.mark.extended  # a whole run of the script; its functions are tested here
 def test_pareto_records_accuracy_against_epsilon(tmp_path):
     summary = pareto.run_pareto(BASE.replace(epochs=2), activations=["relu", "tanh"],
                                 seeds=[0], output_dir=tmp_path, verbose=0)
@@ -101,6 +103,7 @@ def test_pareto_refuses_non_private_runs(tmp_path):
         pareto.run_pareto(BASE.replace(dpsgd=False), output_dir=tmp_path, verbose=0)
 
 
+@pytest.mark.extended  # a whole run of the script; its functions are tested here
 def test_activation_norms_records_first_layer_norms(tmp_path):
     summary = activation_norms.run_activation_norms(BASE, output_dir=tmp_path, verbose=0)
     assert _is_png(tmp_path / "activation_norms.png")

@@ -130,6 +130,7 @@ def test_cross_validation_scores_the_mean_over_folds(tmp_path):
         search.parse_axis("validation_fold=0,1")
 
 
+@pytest.mark.extended  # a whole run of the script; its functions are tested here
 def test_a_real_tiny_search(tmp_path):
     summary = search.run_search(BASE, [search.parse_axis("learning_rate=0.5,1")],
                                 output_dir=str(tmp_path), verbose=0)
