@@ -20,7 +20,8 @@ os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tf_tempered._compat import keras, tf  # noqa: E402
-from tf_tempered.privacy import EngineOptions, clip, layer_grads as handlers, recording  # noqa: E402
+from tf_tempered.privacy import EngineOptions, layer_grads as handlers, recording  # noqa: E402
+from tf_tempered.privacy.layer_grads import clip_weights as clip  # noqa: E402
 from tf_tempered.privacy.layer_grads import embedding as emb_grads  # noqa: E402
 
 

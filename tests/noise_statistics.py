@@ -5,12 +5,45 @@ The draws are secret (not seeded), so every check can fail by chance: each is se
 false alarm rate of about 1e-6 or less (|z| < 5 standard errors; Kolmogorov–Smirnov
 p > 1e-6; correlations below 4.5/√n, 7e-6), while a sampler with the wrong scale, a heavy or
 missing tail, or correlated values fails for sure at these sizes.
+
+The engine's noise is observed through :func:`zero_gradient_model`: every gradient is 0,
+so each update of :func:`noise_updates` is exactly -lr · noise / expected batch.
 """
 
 import numpy as np
 from scipy import stats
 
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
+
 FALSE_ALARM = 1e-6
+_LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+_BATCH = 16
+
+
+def zero_gradient_model(noise="gaussian", insecure_dp_seed=None):
+    """Two bias-free Dense layers (50→40→30, 3200 weights), private with sampler ``noise``:
+    on all-zero inputs every gradient is 0, so an update is noise."""
+    model = keras.Sequential([keras.Input((50,)), keras.layers.Dense(40, use_bias=False),
+                              keras.layers.Dense(30, use_bias=False)])
+    return make_private(model, options=EngineOptions(noise=noise),
+                        insecure_dp_seed=insecure_dp_seed)
+
+
+def noise_updates(model, *, clip, sigma, steps, expected_batch=10.0):
+    """The update of each of ``steps`` steps (learning rate 1) on a Poisson-structured zero
+    batch, per variable, each from all-zero weights (so it is exactly -noise / expected
+    batch). Separate fit calls: the noise counter must carry on across them."""
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=sigma,
+                                                learning_rate=1.0), loss=_LOSS)
+    weights = {"mask": tf.ones([_BATCH]), "expected_batch_size": tf.constant(expected_batch)}
+    batch = tf.data.Dataset.from_tensors((tf.zeros([_BATCH, 50]), tf.zeros([_BATCH]), weights))
+    updates = []
+    for _ in range(steps):
+        model.set_weights([np.zeros_like(w) for w in model.get_weights()])
+        model.fit(batch, verbose=0)
+        updates.append(model.get_weights())
+    return updates
 
 
 def _corr(a, b):

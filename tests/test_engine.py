@@ -28,8 +28,9 @@ from dp_reference import _microbatch_grads
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import (DPConfig, DPKerasAdamOptimizer, DPKerasSGDOptimizer, EngineOptions,
-                                 NotPrivateError,
-                                 UnsupportedLayerError, dp_config, make_private, native)
+                                 NotPrivateError, UnsupportedLayerError, dp_config,
+                                 make_private)
+from tf_tempered.privacy.layer_grads import native
 from tf_tempered.privacy.optimizers import DPOptimizerMixin
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -339,33 +340,13 @@ def test_adam_gets_the_same_dp_gradient_as_tf_privacy():
         np.testing.assert_allclose(o, r, rtol=0, atol=1e-5 * scale)
 
 
-def _zero_gradient_model(insecure_dp_seed=None):
-    """Two bias-free Dense layers: on all-zero inputs every gradient is 0, so an update is noise."""
-    model = keras.Sequential([keras.Input((50,)), keras.layers.Dense(40, use_bias=False),
-                              keras.layers.Dense(30, use_bias=False)])
-    return make_private(model, insecure_dp_seed=insecure_dp_seed)
-
-
-def _noise_updates(model, *, clip, sigma, steps, expected_batch=10.0):
-    """The update of each of ``steps`` steps on a Poisson-structured zero batch, per variable."""
-    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=sigma,
-                                                learning_rate=1.0), loss=LOSS)
-    weights = {"mask": tf.ones([BATCH]), "expected_batch_size": tf.constant(expected_batch)}
-    batch = tf.data.Dataset.from_tensors((tf.zeros([BATCH, 50]), tf.zeros([BATCH]), weights))
-    updates = []
-    for _ in range(steps):  # separate fit calls: the noise counter must carry on across them
-        before = model.get_weights()
-        model.fit(batch, verbose=0)
-        updates.append([a - b for a, b in zip(model.get_weights(), before)])
-    return updates
-
-
 def test_noise_std_and_independence_with_secret_randomness():
     # update = -lr · noise / expected batch, noise ~ N(0, (σC)²) per coordinate.
     clip, sigma, expected = 0.7, 1.3, 10.0
-    model = _zero_gradient_model()
+    model = noise_statistics.zero_gradient_model()
     assert tf_tempered.privacy.has_secret_dp_randomness(model)
-    updates = _noise_updates(model, clip=clip, sigma=sigma, steps=2, expected_batch=expected)
+    updates = noise_statistics.noise_updates(model, clip=clip, sigma=sigma, steps=2,
+                                             expected_batch=expected)
     std = sigma * clip / expected
     assert sum(u.size for u in updates[0]) == 2000 + 1200
     noise_statistics.assert_noise_updates(updates, std)
@@ -377,9 +358,9 @@ def test_global_seed_does_not_control_noise_but_insecure_dp_seed_does(monkeypatc
 
     def noise(**kwargs):
         keras.utils.set_random_seed(0)  # what --seed does: same initial weights ...
-        model = _zero_gradient_model(**kwargs)
+        model = noise_statistics.zero_gradient_model(**kwargs)
         initial = model.get_weights()
-        return initial, _noise_updates(model, clip=1.0, sigma=1.0, steps=1)[0]
+        return initial, noise_statistics.noise_updates(model, clip=1.0, sigma=1.0, steps=1)[0]
 
     (init_a, a), (init_b, b) = noise(), noise()
     for wa, wb in zip(init_a, init_b):
@@ -392,7 +373,7 @@ def test_global_seed_does_not_control_noise_but_insecure_dp_seed_does(monkeypatc
     for x, y in zip(c, d):
         np.testing.assert_array_equal(x, y)  # the opt-in reproduces bit for bit
     assert not any(np.array_equal(x, y) for x, y in zip(c, e))
-    assert not tf_tempered.privacy.has_secret_dp_randomness(_zero_gradient_model(
+    assert not tf_tempered.privacy.has_secret_dp_randomness(noise_statistics.zero_gradient_model(
         insecure_dp_seed=5))
 
 

@@ -25,7 +25,8 @@ import pytest
 
 from dp_reference import BATCH, _seeded, assert_engine_matches_reference
 from tf_tempered._compat import KERAS_MAJOR, keras
-from tf_tempered.privacy import EngineOptions, UnsupportedLayerError, native
+from tf_tempered.privacy import EngineOptions, UnsupportedLayerError
+from tf_tempered.privacy.layer_grads import native
 
 # On Keras 2 the conformance cases and the comparisons with TF Privacy stand in for these
 # per-path references (tests/conftest.py).

@@ -23,15 +23,13 @@ import numpy as np
 import pytest
 import noise_statistics
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private, randomness
+from tf_tempered.privacy import EngineOptions, make_private, randomness
 from tf_tempered.privacy.hardened_noise import sum_of_gaussians
 from tf_tempered.privacy.options import NOISE_MODES
 from tf_tempered.privacy.state import get_state
 
 # The zero batch is a plain tf.data pipeline (accounted as shuffled batches): not the point here.
 pytestmark = pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
-LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
-BATCH = 16
 
 
 def _insecure(purpose, seed):
@@ -134,48 +132,25 @@ def test_sum_of_gaussians_compiles_with_xla():
     assert first.shape == (3, 2) and not np.array_equal(first.numpy(), second.numpy())
 
 
-def _zero_gradient_model(noise, insecure_dp_seed=None):
-    """Two bias-free Dense layers: on all-zero inputs every gradient is 0, so an update is noise."""
-    model = keras.Sequential([keras.Input((50,)), keras.layers.Dense(40, use_bias=False),
-                              keras.layers.Dense(30, use_bias=False)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", randomness.InsecureDPRandomnessWarning)
-        return make_private(model, options=EngineOptions(noise=noise),
-                            insecure_dp_seed=insecure_dp_seed)
-
-
-def _noise_updates(model, *, clip, sigma, steps, expected_batch=10.0):
-    """The update of each of ``steps`` steps on a Poisson-structured zero batch, per variable,
-    from all-zero weights (so the update is exactly -noise / expected batch)."""
-    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=sigma,
-                                                learning_rate=1.0), loss=LOSS)
-    weights = {"mask": tf.ones([BATCH]), "expected_batch_size": tf.constant(expected_batch)}
-    batch = tf.data.Dataset.from_tensors((tf.zeros([BATCH, 50]), tf.zeros([BATCH]), weights))
-    updates = []
-    for _ in range(steps):  # separate fit calls: the noise counter must carry on across them
-        model.set_weights([np.zeros_like(w) for w in model.get_weights()])
-        model.fit(batch, verbose=0)
-        updates.append(model.get_weights())
-    return updates
-
-
 @pytest.mark.parametrize("noise", NOISE_MODES)
 def test_dp_step_noise_std_and_independence(noise):
     """tests/test_engine.py's noise statistics, for every sampler."""
     clip, sigma, expected = 0.7, 1.3, 10.0
-    updates = _noise_updates(_zero_gradient_model(noise), clip=clip, sigma=sigma, steps=2)
+    model = noise_statistics.zero_gradient_model(noise)
+    updates = noise_statistics.noise_updates(model, clip=clip, sigma=sigma, steps=2)
     std = sigma * clip / expected
     assert sum(u.size for u in updates[0]) == 2000 + 1200
     noise_statistics.assert_noise_updates(updates, std)
 
 
+@pytest.mark.filterwarnings("ignore::tf_tempered.privacy.InsecureDPRandomnessWarning")
 def test_the_step_draws_with_the_chosen_sampler_and_the_default_is_pinned():
     """With insecure_dp_seed=5 the first update is -noise / 10 of that key's counter 1. The
     default's bits are pinned (both Kerases, TF 2.21 CPU; recorded with u₁ in float64)."""
     updates = {}
     for noise in NOISE_MODES:
-        model = _zero_gradient_model(noise, insecure_dp_seed=5)
-        (update,) = _noise_updates(model, clip=0.7, sigma=1.3, steps=1)
+        model = noise_statistics.zero_gradient_model(noise, insecure_dp_seed=5)
+        (update,) = noise_statistics.noise_updates(model, clip=0.7, sigma=1.3, steps=1)
         updates[noise] = np.concatenate([u.ravel() for u in update])
         drawn = randomness.gaussian_noise_like(model.trainable_variables, 0.7 * 1.3,
                                                _insecure("noise", 5), 1, mode=noise)
@@ -188,8 +163,8 @@ def test_the_step_draws_with_the_chosen_sampler_and_the_default_is_pinned():
 
 
 def test_the_option_is_saved_with_the_model(tmp_path):
-    model = _zero_gradient_model("sum_of_gaussians")
-    _noise_updates(model, clip=1.0, sigma=1.0, steps=1)
+    model = noise_statistics.zero_gradient_model("sum_of_gaussians")
+    noise_statistics.noise_updates(model, clip=1.0, sigma=1.0, steps=1)
     model.save(tmp_path / "model.keras")
     loaded = keras.models.load_model(tmp_path / "model.keras")
     make_private(loaded)  # without arguments: the settings saved with it

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clip as clip_lib
+from tf_tempered.privacy.layer_grads import clip_weights as clip_lib
 from tf_tempered.privacy.layer_grads import embedding as emb_grads
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -392,7 +392,7 @@ MEMORY_CHILD = textwrap.dedent(r'''
     import json, sys
     import tf_tempered
     from tf_tempered._compat import tf
-    from tf_tempered.privacy import clip as clip_lib
+    from tf_tempered.privacy.layer_grads import clip_weights as clip_lib
     from tf_tempered.privacy.layer_grads import embedding as emb_grads
     batch, seq, dim, m = 256, 64, 64, 256
     ids = tf.random.stateless_uniform([batch, seq], [1, 2], 0, 50000, tf.int32)

@@ -16,7 +16,8 @@
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import EngineOptions, native
+from tf_tempered.privacy import EngineOptions
+from tf_tempered.privacy.layer_grads import native
 from tf_tempered.privacy import layer_grads
 from tf_tempered.privacy.layer_grads import conv, dense, depthwise, rows
 

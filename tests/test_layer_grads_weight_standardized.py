@@ -26,8 +26,9 @@ import pytest
 from dp_reference import skip_without_onednn_conv_gradients
 from tf_tempered._compat import keras, tf
 from tf_tempered.layers import WeightStandardizedConv2D
-from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, clip, layer_grads,
+from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, layer_grads,
                                  layer_paths, make_private)
+from tf_tempered.privacy.layer_grads import clip_weights as clip
 
 
 @pytest.mark.parametrize("groups, norm_path, scaled", [(1, "ghost", True),

@@ -37,7 +37,8 @@ import pathlib
 import numpy as np
 
 from tf_tempered import data_readers as readers
-# Re-exported: these lived here before data_readers.py.
+# In __all__ because they are this module's API: load() raises DataFormatError for a
+# corrupt file, and read_idx reads one of the IDX files load() reads.
 from tf_tempered.data_readers import DataFormatError, read_idx
 
 __all__ = ["Dataset", "DataFormatError", "DataNotFoundError", "DATA_DIR_ENV",

@@ -24,7 +24,6 @@ weights used without calling it), so that none is trained silently with a zero
 gradient.
 """
 
-from tf_tempered._compat import keras
 from tf_tempered.privacy import keras_bridge, recording
 
 __all__ = ["check", "refuse_reads_outside_calls", "refuse_unrecorded_dependencies"]

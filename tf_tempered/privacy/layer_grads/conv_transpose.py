@@ -28,7 +28,8 @@ per microbatch, added here.
 import dataclasses
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clip, keras_bridge
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DParams

@@ -36,7 +36,7 @@ Only :func:`einsum_dense_hyperparameters` looks at a layer (tf-keras or Keras 3)
 import dataclasses
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import clip
+from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register

@@ -156,7 +156,7 @@ def embedding_clipped_sum(ids, grad_output, weights, vocab_size, *, dtype=None,
     Args:
       ids: the layer's input [B, ...], as for `embedding_sq_norms`.
       grad_output: [B, ..., d], as for `embedding_sq_norms`.
-      weights: a `tf_tempered.privacy.clip.ClipWeights`: scale [M] (0 for
+      weights: a `tf_tempered.privacy.layer_grads.clip_weights.ClipWeights`: scale [M] (0 for
         microbatches whose norm is not finite) and the finite flags.
       vocab_size: V, the number of rows of the embedding matrix (the
         IndexedSlices' dense_shape; negative ids are read as Keras 3 does).

@@ -21,7 +21,8 @@ exact for any layer whose examples do not mix.
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import clip, keras_bridge
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 
 __all__ = ["GenericHandler", "norms_from_per_example", "per_example_grads"]

@@ -42,7 +42,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import clip, conv_grads
+from tf_tempered.privacy.layer_grads import clip_weights as clip
+from tf_tempered.privacy.layer_grads import conv_grads
 from tf_tempered.privacy.layer_grads.contract import LayerResult
 
 __all__ = ["KernelGrads", "RowSource", "RowsPath", "choose_materialize", "fits",

@@ -21,7 +21,8 @@ tensors (mixed precision) are widened to float32 for the norms.
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import clip, coverage, layer_grads
+from tf_tempered.privacy import coverage, layer_grads
+from tf_tempered.privacy.layer_grads import clip_weights as clip
 
 __all__ = ["backward"]
 

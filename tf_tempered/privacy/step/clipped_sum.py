@@ -53,7 +53,8 @@ sum keeps the finite microbatches. Dropping examples never increases the sensiti
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import clip, keras_bridge
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.layer_grads import clip_weights as clip
 
 __all__ = ["BookKeeping", "SecondPass", "Recompute", "strategy_for", "NormHooks",
            "ForwardOps", "refuse_random_layers", "refuse_random_ops"]

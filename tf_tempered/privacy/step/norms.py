@@ -28,7 +28,7 @@ from typing import Any, List
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import layer_grads, layer_report
-from tf_tempered.privacy.clip import ClipWeights
+from tf_tempered.privacy.layer_grads.clip_weights import ClipWeights
 
 __all__ = ["LayerNorms", "layer_norms", "clip_factors"]
 

@@ -23,7 +23,7 @@ the cost of the batch's ordinary filter gradient.
 The op is compiled with the machine's C++ compiler against the installed
 TensorFlow the first time it is needed (10–50 s measured here, once per machine
 and TensorFlow version) and cached under ``$TF_TEMPERED_CACHE_DIR`` (default
-``~/.cache/tf_tempered``). ``python -m tf_tempered.privacy.native`` builds it
+``~/.cache/tf_tempered``). ``python -m tf_tempered.privacy.layer_grads.native`` builds it
 ahead of time and says where it is. Without a compiler the engine falls back to
 TF ops with a warning (same results, slower); ``TF_TEMPERED_NATIVE=0`` chooses
 that fallback silently, ``TF_TEMPERED_NATIVE=1`` makes a failed build an error.
@@ -47,7 +47,7 @@ except ImportError:  # pragma: no cover - Windows: builds are not locked against
     fcntl = None
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import conv_grads
+from tf_tempered.privacy.layer_grads import conv_grads
 
 __all__ = ["NativeBuildError", "available", "build", "conv2d_kernel_grads", "library_path",
            "supports"]

@@ -16,7 +16,7 @@
 import numpy as np
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import clip
+from tf_tempered.privacy.layer_grads import clip_weights as clip
 
 
 def test_clip_weights_zero_only_nonfinite_rows():

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import conv_grads
+from tf_tempered.privacy.layer_grads import conv_grads
 
 
 def _conv(filters, kernel, strides, padding, dilation, channels, size=(11, 9)):

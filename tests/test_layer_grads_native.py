@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import native
+from tf_tempered.privacy.layer_grads import native
 
 # Without a compiler the op cannot exist: skip. With one, a failed build fails.
 needs_op = pytest.mark.skipif(native._compiler() is None,
