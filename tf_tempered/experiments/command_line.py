@@ -33,15 +33,9 @@ __all__ = ["define_training_flags", "config_from_flags", "parse_floats", "absl_e
            "declare_main_module_flags"]
 
 
-def define_training_flags(flag_values, exclude=()):
-    """Defines the train script's flags on ``flag_values`` (absl), except ``exclude``.
-
-    Called from each script's ``main`` entry point, never at import time.
-    """
-    from absl import flags  # pylint: disable=g-import-not-at-top
-
-    d = TrainConfig()
-    specs = [
+def _data_flags(d):
+    """The dataset, its features and the validation split."""
+    return [
         ("enum", "dataset", d.dataset, "Dataset.", DATASETS),
         ("string", "data_dir", None, "Folder with the dataset files (see tf_tempered.data)."),
         ("integer", "num_train", None, "Keep only the first so many training examples."),
@@ -76,11 +70,23 @@ def define_training_flags(flag_values, exclude=()):
         ("integer", "validation_fold", None,
          "With --validation_size=S: hold out examples [k*S, (k+1)*S) instead of the last S "
          "(k-fold cross-validation: S = N/K and k = 0..K-1, one run per fold)."),
+    ]
+
+
+def _model_flags(d):
+    """The hidden activation."""
+    return [
         ("enum", "activation", d.activation, "Activation of every hidden layer.", ACTIVATIONS),
         ("float", "scale", d.scale, "Tempered sigmoid scale s."),
         ("float", "inverse_temperature", d.inverse_temperature, "Tempered sigmoid T."),
         ("float", "offset", d.offset, "Tempered sigmoid offset o."),
         ("bool", "learnable", d.learnable, "Learn (s, T, o) per layer."),
+    ]
+
+
+def _optimizer_flags(d):
+    """DP-SGD and the update rule."""
+    return [
         ("bool", "dpsgd", d.dpsgd, "Train with DP-SGD; --nodpsgd trains non-privately "
                                    "(shuffled batches, ε = inf)."),
         ("enum", "optimizer", d.optimizer, "Update rule.", OPTIMIZERS),
@@ -101,6 +107,12 @@ def define_training_flags(flag_values, exclude=()):
         ("float", "ema_decay", None, "Average the weights: shadow <- d*shadow + (1-d)*w after "
                                      "each step; evaluate and save the average (no privacy "
                                      "cost: post-processing). Default: off."),
+    ]
+
+
+def _randomness_flags(d):
+    """Sampling, accounting and seeds."""
+    return [
         ("enum", "sampling", d.sampling, "poisson: Poisson-sampled batches (the ε "
                                          "accounting assumes); shuffle: shuffled fixed-size "
                                          "batches.", SAMPLINGS),
@@ -114,6 +126,12 @@ def define_training_flags(flag_values, exclude=()):
          "NOT PRIVATE, for debugging and tests: derive the DP noise, Poisson batches and "
          "DP shuffling from this seed, so the run is reproducible bit for bit but its ε "
          "does not hold (metrics.json and the summary say so)."),
+    ]
+
+
+def _augmentation_and_output_flags(d):
+    """Augmentation multiplicity and what is written."""
+    return [
         ("integer", "augmult", d.augmult,
          "Augmentation multiplicity K (De et al. 2022): each sampled example is trained on "
          "as K augmented copies (random shifts of up to --augment_shift pixels, and "
@@ -131,6 +149,18 @@ def define_training_flags(flag_values, exclude=()):
         ("string", "recipe", None, "Named bundle of flag defaults (experiments/recipes.py, "
                                    "e.g. paper); flags given explicitly override it."),
     ]
+
+
+def define_training_flags(flag_values, exclude=()):
+    """Defines the train script's flags on ``flag_values`` (absl), except ``exclude``.
+
+    Called from each script's ``main`` entry point, never at import time.
+    """
+    from absl import flags  # pylint: disable=g-import-not-at-top
+
+    d = TrainConfig()
+    specs = (_data_flags(d) + _model_flags(d) + _optimizer_flags(d) + _randomness_flags(d)
+             + _augmentation_and_output_flags(d))
     for kind, name, default, help_text, *choices in specs:
         if name in exclude or name in flag_values:
             continue
