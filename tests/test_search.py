@@ -59,6 +59,39 @@ def test_grid_and_random_trials():
         search.expand_trials(BASE, axes, search="random")
 
 
+def test_joint_axes_set_their_flags_together():
+    name, values = search.parse_axis("batch_size+epochs+learning_rate=128+1+0.5,64+3+2")
+    assert name == "batch_size+epochs+learning_rate"
+    assert values == [{"batch_size": 128, "epochs": 1, "learning_rate": 0.5},
+                      {"batch_size": 64, "epochs": 3, "learning_rate": 2.0}]
+    trials = search.expand_trials(BASE, [(name, values)])
+    assert [(c.batch_size, c.epochs, c.learning_rate) for _, c in trials] == [
+        (128, 1, 0.5), (64, 3, 2.0)]
+    assert trials[1][0] == {name: "64+3+2.0"}
+    for bad, match in (("batch_size+epochs=64", "1 part"),
+                       ("batch_size+activation=64+tanh", "joint axis"),
+                       ("batch_size+delta=64+1e-6", "cannot be searched")):
+        with pytest.raises(ConfigError, match=match):
+            search.parse_axis(bad)
+    with pytest.raises(ConfigError, match="twice"):
+        search.expand_trials(BASE, [search.parse_axis("batch_size+epochs=64+1"),
+                                    search.parse_axis("epochs=2")])
+
+
+def test_one_at_a_time_is_the_base_and_each_value_alone():
+    axes = [search.parse_axis("ema_decay=none,0.99,0.999"),  # none is the base's: not repeated
+            search.parse_axis("batch_size+epochs=128+1,64+2"),  # 128+1 is the base too
+            search.parse_axis("learning_rate=2")]
+    trials = search.expand_trials(BASE, axes, search="one_at_a_time")
+    assert [labels for labels, _ in trials] == [
+        {}, {"ema_decay": 0.99}, {"ema_decay": 0.999}, {"batch_size+epochs": "64+2"},
+        {"learning_rate": 2.0}]
+    configs = [c for _, c in trials]
+    assert configs[0] == BASE
+    assert [(c.ema_decay, c.batch_size, c.epochs, c.learning_rate) for c in configs[1:]] == [
+        (0.99, 128, 1, 0.5), (0.999, 128, 1, 0.5), (None, 64, 2, 0.5), (None, 128, 1, 2.0)]
+
+
 def test_search_refuses_without_validation_or_target_epsilon(tmp_path):
     with pytest.raises(ConfigError, match="--validation_size must be > 0"):
         search.run_search(BASE.replace(validation_size=0), [], output_dir=str(tmp_path))

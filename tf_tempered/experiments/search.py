@@ -21,10 +21,12 @@
 Every train flag sets the base config; each ``--vary=FLAG=V1,V2,...`` makes FLAG an
 axis (values parsed as the flag's type; ``none`` for unset). ``activation`` also takes
 ``ts:S/T/O`` (tempered sigmoid with scale S, inverse temperature T, offset O) and
-``ts_learnable:S/T/O`` (the same, learnable per layer). ``--search=grid`` trains every
-combination; ``--search=random`` trains ``--num_trials`` of them drawn without
-replacement with ``--search_seed`` (a public seed: which configs are tried is not
-privacy-relevant). σ is always calibrated with ``--target_epsilon``, so every run ends
+``ts_learnable:S/T/O`` (the same, learnable per layer); ``--vary=F1+F2=a1+a2,b1+b2``
+is one joint axis (flags that change together, e.g. batch size with epochs).
+``--search=grid`` trains every combination; ``--search=random`` trains ``--num_trials``
+of them drawn without replacement with ``--search_seed`` (a public seed: which configs
+are tried is not privacy-relevant); ``--search=one_at_a_time`` trains the base config
+and each axis value alone on it (an ablation: each candidate against the same base). σ is always calibrated with ``--target_epsilon``, so every run ends
 at that ε (at ``--delta``) on the N − ``--validation_size`` training examples it uses.
 
 Selection is by validation accuracy. ``--validation_folds=K`` (K ≥ 2) makes it K-fold
@@ -97,27 +99,53 @@ def _parse_value(name, text):
 def parse_axis(spec):
     """``"FLAG=V1,V2"`` -> (FLAG, [value or {flag: value} per V]); ConfigError if invalid.
 
+    Flags that only make sense together form one joint axis, ``"F1+F2=a1+a2,b1+b2"``:
+    each value sets every named flag.
+
     >>> parse_axis("learning_rate=0.5,2")
     ('learning_rate', [0.5, 2.0])
+    >>> parse_axis("batch_size+epochs=2048+40,4096+80")
+    ('batch_size+epochs', [{'batch_size': 2048, 'epochs': 40}, {'batch_size': 4096, 'epochs': 80}])
     """
     name, sep, values = str(spec).partition("=")
     name = name.strip().lstrip("-")
     if not sep or not values:
         raise common.ConfigError(f"--vary={spec!r} is invalid: use --vary=FLAG=V1,V2,... "
                                  "e.g. --vary=learning_rate=0.5,2.")
-    if name not in _FIELDS or name in _NOT_SEARCHABLE:
-        searchable = sorted(set(_FIELDS) - set(_NOT_SEARCHABLE))
-        raise common.ConfigError(f"--vary={spec!r}: {name!r} cannot be searched over. "
-                                 f"Searchable flags: {', '.join(searchable)}.")
-    return name, [_parse_value(name, v.strip()) for v in values.split(",") if v.strip()]
+    names = [n.strip() for n in name.split("+")]
+    for one in names:
+        if one not in _FIELDS or one in _NOT_SEARCHABLE or (len(names) > 1 and
+                                                             one == "activation"):
+            searchable = sorted(set(_FIELDS) - set(_NOT_SEARCHABLE))
+            raise common.ConfigError(f"--vary={spec!r}: {one!r} cannot be searched over"
+                                     f"{' in a joint axis' if one == 'activation' else ''}. "
+                                     f"Searchable flags: {', '.join(searchable)}.")
+    texts = [v.strip() for v in values.split(",") if v.strip()]
+    if len(names) == 1:
+        return name, [_parse_value(name, v) for v in texts]
+    parsed = []
+    for text in texts:
+        parts = text.split("+")
+        if len(parts) != len(names):
+            raise common.ConfigError(
+                f"--vary={spec!r}: value {text!r} has {len(parts)} part(s) for {len(names)} "
+                f"flags. Fix: one '+'-separated part per flag, e.g. "
+                f"{'+'.join(names)}={'+'.join(['V'] * len(names))}.")
+        parsed.append({n: _parse_value(n, part.strip()) for n, part in zip(names, parts)})
+    return "+".join(names), parsed
 
 
 def expand_trials(base_config, axes, *, search="grid", num_trials=None, seed=0):
-    """The configs to train: every combination of ``axes`` (grid) or a seeded sample."""
+    """The configs to train: every combination of ``axes`` (grid), a seeded sample of them
+    (random), or the base config and each axis value alone on it (one_at_a_time: an
+    ablation design, 1 + Σ (values that differ from the base) configs)."""
     names = [n for n, _ in axes]
-    if len(set(names)) != len(names):
+    flags = [f for n in names for f in n.split("+")]
+    if len(set(flags)) != len(flags):
         raise common.ConfigError(f"--vary names a flag twice ({names}); give each flag once "
                                  "with all its values.")
+    if search == "one_at_a_time":
+        return _one_at_a_time(base_config, axes)
     combos = list(itertools.product(*(values for _, values in axes))) or [()]
     if search == "random":
         if num_trials is None or num_trials < 1:
@@ -126,14 +154,28 @@ def expand_trials(base_config, axes, *, search="grid", num_trials=None, seed=0):
         picks = rng.permutation(len(combos))[:num_trials]
         combos = [combos[i] for i in sorted(picks)]
     elif search != "grid":
-        raise common.ConfigError(f"--search={search!r} is invalid: use grid or random.")
-    trials = []
-    for combo in combos:
-        changes, labels = {}, {}
-        for name, value in zip(names, combo):
-            changes.update(value if isinstance(value, dict) else {name: value})
-            labels[name] = _label(value)
-        trials.append((labels, common.validate_config(base_config.replace(**changes))))
+        raise common.ConfigError(f"--search={search!r} is invalid: use grid, random or "
+                                 "one_at_a_time.")
+    return [_trial(base_config, zip(names, combo)) for combo in combos]
+
+
+def _trial(base_config, named_values):
+    changes, labels = {}, {}
+    for name, value in named_values:
+        changes.update(value if isinstance(value, dict) else {name: value})
+        labels[name] = _label(value)
+    return labels, common.validate_config(base_config.replace(**changes))
+
+
+def _one_at_a_time(base_config, axes):
+    """The base, then each value of each axis that changes the base, the rest at base."""
+    trials = [({}, common.validate_config(base_config))]
+    for name, values in axes:
+        for value in values:
+            changes = value if isinstance(value, dict) else {name: value}
+            if all(getattr(base_config, k) == v for k, v in changes.items()):
+                continue  # the base itself, trained once
+            trials.append(_trial(base_config, [(name, value)]))
     return trials
 
 
@@ -141,6 +183,8 @@ def _label(value):
     """How a value reads in the tables (``ts:S/T/O`` for a tempered sigmoid)."""
     if not isinstance(value, dict):
         return value
+    if "activation" not in value:  # a joint axis
+        return "+".join(str(v) for v in value.values())
     if value["activation"] != "tempered_sigmoid":
         return value["activation"]
     kind = "ts_learnable" if value["learnable"] else "ts"
@@ -289,9 +333,12 @@ def define_flags():
     command_line.define_training_flags(flags.FLAGS, exclude=("save_model",))
     flags.DEFINE_multi_string("vary", [], "FLAG=V1,V2,...: an axis of the search (repeat "
                               "for more axes); activation also takes ts:S/T/O and "
-                              "ts_learnable:S/T/O; 'none' unsets.")
-    flags.DEFINE_enum("search", "grid", ["grid", "random"], "Every combination, or "
-                      "--num_trials of them drawn with --search_seed.")
+                              "ts_learnable:S/T/O; 'none' unsets; F1+F2=a1+a2,b1+b2 is "
+                              "one joint axis.")
+    flags.DEFINE_enum("search", "grid", ["grid", "random", "one_at_a_time"],
+                      "grid: every combination; random: --num_trials of them drawn with "
+                      "--search_seed; one_at_a_time: the base config and each value alone "
+                      "on it (an ablation).")
     flags.DEFINE_integer("num_trials", None, "Configs to draw with --search=random.")
     flags.DEFINE_integer("search_seed", 0, "Seed of the random search (public).")
     flags.DEFINE_integer("validation_folds", 1, "K >= 2: K-fold cross-validation, each "
