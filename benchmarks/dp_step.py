@@ -37,6 +37,8 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered --dynamic_batch
     python benchmarks/dp_step.py --model=text --paths=nonprivate,tf_tempered   # Embedding 50k×64 + MHA
     python benchmarks/dp_step.py --model=lstm --paths=nonprivate,tf_tempered   # Embedding 10k×64 + LSTM(64)
+    python benchmarks/dp_step.py --model=lora --paths=nonprivate,tf_tempered   # batch 64:
+        # a 2-block transformer, rank-4 LoRA on its Dense/EinsumDense (Keras 3)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
 
 --keras=2|3 selects the Keras before TensorFlow is imported (it sets or unsets
@@ -92,8 +94,8 @@ import tf_tempered
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered import models
 from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
-from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, is_private, layer_paths,
-                                 make_private)
+from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, is_private, keras_bridge,
+                                 layer_paths, make_private)
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "tf_tempered_second_pass",
          "tf_tempered_low_memory",
@@ -127,15 +129,43 @@ def _loads(values):
 TEXT_VOCAB, TEXT_LENGTH, TEXT_DIM = 50_000, 64, 64
 
 
-def _text_model():
-    """A text classifier: Embedding 50 000 × 64 + a Transformer encoder block (issue 14's row)."""
-    tokens = keras.Input((TEXT_LENGTH,), dtype="int32")
-    x = keras.layers.Embedding(TEXT_VOCAB, TEXT_DIM)(tokens)
+def _encoder_block(x):
+    """A Transformer encoder block: MultiHeadAttention (4 heads) and a tanh MLP, post-norm."""
     attended = keras.layers.MultiHeadAttention(num_heads=4, key_dim=TEXT_DIM // 4)(x, x)
     x = keras.layers.LayerNormalization()(keras.layers.Add()([x, attended]))
     hidden = keras.layers.Dense(2 * TEXT_DIM, activation="tanh")(x)
-    x = keras.layers.LayerNormalization()(keras.layers.Add()([x, keras.layers.Dense(TEXT_DIM)(hidden)]))
+    return keras.layers.LayerNormalization()(
+        keras.layers.Add()([x, keras.layers.Dense(TEXT_DIM)(hidden)]))
+
+
+def _text_model(blocks=1):
+    """A text classifier: Embedding 50 000 × 64 + Transformer encoder blocks (issue 14's row:
+    one block)."""
+    tokens = keras.Input((TEXT_LENGTH,), dtype="int32")
+    x = keras.layers.Embedding(TEXT_VOCAB, TEXT_DIM)(tokens)
+    for _ in range(blocks):
+        x = _encoder_block(x)
     return keras.Model(tokens, keras.layers.Dense(10)(keras.layers.GlobalAveragePooling1D()(x)))
+
+
+LORA_RANK = 4
+
+
+def _lora_model():
+    """LoRA fine-tuning (Keras 3): the text classifier with two encoder blocks, rank-4 LoRA on
+    every Dense/EinsumDense of the blocks (attention projections and MLPs, base kernels
+    frozen), Embedding and LayerNormalization frozen, the classifier head trained in full."""
+    if KERAS_MAJOR != 3:
+        raise SystemExit("--model=lora needs Keras 3 (tf-keras has no enable_lora).")
+    model = _text_model(blocks=2)
+    head = model.layers[-1]
+    for layer in keras_bridge.flatten_layers(model):
+        if isinstance(layer, (keras.layers.Embedding, keras.layers.LayerNormalization)):
+            layer.trainable = False
+        elif (isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense))
+              and layer is not head):
+            layer.enable_lora(LORA_RANK)
+    return model
 
 
 LSTM_VOCAB = 10_000
@@ -179,6 +209,8 @@ def _mobilenet_model():
 def _model(kind, activation="tanh"):
     if kind == "text":
         return _text_model()
+    if kind == "lora":
+        return _lora_model()
     if kind == "conv1d":
         return _conv1d_model()
     if kind == "lstm":
@@ -228,14 +260,14 @@ def _compiled(path, kind, batch_size):
 
 def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
-            "lstm": (TEXT_LENGTH,),
+            "lstm": (TEXT_LENGTH,), "lora": (TEXT_LENGTH,),
             "conv1d": (128, 16), "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
     rng = np.random.default_rng(0)
-    if kind in ("text", "lstm"):
-        vocab = TEXT_VOCAB if kind == "text" else LSTM_VOCAB
+    if kind in ("text", "lstm", "lora"):
+        vocab = LSTM_VOCAB if kind == "lstm" else TEXT_VOCAB
         x = rng.integers(0, vocab, (batch_size,) + _input_shape(kind)).astype(np.int32)
     else:
         x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
@@ -255,9 +287,10 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "mobilenet",
-                                            "lstm"),
+                                            "lstm", "lora"),
                         default="mnist")
-    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--batch_size", type=int, default=None,
+                        help="default 256 (64 for --model=lora)")
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=10)
@@ -273,6 +306,8 @@ def main():
     if args.keras is not None and int(args.keras) != KERAS_MAJOR:
         raise SystemExit(f"--keras={args.keras} asked, but this process runs Keras {KERAS_MAJOR}: "
                          "run dp_step.py as a program so the flag applies before TF is imported.")
+    if args.batch_size is None:
+        args.batch_size = 64 if args.model == "lora" else 256
     paths = args.paths.split(",")
     if KERAS_MAJOR == 3 and any(p in TF_PRIVACY_PATHS for p in paths):
         raise SystemExit(f"The paths {', '.join(TF_PRIVACY_PATHS)} need TF Privacy, which works "
@@ -299,7 +334,7 @@ def main():
     env = dict(env_before, load_average_before=env_before["load_average"],
                load_average_after=environment()["load_average"])
     del env["load_average"]
-    print(f"\n{args.model} {'classifier' if args.model == 'text' else 'model'}, batch {args.batch_size}{' (dynamic)' if args.dynamic_batch else ''}, "
+    print(f"\n{args.model} {'classifier' if args.model in ('text', 'lora') else 'model'}, batch {args.batch_size}{' (dynamic)' if args.dynamic_batch else ''}, "
           f"Keras {env['keras_version']} ({env['keras_module']}), "
           f"{env['processor']}, TF {tf.__version__}, tf_tempered {tf_tempered.__version__}, "
           f"Python {env['python']}; load average (1/5/15 min) before "

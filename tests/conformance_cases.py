@@ -11,15 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The conformance cases: one small model per layer family, with the paths its handler takes.
+"""The conformance cases: small models per layer family, with the paths their handlers take.
 
-Shared by tests/test_layer_grads_conformance.py (each handler against a float64
-per-microbatch reference) and tests/test_sensitivity.py (neighbouring batches move
-the noised sum by at most C). Each case: (builder(dtype), inputs(seed), paths
-{name: EngineOptions kwargs}, {layer class name: expected handler name}).
+Each case is a :class:`ConformanceCase`; ``CASES_BY_FAMILY`` groups them per layer family
+and ``CASES`` holds them by name. Run by tests/test_conformance_<family>.py (each handler
+against the float64 per-microbatch reference, tests/conformance_harness.py) and by
+tests/test_sensitivity.py (neighbouring batches move the noised sum by at most C).
 """
 
+import dataclasses
 import functools
+from typing import Any, Callable, FrozenSet, Mapping, Union
 
 import numpy as np
 
@@ -35,7 +37,10 @@ _ROW_PATHS = {"auto": {}, "ghost": {"norm_path": "ghost"},
 # Recurrent layers: TF's vectorized_map (the default on Keras 3) or a tf.map_fn
 # (tf-keras' RNNs always take the tf.map_fn).
 _RNN_PATHS = {"vectorized": {}, "map_fn": {"vectorize_recurrent": False}}
-_CONV_PATHS = {
+# Paths of the convolution handlers (Conv1D/2D, Conv2DTranspose; also the per-path
+# reference tests of tests/test_conformance_conv.py): TF ops, each strategy forced, the
+# native op.
+CONV_PATHS = {
     "tf-auto": _TF_OPS,
     "tf-ghost": {**_TF_OPS, "norm_path": "ghost"},
     "tf-materialize": {**_TF_OPS, "norm_path": "materialize"},
@@ -137,12 +142,33 @@ def _transformer_block(dtype):
     return keras.Model(tokens, keras.layers.Dense(3, dtype=dtype)(x))
 
 
+def _keras3_lora_einsum_dense(dtype):
+    """Keras 3 only: attention-style EinsumDense projections with LoRA (rank 2, the
+    base kernels frozen): the LoRA handler on "abc,cde->abde" (bias "de") and
+    "abcd,cde->abe" (no bias), one with its bias frozen too."""
+    x_in = keras.Input((4, 6), dtype=dtype)
+    project = keras.layers.EinsumDense("abc,cde->abde", output_shape=(4, 2, 3),
+                                       bias_axes="de", lora_rank=2, dtype=dtype)
+    merge = keras.layers.EinsumDense("abcd,cde->abe", output_shape=(4, 5),
+                                     lora_rank=2, activation="tanh", dtype=dtype)
+    frozen_bias = keras.layers.EinsumDense("abc,cd->abd", output_shape=(4, 3),
+                                           bias_axes="d", lora_rank=2, dtype=dtype)
+    x = frozen_bias(merge(project(x_in)))
+    frozen_bias.bias.trainable = False
+    model = keras.Model(x_in, keras.layers.Dense(3, dtype=dtype)(
+        keras.layers.Flatten(dtype=dtype)(x)))
+    rng = np.random.default_rng(1)
+    for layer in (project, merge, frozen_bias):  # B = 0 at first: a zero LoRA gradient of A
+        for variable in layer.trainable_weights:
+            variable.assign(0.3 * rng.normal(size=variable.shape))
+    return model
+
+
 def _keras3_lora_and_frozen_bias(dtype):
     """Keras 3 only: LoRA layers (kernel = frozen kernel + trainable low-rank factors,
-    `layer.kernel` a tensor) and a Dense whose bias alone is frozen: not the
-    variables the handlers' math is for, so every one takes the generic VJP.
-    (No EinsumDense here: on Keras 3 the generic VJP of an "abc,cd->abd"
-    EinsumDense crashes TF's vectorized_map; see the report of issue 15.)"""
+    `layer.kernel` a tensor) and a Dense whose bias alone is frozen. The LoRA Dense
+    takes the LoRA handler (lora.py); the LoRA Embedding and the frozen-bias Dense
+    are not the variables their handlers' math is for, so they take the generic VJP."""
     tokens = keras.Input((6,), dtype=dtype)
     x = keras.layers.Embedding(50, 4, lora_rank=2, dtype=dtype)(tokens)
     x = keras.layers.Dense(5, activation="tanh", lora_rank=2, dtype=dtype)(x)
@@ -432,82 +458,137 @@ def _ids(shape, seed, vocab):
     return np.where(rare, rng.integers(vocab - 3, vocab, size=ids.shape), ids)
 
 
-# name: (builder, inputs(seed), paths, {layer class name: handler name})
-CASES = {
-    "dense": (_dense, lambda s: _floats((4, 6), s), _ROW_PATHS, {"Dense": "dense"}),
-    "conv2d": (_conv2d, lambda s: _floats((8, 7, 2), s), _CONV_PATHS,
-               {"Conv2D": "conv2d", "Dense": "dense"}),
-    "embedding": (_embedding, lambda s: _ids((6,), s, _VOCAB), {"auto": {}},
-                  {"Embedding": "embedding", "Dense": "dense"}),
-    "einsum_dense": (_einsum_dense, lambda s: _floats((4, 6), s), _ROW_PATHS,
-                     {"EinsumDense": "einsum_dense", "Dense": "dense"}),
-    "einsum_dense_row_bias": (_einsum_dense_row_bias, lambda s: _floats((4, 6), s), _ROW_PATHS,
-                              {"EinsumDense": "einsum_dense", "Dense": "dense"}),
-    "transformer_block": (_transformer_block, lambda s: _ids((5,), s, 50),
-                          {"auto": {}, "ghost": {"norm_path": "ghost"}},
-                          {"EinsumDense": "einsum_dense", "Embedding": "embedding",
-                           "LayerNormalization": "normalization", "Dense": "dense"}),
-    "generic": (_generic, lambda s: _floats((6,), s), {"auto": {}},
-                {"_DenseWithOwnCall": "generic", "LayerNormalization": "normalization",
-                 "TemperedSigmoid": "tempered_sigmoid", "Dense": "dense"}),
-    "conv1d": (_conv1d, lambda s: _floats((10, 4), s), _CONV_PATHS,
-               {"Conv1D": "conv1d", "Dense": "dense"}),
-    "normalization": (_normalization, lambda s: _floats((6, 4), s), {"auto": {}},
-                      {"LayerNormalization": "normalization", "GroupNormalization": "normalization",
-                       "Dense": "dense"}),
-    "grouped_conv1d": (_grouped_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
-                       {"Conv1D": "conv1d", "Dense": "dense"}),
-    "depthwise": (_depthwise, lambda s: _floats((7, 6, 2), s), _DEPTHWISE_PATHS,
-                  {"DepthwiseConv2D": "depthwise_conv2d", "Dense": "dense"}),
-    "separable": (_separable, lambda s: _floats((7, 6, 2), s),
-                  {**_DEPTHWISE_PATHS, "ghost": {"norm_path": "ghost"}},
-                  {"SeparableConv2D": "separable_conv2d", "Dense": "dense"}),
-    "grouped_conv2d": (_grouped_conv2d, lambda s: _floats((6, 6, 4), s), _CONV_PATHS,
-                       {"Conv2D": "conv2d", "Dense": "dense"}),
-    "grouped_conv3d": (_grouped_conv3d, lambda s: _floats((3, 4, 4, 4), s), {"auto": {}},
-                       {"Conv3D": "conv3d", "Dense": "dense"}),
-    "conv_transpose": (_conv_transpose, lambda s: _floats((3, 2, 3), s), _CONV_PATHS,
-                       {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
-    "dilated_conv_transpose": (_dilated_conv_transpose, lambda s: _floats((4, 3, 2), s),
-                               _CONV_PATHS,
-                               {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
-    "conv3d": (_conv3d, lambda s: _floats((5, 4, 4, 2), s),
-               {**_ROW_PATHS, "chunks": {"patch_chunk_bytes": 1}},
-               {"Conv3D": "conv3d", "Dense": "dense"}),
-    # Two of the Conv2D paths (the conv2d case runs them all): per-example kernel
-    # gradients kept (depthwise backprop, per-step choices) and ghost norms.
-    "weight_standardized": (_weight_standardized, lambda s: _floats((8, 7, 2), s),
-                            {"tf-auto": _TF_OPS, "tf-ghost": _CONV_PATHS["tf-ghost"]},
-                            {"WeightStandardizedConv2D": "weight_standardized_conv2d",
-                             "GroupNormalization": "normalization", "Dense": "dense"}),
-    "rnn": (_rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,
-            {"OwnCallSimpleRNN": "rnn", "OwnCallLSTM": "rnn", "OwnCallGRU": "rnn",
-             "Dense": "dense"}),
-    "rnn_rows": (_rnn_rows, lambda s: _floats((5, 3), s), _ROW_PATHS,
-                 {"SimpleRNN": "rnn_rows", "LSTM": "rnn_rows", "GRU": "rnn_rows",
-                  "Dense": "dense"}),
-    "rnn_rows_masked": (_rnn_rows_masked, lambda s: _padded_ids((5,), s), _ROW_PATHS,
-                        {"Embedding": "embedding", "GRU": "rnn_rows", "SimpleRNN": "rnn_rows",
-                         "LSTM": "rnn_rows", "Dense": "dense"}),
-    "rnn_masked_bidirectional": (_rnn_masked_bidirectional, lambda s: _padded_ids((4,), s),
-                                 _RNN_PATHS, {"Embedding": "embedding", "OwnCallLSTM": "rnn",
-                                              "Dense": "dense"}),
-    "rnn_states": (_rnn_states, lambda s: _floats((4, 5, 2), s), _RNN_PATHS,
-                   {"ConvLSTM1D": "rnn", "LSTM": "rnn_rows", "Dense": "dense"}),
+@dataclasses.dataclass(frozen=True)
+class ConformanceCase:
+    """One small model holding a layer family, and what the engine must do with it.
+
+    name: the case's id in test ids (``conv2d``, ``rnn_states``, ...).
+    build: dtype -> a fresh Keras model ("float32" for the engine, "float64" for the
+        reference; the drivers seed it).
+    inputs: seed -> the batch's inputs x, BATCH examples (the drivers draw the labels).
+    paths: path name -> EngineOptions keyword arguments, every path the handler can take;
+        the first is the handler's automatic choice (it gets pattern A, see
+        conformance_harness.py).
+    expected_handlers: layer class name -> the registered handler's name (or a frozenset
+        of names when layers of one class take different handlers).
+    recurrent_vjp: the recurrent unit's per-example VJP (layer_grads/rnn.py) runs, which is
+        slow to trace vectorized (TF's vectorized_map of a time loop, 15-40 s a step on 2
+        busy CPUs): the "vectorized" path runs one (M, batch kind) pair per such case,
+        pattern A's pairs spread over them; "map_fn" (seconds) runs pattern A or B in turn;
+        one two-pass mode only; the sensitivity test takes the tf.map_fn.
+    onednn_only: grouped convolutions or dilated transposed ones, which TensorFlow
+        differentiates only with oneDNN on CPU (dp_reference.onednn_conv_gradients).
+    keras3_only: uses Keras 3 features (LoRA, per-variable trainable flags); not a case on
+        Keras 2.
+    """
+
+    name: str
+    build: Callable[[str], Any]
+    inputs: Callable[[int], np.ndarray]
+    paths: Mapping[str, Mapping[str, Any]]
+    expected_handlers: Mapping[str, Union[str, FrozenSet[str]]]
+    recurrent_vjp: bool = False
+    onednn_only: bool = False
+    keras3_only: bool = False
+
+
+_Case = ConformanceCase
+
+# The cases of each layer family, one test file each (tests/test_conformance_<family>.py).
+# The order matters: the two-pass modes rotate the (M, batch kind) pairs over the cases in
+# this order, and the default run takes each pair's first case (conformance_harness.py).
+_FAMILIES = {
+    "dense": (
+        _Case("dense", _dense, lambda s: _floats((4, 6), s), _ROW_PATHS, {"Dense": "dense"}),
+        _Case("einsum_dense", _einsum_dense, lambda s: _floats((4, 6), s), _ROW_PATHS,
+              {"EinsumDense": "einsum_dense", "Dense": "dense"}),
+        _Case("einsum_dense_row_bias", _einsum_dense_row_bias, lambda s: _floats((4, 6), s),
+              _ROW_PATHS, {"EinsumDense": "einsum_dense", "Dense": "dense"}),
+        _Case("transformer_block", _transformer_block, lambda s: _ids((5,), s, 50),
+              {"auto": {}, "ghost": {"norm_path": "ghost"}},
+              {"EinsumDense": "einsum_dense", "Embedding": "embedding",
+               "LayerNormalization": "normalization", "Dense": "dense"}),
+        # Keras 2 has neither LoRA nor per-variable trainable flags.
+        _Case("keras3_lora_frozen_bias", _keras3_lora_and_frozen_bias,
+              lambda s: _ids((6,), s, 50), {"auto": {}},
+              {"Embedding": "generic",
+               "Dense": frozenset({"generic", "dense", "lora_dense"})},
+              keras3_only=True),
+        _Case("keras3_lora_einsum_dense", _keras3_lora_einsum_dense,
+              lambda s: _floats((4, 6), s), _ROW_PATHS,
+              {"EinsumDense": "lora_einsum_dense", "Dense": "dense"}, keras3_only=True),
+    ),
+    "conv": (
+        _Case("conv2d", _conv2d, lambda s: _floats((8, 7, 2), s), CONV_PATHS,
+              {"Conv2D": "conv2d", "Dense": "dense"}),
+        _Case("conv1d", _conv1d, lambda s: _floats((10, 4), s), CONV_PATHS,
+              {"Conv1D": "conv1d", "Dense": "dense"}),
+        _Case("conv3d", _conv3d, lambda s: _floats((5, 4, 4, 2), s),
+              {**_ROW_PATHS, "chunks": {"patch_chunk_bytes": 1}},
+              {"Conv3D": "conv3d", "Dense": "dense"}),
+        # Two of the Conv2D paths (the conv2d case runs them all): per-example kernel
+        # gradients kept (depthwise backprop, per-step choices) and ghost norms.
+        _Case("weight_standardized", _weight_standardized, lambda s: _floats((8, 7, 2), s),
+              {"tf-auto": _TF_OPS, "tf-ghost": CONV_PATHS["tf-ghost"]},
+              {"WeightStandardizedConv2D": "weight_standardized_conv2d",
+               "GroupNormalization": "normalization", "Dense": "dense"}),
+        _Case("grouped_conv1d", _grouped_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
+              {"Conv1D": "conv1d", "Dense": "dense"}, onednn_only=True),
+        _Case("grouped_conv2d", _grouped_conv2d, lambda s: _floats((6, 6, 4), s), CONV_PATHS,
+              {"Conv2D": "conv2d", "Dense": "dense"}, onednn_only=True),
+        _Case("grouped_conv3d", _grouped_conv3d, lambda s: _floats((3, 4, 4, 4), s),
+              {"auto": {}}, {"Conv3D": "conv3d", "Dense": "dense"}, onednn_only=True),
+    ),
+    "conv_transpose": (
+        _Case("conv_transpose", _conv_transpose, lambda s: _floats((3, 2, 3), s), CONV_PATHS,
+              {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}),
+        _Case("dilated_conv_transpose", _dilated_conv_transpose,
+              lambda s: _floats((4, 3, 2), s), CONV_PATHS,
+              {"Conv2DTranspose": "conv2d_transpose", "Dense": "dense"}, onednn_only=True),
+    ),
+    "depthwise": (
+        _Case("depthwise", _depthwise, lambda s: _floats((7, 6, 2), s), _DEPTHWISE_PATHS,
+              {"DepthwiseConv2D": "depthwise_conv2d", "Dense": "dense"}),
+        _Case("separable", _separable, lambda s: _floats((7, 6, 2), s),
+              {**_DEPTHWISE_PATHS, "ghost": {"norm_path": "ghost"}},
+              {"SeparableConv2D": "separable_conv2d", "Dense": "dense"}),
+    ),
+    "embedding": (
+        _Case("embedding", _embedding, lambda s: _ids((6,), s, _VOCAB), {"auto": {}},
+              {"Embedding": "embedding", "Dense": "dense"}),
+    ),
+    "normalization": (
+        _Case("normalization", _normalization, lambda s: _floats((6, 4), s), {"auto": {}},
+              {"LayerNormalization": "normalization", "GroupNormalization": "normalization",
+               "Dense": "dense"}),
+    ),
+    "generic": (
+        _Case("generic", _generic, lambda s: _floats((6,), s), {"auto": {}},
+              {"_DenseWithOwnCall": "generic", "LayerNormalization": "normalization",
+               "TemperedSigmoid": "tempered_sigmoid", "Dense": "dense"}),
+    ),
+    "recurrent": (
+        _Case("rnn", _rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,
+              {"OwnCallSimpleRNN": "rnn", "OwnCallLSTM": "rnn", "OwnCallGRU": "rnn",
+               "Dense": "dense"}, recurrent_vjp=True),
+        _Case("rnn_rows", _rnn_rows, lambda s: _floats((5, 3), s), _ROW_PATHS,
+              {"SimpleRNN": "rnn_rows", "LSTM": "rnn_rows", "GRU": "rnn_rows",
+               "Dense": "dense"}),
+        _Case("rnn_rows_masked", _rnn_rows_masked, lambda s: _padded_ids((5,), s), _ROW_PATHS,
+              {"Embedding": "embedding", "GRU": "rnn_rows", "SimpleRNN": "rnn_rows",
+               "LSTM": "rnn_rows", "Dense": "dense"}),
+        _Case("rnn_masked_bidirectional", _rnn_masked_bidirectional,
+              lambda s: _padded_ids((4,), s), _RNN_PATHS,
+              {"Embedding": "embedding", "OwnCallLSTM": "rnn", "Dense": "dense"},
+              recurrent_vjp=True),
+        _Case("rnn_states", _rnn_states, lambda s: _floats((4, 5, 2), s), _RNN_PATHS,
+              {"ConvLSTM1D": "rnn", "LSTM": "rnn_rows", "Dense": "dense"}, recurrent_vjp=True),
+    ),
 }
 
-if KERAS_MAJOR == 3:  # Keras 2 has neither LoRA nor per-variable trainable flags
-    CASES["keras3_lora_frozen_bias"] = (
-        _keras3_lora_and_frozen_bias, lambda s: _ids((6,), s, 50), {"auto": {}},
-        {"Embedding": "generic", "Dense": {"generic", "dense"}})
-
-
-
-# Recurrent cases: their vectorized per-example VJP is slow to trace (TF's
-# vectorized_map of a time loop, 15-40 s a step on 2 busy CPUs), so the
-# "vectorized" path runs one (M, batch kind) pair per case, pattern A's pairs
-# spread over the three cases; "map_fn" (seconds) runs pattern A or B alternately.
-_RECURRENT = ("rnn", "rnn_masked_bidirectional", "rnn_states")
-# Cases with grouped convolutions or dilated transposed ones: TensorFlow differentiates
-# them only with oneDNN on CPU.
-_ONEDNN_ONLY = ("grouped_conv1d", "grouped_conv2d", "grouped_conv3d", "dilated_conv_transpose")
+# The cases this Keras runs, per family and by name (family order, then each family's).
+CASES_BY_FAMILY = {family: tuple(case for case in cases
+                                 if KERAS_MAJOR == 3 or not case.keras3_only)
+                   for family, cases in _FAMILIES.items()}
+CASES = {case.name: case for cases in CASES_BY_FAMILY.values() for case in cases}
+FAMILY_OF = {case.name: family for family, cases in CASES_BY_FAMILY.items() for case in cases}

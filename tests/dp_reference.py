@@ -17,8 +17,8 @@ The reference is DP-SGD written out: one float64 tape per microbatch, the
 global norm, TF Privacy's clip factor min(1, C/‖g_m‖), the sum over
 microbatches divided by their number. The clip norm is the median of the
 reference norms, so some microbatches are clipped and some are not.
-Used by tests/test_engine_references.py and tests/test_layer_grads_conformance.py
-(tests/ is on sys.path: it is not a package).
+Used by tests/conformance_harness.py and the tests/test_conformance_*.py files, among
+others (tests/ is on sys.path: it is not a package).
 """
 
 import numpy as np

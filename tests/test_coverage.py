@@ -102,7 +102,7 @@ def _recurrent(rnn):
 # tf-keras' fused kernels use the cell's weights without calling the cell; Keras
 # 3 calls it inside a tf.while_loop: the layer's call is recorded (an LSTM's by
 # rnn_rows.py's own forward pass), its cells' weights covered by it.
-    # (SimpleRNN, LSTM, GRU, Bidirectional, ConvLSTM1D: tests/test_layer_grads_conformance.py)
+    # (SimpleRNN, LSTM, GRU, Bidirectional, ConvLSTM1D: tests/test_conformance_recurrent.py)
     lambda dtype: keras.layers.LSTM(4, dtype=dtype),
     lambda dtype: keras.layers.RNN(keras.layers.StackedRNNCells(
         [keras.layers.GRUCell(3, dtype=dtype), keras.layers.SimpleRNNCell(2, dtype=dtype)]),

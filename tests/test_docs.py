@@ -101,7 +101,7 @@ def test_readme_has_the_quickstart_and_the_home_page_the_same():
 
 
 def test_layers_page_holds_the_readmes_supported_layers_table():
-    """README's table is the registry's (test_layer_grads_conformance.py); the page repeats it."""
+    """README's table is the registry's (test_conformance_matrix.py); the page repeats it."""
     def table(text):
         lines = text.splitlines()
         start = lines.index("| Layer | Handler | How per-example gradient norms and the clipped "

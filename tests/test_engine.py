@@ -15,7 +15,7 @@
 
 The engine runs with tf_tempered's DPKeras*Optimizer; the reference is TF Privacy's
 optimizer of the same name and arguments on its own (slow) DP path. Where TF Privacy
-is not installed (Python 3.12+), the comparisons skip (tests/test_engine_references.py
+is not installed (Python 3.12+), the comparisons skip (tests/test_conformance_*.py
 and tests/test_optimizers.py compare with references written out).
 """
 

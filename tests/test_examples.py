@@ -49,7 +49,7 @@ def test_text_classifier_trains_with_dp_on_generated_reviews():
                                       steps=8, delta=1e-5)
 
 
-@pytest.mark.extended  # the rnn_rows handler: tests/test_layer_grads_conformance.py
+@pytest.mark.extended  # the rnn_rows handler: tests/test_conformance_recurrent.py
 def test_text_classifier_bilstm_takes_the_recurrent_rows_handler():
     sys.path.insert(0, str(REPO / "examples"))
     try:

@@ -5,7 +5,7 @@ Each Keras runs in its own fresh process (a process binds one Keras), on the sam
 initial weights and batch (tests/one_dp_step.py), with noise 0 and a clip norm
 that clips. TF Privacy's DPKerasSGDOptimizer joins where it installs (Keras 2,
 Python <= 3.11). Every registered handler is held to per-example tapes on both
-Kerases by tests/test_layer_grads_conformance.py (CI runs it on each).
+Kerases by tests/test_conformance_*.py (CI runs them on each).
 """
 
 import os

@@ -100,7 +100,7 @@ def test_conv3d_patches_times_kernel_equal_the_convolution(kernel, strides, dila
     and the two ways agree where both apply."""
     from tf_tempered.privacy.layer_grads import conv3d  # pylint: disable=g-import-not-at-top
     rng = np.random.default_rng(0)
-    params = conv3d.Conv3DParams("c", kernel, strides, padding, False, (*kernel, 3, 4), 1,
+    params = conv3d.Conv3DHyperparameters("c", kernel, strides, padding, False, (*kernel, 3, 4), 1,
                                  dilation)
     x = tf.constant(rng.normal(size=(2, *size, 3)), tf.float32)
     w = tf.constant(rng.normal(size=(*kernel, 3, 4)), tf.float32)

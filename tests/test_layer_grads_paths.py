@@ -54,7 +54,7 @@ def _choice(record, num_microbatches=BATCH, examples_per_microbatch=1):
     """(rows per microbatch, native, depthwise, materialize) of the handler's path."""
     src, params = record
     g_rows = rows.static_rows(src.grad_output, examples_per_microbatch)
-    if isinstance(params, conv.Conv2DParams):
+    if isinstance(params, conv.Conv2DHyperparameters):
         path = conv.choose_path(src, params, num_microbatches, examples_per_microbatch)
         return g_rows, path.native, path.depthwise, path.materialize
     return g_rows, False, False, rows.choose_materialize(src, num_microbatches,

@@ -14,7 +14,7 @@
 """The WeightStandardizedConv2D handler: exact norms and clipped sums, XLA, layer_paths.
 
 Its engine runs against float64 per-microbatch references are the "weight_standardized"
-case of tests/test_layer_grads_conformance.py; here the handler alone, against one
+case of tests/test_conformance_conv.py; here the handler alone, against one
 float64 tape per example (grouped layers too), compiled by XLA.
 """
 

@@ -13,7 +13,7 @@
 # limitations under the License.
 """tf_tempered.privacy.layer_grads.rnn_rows: SimpleRNN/LSTM/GRU as rows over time steps.
 
-The conformance test (test_layer_grads_conformance.py, cases rnn_rows*) checks the
+The conformance test (test_conformance_recurrent.py, cases rnn_rows*) checks the
 update against per-example tapes; here: the handler's own forward pass computes what
 the layer computes (every option it takes), it is the one that records the call, and
 the configurations it declines go to the recurrent unit's path (rnn.py).

@@ -14,7 +14,7 @@
 """clipped_sum="second_pass" / "recompute" (tf_tempered/privacy/second_pass.py).
 
 Their updates are checked against per-microbatch references on every conformance case
-(tests/test_layer_grads_conformance.py); here: what "recompute" refuses, and why.
+(tests/test_conformance_*.py); here: what "recompute" refuses, and why.
 """
 
 import numpy as np

@@ -13,7 +13,7 @@
 # limitations under the License.
 """Sensitivity of one DP step, for every handler: neighbouring batches move the sum by ≤ C.
 
-For each conformance case (tests/conformance_cases.py: every registered
+For each conformance case (tests/conformance_cases.py, every family: every registered
 handler, the generic fallback, the recurrent units), one DP step on a Poisson batch
 holding example k and one on the same batch with k masked out (the padding of Poisson
 batches), from the same noise (the same insecure key and counter): the noised sums
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from dp_reference import BATCH, seeded, skip_without_onednn_conv_gradients
-from conformance_cases import CASES, _ONEDNN_ONLY, _RECURRENT
+from conformance_cases import CASES
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import DPGradients, EngineOptions
 from tf_tempered.privacy.state import get_state
@@ -37,14 +37,13 @@ K = 5  # the example that is in one batch and not in the other
 
 
 def _step_pair(case, clip):
-    builder, inputs, _, _ = CASES[case]
-    model = seeded(builder)("float32")
-    x = inputs(1)
+    model = seeded(CASES[case].build)("float32")
+    x = CASES[case].inputs(1)
     x = x.astype(np.float32) if x.dtype.kind == "f" else x
     y = np.random.default_rng(2).integers(0, 3, BATCH)
     # The recurrent units' per-example VJP by tf.map_fn: the same values, traced in
     # seconds rather than the vectorized VJP's tens of seconds.
-    options = EngineOptions(vectorize_recurrent=False) if case in _RECURRENT else None
+    options = EngineOptions(vectorize_recurrent=False) if CASES[case].recurrent_vjp else None
     dp = DPGradients(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                      l2_norm_clip=clip, noise_multiplier=1.0, insecure_dp_seed=7,
                      options=options)
@@ -69,7 +68,7 @@ def _step_pair(case, clip):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_neighbouring_batches_move_the_noised_sum_by_at_most_the_clip_norm(case):
-    if case in _ONEDNN_ONLY:
+    if CASES[case].onednn_only:
         skip_without_onednn_conv_gradients()
     clip = 0.05  # small: example k's gradient is clipped, its contribution has norm C
     model, a, b = _step_pair(case, clip)

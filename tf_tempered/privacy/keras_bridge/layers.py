@@ -17,7 +17,7 @@ from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn_call_result",
            "vectorized_map_takes_recurrent_layers",
-           "is_trainable_batch_norm", "linear_activation", "own_trainable_weights",
+           "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "watchable", "IS_KERAS3"]
 
@@ -101,6 +101,24 @@ def own_trainable_weights(layer):
         # (variable.trainable = False) leaves it in that list.
         return [v for v in getattr(layer, "_trainable_variables", []) if v.trainable]
     return list(getattr(layer, "_trainable_weights", []))
+
+
+def lora_factors(layer):
+    """(base kernel, A, B, alpha / rank) of a Keras 3 Dense or EinsumDense with LoRA enabled
+    and no quantization (its kernel is base + (alpha / rank)·A@B), else None.
+
+    `enable_lora` freezes the base kernel variable (`layer._kernel`; `layer.kernel` is then
+    the merged tensor) and adds the float32 factors `lora_kernel_a` [*kernel_shape[:-1], r]
+    and `lora_kernel_b` [r, kernel_shape[-1]]. tf-keras layers have no LoRA: None.
+    """
+    if not getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None):
+        return None
+    # pylint: disable-next=protected-access
+    base = getattr(layer, "_kernel", None)
+    a, b = getattr(layer, "lora_kernel_a", None), getattr(layer, "lora_kernel_b", None)
+    if base is None or a is None or b is None:
+        return None
+    return base, a, b, float(layer.lora_alpha) / float(layer.lora_rank)
 
 
 def variable_key(variable):

@@ -17,16 +17,16 @@
   call) and returns (:class:`LayerResult`), and the :class:`Handler` base class;
 * :mod:`.registry`: ``register``, ``lookup`` (MRO- and weight-checked), the generic
   fallback ``GENERIC`` and the supported-layers table;
-* one module per layer family (dense, conv, ..., rnn_rows), and the layer math they share
+* one module per layer family (dense, conv, ..., rnn_rows, lora), and the layer math they share
   (rows, grouped, einsum_equation, the conv patches and the native op).
 
 This ``__init__`` only imports the handler modules (they register themselves) and
 re-exports the contract and the registry.
 
 Adding a layer type: a module here with a `Handler` subclass decorated with
-`@register(LayerClass)`, imported below, and one entry in tests/conformance_cases.py
-(run by tests/test_layer_grads_conformance.py against a float64 reference, and by
-tests/test_sensitivity.py).
+`@register(LayerClass)`, imported below, and one ConformanceCase in its family of
+tests/conformance_cases.py (run by tests/test_conformance_<family>.py against a float64
+reference, and by tests/test_sensitivity.py).
 """
 
 # pylint: disable=unused-import
@@ -49,6 +49,7 @@ from tf_tempered.privacy.layer_grads import rnn  # noqa: F401
 from tf_tempered.privacy.layer_grads import rnn_rows  # noqa: F401
 from tf_tempered.privacy.layer_grads import tempered_sigmoid  # noqa: F401
 from tf_tempered.privacy.layer_grads import weight_standardized  # noqa: F401
+from tf_tempered.privacy.layer_grads import lora  # noqa: F401
 # pylint: enable=unused-import
 
 __all__ = ["GENERIC", "Handler", "LayerResult", "MicrobatchLayout", "derived_weights",

@@ -38,11 +38,11 @@ from tf_tempered.privacy.layer_grads import grouped, rows
 from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 
-__all__ = ["Conv2DHandler", "Conv2DParams", "ConvPath", "choose_path"]
+__all__ = ["Conv2DHandler", "Conv2DHyperparameters", "ConvPath", "choose_path"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Conv2DParams:
+class Conv2DHyperparameters:
     """Plain hyperparameters of a Conv2D (the attribute names conv_grads and native read)."""
     name: str
     kernel_size: Tuple[int, int]
@@ -88,7 +88,7 @@ class Conv2DHandler(Handler):
                 or derived_weights(layer)):
             return None  # channels_first, causal, LoRA, quantized: the generic VJP
         pair = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v, v)))
-        return Conv2DParams(layer.name, pair(layer.kernel_size), pair(layer.strides),
+        return Conv2DHyperparameters(layer.name, pair(layer.kernel_size), pair(layer.strides),
                             pair(layer.dilation_rate), padding, int(layer.filters),
                             bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
                             int(getattr(layer, "groups", 1) or 1))

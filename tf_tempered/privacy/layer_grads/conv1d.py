@@ -27,15 +27,15 @@ from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import derived_weights, register
-from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DParams
+from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DHyperparameters
 
-__all__ = ["Conv1DHandler", "Conv1DParams"]
+__all__ = ["Conv1DHandler", "Conv1DHyperparameters"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Conv1DParams:
+class Conv1DHyperparameters:
     """The equivalent Conv2D's parameters and the left padding of a causal Conv1D."""
-    conv2d: Conv2DParams
+    conv2d: Conv2DHyperparameters
     causal_pad: int
     kernel_shape: Any
 
@@ -68,11 +68,11 @@ class Conv1DHandler(Handler):
         one = lambda v: int(v[0] if isinstance(v, (tuple, list)) else v)
         k, s, d = one(layer.kernel_size), one(layer.strides), one(layer.dilation_rate)
         kernel_shape = keras_bridge.shape_of(layer.kernel)
-        conv2d = Conv2DParams(layer.name, (1, k), (1, s), (1, d),
+        conv2d = Conv2DHyperparameters(layer.name, (1, k), (1, s), (1, d),
                               "valid" if padding == "causal" else padding, int(layer.filters),
                               bool(layer.use_bias), (1,) + kernel_shape,
                               int(getattr(layer, "groups", 1) or 1))
-        return Conv1DParams(conv2d, d * (k - 1) if padding == "causal" else 0, kernel_shape)
+        return Conv1DHyperparameters(conv2d, d * (k - 1) if padding == "causal" else 0, kernel_shape)
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.conv2d.use_bias else [layer.kernel]

@@ -34,11 +34,11 @@ from tf_tempered.privacy.layer_grads import grouped, rows
 from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 
-__all__ = ["Conv3DHandler", "Conv3DParams"]
+__all__ = ["Conv3DHandler", "Conv3DHyperparameters"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Conv3DParams:
+class Conv3DHyperparameters:
     """Plain hyperparameters of a Conv3D."""
     name: str
     kernel_size: Tuple[int, int, int]
@@ -72,7 +72,7 @@ class Conv3DHandler(Handler):
         if (data_format != "channels_last" or padding not in ("same", "valid")
                 or derived_weights(layer)):
             return None  # channels_first, LoRA, quantized: the generic VJP
-        return Conv3DParams(layer.name, triple(layer.kernel_size), triple(layer.strides),
+        return Conv3DHyperparameters(layer.name, triple(layer.kernel_size), triple(layer.strides),
                             padding, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
                             int(getattr(layer, "groups", 1) or 1), triple(layer.dilation_rate))
 

@@ -32,15 +32,15 @@ from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import derived_weights, register
-from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DParams
+from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DHyperparameters
 
-__all__ = ["Conv2DTransposeHandler", "ConvTransposeParams"]
+__all__ = ["Conv2DTransposeHandler", "ConvTransposeHyperparameters"]
 
 
 @dataclasses.dataclass(frozen=True)
-class ConvTransposeParams:
+class ConvTransposeHyperparameters:
     """The equivalent Conv2D's parameters (input G, output gradient X; no bias) and the bias."""
-    conv2d: Conv2DParams
+    conv2d: Conv2DHyperparameters
     use_bias: bool
 
 
@@ -72,10 +72,10 @@ class Conv2DTransposeHandler(Handler):
                 or int(getattr(layer, "groups", 1) or 1) != 1 or derived_weights(layer)):
             return None  # channels_first, LoRA, quantized: the generic VJP
         kernel_shape = keras_bridge.shape_of(layer.kernel)  # [kh, kw, filters, cin]
-        conv2d = Conv2DParams(layer.name, pair(layer.kernel_size), pair(layer.strides),
+        conv2d = Conv2DHyperparameters(layer.name, pair(layer.kernel_size), pair(layer.strides),
                               pair(layer.dilation_rate), padding, kernel_shape[3], False,
                               kernel_shape)
-        return ConvTransposeParams(conv2d, bool(layer.use_bias))
+        return ConvTransposeHyperparameters(conv2d, bool(layer.use_bias))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]

@@ -22,11 +22,11 @@ from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 
-__all__ = ["DenseHandler", "DenseParams"]
+__all__ = ["DenseHandler", "DenseHyperparameters"]
 
 
 @dataclasses.dataclass(frozen=True)
-class DenseParams:
+class DenseHyperparameters:
     """Plain hyperparameters of a Dense layer."""
     name: str
     use_bias: bool
@@ -43,9 +43,9 @@ class DenseHandler(Handler):
     records_pre_activation = True
 
     def hyperparameters(self, layer):
-        if derived_weights(layer):  # Keras 3 LoRA / quantized: the generic VJP
+        if derived_weights(layer):  # Keras 3 LoRA (lora.py) / quantized (generic)
             return None
-        return DenseParams(layer.name, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel))
+        return DenseHyperparameters(layer.name, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]

@@ -43,12 +43,12 @@ from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 
-__all__ = ["DepthwiseConv2DHandler", "DepthwiseParams", "DepthwisePath", "choose_path",
+__all__ = ["DepthwiseConv2DHandler", "DepthwiseHyperparameters", "DepthwisePath", "choose_path",
            "depthwise_norms", "per_example_kernel_grads"]
 
 
 @dataclasses.dataclass(frozen=True)
-class DepthwiseParams:
+class DepthwiseHyperparameters:
     """Plain hyperparameters of a depthwise convolution (conv_grads.patches reads them too)."""
     name: str
     kernel_size: Tuple[int, int]
@@ -68,7 +68,7 @@ class DepthwisePath:
 
 
 def depthwise_params(layer, kernel, use_bias):
-    """DepthwiseParams of a DepthwiseConv2D or SeparableConv2D, or None where not covered."""
+    """DepthwiseHyperparameters of a DepthwiseConv2D or SeparableConv2D, or None where not covered."""
     padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
     if data_format != "channels_last" or padding not in ("same", "valid") or derived_weights(layer):
         return None  # channels_first, LoRA, quantized: the generic VJP
@@ -76,7 +76,7 @@ def depthwise_params(layer, kernel, use_bias):
     strides, dilation = pair(layer.strides), pair(layer.dilation_rate)
     if max(strides) > 1 and max(dilation) > 1:
         return None  # tf.nn.depthwise_conv2d refuses both (Keras does too)
-    return DepthwiseParams(layer.name, pair(layer.kernel_size), strides, dilation, padding,
+    return DepthwiseHyperparameters(layer.name, pair(layer.kernel_size), strides, dilation, padding,
                            int(layer.depth_multiplier), bool(use_bias),
                            keras_bridge.shape_of(kernel))
 

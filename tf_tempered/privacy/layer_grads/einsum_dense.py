@@ -18,7 +18,8 @@ g [B, R, d_out]: ghost norm or materialized gradients and the book-keeping sum c
 rows.py, and the kernel gradient goes back to the kernel's layout with kernel_from_matrix.
 The bias rides in the ghost norm as a column of ones where that is valid (every
 MultiHeadAttention projection), else it is summed per example (per_example_bias_grads).
-Equations without row form, and LoRA/quantized layers, take the generic path.
+Equations without row form and quantized layers take the generic path; LoRA layers the
+LoRA handler (lora.py) where it applies.
 
 The equation's row form, its rows and the kernel layout are in
 einsum_equation.py (re-exported here: this module is the one callers import).

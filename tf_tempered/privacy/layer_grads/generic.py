@@ -33,8 +33,8 @@ class GenericHandler(Handler):
 
     name = "generic"
     summary = ("any other layer that treats examples independently (channels_first "
-               "convolutions, custom layers, LoRA/quantized variants): a vectorized "
-               "per-example VJP of the layer alone, logged once per model")
+               "convolutions, custom layers, quantized variants, LoRA outside Dense/EinsumDense): "
+               "a vectorized per-example VJP of the layer alone, logged once per model")
     records_pre_activation = False
 
     def hyperparameters(self, layer):

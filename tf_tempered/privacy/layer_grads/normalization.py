@@ -36,11 +36,11 @@ from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.generic import norms_from_per_example
 
-__all__ = ["AffineNormalizationHandler", "AffineNormalizationParams", "broadcast_weight_grads"]
+__all__ = ["AffineNormalizationHandler", "AffineNormalizationHyperparameters", "broadcast_weight_grads"]
 
 
 @dataclasses.dataclass(frozen=True)
-class AffineNormalizationParams:
+class AffineNormalizationHyperparameters:
     """The input axes γ and β span (negative: from the end), and their variables' names."""
     axes: Tuple[int, ...]
     variable_names: Tuple[str, ...]
@@ -63,7 +63,7 @@ class AffineNormalizationHandler(Handler):
         shapes = {keras_bridge.shape_of(v) for v in variables}
         if not variables or len(shapes) != 1 or len(next(iter(shapes))) != len(axes):
             return None  # an unexpected variant: the generic VJP
-        return AffineNormalizationParams(axes, tuple(v.name for v in variables))
+        return AffineNormalizationHyperparameters(axes, tuple(v.name for v in variables))
 
     def variables(self, layer, params):
         return [v for v in (getattr(layer, "gamma", None), getattr(layer, "beta", None))

@@ -14,7 +14,9 @@
 """The handler registry: which handler computes a layer's per-example norms.
 
 Registering a handler for class K applies it to layers of K and of subclasses
-that inherit K's `call` unchanged; a subclass with its own `call` may compute
+that inherit K's `call` unchanged (several handlers may register for one class, each
+declining the configurations of the others: Dense and EinsumDense have a plain handler
+and the LoRA one, lora.py); a subclass with its own `call` may compute
 something else, so it takes the generic per-example VJP (generic.py), as do
 unregistered layers and registered ones whose `hyperparameters` returns None
 (a variant the handler does not cover, e.g. Conv2D with groups > 1). The engine never
@@ -30,26 +32,33 @@ from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import generic, multi_call
 
 __all__ = ["GENERIC", "derived_weights", "describe_path", "handler_for", "lookup", "register",
-           "registered", "supported_layers_markdown"]
+           "registered", "registered_all", "supported_layers_markdown"]
 
 GENERIC = generic.GenericHandler()
 
-_REGISTRY = {}  # layer class -> handler instance
+_REGISTRY = {}  # layer class -> tuple of handler instances, tried in registration order
 
 
 def register(*layer_classes):
-    """Class decorator: registers one instance of the Handler subclass for `layer_classes`."""
+    """Class decorator: registers one instance of the Handler subclass for `layer_classes`
+    (after any handler registered for them before: the first that accepts a layer takes it)."""
     def decorate(handler_class):
         handler = handler_class()
         for cls in layer_classes:
-            _REGISTRY[cls] = handler
+            _REGISTRY[cls] = _REGISTRY.get(cls, ()) + (handler,)
         return handler_class
 
     return decorate
 
 
 def registered():
-    """{layer class: handler} of every registered handler (a copy)."""
+    """{layer class: handler} of every registered handler (a copy); a class with several
+    handlers maps to the first (see `registered_all`)."""
+    return {cls: handlers[0] for cls, handlers in _REGISTRY.items()}
+
+
+def registered_all():
+    """{layer class: tuple of its handlers, in the order they are tried} (a copy)."""
     return dict(_REGISTRY)
 
 
@@ -62,11 +71,11 @@ def handler_for(layer, skip=()):
     in `skip` (they declined the layer) are passed over.
     """
     for cls in type(layer).__mro__:
-        handler = _REGISTRY.get(cls)
-        if handler is None or handler in skip:
-            continue
-        if handler.vjp_of_own_call or type(layer).call is cls.call:
-            return handler
+        for handler in _REGISTRY.get(cls, ()):
+            if handler in skip:
+                continue
+            if handler.vjp_of_own_call or type(layer).call is cls.call:
+                return handler
     return None
 
 
@@ -77,8 +86,9 @@ def derived_weights(layer):
     (embeddings) from frozen weights plus trainable low-rank factors, and
     quantized ones from integer weights and scales: `layer.kernel` is then a
     tensor, not the trainable variable. A handler refuses such a layer
-    (hyperparameters returns None) so that it takes the generic per-example VJP,
-    which is exact for them. Keras 2 layers have neither.
+    (hyperparameters returns None) so that it takes the next handler registered for
+    its class (the LoRA handler, lora.py, for a Dense or EinsumDense with LoRA) or the
+    generic per-example VJP, which is exact for them. Keras 2 layers have neither.
     """
     if getattr(layer, "lora_enabled", False):
         return "LoRA is enabled (its trainable weights are the low-rank factors)"
@@ -152,8 +162,9 @@ def supported_layers_markdown():
     """
     lines = ["| Layer | Handler | How per-example gradient norms and the clipped sum are computed |",
              "|---|---|---|"]
-    for cls, handler in sorted(registered().items(), key=lambda item: item[0].__name__):
-        lines.append(f"| `{cls.__name__}` | `{handler.name}` | {handler.summary} |")
+    for cls, handlers in sorted(registered_all().items(), key=lambda item: item[0].__name__):
+        for handler in handlers:
+            lines.append(f"| `{cls.__name__}` | `{handler.name}` | {handler.summary} |")
     lines.append(f"| every other layer with trainable weights | `{GENERIC.name}` | "
                  f"{GENERIC.summary} |")
     lines.append(f"| a layer called more than once (shared weights) | `multi_call` | "

@@ -61,7 +61,7 @@ from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
 
-__all__ = ["RNNRowsHandler", "RNNRowsParams"]
+__all__ = ["RNNRowsHandler", "RNNRowsHyperparameters"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +130,7 @@ class _GRUMath:
 
 
 @dataclasses.dataclass(frozen=True)
-class RNNRowsParams:
+class RNNRowsHyperparameters:
     """Plain hyperparameters of a SimpleRNN/LSTM/GRU layer (and its cell's math)."""
     name: str
     math: Any
@@ -181,7 +181,7 @@ class RNNRowsHandler(Handler):
                 or (isinstance(entry[1], _GRUMath) and not getattr(cell, "reset_after", True))
                 or tf.as_dtype(cell.kernel.dtype).name != _compute_dtype(layer)):
             return None  # rnn.py handles (or refuses with the fix) these
-        return RNNRowsParams(
+        return RNNRowsHyperparameters(
             layer.name, entry[1], int(cell.units), bool(cell.use_bias),
             keras_bridge.shape_of(cell.kernel), keras_bridge.shape_of(cell.recurrent_kernel),
             bool(layer.return_sequences), bool(layer.return_state), bool(layer.go_backwards),

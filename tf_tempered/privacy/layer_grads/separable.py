@@ -31,12 +31,12 @@ from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.depthwise import depthwise_norms, depthwise_params
 
-__all__ = ["SeparableConv2DHandler", "SeparableParams", "SeparablePath"]
+__all__ = ["SeparableConv2DHandler", "SeparableHyperparameters", "SeparablePath"]
 
 
 @dataclasses.dataclass(frozen=True)
-class SeparableParams:
-    """The depthwise part's DepthwiseParams (no bias), the pointwise kernel's shape, the bias."""
+class SeparableHyperparameters:
+    """The depthwise part's DepthwiseHyperparameters (no bias), the pointwise kernel's shape, the bias."""
     depthwise: Any
     pointwise_shape: Tuple[int, int, int, int]
     use_bias: bool
@@ -63,7 +63,7 @@ class SeparableConv2DHandler(Handler):
         depthwise = depthwise_params(layer, layer.depthwise_kernel, use_bias=False)
         if depthwise is None:
             return None
-        return SeparableParams(depthwise, keras_bridge.shape_of(layer.pointwise_kernel),
+        return SeparableHyperparameters(depthwise, keras_bridge.shape_of(layer.pointwise_kernel),
                                bool(layer.use_bias))
 
     def variables(self, layer, params):

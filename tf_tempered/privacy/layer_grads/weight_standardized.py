@@ -58,11 +58,11 @@ from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler
 
-__all__ = ["WeightStandardizedConv2DHandler", "WeightStandardizedParams"]
+__all__ = ["WeightStandardizedConv2DHandler", "WeightStandardizedHyperparameters"]
 
 
 @dataclasses.dataclass(frozen=True)
-class WeightStandardizedParams:
+class WeightStandardizedHyperparameters:
     """The Conv2D handler's parameters for the kernel alone (no bias), the bias, ε, c."""
     conv2d: Any
     use_bias: bool
@@ -94,7 +94,7 @@ class WeightStandardizedConv2DHandler(Handler):
         conv2d = _CONV2D.hyperparameters(layer)  # None for channels_first, LoRA, ...
         if conv2d is None:
             return None
-        return WeightStandardizedParams(dataclasses.replace(conv2d, use_bias=False),
+        return WeightStandardizedHyperparameters(dataclasses.replace(conv2d, use_bias=False),
                                         conv2d.use_bias, float(layer.epsilon),
                                         float(layer.gain()))
 

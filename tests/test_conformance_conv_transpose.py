@@ -1,0 +1,62 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Conformance of the Conv2DTranspose handler (strided, output_padding, dilated).
+
+The handler, on every path it can take, against the float64 per-microbatch reference:
+the "conv_transpose" family of tests/conformance_cases.py on tests/conformance_harness.py
+(the dilated case needs oneDNN: tests/test_conformance_matrix.py runs it in a subprocess
+where this process cannot); and the float64 stand-in of its reference checked against
+the dilated layer itself.
+"""
+
+import numpy as np
+import pytest
+
+from conformance_cases import _dilated_conv_transpose, _floats
+from conformance_harness import (HANDLER_COVER, case_names, check_handler_update,
+                                 check_layers_take_their_handlers, check_two_pass_update,
+                                 handler_params, two_pass_params)
+from dp_reference import seeded, skip_without_onednn_conv_gradients
+
+FAMILY = "conv_transpose"
+
+
+@pytest.mark.cover_each(*HANDLER_COVER)
+@pytest.mark.parametrize("case,path,num_microbatches,static_batch", handler_params(FAMILY))
+def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
+                                                        static_batch):
+    check_handler_update(case, path, num_microbatches, static_batch)
+
+
+# The default run: each mode with each (M, batch kind) once over all the families
+# (conformance_harness.two_pass_params).
+@pytest.mark.parametrize("mode,case,num_microbatches,static_batch", two_pass_params(FAMILY))
+def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
+                                                              static_batch):
+    check_two_pass_update(mode, case, num_microbatches, static_batch)
+
+
+@pytest.mark.parametrize("case", case_names(FAMILY))
+def test_each_layer_takes_its_handler(case):
+    check_layers_take_their_handlers(case)
+
+
+def test_zero_inserted_conv2d_transpose_is_the_dilated_one():
+    skip_without_onednn_conv_gradients()
+    x = _floats((4, 3, 2), 0).astype("float32")
+    ours, theirs = seeded(_dilated_conv_transpose)("float32"), seeded(_dilated_conv_transpose)(
+        "float64")
+    theirs.set_weights(ours.get_weights())
+    np.testing.assert_allclose(theirs(x.astype("float64")).numpy(), ours(x).numpy(), rtol=1e-5,
+                               atol=1e-6)

@@ -1,0 +1,74 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Conformance of the row handlers: Dense, EinsumDense, a transformer block, LoRA variants.
+
+Each handler, on every path it can take, against the float64 per-microbatch reference:
+the "dense" family of tests/conformance_cases.py on tests/conformance_harness.py; and a
+Dense MLP on [B, d] inputs with and without microbatches, on the same reference.
+"""
+
+import pytest
+
+from conformance_harness import (HANDLER_COVER, case_names, check_handler_update,
+                                 check_layers_take_their_handlers, check_two_pass_update,
+                                 handler_params, random_batch, two_pass_params)
+from dp_reference import assert_engine_matches_reference, seeded
+from tf_tempered._compat import keras
+from tf_tempered.privacy import EngineOptions
+
+FAMILY = "dense"
+
+
+@pytest.mark.cover_each(*HANDLER_COVER)
+@pytest.mark.parametrize("case,path,num_microbatches,static_batch", handler_params(FAMILY))
+def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
+                                                        static_batch):
+    check_handler_update(case, path, num_microbatches, static_batch)
+
+
+# The default run: each mode with each (M, batch kind) once over all the families
+# (conformance_harness.two_pass_params).
+@pytest.mark.parametrize("mode,case,num_microbatches,static_batch", two_pass_params(FAMILY))
+def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
+                                                              static_batch):
+    check_two_pass_update(mode, case, num_microbatches, static_batch)
+
+
+@pytest.mark.parametrize("case", case_names(FAMILY))
+def test_each_layer_takes_its_handler(case):
+    check_layers_take_their_handlers(case)
+
+
+# --- Per-path reference: a Dense MLP, microbatches -----------------------------
+# (Keras 3 suite: on Keras 2 the cases above and the comparisons with TF Privacy stand in,
+# tests/conftest.py.)
+
+def _mlp(dtype):
+    return keras.Sequential([
+        keras.Input((6,), dtype=dtype),
+        keras.layers.Dense(5, activation="tanh", dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
+@pytest.mark.keras3_suite
+@pytest.mark.cover_each()
+@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@pytest.mark.parametrize("num_microbatches", [None, 4])
+@pytest.mark.parametrize("forced", [None, "ghost", "materialize"])
+def test_dense_microbatches_equal_reference(forced, num_microbatches, static_batch):
+    options = EngineOptions(norm_path=forced or "auto")
+    x, y = random_batch((6,))
+    assert_engine_matches_reference(seeded(_mlp), x, y, num_microbatches=num_microbatches,
+                                    static_batch=static_batch, options=options)
