@@ -233,3 +233,33 @@ def run_onednn_only_cases_in_subprocess(request):
         pytest.skip(f"oneDNN cannot be turned on here either: {summary}")
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert f"{len(ids)} passed" in summary, summary
+
+
+def family_tests(family):
+    """The three tests every family file runs on its cases, for the file to bind:
+
+        (test_handler_update_equals_per_microbatch_reference,
+         test_two_pass_clipped_sum_equals_per_microbatch_reference,
+         test_each_layer_takes_its_handler) = family_tests("dense")
+    """
+    @pytest.mark.cover_each(*HANDLER_COVER)
+    @pytest.mark.parametrize("case,path,num_microbatches,static_batch", handler_params(family))
+    def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
+                                                            static_batch):
+        check_handler_update(case, path, num_microbatches, static_batch)
+
+    # The default run: each mode with each (M, batch kind) once over all the families
+    # (two_pass_params).
+    @pytest.mark.parametrize("mode,case,num_microbatches,static_batch",
+                             two_pass_params(family))
+    def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
+                                                                  static_batch):
+        check_two_pass_update(mode, case, num_microbatches, static_batch)
+
+    @pytest.mark.parametrize("case", case_names(family))
+    def test_each_layer_takes_its_handler(case):
+        check_layers_take_their_handlers(case)
+
+    return (test_handler_update_equals_per_microbatch_reference,
+            test_two_pass_clipped_sum_equals_per_microbatch_reference,
+            test_each_layer_takes_its_handler)

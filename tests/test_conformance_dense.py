@@ -20,9 +20,7 @@ Dense MLP on [B, d] inputs with and without microbatches, on the same reference.
 
 import pytest
 
-from conformance_harness import (HANDLER_COVER, case_names, check_handler_update,
-                                 check_layers_take_their_handlers, check_two_pass_update,
-                                 handler_params, random_batch, two_pass_params)
+from conformance_harness import family_tests, random_batch
 from dp_reference import assert_engine_matches_reference, seeded
 from tf_tempered._compat import keras
 from tf_tempered.privacy import EngineOptions
@@ -30,24 +28,9 @@ from tf_tempered.privacy import EngineOptions
 FAMILY = "dense"
 
 
-@pytest.mark.cover_each(*HANDLER_COVER)
-@pytest.mark.parametrize("case,path,num_microbatches,static_batch", handler_params(FAMILY))
-def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
-                                                        static_batch):
-    check_handler_update(case, path, num_microbatches, static_batch)
-
-
-# The default run: each mode with each (M, batch kind) once over all the families
-# (conformance_harness.two_pass_params).
-@pytest.mark.parametrize("mode,case,num_microbatches,static_batch", two_pass_params(FAMILY))
-def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
-                                                              static_batch):
-    check_two_pass_update(mode, case, num_microbatches, static_batch)
-
-
-@pytest.mark.parametrize("case", case_names(FAMILY))
-def test_each_layer_takes_its_handler(case):
-    check_layers_take_their_handlers(case)
+(test_handler_update_equals_per_microbatch_reference,
+ test_two_pass_clipped_sum_equals_per_microbatch_reference,
+ test_each_layer_takes_its_handler) = family_tests(FAMILY)
 
 
 # --- Per-path reference: a Dense MLP, microbatches -----------------------------

@@ -17,30 +17,11 @@ The handler against the float64 per-microbatch reference: the "embedding" family
 tests/conformance_cases.py on tests/conformance_harness.py.
 """
 
-import pytest
-
-from conformance_harness import (HANDLER_COVER, case_names, check_handler_update,
-                                 check_layers_take_their_handlers, check_two_pass_update,
-                                 handler_params, two_pass_params)
+from conformance_harness import family_tests
 
 FAMILY = "embedding"
 
 
-@pytest.mark.cover_each(*HANDLER_COVER)
-@pytest.mark.parametrize("case,path,num_microbatches,static_batch", handler_params(FAMILY))
-def test_handler_update_equals_per_microbatch_reference(case, path, num_microbatches,
-                                                        static_batch):
-    check_handler_update(case, path, num_microbatches, static_batch)
-
-
-# The default run: each mode with each (M, batch kind) once over all the families
-# (conformance_harness.two_pass_params).
-@pytest.mark.parametrize("mode,case,num_microbatches,static_batch", two_pass_params(FAMILY))
-def test_two_pass_clipped_sum_equals_per_microbatch_reference(mode, case, num_microbatches,
-                                                              static_batch):
-    check_two_pass_update(mode, case, num_microbatches, static_batch)
-
-
-@pytest.mark.parametrize("case", case_names(FAMILY))
-def test_each_layer_takes_its_handler(case):
-    check_layers_take_their_handlers(case)
+(test_handler_update_equals_per_microbatch_reference,
+ test_two_pass_clipped_sum_equals_per_microbatch_reference,
+ test_each_layer_takes_its_handler) = family_tests(FAMILY)
