@@ -63,6 +63,13 @@ PATTERN_A = [(None, False), (4, True), (1, False)]
 PATTERN_B = [(None, True), (4, False), (1, True)]
 
 
+# The per-path reference tests' axes: static and unknown batch size; one microbatch per
+# example, or 4.
+BATCH_KINDS = pytest.mark.parametrize("static_batch", [False, True],
+                                      ids=["dynamic-batch", "static-batch"])
+SOME_MICROBATCHES = pytest.mark.parametrize("num_microbatches", [None, 4])
+
+
 def family_test_file(family):
     """The test file of a family of conformance cases."""
     return TESTS_DIR / f"test_conformance_{family}.py"

@@ -25,7 +25,7 @@ size; TimeDistributed Conv2D; the paper's kind of CNN with a learnable TemperedS
 import pytest
 
 from conformance_cases import CONV_PATHS
-from conformance_harness import family_tests, random_batch
+from conformance_harness import BATCH_KINDS, SOME_MICROBATCHES, family_tests, random_batch
 from dp_reference import assert_engine_matches_reference, seeded
 from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
@@ -73,7 +73,7 @@ _DILATED_PATHS = ["tf-auto", "tf-ghost", "tf-materialize", "native-auto",
 @pytest.mark.keras3_suite
 @pytest.mark.cover_each()
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
+@BATCH_KINDS
 @pytest.mark.parametrize("path", _DILATED_PATHS)
 def test_dilated_conv2d_equals_per_example_reference(path, static_batch, dtype):
     _skip_without_native(path)
@@ -129,8 +129,8 @@ def _time_distributed_cnn(dtype):
 
 @pytest.mark.keras3_suite
 @pytest.mark.cover_each()
-@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
-@pytest.mark.parametrize("num_microbatches", [None, 4])
+@BATCH_KINDS
+@SOME_MICROBATCHES
 @pytest.mark.parametrize("path", ["tf-auto", "tf-ghost", "tf-materialize", "tf-chunks",
                                   "native-auto", "native-norms-only"])
 def test_time_distributed_conv2d_equals_reference(path, num_microbatches,
@@ -159,8 +159,8 @@ def _cnn_learnable(dtype):
 
 @pytest.mark.keras3_suite
 @pytest.mark.cover_each()
-@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
-@pytest.mark.parametrize("num_microbatches", [None, 4])
+@BATCH_KINDS
+@SOME_MICROBATCHES
 @pytest.mark.parametrize("path", ["tf-auto", "tf-ghost", "tf-materialize", "tf-chunks",
                                   "native-auto", "native-materialized", "native-norms-only"])
 def test_cnn_with_some_microbatches_clipped_equals_reference(path, num_microbatches,

@@ -20,7 +20,7 @@ Dense MLP on [B, d] inputs with and without microbatches, on the same reference.
 
 import pytest
 
-from conformance_harness import family_tests, random_batch
+from conformance_harness import BATCH_KINDS, SOME_MICROBATCHES, family_tests, random_batch
 from dp_reference import assert_engine_matches_reference, seeded
 from tf_tempered._compat import keras
 from tf_tempered.privacy import EngineOptions
@@ -47,8 +47,8 @@ def _mlp(dtype):
 
 @pytest.mark.keras3_suite
 @pytest.mark.cover_each()
-@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
-@pytest.mark.parametrize("num_microbatches", [None, 4])
+@BATCH_KINDS
+@SOME_MICROBATCHES
 @pytest.mark.parametrize("forced", [None, "ghost", "materialize"])
 def test_dense_microbatches_equal_reference(forced, num_microbatches, static_batch):
     options = EngineOptions(norm_path=forced or "auto")

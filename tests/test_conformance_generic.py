@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from conformance_cases import _DenseWithOwnCall, _floats, _generic
-from conformance_harness import family_tests, random_batch
+from conformance_harness import BATCH_KINDS, SOME_MICROBATCHES, family_tests, random_batch
 from dp_reference import BATCH, assert_engine_matches_reference, seeded
 from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.layers import TemperedSigmoid
@@ -127,8 +127,8 @@ def _time_distributed_generic(dtype):
 
 @pytest.mark.keras3_suite
 @pytest.mark.cover_each()
-@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
-@pytest.mark.parametrize("num_microbatches", [None, 4])
+@BATCH_KINDS
+@SOME_MICROBATCHES
 @pytest.mark.parametrize("builder", [_time_distributed_dense, _time_distributed_generic],
                          ids=["dense", "generic"])
 def test_time_distributed_equals_reference(builder, num_microbatches, static_batch):
@@ -168,8 +168,8 @@ def _generic_batched_matmul(dtype):
 
 @pytest.mark.keras3_suite
 @pytest.mark.cover_each()
-@pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
-@pytest.mark.parametrize("num_microbatches", [None, 4])
+@BATCH_KINDS
+@SOME_MICROBATCHES
 def test_generic_layer_with_batched_matmul_equals_reference(num_microbatches, static_batch):
     x, y = random_batch((6, 5))
     assert_engine_matches_reference(seeded(_generic_batched_matmul), x, y,
