@@ -22,6 +22,9 @@ Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
                   without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
   dpsequential    TF Privacy's DPSequential (vectorized per-example grads, XLA)
   stock_optimizer TF Privacy's DPKerasSGDOptimizer alone, num_microbatches = batch
+  <path>_xla      the path compiled with jit_compile=True (XLA; the engine then takes its
+                  TF-ops paths, what a GPU runs): --jit_compile adds nonprivate_xla and
+                  tf_tempered_xla, each _xla row's ratios taken against nonprivate_xla
 
 The last two need TF Privacy (Python <= 3.11); where it is not installed, the default
 --paths leaves them out.
@@ -40,6 +43,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=lora --paths=nonprivate,tf_tempered   # batch 64:
         # a 2-block transformer, rank-4 LoRA on its Dense/EinsumDense (Keras 3)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
+    python benchmarks/dp_step.py --jit_compile         # + the XLA-compiled steps (the GPU path)
 
 --keras=2|3 selects the Keras before TensorFlow is imported (it sets or unsets
 TF_USE_LEGACY_KERAS, TensorFlow's own switch); without it, the environment decides
@@ -105,6 +109,8 @@ LOW_MEMORY_PATHS = ("tf_tempered_second_pass", "tf_tempered_low_memory")
 # tf_tempered_second_pass (the clipped sum by a second backward pass) and
 # tf_tempered_low_memory (EngineOptions.low_memory(): the same with a second forward
 # pass) only when asked for in --paths.
+XLA_SUFFIX = "_xla"
+XLA_PATHS = ("nonprivate_xla", "tf_tempered_xla")  # what --jit_compile adds
 DEFAULT_PATHS = tuple(p for p in PATHS if p not in LOW_MEMORY_PATHS and (
     tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS))
 
@@ -221,6 +227,11 @@ def _model(kind, activation="tanh"):
 
 
 def _compiled(path, kind, batch_size):
+    """The compiled model of ``path``; ``<path>_xla``: the same, compiled with XLA."""
+    if path.endswith(XLA_SUFFIX):
+        model = _compiled(path[:-len(XLA_SUFFIX)], kind, batch_size)
+        model.compile(model.optimizer, loss=model.loss, jit_compile=True)
+        return model
     per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
     dp = dict(l2_norm_clip=1.0, noise_multiplier=1.1)
     # Keras 2: the legacy SGD (TF Privacy's optimizers subclass it); Keras 3 has no legacy ones.
@@ -301,6 +312,8 @@ def main():
     parser.add_argument("--keras", choices=("2", "3"),
                         help="Keras 2 (tf-keras) or 3; default: the environment's "
                              "(3 unless TF_USE_LEGACY_KERAS=1). Applied before TF is imported.")
+    parser.add_argument("--jit_compile", action="store_true",
+                        help="also time nonprivate_xla and tf_tempered_xla (jit_compile=True)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     if args.keras is not None and int(args.keras) != KERAS_MAJOR:
@@ -309,6 +322,12 @@ def main():
     if args.batch_size is None:
         args.batch_size = 64 if args.model == "lora" else 256
     paths = args.paths.split(",")
+    if args.jit_compile:
+        paths += [p for p in XLA_PATHS if p not in paths]
+    unknown = [p for p in paths if p.removesuffix(XLA_SUFFIX) not in PATHS]
+    if unknown:
+        raise SystemExit(f"unknown path(s) {', '.join(unknown)}: choose from {', '.join(PATHS)}, "
+                         f"each optionally with the suffix {XLA_SUFFIX}.")
     if KERAS_MAJOR == 3 and any(p in TF_PRIVACY_PATHS for p in paths):
         raise SystemExit(f"The paths {', '.join(TF_PRIVACY_PATHS)} need TF Privacy, which works "
                          "with Keras 2 only: run with --keras=2, or leave them out of --paths.")
@@ -330,6 +349,9 @@ def main():
             cpu_times[p].append((time.process_time() - cpu_start) / steps * 1000)
             peaks[p] = max(peaks[p], tf.config.experimental.get_memory_info("CPU:0")["peak"])
     base = statistics.median(times["nonprivate"]) if "nonprivate" in times else None
+    # Each row against the non-private step compiled the same way (with or without XLA).
+    baseline = {p: "nonprivate_xla" if p.endswith(XLA_SUFFIX) and "nonprivate_xla" in times
+                else "nonprivate" for p in paths}
     rows = []
     env = dict(env_before, load_average_before=env_before["load_average"],
                load_average_after=environment()["load_average"])
@@ -339,19 +361,22 @@ def main():
           f"{env['processor']}, TF {tf.__version__}, tf_tempered {tf_tempered.__version__}, "
           f"Python {env['python']}; load average (1/5/15 min) before "
           f"{_loads(env['load_average_before'])}, after {_loads(env['load_average_after'])}")
-    cpu_base = statistics.median(cpu_times["nonprivate"]) if base else None
-    print("| path | ms/step | × non-private | CPU ms/step | × non-private | peak MiB | × non-private |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| path | jit_compile | ms/step | × non-private | CPU ms/step | × non-private | peak MiB "
+          "| × non-private |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for p in paths:
         ms, cpu_ms = statistics.median(times[p]), statistics.median(cpu_times[p])
+        ref = baseline[p] if base else None
         row = {"path": p, "ms_per_step": ms, "cpu_ms_per_step": cpu_ms, "peak_bytes": peaks[p],
-               "time_ratio": ms / base if base else None,
-               "cpu_ratio": cpu_ms / cpu_base if base else None,
-               "memory_ratio": peaks[p] / peaks["nonprivate"] if base else None,
+               "baseline": ref,
+               "time_ratio": ms / statistics.median(times[ref]) if ref else None,
+               "cpu_ratio": cpu_ms / statistics.median(cpu_times[ref]) if ref else None,
+               "memory_ratio": peaks[p] / peaks[ref] if ref else None,
                # Keras 3's compile(jit_compile="auto") is False on a CPU-only machine.
                "jit_compile": bool(getattr(compiled[p], "jit_compile", False))}
         rows.append(row)
-        print(f"| {p} | {ms:.1f} | {row['time_ratio'] or float('nan'):.2f} | {cpu_ms:.1f} | "
+        print(f"| {p} | {'yes' if row['jit_compile'] else 'no'} | {ms:.1f} | "
+              f"{row['time_ratio'] or float('nan'):.2f} | {cpu_ms:.1f} | "
               f"{row['cpu_ratio'] or float('nan'):.2f} | {peaks[p] / 2**20:.0f} | "
               f"{row['memory_ratio'] or float('nan'):.2f} |")
     for row in rows:  # which handler and path each layer took (tf_tempered's paths)

@@ -45,6 +45,10 @@ $PY benchmarks/dp_step.py --keras=3 --model=text --paths=nonprivate,tf_tempered 
 $PY benchmarks/dp_step.py --keras=3 --model=conv1d --paths=nonprivate,tf_tempered --rounds=5 --json=$out/conv1d_b256_keras3_run_all.json | tee $out/conv1d_b256_keras3_run_all.md
 $PY benchmarks/dp_step.py --keras=3 --model=mobilenet --paths=nonprivate,tf_tempered --rounds=5 --json=$out/mobilenet_b256_keras3_run_all.json | tee $out/mobilenet_b256_keras3_run_all.md
 $PY benchmarks/dp_step.py --keras=3 --model=lstm --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/lstm_b256_keras3_run_all.json | tee $out/lstm_b256_keras3_run_all.md
+# Issue 30's rows: LoRA fine-tuning (rank-4 LoRA on a 2-block transformer, batch 64) and the XLA-compiled steps
+# (jit_compile=True: the TF-ops paths, what a GPU runs), each against the non-private step compiled the same way.
+$PY benchmarks/dp_step.py --keras=3 --model=lora --paths=nonprivate,tf_tempered --rounds=5 --json=$out/lora_b64_keras3.json | tee $out/lora_b64_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_tf_ops --jit_compile --rounds=5 --json=$out/mnist_b256_keras3_xla.json | tee $out/mnist_b256_keras3_xla.md
 $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_low_memory --steps=2 --rounds=5 --json=$out/cifar10_b256_low_memory_keras3.json | tee $out/cifar10_b256_low_memory_keras3.md
 # Peak memory with each configuration alone in its process (in one process the allocator's peak also holds what
 # earlier paths left), twice.

@@ -39,19 +39,25 @@ def test_dp_step_benchmark_runs_all_paths(tmp_path):
     out = tmp_path / "result.json"
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "dp_step.py"), "--batch_size=8", "--steps=1",
-         "--rounds=1", "--paths=" + ",".join(PATHS),
+         "--rounds=1", "--paths=" + ",".join(PATHS), "--jit_compile",
          f"--json={out}"], check=True, capture_output=True, timeout=600)
     result = json.loads(out.read_text())
     # The environment's Keras ran (no --keras), and the result says which.
     assert result["environment"]["keras_major"] == KERAS_MAJOR
     assert result["environment"]["keras_version"] == keras.__version__
     rows = {row["path"]: row for row in result["rows"]}
-    assert set(rows) == set(PATHS)
+    assert set(rows) == set(PATHS) | {"nonprivate_xla", "tf_tempered_xla"}
     assert rows["nonprivate"]["time_ratio"] == 1.0
+    # The XLA rows: compiled with XLA, against the non-private step compiled the same way.
+    assert rows["nonprivate_xla"]["time_ratio"] == 1.0
+    assert rows["tf_tempered_xla"]["baseline"] == "nonprivate_xla"
+    assert rows["tf_tempered"]["baseline"] == "nonprivate"
+    assert all(rows[p]["jit_compile"] for p in ("nonprivate_xla", "tf_tempered_xla"))
+    assert "native=False" in rows["tf_tempered_xla"]["layer_paths"][0]["path"]
     for row in rows.values():
         assert row["ms_per_step"] > 0 and row["cpu_ms_per_step"] > 0 and row["peak_bytes"] > 0
     # tf_tempered's paths say which handler and path each layer of the MNIST CNN took.
-    for path in ("tf_tempered", "tf_tempered_tf_ops"):
+    for path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_xla"):
         layers = rows[path]["layer_paths"]
         assert [(p["class"], p["handler"]) for p in layers] == [
             ("Conv2D", "conv2d"), ("Conv2D", "conv2d"), ("Dense", "dense"), ("Dense", "dense")]
