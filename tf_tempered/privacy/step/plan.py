@@ -84,12 +84,19 @@ def plan_step(model, state, *, check_optimizer=True):
             "batch could split an example's copies). Fix: train on one replica, or call "
             "make_private without augmentation_multiplicity.")
     xla = keras_bridge.jit_compiled(model)
-    # The native Conv2D op has no XLA kernel: XLA (jit_compile, and Keras 3's "auto" on
-    # a GPU) takes the TF-ops paths, which give the same values.
-    options = state.options
-    if xla and options.native:
-        options = dataclasses.replace(
-            options, native=False,
-            norm_path="auto" if options.norm_path == "native" else options.norm_path)
+    options = _xla_options(state.options) if xla else state.options
     strategy = clipped_sums.strategy_for(options.clipped_sum, model)
     return StepPlan(config, replicas, options, strategy, multiplicity, xla)
+
+
+def _xla_options(options):
+    """The options of an XLA-compiled step (jit_compile, and Keras 3's "auto" on a GPU):
+    the same values by other kernels. The native Conv2D op has no XLA kernel, so the
+    TF-ops paths; and no depthwise-backprop path unless forced (norm_path="depthwise"):
+    XLA on CPU runs the depthwise filter backprop of the batch folded into channels
+    about 40x slower than image patches (MNIST CNN, batch 256: 9.3 s against 0.21 s a
+    step; benchmarks/dp_step.py --jit_compile)."""
+    return dataclasses.replace(
+        options, native=False,
+        norm_path="auto" if options.norm_path == "native" else options.norm_path,
+        depthwise_max_channel_pairs=0)  # a forced norm_path="depthwise" still takes it
