@@ -60,7 +60,8 @@ class EngineOptions:
         materialized only when they fit in this many bytes.
       depthwise_max_channel_pairs: a Conv2D with at most this many (input
         channel, output channel) pairs takes the depthwise-conv backprop
-        (TF ops only, undilated).
+        (TF ops only, undilated); 0 turns that backprop off everywhere, also in
+        DepthwiseConv2D/SeparableConv2D (image patches instead), as XLA steps do.
       native_min_ghost_rows: in the native-op vs ghost-norm cost comparison a
         microbatch counts at least this many rows.
       native_materialize_min_rows: with the native op, a Conv2D with at least

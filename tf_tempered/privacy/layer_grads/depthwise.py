@@ -113,7 +113,10 @@ def choose_path(params, options):
     # `dilations` eagerly (wrong gradients) and fails in graphs, and
     # tf.nn.depthwise_conv2d's space-to-batch needs a static channel count,
     # which the folded batch does not have when the batch size is unknown.
-    if options.forced == "materialize" or params.dilation_rate != (1, 1):
+    # depthwise_max_channel_pairs=0 turns the depthwise backprop off (the XLA steps: XLA
+    # on CPU runs it several times slower than patches; step/plan.py).
+    if options.forced == "materialize" or params.dilation_rate != (1, 1) or (
+            options.forced != "depthwise" and options.depthwise_max_channel_pairs == 0):
         return DepthwisePath("patches")
     return DepthwisePath("folded")
 
