@@ -22,6 +22,9 @@ def _example():
     return lora_finetune_dp
 
 
+# The whole example (12 s): its engine parts are tested by test_layer_grads_lora.py and the
+# conformance cases; tutorials/06 runs the same steps with --extended too.
+@pytest.mark.extended
 def test_lora_finetune_prints_accuracy_and_epsilon(capsys):
     from tf_tempered.privacy.accounting import compute_epsilon  # pylint: disable=import-outside-toplevel
     example = _example()

@@ -397,6 +397,7 @@ def test_cli_prints_one_line_per_epoch_when_stdout_is_not_a_terminal(tmp_path):
     assert model.count_params() == metrics["model"]["params"]
 
 
+@pytest.mark.extended  # a pty subprocess (11 s); the off-terminal output is tested above
 def test_cli_keeps_the_progress_bar_on_a_terminal(tmp_path):
     returncode, stdout, stderr = _run_cli(tmp_path, tty=True)
     assert returncode == 0, stderr[-3000:]
