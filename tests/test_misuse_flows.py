@@ -152,21 +152,6 @@ def _cnn(dtype):
         keras.layers.Dense(3, dtype=dtype)])
 
 
-def test_jit_compile_takes_the_xla_paths_and_is_exact():
-    x, y = _data((7, 7, 2))
-    weights = _cnn("float32").get_weights()
-    norms, reference = per_example_reference(_cnn, weights, x, y, _sce)
-    clip = median_clip(norms)
-    model = _cnn("float32")
-    model.set_weights(weights)
-    ours, _ = engine_update(model, x, y, clip=clip, loss=LOSS, jit_compile=True)
-    assert_update(ours, reference(clip))
-    # No native op under XLA, and no depthwise backprop (XLA on CPU runs it ~40x slower).
-    conv_paths = [p["path"] for p in layer_paths(model) if p["class"] == "Conv2D"]
-    assert conv_paths and all("native=False" in p and "depthwise=False" in p
-                              for p in conv_paths)
-
-
 def _depthwise_cnn(dtype):
     return keras.Sequential([
         keras.Input((7, 7, 2), dtype=dtype),
@@ -176,19 +161,28 @@ def _depthwise_cnn(dtype):
         keras.layers.Dense(3, dtype=dtype)])
 
 
-def test_jit_compile_takes_image_patches_for_depthwise_layers_and_is_exact():
-    # XLA on CPU runs the folded depthwise backprop several times slower than patches.
+# Under XLA: no native op, and no depthwise backprop (XLA on CPU runs the folded depthwise
+# backprop tens of times slower than image patches), for Conv2D and the depthwise layers.
+_XLA_PATHS = {
+    "conv2d": (_cnn, ("Conv2D",), ("native=False", "depthwise=False")),
+    "depthwise": (_depthwise_cnn, ("DepthwiseConv2D", "SeparableConv2D"), ("method='patches'",)),
+}
+
+
+@pytest.mark.parametrize("kind", list(_XLA_PATHS))
+def test_jit_compile_takes_the_xla_paths_and_is_exact(kind):
+    builder, classes, path_marks = _XLA_PATHS[kind]
     x, y = _data((7, 7, 2))
-    weights = _depthwise_cnn("float32").get_weights()
-    norms, reference = per_example_reference(_depthwise_cnn, weights, x, y, _sce)
+    weights = builder("float32").get_weights()
+    norms, reference = per_example_reference(builder, weights, x, y, _sce)
     clip = median_clip(norms)
-    model = _depthwise_cnn("float32")
+    model = builder("float32")
     model.set_weights(weights)
     ours, _ = engine_update(model, x, y, clip=clip, loss=LOSS, jit_compile=True)
     assert_update(ours, reference(clip))
-    paths = [p["path"] for p in layer_paths(model) if "Depthwise" in p["class"]
-             or "Separable" in p["class"]]
-    assert len(paths) == 2 and all("method='patches'" in p for p in paths)
+    paths = [p["path"] for p in layer_paths(model) if p["class"] in classes]
+    assert len(paths) == len(classes) + (kind == "conv2d")  # the CNN has two Conv2D
+    assert all(mark in p for p in paths for mark in path_marks), paths
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
