@@ -89,9 +89,9 @@ class Conv2DHandler(Handler):
             return None  # channels_first, causal, LoRA, quantized: the generic VJP
         pair = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v, v)))
         return Conv2DHyperparameters(layer.name, pair(layer.kernel_size), pair(layer.strides),
-                            pair(layer.dilation_rate), padding, int(layer.filters),
-                            bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
-                            int(getattr(layer, "groups", 1) or 1))
+                                     pair(layer.dilation_rate), padding, int(layer.filters),
+                                     bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
+                                     int(getattr(layer, "groups", 1) or 1))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]

@@ -69,10 +69,12 @@ class Conv1DHandler(Handler):
         k, s, d = one(layer.kernel_size), one(layer.strides), one(layer.dilation_rate)
         kernel_shape = keras_bridge.shape_of(layer.kernel)
         conv2d = Conv2DHyperparameters(layer.name, (1, k), (1, s), (1, d),
-                              "valid" if padding == "causal" else padding, int(layer.filters),
-                              bool(layer.use_bias), (1,) + kernel_shape,
-                              int(getattr(layer, "groups", 1) or 1))
-        return Conv1DHyperparameters(conv2d, d * (k - 1) if padding == "causal" else 0, kernel_shape)
+                                       "valid" if padding == "causal" else padding,
+                                       int(layer.filters), bool(layer.use_bias),
+                                       (1,) + kernel_shape,
+                                       int(getattr(layer, "groups", 1) or 1))
+        return Conv1DHyperparameters(conv2d, d * (k - 1) if padding == "causal" else 0,
+                                     kernel_shape)
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.conv2d.use_bias else [layer.kernel]

@@ -73,8 +73,10 @@ class Conv3DHandler(Handler):
                 or derived_weights(layer)):
             return None  # channels_first, LoRA, quantized: the generic VJP
         return Conv3DHyperparameters(layer.name, triple(layer.kernel_size), triple(layer.strides),
-                            padding, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
-                            int(getattr(layer, "groups", 1) or 1), triple(layer.dilation_rate))
+                                     padding, bool(layer.use_bias),
+                                     keras_bridge.shape_of(layer.kernel),
+                                     int(getattr(layer, "groups", 1) or 1),
+                                     triple(layer.dilation_rate))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]

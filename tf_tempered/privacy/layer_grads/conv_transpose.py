@@ -73,8 +73,8 @@ class Conv2DTransposeHandler(Handler):
             return None  # channels_first, LoRA, quantized: the generic VJP
         kernel_shape = keras_bridge.shape_of(layer.kernel)  # [kh, kw, filters, cin]
         conv2d = Conv2DHyperparameters(layer.name, pair(layer.kernel_size), pair(layer.strides),
-                              pair(layer.dilation_rate), padding, kernel_shape[3], False,
-                              kernel_shape)
+                                       pair(layer.dilation_rate), padding, kernel_shape[3], False,
+                                       kernel_shape)
         return ConvTransposeHyperparameters(conv2d, bool(layer.use_bias))
 
     def variables(self, layer, params):

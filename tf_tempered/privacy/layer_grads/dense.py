@@ -45,7 +45,8 @@ class DenseHandler(Handler):
     def hyperparameters(self, layer):
         if derived_weights(layer):  # Keras 3 LoRA (lora.py) / quantized (generic)
             return None
-        return DenseHyperparameters(layer.name, bool(layer.use_bias), keras_bridge.shape_of(layer.kernel))
+        return DenseHyperparameters(layer.name, bool(layer.use_bias),
+                                    keras_bridge.shape_of(layer.kernel))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]

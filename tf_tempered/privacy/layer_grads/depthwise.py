@@ -68,7 +68,7 @@ class DepthwisePath:
 
 
 def depthwise_params(layer, kernel, use_bias):
-    """DepthwiseHyperparameters of a DepthwiseConv2D or SeparableConv2D, or None where not covered."""
+    """DepthwiseHyperparameters of a DepthwiseConv2D or SeparableConv2D (None: not covered)."""
     padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
     if data_format != "channels_last" or padding not in ("same", "valid") or derived_weights(layer):
         return None  # channels_first, LoRA, quantized: the generic VJP
@@ -76,9 +76,9 @@ def depthwise_params(layer, kernel, use_bias):
     strides, dilation = pair(layer.strides), pair(layer.dilation_rate)
     if max(strides) > 1 and max(dilation) > 1:
         return None  # tf.nn.depthwise_conv2d refuses both (Keras does too)
-    return DepthwiseHyperparameters(layer.name, pair(layer.kernel_size), strides, dilation, padding,
-                           int(layer.depth_multiplier), bool(use_bias),
-                           keras_bridge.shape_of(kernel))
+    return DepthwiseHyperparameters(layer.name, pair(layer.kernel_size), strides, dilation,
+                                    padding, int(layer.depth_multiplier), bool(use_bias),
+                                    keras_bridge.shape_of(kernel))
 
 
 @register(keras.layers.DepthwiseConv2D)

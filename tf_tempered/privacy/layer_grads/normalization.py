@@ -36,7 +36,8 @@ from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.generic import norms_from_per_example
 
-__all__ = ["AffineNormalizationHandler", "AffineNormalizationHyperparameters", "broadcast_weight_grads"]
+__all__ = ["AffineNormalizationHandler", "AffineNormalizationHyperparameters",
+           "broadcast_weight_grads"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,8 @@ __all__ = ["SeparableConv2DHandler", "SeparableHyperparameters", "SeparablePath"
 
 @dataclasses.dataclass(frozen=True)
 class SeparableHyperparameters:
-    """The depthwise part's DepthwiseHyperparameters (no bias), the pointwise kernel's shape, the bias."""
+    """The depthwise part's DepthwiseHyperparameters (no bias), the pointwise kernel's shape and
+    the bias."""
     depthwise: Any
     pointwise_shape: Tuple[int, int, int, int]
     use_bias: bool
@@ -64,7 +65,7 @@ class SeparableConv2DHandler(Handler):
         if depthwise is None:
             return None
         return SeparableHyperparameters(depthwise, keras_bridge.shape_of(layer.pointwise_kernel),
-                               bool(layer.use_bias))
+                                        bool(layer.use_bias))
 
     def variables(self, layer, params):
         kernels = [layer.depthwise_kernel, layer.pointwise_kernel]

@@ -95,8 +95,8 @@ class WeightStandardizedConv2DHandler(Handler):
         if conv2d is None:
             return None
         return WeightStandardizedHyperparameters(dataclasses.replace(conv2d, use_bias=False),
-                                        conv2d.use_bias, float(layer.epsilon),
-                                        float(layer.gain()))
+                                                 conv2d.use_bias, float(layer.epsilon),
+                                                 float(layer.gain()))
 
     def variables(self, layer, params):
         return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
