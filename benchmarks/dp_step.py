@@ -40,6 +40,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=cifar10 --paths=nonprivate,tf_tempered --dynamic_batch
     python benchmarks/dp_step.py --model=text --paths=nonprivate,tf_tempered   # Embedding 50k×64 + MHA
     python benchmarks/dp_step.py --model=lstm --paths=nonprivate,tf_tempered   # Embedding 10k×64 + LSTM(64)
+    python benchmarks/dp_step.py --model=gru --paths=nonprivate,tf_tempered    # the same with GRU(64)
     python benchmarks/dp_step.py --model=lora --paths=nonprivate,tf_tempered   # batch 64:
         # a 2-block transformer, rank-4 LoRA on its Dense/EinsumDense (Keras 3)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
@@ -177,12 +178,13 @@ def _lora_model():
 LSTM_VOCAB = 10_000
 
 
-def _lstm_model():
-    """A recurrent text classifier: Embedding 10 000 × 64 + LSTM(64) + Dense (issue 14's row)."""
+def _recurrent_model(unit="lstm"):
+    """A recurrent text classifier: Embedding 10 000 × 64 + LSTM(64) or GRU(64) + Dense
+    (issue 14's and 30's rows)."""
     return keras.Sequential([
         keras.Input((TEXT_LENGTH,), dtype="int32"),
         keras.layers.Embedding(LSTM_VOCAB, TEXT_DIM),
-        keras.layers.LSTM(64),
+        keras.layers.LSTM(64) if unit == "lstm" else keras.layers.GRU(64),
         keras.layers.Dense(10),
     ])
 
@@ -219,8 +221,8 @@ def _model(kind, activation="tanh"):
         return _lora_model()
     if kind == "conv1d":
         return _conv1d_model()
-    if kind == "lstm":
-        return _lstm_model()
+    if kind in ("lstm", "gru"):
+        return _recurrent_model(kind)
     if kind == "mobilenet":
         return _mobilenet_model()
     return models.mnist_cnn(activation) if kind == "mnist" else models.cifar10_cnn(activation)
@@ -271,14 +273,14 @@ def _compiled(path, kind, batch_size):
 
 def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
-            "lstm": (TEXT_LENGTH,), "lora": (TEXT_LENGTH,),
+            "lstm": (TEXT_LENGTH,), "gru": (TEXT_LENGTH,), "lora": (TEXT_LENGTH,),
             "conv1d": (128, 16), "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
     rng = np.random.default_rng(0)
-    if kind in ("text", "lstm", "lora"):
-        vocab = LSTM_VOCAB if kind == "lstm" else TEXT_VOCAB
+    if kind in ("text", "lstm", "gru", "lora"):
+        vocab = LSTM_VOCAB if kind in ("lstm", "gru") else TEXT_VOCAB
         x = rng.integers(0, vocab, (batch_size,) + _input_shape(kind)).astype(np.int32)
     else:
         x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
@@ -298,7 +300,7 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "mobilenet",
-                                            "lstm", "lora"),
+                                            "lstm", "gru", "lora"),
                         default="mnist")
     parser.add_argument("--batch_size", type=int, default=None,
                         help="default 256 (64 for --model=lora)")

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates benchmarks/results/*.md|json (the tables of docs/benchmarks.md). CPU-only; ~25 min on 2 cores.
+# Regenerates benchmarks/results/*.md|json (the tables of docs/benchmarks.md) and summary.md, the
+# table of every dp_step.py row. CPU-only; ~40 min on 2 cores. PEERS_PYTHON=<python with the
+# [peers] extra> adds the Opacus and JAX steps (benchmarks/peers/) to the same run.
 # Each command names its Keras (--keras=2|3), whatever TF_USE_LEGACY_KERAS says; the unsuffixed
 # files are Keras 2 (with TF Privacy's paths), the *_keras3* ones Keras 3.
 set -euo pipefail
@@ -45,6 +47,7 @@ $PY benchmarks/dp_step.py --keras=3 --model=text --paths=nonprivate,tf_tempered 
 $PY benchmarks/dp_step.py --keras=3 --model=conv1d --paths=nonprivate,tf_tempered --rounds=5 --json=$out/conv1d_b256_keras3_run_all.json | tee $out/conv1d_b256_keras3_run_all.md
 $PY benchmarks/dp_step.py --keras=3 --model=mobilenet --paths=nonprivate,tf_tempered --rounds=5 --json=$out/mobilenet_b256_keras3_run_all.json | tee $out/mobilenet_b256_keras3_run_all.md
 $PY benchmarks/dp_step.py --keras=3 --model=lstm --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/lstm_b256_keras3_run_all.json | tee $out/lstm_b256_keras3_run_all.md
+$PY benchmarks/dp_step.py --keras=3 --model=gru --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/gru_b256_keras3.json | tee $out/gru_b256_keras3.md
 # Issue 30's rows: LoRA fine-tuning (rank-4 LoRA on a 2-block transformer, batch 64) and the XLA-compiled steps
 # (jit_compile=True: the TF-ops paths, what a GPU runs), each against the non-private step compiled the same way.
 $PY benchmarks/dp_step.py --keras=3 --model=lora --paths=nonprivate,tf_tempered --rounds=5 --json=$out/lora_b64_keras3.json | tee $out/lora_b64_keras3.md
@@ -56,6 +59,27 @@ $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=non
   for r in 1 2; do
     $PY benchmarks/memory_alone.py text nonprivate; $PY benchmarks/memory_alone.py text dp
     $PY benchmarks/memory_alone.py cifar10 nonprivate; $PY benchmarks/memory_alone.py cifar10 dp
+    $PY benchmarks/memory_alone.py lstm nonprivate; $PY benchmarks/memory_alone.py lstm dp
     $PY benchmarks/memory_alone.py cifar10 dp '{"clipped_sum": "recompute", "materialize_max_bytes": 8388608, "patch_chunk_bytes": 4194304}'
   done
 } 2>/dev/null | tee $out/memory_alone_keras3.txt
+# The train script end to end: DP-SGD vs --nodpsgd, paired fresh processes (issue 30).
+$PY benchmarks/end_to_end.py --pairs=3 --json=$out/end_to_end_mnist.json | tee $out/end_to_end_mnist.md
+# Peers on the same machine in the same run, each against its own non-private step.
+if [ -n "${PEERS_PYTHON:-}" ]; then
+  for peer in opacus jax; do
+    for model in mnist text; do
+      steps=$([ "$model" = text ] && echo "--steps=2 --rounds=5" || echo "")
+      { echo "Command: \`python benchmarks/peers/${peer}_step.py --model=$model $steps --json=$out/peers_${peer}_${model}_b256.json\`"; echo
+        $PEERS_PYTHON benchmarks/peers/${peer}_step.py --model=$model $steps --json=$out/peers_${peer}_${model}_b256.json 2>/dev/null
+      } | tee $out/peers_${peer}_${model}_b256.md
+    done
+  done
+fi
+# One table of every dp_step.py row above, with commands and per-layer paths.
+$PY benchmarks/summarize.py $out/mnist_b256.json $out/mnist_b4096.json $out/cifar10_b256.json \
+  $out/mnist_b256_dynamic.json $out/cifar10_b256_dynamic.json $out/mnist_b256_keras3.json \
+  $out/cifar10_b256_keras3.json $out/text_b256_keras3.json $out/conv1d_b256_keras3_run_all.json \
+  $out/mobilenet_b256_keras3_run_all.json $out/lstm_b256_keras3_run_all.json $out/gru_b256_keras3.json \
+  $out/lora_b64_keras3.json \
+  $out/mnist_b256_keras3_xla.json $out/cifar10_b256_low_memory_keras3.json > $out/summary.md

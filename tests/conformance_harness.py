@@ -156,7 +156,8 @@ def case_names(family):
     return [case.name for case in CASES_BY_FAMILY[family]]
 
 
-def _labels():
+def case_labels():
+    """The labels of every case's batch: BATCH draws of 3 classes, the same for all."""
     return np.random.default_rng(1).integers(0, 3, BATCH)
 
 
@@ -174,7 +175,7 @@ def check_handler_update(name, path, num_microbatches, static_batch):
     if path.startswith("native") and not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
     assert_engine_matches_reference(seeded(case.build), case.inputs(num_microbatches or 0),
-                                    _labels(), num_microbatches=num_microbatches,
+                                    case_labels(), num_microbatches=num_microbatches,
                                     static_batch=static_batch,
                                     options=EngineOptions(**case.paths[path]),
                                     cache_key=("conformance", name, num_microbatches))
@@ -186,7 +187,7 @@ def check_two_pass_update(mode, name, num_microbatches, static_batch):
     if case.onednn_only:
         skip_without_onednn_conv_gradients()
     assert_engine_matches_reference(seeded(case.build), case.inputs(num_microbatches or 0),
-                                    _labels(), num_microbatches=num_microbatches,
+                                    case_labels(), num_microbatches=num_microbatches,
                                     static_batch=static_batch,
                                     options=EngineOptions(clipped_sum=mode),
                                     cache_key=("conformance", name, num_microbatches))

@@ -61,13 +61,14 @@ def _reference(builder, weights, x, y, num_microbatches):
 
 
 def _engine_update(builder, weights, x, y, clip, num_microbatches, static_batch, dtype,
-                   options=None, augmentation_multiplicity=1):
+                   options=None, augmentation_multiplicity=1, jit_compile=False):
     model = builder(dtype)
     model.set_weights([w.astype(dtype) for w in weights])
     make_private(model, options=options, augmentation_multiplicity=augmentation_multiplicity)
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=0.0,
                                                 num_microbatches=num_microbatches,
-                                                learning_rate=1.0), loss=LOSS)
+                                                learning_rate=1.0), loss=LOSS,
+                  jit_compile=jit_compile)
     before = [v.numpy() for v in model.trainable_variables]
     # Without drop_remainder the traced step does not know the batch size. (fit on
     # arrays whose size is a multiple of batch_size traces a static batch size.)
@@ -96,8 +97,10 @@ def _clipped_reference(builder, x, y, microbatches):
 
 def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, static_batch=False,
                                     dtype="float32", options=None, cache_key=None,
-                                    augmentation_multiplicity=1):
+                                    augmentation_multiplicity=1, jit_compile=False):
     """The engine's update (noise 0) equals the float64 reference, clip at the median norm.
+
+    jit_compile=True: the step compiled with XLA (the TF-ops paths a GPU runs).
 
     augmentation_multiplicity=K: the rows of x are K consecutive copies of each
     example; the reference's microbatches are then groups of K rows (one example).
@@ -115,7 +118,8 @@ def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, sta
         if cache_key is not None:
             _REFERENCES[cache_key] = (weights, norms, clip, clipped, reference)
     ours, history = _engine_update(builder, weights, x, y, clip, num_microbatches,
-                                   static_batch, dtype, options, augmentation_multiplicity)
+                                   static_batch, dtype, options, augmentation_multiplicity,
+                                   jit_compile)
     np.testing.assert_allclose(history["dp_clipped_fraction"][0], clipped)
     np.testing.assert_allclose(history["dp_grad_norm"][0], norms.mean(), rtol=1e-4)
     scale = max(np.abs(r).max() for r in reference)

@@ -12,7 +12,8 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """benchmarks/dp_step.py (the README's speed table) still runs and reports every path;
---keras selects the Keras of its process; keras_versions.py's medians and ratios."""
+--keras selects the Keras of its process; keras_versions.py's, end_to_end.py's and
+summarize.py's medians, ratios and tables; the peers' scripts skip without their framework."""
 
 import importlib.util
 import json
@@ -142,3 +143,56 @@ def test_keras_versions_report_from_saved_runs():
     assert "| tf_tempered | 13.0 | 12.0 | 1.08 |" in report
     assert "before 1.00/2.00/3.00, after n/a" in report
     assert "on Keras 3, within each process (interleaved there): median 1.30 (1.20 1.50 1.30)" in report
+
+
+def _dp_step_result(model, rows, **args):
+    env = {"keras_major": 3, "keras_version": "3.x", "tensorflow": "2.x", "python": "3.y",
+           "load_average_before": [1.0, 1.5, 2.0]}
+    return {"args": dict({"model": model, "batch_size": 256, "paths": "nonprivate,tf_tempered",
+                          "steps": 10, "rounds": 5, "keras": "3", "dynamic_batch": False,
+                          "jit_compile": False, "stock_steps": 1}, **args),
+            "environment": env, "rows": rows}
+
+
+def test_summary_table_has_every_row_its_command_and_layer_paths(tmp_path):
+    summarize = _load_module("summarize")
+    row = {"path": "tf_tempered", "ms_per_step": 13.2, "cpu_ms_per_step": 20.0,
+           "peak_bytes": 3 * 2**20, "time_ratio": 1.2, "cpu_ratio": 1.25, "memory_ratio": 1.5,
+           "layer_paths": [{"layer": "conv1", "handler": "conv2d", "path": "ConvPath(...)"}]}
+    base = {"path": "nonprivate", "ms_per_step": 11.0, "cpu_ms_per_step": 16.0,
+            "peak_bytes": 2 * 2**20, "time_ratio": 1.0, "cpu_ratio": 1.0, "memory_ratio": 1.0}
+    path = tmp_path / "cifar10_b256.json"
+    path.write_text(json.dumps(_dp_step_result("cifar10", [base, row], dynamic_batch=True)))
+    report = summarize.summarize([str(path)])
+    assert "| cifar10 | 256 (dynamic) | 3 | tf_tempered | 13.2 | 1.20 | 1.25 | 3 | 1.50 | cifar10_b256 |" in report
+    assert "| cifar10 | 256 (dynamic) | 3 | nonprivate | 11.0 | 1.00 | 1.00 | 2 | 1.00 |" in report
+    # Flags at their defaults are left out of the command; the others are kept.
+    assert (f"`python benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 "
+            f"--paths=nonprivate,tf_tempered --rounds=5 --dynamic_batch --json={path}`") in report
+    assert "- tf_tempered: conv1 conv2d: ConvPath(...)" in report
+
+
+def test_end_to_end_ratios_are_medians_of_pairs():
+    end_to_end = _load_module("end_to_end")
+    pairs = [{"dp": {"process_s": dp, "script_s": dp - 5, "test_accuracy": 0.9, "epsilon": 1.0},
+              "nonprivate": {"process_s": npv, "script_s": npv - 5, "test_accuracy": 0.95,
+                             "epsilon": None}, "first": first}
+             for dp, npv, first in [(12.0, 10.0, "dp"), (30.0, 20.0, "nonprivate"), (11.0, 10.0, "dp")]]
+    summary = end_to_end.summarize(pairs)
+    assert summary["process_s"] == {"dp": 12.0, "nonprivate": 10.0, "ratio": 1.2}
+    assert summary["script_s"]["ratio"] == pytest.approx(7.0 / 5.0)
+    report = end_to_end.render({"train_args": "--dataset=digits", "pairs": pairs,
+                                "environment": "env", "load_before": "1", "load_after": "2"})
+    assert "| whole process | 12.0 | 10.0 | 1.20 |" in report
+    assert "| 2 | nonprivate | 30.0 | 20.0 | 1.50 | 0.9000 | 0.9500 | 1 |" in report
+
+
+@pytest.mark.parametrize("script,package", [("opacus_step.py", "torch"), ("jax_step.py", "jax")])
+def test_peer_scripts_skip_without_their_framework(script, package):
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers" / script),
+                             "--model=mnist"], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert f"skipped: {package} not installed (pip install -e .[peers])" in result.stdout

@@ -101,6 +101,35 @@ def test_memory_cap_turns_materializing_off():
                            materialize_max_bytes=BATCH * 18 * 8 * 4 - 1))[3] is False
 
 
+def _cifar_conv(channels_in, filters, size):
+    return _record(keras.layers.Conv2D(filters, 3, padding="same"), (size, size, channels_in))
+
+
+@needs_native
+def test_gradients_kept_only_where_smaller_than_the_ghost_norms_inputs():
+    # CIFAR-10 CNN conv3 (16×16×32 → 64): 18 432 gradient values per example against
+    # 8 192 input + 16 384 output-gradient values: materialized. conv4 (16×16×64 → 64):
+    # 36 864 against 16 384 + 16 384: the native norms only (book-keeping sum).
+    assert _choice(_cifar_conv(32, 64, 16)) == (256, True, False, True)
+    assert _choice(_cifar_conv(64, 64, 16)) == (256, True, False, False)
+    # 2 examples per microbatch keep twice the inputs for one microbatch's gradients.
+    assert _choice(_cifar_conv(64, 64, 16), BATCH // 2, 2)[3] is True
+    # Forced materialization and an unknown microbatch size keep the first rule only.
+    src, params = _record(keras.layers.Conv2D(64, 3, padding="same"), (16, 16, 64),
+                          norm_path="materialize")
+    assert rows.fits(src, BATCH, 1) is True
+    assert rows.fits(_cifar_conv(64, 64, 16)[0], 8, None) is True
+
+
+def test_kept_bytes_rule_decides_per_step_with_an_unknown_microbatch_count():
+    # 16 384 gradient values per example against 256 kept: 16 MiB for 256 microbatches
+    # (above ALWAYS_MATERIALIZE_BYTES), 0.5 MiB for 8.
+    src, _ = _record(keras.layers.Dense(128), (128,))
+    materialize = rows.fits(src, tf.constant(BATCH), 1)
+    assert tf.is_tensor(materialize) and not bool(materialize)
+    assert bool(rows.fits(src, tf.constant(BATCH // 32), 32))
+
+
 def test_unknown_microbatch_count_decides_per_step():
     tf_ops = dict(native=False, depthwise_max_channel_pairs=0)
     record = _record(keras.layers.Conv2D(8, 3), (12, 12, 2), **tf_ops)

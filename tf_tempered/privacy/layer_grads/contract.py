@@ -39,11 +39,13 @@ class MicrobatchLayout:
     examples_per_microbatch: E (an int, or None when the batch size is not static).
     options: the model's EngineOptions.
     batch_size: B (an int, or a scalar tensor when not known while tracing).
+    xla: the step is compiled by XLA (jit_compile): only ops XLA compiles.
     """
     num_microbatches: Any
     examples_per_microbatch: Any
     options: Any
     batch_size: Any = None
+    xla: bool = False
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -126,7 +126,7 @@ def choose_path(src, params, num_microbatches, examples_per_microbatch):
         # traffic; the book-keeping sum instead costs the batch's filter gradient,
         # rows·d_in·d_out per microbatch: worth avoiding only for many rows.
         return ConvPath(True, False, g_rows >= options.native_materialize_min_rows
-                        and rows.fits(src, num_microbatches))
+                        and rows.fits(src, num_microbatches, examples_per_microbatch))
     if params.dilation_rate == (1, 1) and params.strides[0] == params.strides[1] and (
             options.forced == "depthwise" or options.forced is None and (
                 src.inputs.shape[-1] * params.filters <= options.depthwise_max_channel_pairs)):

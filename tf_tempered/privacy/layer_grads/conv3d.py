@@ -15,7 +15,7 @@
 
 The row a_r is the input volume patch under output voxel r, in the kernel's
 (kd, kh, kw, cin) order: ``tf.extract_volume_patches`` for an undilated Conv3D;
-for a dilated one (that op has no dilations) the k_d·k_h·k_w strided slices of the
+for a dilated one (that op has no dilations) and under XLA (no XLA kernel) the k_d·k_h·k_w strided slices of the
 padded input, one per kernel offset, concatenated along the channels. The layer is
 then a Dense on its patches: ghost norm or materialized per-microbatch gradients
 (rows.py), patches made in chunks of ``patch_chunk_bytes``. The book-keeping sum is
@@ -87,7 +87,8 @@ class Conv3DHandler(Handler):
         x = call.inputs
         kd, kh, kw = params.kernel_size
         src = rows.RowSource(x, call.grad_output, kd * kh * kw * x.shape[-1], step.options,
-                             to_rows=lambda xs: _volume_patches(params, xs), chunked=True)
+                             to_rows=lambda xs: _volume_patches(params, xs, step.xla),
+                             chunked=True)
         path = rows.RowsPath(rows.choose_materialize(src, step.num_microbatches,
                                                      step.examples_per_microbatch))
         return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
@@ -95,8 +96,9 @@ class Conv3DHandler(Handler):
                                  book_keeping=lambda w: _book_keeping(src, params, w))
 
 
-def _volume_patches(params, x):
-    if params.dilation_rate == (1, 1, 1):
+def _volume_patches(params, x, xla=False):
+    # XLA has no ExtractVolumePatches kernel: strided slices under jit_compile.
+    if params.dilation_rate == (1, 1, 1) and not xla:
         return tf.extract_volume_patches(x, ksizes=[1, *params.kernel_size, 1],
                                          strides=[1, *params.strides, 1],
                                          padding=params.padding.upper())

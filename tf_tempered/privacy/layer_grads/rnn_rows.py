@@ -248,9 +248,12 @@ class RNNRowsHandler(Handler):
             return (t + 1, new_states, output,
                     [w.write(t, v) for w, v in zip(written, values)])
 
+        # maximum_iterations: XLA differentiates a loop that writes TensorArrays only
+        # with a bound on its length.
         _, final_states, last_output, written = tf.while_loop(
             lambda t, *_: t < num_steps, body,
-            (tf.constant(0), states, tf.zeros_like(states[0]), written))
+            (tf.constant(0), states, tf.zeros_like(states[0]), written),
+            maximum_iterations=num_steps)
         h_seq, *rest = [swap(w.stack()) for w in written]  # [B, T, units]
         sequence = rest.pop(0) if mask is not None else h_seq
         h_prev = tf.concat([states[0][:, None], h_seq[:, :-1]], 1)

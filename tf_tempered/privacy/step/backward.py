@@ -34,7 +34,7 @@ def backward(model, forward, plan, batch_size):
     unrecorded = coverage.check(model, records)
     coverage.refuse_reads_outside_calls(forward.recorder)
     step = layer_grads.MicrobatchLayout(forward.num_microbatches, forward.examples_per_microbatch,
-                            plan.options, batch_size)
+                                        plan.options, batch_size, xla=plan.xla)
     # One entry per layer: a layer called more than once (shared weights) gets the
     # per-example sum of its calls' contributions.
     groups = layer_grads.multi_call.group_calls(records)

@@ -95,8 +95,11 @@ def _xla_options(options):
     TF-ops paths; and no depthwise-backprop path unless forced (norm_path="depthwise"):
     XLA on CPU runs the depthwise filter backprop of the batch folded into channels
     about 40x slower than image patches (MNIST CNN, batch 256: 9.3 s against 0.21 s a
-    step; benchmarks/dp_step.py --jit_compile)."""
+    step; benchmarks/dp_step.py --jit_compile); and the per-example VJP of a recurrent
+    unit (layer_grads/rnn.py) by tf.map_fn: XLA does not compile the vectorized loop of
+    an RNN's call (an If inside a while body; tests/test_conformance_xla.py)."""
     return dataclasses.replace(
         options, native=False,
         norm_path="auto" if options.norm_path == "native" else options.norm_path,
-        depthwise_max_channel_pairs=0)  # a forced norm_path="depthwise" still takes it
+        depthwise_max_channel_pairs=0,  # a forced norm_path="depthwise" still takes it
+        vectorize_recurrent=False)
