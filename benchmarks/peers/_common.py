@@ -139,6 +139,24 @@ def time_rounds(steps, n_steps, rounds):
     return times, cpu_times, peaks
 
 
+def run(description, all_paths, *, versions, selfcheck, build_step, title):
+    """A peer script's main: flags; --selfcheck; else each path's step (``build_step(args,
+    path)``, called twice to compile and warm up outside the timed rounds), timed in
+    interleaved rounds and reported as ``title``."""
+    args = parse_args(description, all_paths)
+    paths = args.paths.split(",")
+    if args.selfcheck:
+        selfcheck(args, paths)  # exits
+    env = environment(versions())
+    steps = {}
+    for path in paths:
+        steps[path] = build_step(args, path)
+        steps[path]()
+        steps[path]()
+    times, cpu_times, peaks = time_rounds(steps, args.steps, args.rounds)
+    report(f"{args.model} model, {title}", args, env, times, cpu_times, peaks)
+
+
 def _loads(values):
     return "/".join(f"{v:.2f}" for v in values) if values else "n/a"
 

@@ -255,22 +255,17 @@ def versions():
             "jax_backend": jax.default_backend()}
 
 
-def main():
-    args = _common.parse_args(__doc__.splitlines()[0], PATHS)
-    paths = args.paths.split(",")
-    if args.selfcheck:
-        selfcheck(args, paths)
-    env = _common.environment(versions())
+def build_step(args, path):
+    """The jitted step of ``path`` on a fixed batch, as a no-argument callable."""
     x, y = arrays(args.model, args.batch_size)
-    steps = {}
-    for path in paths:
-        jitted = make_step(path, args.model, _common.LEARNING_RATE, args.noise_multiplier,
-                           _common.L2_NORM_CLIP)
-        steps[path] = Runner(jitted, init_params(args.model), x, y)
-        steps[path]()  # compile and warm up outside the timed rounds
-        steps[path]()
-    times, cpu_times, peaks = _common.time_rounds(steps, args.steps, args.rounds)
-    _common.report(f"{args.model} model, JAX (CPU, jit)", args, env, times, cpu_times, peaks)
+    jitted = make_step(path, args.model, _common.LEARNING_RATE, args.noise_multiplier,
+                       _common.L2_NORM_CLIP)
+    return Runner(jitted, init_params(args.model), x, y)
+
+
+def main():
+    _common.run(__doc__.splitlines()[0], PATHS, versions=versions, selfcheck=selfcheck,
+                build_step=build_step, title="JAX (CPU, jit)")
 
 
 if __name__ == "__main__":

@@ -255,23 +255,17 @@ def versions():
             "torch_threads": torch.get_num_threads()}
 
 
-def main():
-    args = _common.parse_args(__doc__.splitlines()[0], PATHS)
-    paths = args.paths.split(",")
-    if args.selfcheck:
-        selfcheck(args, paths)
-    env = _common.environment(versions())
+def build_step(args, path):
+    """The step of ``path`` on a fixed batch, as a no-argument callable."""
     x, y = tensors(args.model, args.batch_size)
-    steps = {}
-    for path in paths:
-        torch.manual_seed(0)
-        steps[path] = STEPS[path](build_model(args.model, path), x, y,
-                                  learning_rate=_common.LEARNING_RATE,
-                                  noise_multiplier=args.noise_multiplier, clip=_common.L2_NORM_CLIP)
-        steps[path]()  # warm up outside the timed rounds
-        steps[path]()
-    times, cpu_times, peaks = _common.time_rounds(steps, args.steps, args.rounds)
-    _common.report(f"{args.model} model, PyTorch (CPU)", args, env, times, cpu_times, peaks)
+    torch.manual_seed(0)
+    return STEPS[path](build_model(args.model, path), x, y, learning_rate=_common.LEARNING_RATE,
+                       noise_multiplier=args.noise_multiplier, clip=_common.L2_NORM_CLIP)
+
+
+def main():
+    _common.run(__doc__.splitlines()[0], PATHS, versions=versions, selfcheck=selfcheck,
+                build_step=build_step, title="PyTorch (CPU)")
 
 
 if __name__ == "__main__":
