@@ -15,8 +15,9 @@
 
 The row a_r is the input volume patch under output voxel r, in the kernel's
 (kd, kh, kw, cin) order: ``tf.extract_volume_patches`` for an undilated Conv3D;
-for a dilated one (that op has no dilations) and under XLA (no XLA kernel) the k_d·k_h·k_w strided slices of the
-padded input, one per kernel offset, concatenated along the channels. The layer is
+for a dilated one (that op has no dilations) and under XLA (it has no XLA kernel)
+the k_d·k_h·k_w strided slices of the padded input, one per kernel offset,
+concatenated along the channels. The layer is
 then a Dense on its patches: ghost norm or materialized per-microbatch gradients
 (rows.py), patches made in chunks of ``patch_chunk_bytes``. The book-keeping sum is
 the gradient of the layer's own convolution w.r.t. its kernel with the rescaled

@@ -116,9 +116,10 @@ def fits(src, num_microbatches, examples_per_microbatch=None):
     if examples_per_microbatch is None or kept is None or src.options.forced == "materialize":
         return within_cap
     smaller = per_microbatch <= examples_per_microbatch * kept
+    small = total <= ALWAYS_MATERIALIZE_BYTES
     if tf.is_tensor(within_cap):
-        return tf.logical_and(within_cap, tf.logical_or(smaller, total <= ALWAYS_MATERIALIZE_BYTES))
-    return within_cap and (smaller or total <= ALWAYS_MATERIALIZE_BYTES)
+        return tf.logical_and(within_cap, tf.logical_or(smaller, small))
+    return within_cap and (smaller or small)
 
 
 def _kept_bytes_per_example(src):
