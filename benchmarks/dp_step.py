@@ -41,6 +41,8 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=text --paths=nonprivate,tf_tempered   # Embedding 50k×64 + MHA
     python benchmarks/dp_step.py --model=lstm --paths=nonprivate,tf_tempered   # Embedding 10k×64 + LSTM(64)
     python benchmarks/dp_step.py --model=gru --paths=nonprivate,tf_tempered    # the same with GRU(64)
+    python benchmarks/dp_step.py --model=conv1d_family --paths=nonprivate,tf_tempered
+        # DepthwiseConv1D, SeparableConv1D, Conv1DTranspose
     python benchmarks/dp_step.py --model=lora --paths=nonprivate,tf_tempered   # batch 64:
         # a 2-block transformer, rank-4 LoRA on its Dense/EinsumDense (Keras 3)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
@@ -201,6 +203,20 @@ def _conv1d_model():
     ])
 
 
+def _conv1d_family_model():
+    """DepthwiseConv1D, SeparableConv1D and Conv1DTranspose on [B, 128, 16] (issue 30's
+    slow families, each through its 2-D handler since they have one)."""
+    return keras.Sequential([
+        keras.Input((128, 16)),
+        keras.layers.Conv1D(32, 5, padding="same", activation="tanh"),
+        keras.layers.DepthwiseConv1D(5, padding="same", activation="tanh"),
+        keras.layers.SeparableConv1D(64, 3, strides=2, padding="same", activation="tanh"),
+        keras.layers.Conv1DTranspose(32, 3, strides=2, padding="same", activation="tanh"),
+        keras.layers.GlobalAveragePooling1D(),
+        keras.layers.Dense(10),
+    ])
+
+
 def _mobilenet_model():
     """A MobileNet-style block: DepthwiseConv2D + pointwise Conv2D, SeparableConv2D (32×32×3)."""
     return keras.Sequential([
@@ -221,6 +237,8 @@ def _model(kind, activation="tanh"):
         return _lora_model()
     if kind == "conv1d":
         return _conv1d_model()
+    if kind == "conv1d_family":
+        return _conv1d_family_model()
     if kind in ("lstm", "gru"):
         return _recurrent_model(kind)
     if kind == "mobilenet":
@@ -274,7 +292,7 @@ def _compiled(path, kind, batch_size):
 def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
             "lstm": (TEXT_LENGTH,), "gru": (TEXT_LENGTH,), "lora": (TEXT_LENGTH,),
-            "conv1d": (128, 16), "mobilenet": (32, 32, 3)}[kind]
+            "conv1d": (128, 16), "conv1d_family": (128, 16), "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
@@ -299,8 +317,8 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "mobilenet",
-                                            "lstm", "gru", "lora"),
+    parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "conv1d_family",
+                                            "mobilenet", "lstm", "gru", "lora"),
                         default="mnist")
     parser.add_argument("--batch_size", type=int, default=None,
                         help="default 256 (64 for --model=lora)")

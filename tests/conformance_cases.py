@@ -277,6 +277,27 @@ def _separable(dtype):
     ])
 
 
+def _conv1d_family(dtype):
+    # DepthwiseConv1D, SeparableConv1D and Conv1DTranspose through their 2-D handlers
+    # (layer_grads/conv1d.py): strided, dilated, output_padding, no bias; a causal
+    # SeparableConv1D where the Keras has one (Keras 2; Keras 3 takes "same"/"valid" only).
+    causal = "causal" if KERAS_MAJOR == 2 else "same"
+    return keras.Sequential([
+        keras.Input((12, 4), dtype=dtype),
+        keras.layers.DepthwiseConv1D(3, padding="same", depth_multiplier=2, activation="tanh",
+                                     dtype=dtype),
+        keras.layers.SeparableConv1D(5, 3, strides=2, activation="tanh", dtype=dtype),
+        keras.layers.SeparableConv1D(4, 2, dilation_rate=2, padding=causal, use_bias=False,
+                                     activation="tanh", dtype=dtype),
+        keras.layers.Conv1DTranspose(3, 3, strides=2, output_padding=1, activation="tanh",
+                                     dtype=dtype),
+        keras.layers.DepthwiseConv1D(2, dilation_rate=2, padding="same", use_bias=False,
+                                     dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
 def _conv_transpose(dtype):
     # Strided with output_padding and no bias, unstrided, strided "same". (Dilated:
     # _dilated_conv_transpose, which needs oneDNN on CPU.)
@@ -552,6 +573,10 @@ _FAMILIES = {
         _Case("separable", _separable, lambda s: _floats((7, 6, 2), s),
               {**_DEPTHWISE_PATHS, "ghost": {"norm_path": "ghost"}},
               {"SeparableConv2D": "separable_conv2d", "Dense": "dense"}),
+        _Case("conv1d_family", _conv1d_family, lambda s: _floats((12, 4), s),
+              {"auto": {}, "tf-materialize": CONV_PATHS["tf-materialize"]},
+              {"DepthwiseConv1D": "depthwise_conv1d", "SeparableConv1D": "separable_conv1d",
+               "Conv1DTranspose": "conv1d_transpose", "Dense": "dense"}),
     ),
     "embedding": (
         _Case("embedding", _embedding, lambda s: _ids((6,), s, _VOCAB), {"auto": {}},

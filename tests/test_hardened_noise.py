@@ -53,15 +53,16 @@ def test_the_option_defaults_to_the_fast_sampler_and_is_validated():
 
 def test_the_default_draw_is_pinned():
     """Values recorded (TF 2.21, CPU, both Kerases) for insecure_dp_seed=2026: a change to the
-    default draw shows here. Last changed on purpose when u₁ moved to float64 (tails to 8.49σ)."""
+    default draw shows here. Changed on purpose when u₁ moved to float64 (tails to 8.49σ), and
+    when the angle became its own float32 draw (box_muller_uniforms)."""
     source = _insecure("noise", 2026)
     variables = [tf.zeros([7, 5]), tf.zeros([5])]
     noise = randomness.gaussian_noise_like(variables, 0.5, source, tf.constant(3, tf.int64))
     flat = np.concatenate([n.numpy().ravel() for n in noise])
     np.testing.assert_array_equal(flat[:4], np.float32(
-        [0.27337387204170227, 0.7466878890991211, -0.5286926031112671, 0.6027732491493225]))
+        [-0.11299838870763779, -1.1391772031784058, -0.531787633895874, 0.4832420349121094]))
     assert hashlib.sha256(flat.tobytes()).hexdigest() == (
-        "99720d97cce1afa2447de658a23dd42f2c6070060fd542fa2dd3cbae03f85aa3")
+        "2cf0b24081928d8168422626cd145f33a068f319f7b8cbba64cc8affbd722df3")
     np.testing.assert_array_equal(flat, source.normal([40], stddev=0.5, counter=3).numpy())
 
 
@@ -92,7 +93,8 @@ def test_the_four_terms_come_from_four_box_muller_pairs():
 def test_the_tail_reaches_8_49_sigma_in_every_dtype(dtype, monkeypatch):
     """u₁ at the largest value a float64 uniform takes (1 − 2⁻⁵²) gives r = √(104 ln 2)·σ ≈
     8.49σ, whatever the output dtype: float32 uniforms (largest 1 − 2⁻²³) would truncate the
-    Gaussian at 5.65σ, a leak that adds ≈ T·q·Q(5.65 − 1/σ) to δ unaccounted."""
+    Gaussian at 5.65σ, a leak that adds ≈ T·q·Q(5.65 − 1/σ) to δ unaccounted. (The angle's
+    own draw is in the output dtype: it bounds nothing.)"""
     asked = []
     real = tf.raw_ops.StatelessRandomUniformV2
 
@@ -103,7 +105,7 @@ def test_the_tail_reaches_8_49_sigma_in_every_dtype(dtype, monkeypatch):
 
     monkeypatch.setattr(tf.raw_ops, "StatelessRandomUniformV2", largest_uniforms)
     cos, _ = _insecure("noise", 3).box_muller(4, stddev=2.0, counter=1, dtype=dtype)
-    assert asked == [tf.float64] and cos.dtype == dtype
+    assert asked == [tf.float64, dtype] and cos.dtype == dtype  # the radius's, the angle's
     np.testing.assert_allclose(cos.numpy(), 2.0 * np.sqrt(104 * np.log(2.0)), rtol=1e-5)
 
 
@@ -146,7 +148,8 @@ def test_dp_step_noise_std_and_independence(noise):
 @pytest.mark.filterwarnings("ignore::tf_tempered.privacy.InsecureDPRandomnessWarning")
 def test_the_step_draws_with_the_chosen_sampler_and_the_default_is_pinned():
     """With insecure_dp_seed=5 the first update is -noise / 10 of that key's counter 1. The
-    default's bits are pinned (both Kerases, TF 2.21 CPU; recorded with u₁ in float64)."""
+    default's bits are pinned (both Kerases, TF 2.21 CPU; recorded with u₁ in float64 and the
+    angle its own float32 draw)."""
     updates = {}
     for noise in NOISE_MODES:
         model = noise_statistics.zero_gradient_model(noise, insecure_dp_seed=5)
@@ -158,7 +161,7 @@ def test_the_step_draws_with_the_chosen_sampler_and_the_default_is_pinned():
             updates[noise], -np.concatenate([d.numpy().ravel() for d in drawn]) / 10.0,
             rtol=1e-6, atol=1e-7)  # float sums, maybe in another order
     assert hashlib.sha256(updates["gaussian"].tobytes()).hexdigest() == (
-        "de1dc72608b5041f24439292335b9011d9d422b4dec8dbfdc9f0057b3a87547b")
+        "4ead39970877f764b846bb118c754ec639b6eaf40b543ccc7d49d0e5154a24ec")
     assert not np.array_equal(updates["gaussian"], updates["sum_of_gaussians"])
 
 

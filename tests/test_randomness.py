@@ -103,6 +103,24 @@ def test_streams_share_no_philox_block():
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_radius_and_angle_uniforms_share_no_philox_block(dtype):
+    """box_muller's two draws (float64 radius, dtype angle) start 2^47 blocks apart: no
+    32-bit Philox word of one appears in the other, and they are uncorrelated at any
+    small shift (a shared block would make them equal or shifted copies)."""
+    source = randomness.DPRandomness("noise")
+    radius, angle = (u.numpy() for u in source.box_muller_uniforms(5000, counter=9, dtype=dtype))
+    assert radius.dtype == np.float64 and angle.dtype == dtype.as_numpy_dtype
+    # Philox float uniforms are mantissa bits: compare the 23 leading ones of each value
+    words = lambda u: set((u * 2.0 ** 23).astype(np.int64).tolist())
+    assert len(words(radius) & words(angle)) < 10  # chance: ~5000²/2^23 ≈ 3 collisions
+    for shift in range(0, 5):
+        assert abs(np.corrcoef(radius[shift:], angle[:len(angle) - shift])[0, 1]) < 0.06
+        assert abs(np.corrcoef(angle[shift:], radius[:len(radius) - shift])[0, 1]) < 0.06
+    previous_radius = source.uniform([5000], counter=9).numpy()  # stream 0 from block 0
+    np.testing.assert_array_equal(radius, previous_radius)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
 def test_normal_is_gaussian_with_the_asked_stddev(dtype):
     """The Box–Muller draw against N(0, σ²): Kolmogorov–Smirnov, moments, tail mass, the
     two halves (cos and sin of one pair) uncorrelated, and an odd size and a 2-D shape."""

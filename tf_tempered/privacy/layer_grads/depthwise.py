@@ -44,6 +44,7 @@ from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import derived_weights, register
 
 __all__ = ["DepthwiseConv2DHandler", "DepthwiseHyperparameters", "DepthwisePath", "choose_path",
+           "depthwise_kernel",
            "depthwise_norms", "per_example_kernel_grads"]
 
 
@@ -92,18 +93,18 @@ class DepthwiseConv2DHandler(Handler):
     records_pre_activation = True
 
     def hyperparameters(self, layer):
-        return depthwise_params(layer, _kernel(layer), layer.use_bias)
+        return depthwise_params(layer, depthwise_kernel(layer), layer.use_bias)
 
     def variables(self, layer, params):
-        kernel = _kernel(layer)
+        kernel = depthwise_kernel(layer)
         return [kernel, layer.bias] if params.use_bias else [kernel]
 
     def norms(self, call, params, step):
         return depthwise_norms(call.inputs, call.grad_output, params, step)
 
 
-def _kernel(layer):
-    # Keras 3 names a DepthwiseConv2D's kernel `kernel`, Keras 2 `depthwise_kernel`.
+def depthwise_kernel(layer):
+    """The depthwise kernel variable: Keras 3 names it `kernel`, Keras 2 `depthwise_kernel`."""
     return layer.depthwise_kernel if hasattr(layer, "depthwise_kernel") else layer.kernel
 
 

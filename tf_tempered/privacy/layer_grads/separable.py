@@ -31,7 +31,8 @@ from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.depthwise import depthwise_norms, depthwise_params
 
-__all__ = ["SeparableConv2DHandler", "SeparableHyperparameters", "SeparablePath"]
+__all__ = ["SeparableConv2DHandler", "SeparableHyperparameters", "SeparablePath",
+           "separable_norms"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,28 +73,36 @@ class SeparableConv2DHandler(Handler):
         return kernels + [layer.bias] if params.use_bias else kernels
 
     def norms(self, call, params, step):
-        g = call.grad_output  # [B, oh, ow, filters]
-        dw = params.depthwise
-        x = tf.cast(call.inputs, g.dtype)
-        depthwise_kernel = tf.cast(_value(call.layer.depthwise_kernel), g.dtype)
-        pointwise = tf.reshape(tf.cast(_value(call.layer.pointwise_kernel), g.dtype),
-                               params.pointwise_shape[2:])  # [cin·dm, filters]
-        u = tf.nn.depthwise_conv2d(x, depthwise_kernel, strides=[1, *dw.strides, 1],
-                                   padding=dw.padding.upper(), dilations=list(dw.dilation_rate))
-        pointwise_src = rows.RowSource(u, g, pointwise.shape[0], step.options)
-        pointwise_path = rows.RowsPath(rows.choose_materialize(
-            pointwise_src, step.num_microbatches, step.examples_per_microbatch))
-        pointwise_norms = rows.linear_norms(pointwise_src, pointwise_path, step,
-                                            kernel_shape=params.pointwise_shape,
-                                            use_bias=params.use_bias)
-        grad_u = tf.tensordot(g, pointwise, [[3], [1]])  # ∂ℓ/∂U = G·Pᵀ
-        depthwise = depthwise_norms(x, grad_u, dw, step)
+        return separable_norms(call.inputs, call.grad_output,
+                               _value(call.layer.depthwise_kernel),
+                               _value(call.layer.pointwise_kernel), params, step)
 
-        def clipped_sum(weights):
-            return depthwise.clipped_sum(weights) + pointwise_norms.clipped_sum(weights)
 
-        return LayerResult(depthwise.sq_norms + pointwise_norms.sq_norms, clipped_sum,
-                     SeparablePath(depthwise.path, pointwise_path))
+def separable_norms(x, g, depthwise_kernel, pointwise_kernel, params, step):
+    """The LayerResult of a separable convolution from its input x [B, H, W, cin], output
+    gradient g [B, oh, ow, filters] and kernels' values ([kh, kw, cin, dm], any shape of
+    cin·dm × filters values)."""
+    dw = params.depthwise
+    x = tf.cast(x, g.dtype)
+    depthwise_kernel = tf.cast(depthwise_kernel, g.dtype)
+    pointwise = tf.reshape(tf.cast(pointwise_kernel, g.dtype),
+                           params.pointwise_shape[-2:])  # [cin·dm, filters]
+    u = tf.nn.depthwise_conv2d(x, depthwise_kernel, strides=[1, *dw.strides, 1],
+                               padding=dw.padding.upper(), dilations=list(dw.dilation_rate))
+    pointwise_src = rows.RowSource(u, g, pointwise.shape[0], step.options)
+    pointwise_path = rows.RowsPath(rows.choose_materialize(
+        pointwise_src, step.num_microbatches, step.examples_per_microbatch))
+    pointwise_norms = rows.linear_norms(pointwise_src, pointwise_path, step,
+                                        kernel_shape=params.pointwise_shape,
+                                        use_bias=params.use_bias)
+    grad_u = tf.tensordot(g, pointwise, [[3], [1]])  # ∂ℓ/∂U = G·Pᵀ
+    depthwise = depthwise_norms(x, grad_u, dw, step)
+
+    def clipped_sum(weights):
+        return depthwise.clipped_sum(weights) + pointwise_norms.clipped_sum(weights)
+
+    return LayerResult(depthwise.sq_norms + pointwise_norms.sq_norms, clipped_sum,
+                       SeparablePath(depthwise.path, pointwise_path))
 
 
 def _value(variable):
