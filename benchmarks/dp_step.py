@@ -43,6 +43,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=gru --paths=nonprivate,tf_tempered    # the same with GRU(64)
     python benchmarks/dp_step.py --model=conv1d_family --paths=nonprivate,tf_tempered
         # DepthwiseConv1D, SeparableConv1D, Conv1DTranspose
+    python benchmarks/dp_step.py --model=time_distributed --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --model=lora --paths=nonprivate,tf_tempered   # batch 64:
         # a 2-block transformer, rank-4 LoRA on its Dense/EinsumDense (Keras 3)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
@@ -217,6 +218,20 @@ def _conv1d_family_model():
     ])
 
 
+def _time_distributed_model():
+    """A clip classifier: TimeDistributed Conv2D layers on [B, 4, 16, 16, 3] (Keras 3 calls
+    each once per frame), then Dense (issue 30's TimeDistributed(Conv2D) row)."""
+    spread = keras.layers.TimeDistributed
+    return keras.Sequential([
+        keras.Input((4, 16, 16, 3)),
+        spread(keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="tanh")),
+        spread(keras.layers.Conv2D(32, 3, strides=2, padding="same", activation="tanh")),
+        spread(keras.layers.GlobalAveragePooling2D()),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10),
+    ])
+
+
 def _mobilenet_model():
     """A MobileNet-style block: DepthwiseConv2D + pointwise Conv2D, SeparableConv2D (32×32×3)."""
     return keras.Sequential([
@@ -239,6 +254,8 @@ def _model(kind, activation="tanh"):
         return _conv1d_model()
     if kind == "conv1d_family":
         return _conv1d_family_model()
+    if kind == "time_distributed":
+        return _time_distributed_model()
     if kind in ("lstm", "gru"):
         return _recurrent_model(kind)
     if kind == "mobilenet":
@@ -292,7 +309,8 @@ def _compiled(path, kind, batch_size):
 def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
             "lstm": (TEXT_LENGTH,), "gru": (TEXT_LENGTH,), "lora": (TEXT_LENGTH,),
-            "conv1d": (128, 16), "conv1d_family": (128, 16), "mobilenet": (32, 32, 3)}[kind]
+            "conv1d": (128, 16), "conv1d_family": (128, 16), "time_distributed": (4, 16, 16, 3),
+            "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
@@ -318,7 +336,8 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "conv1d_family",
-                                            "mobilenet", "lstm", "gru", "lora"),
+                                            "time_distributed", "mobilenet", "lstm", "gru",
+                                            "lora"),
                         default="mnist")
     parser.add_argument("--batch_size", type=int, default=None,
                         help="default 256 (64 for --model=lora)")

@@ -298,6 +298,28 @@ def _conv1d_family(dtype):
     ])
 
 
+def _time_distributed_rows(dtype):
+    # Row handlers under TimeDistributed: on Keras 3 the layer is called once per time step
+    # and the calls become one call of T rows per example (multi_call.rows_of_calls); on
+    # Keras 2 the layer sees [B·T, ...] itself. Either way the handler sums rows per example.
+    def spread(layer):
+        return keras.layers.TimeDistributed(layer, dtype=dtype)
+    return keras.Sequential([
+        keras.Input((3, 6, 5, 2), dtype=dtype),
+        spread(keras.layers.DepthwiseConv2D(3, padding="same", depth_multiplier=2,
+                                            activation="tanh", dtype=dtype)),
+        spread(keras.layers.SeparableConv2D(3, 3, strides=2, padding="same", activation="tanh",
+                                            dtype=dtype)),
+        spread(keras.layers.Conv2DTranspose(2, 3, strides=2, activation="tanh", dtype=dtype)),
+        spread(keras.layers.Reshape((7 * 7, 2), dtype=dtype)),
+        spread(keras.layers.Conv1D(3, 3, strides=2, activation="tanh", dtype=dtype)),
+        spread(keras.layers.EinsumDense("abc,cd->abd", output_shape=(24, 2), bias_axes="d",
+                                        activation="tanh", dtype=dtype)),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype),
+    ])
+
+
 def _conv_transpose(dtype):
     # Strided with output_padding and no bias, unstrided, strided "same". (Dilated:
     # _dilated_conv_transpose, which needs oneDNN on CPU.)
@@ -591,6 +613,13 @@ _FAMILIES = {
         _Case("generic", _generic, lambda s: _floats((6,), s), {"auto": {}},
               {"_DenseWithOwnCall": "generic", "LayerNormalization": "normalization",
                "TemperedSigmoid": "tempered_sigmoid", "Dense": "dense"}),
+        _Case("time_distributed_rows", _time_distributed_rows,
+              lambda s: _floats((3, 6, 5, 2), s),
+              {"auto": {}, "tf-materialize": CONV_PATHS["tf-materialize"],
+               "tf-ghost": CONV_PATHS["tf-ghost"]},
+              {"DepthwiseConv2D": "depthwise_conv2d", "SeparableConv2D": "separable_conv2d",
+               "Conv2DTranspose": "conv2d_transpose", "Conv1D": "conv1d",
+               "EinsumDense": "einsum_dense", "Dense": "dense"}),
     ),
     "recurrent": (
         _Case("rnn", _rnn, lambda s: _floats((5, 3), s), _RNN_PATHS,

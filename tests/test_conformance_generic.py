@@ -174,3 +174,26 @@ def test_generic_layer_with_batched_matmul_equals_reference(num_microbatches, st
     x, y = random_batch((6, 5))
     assert_engine_matches_reference(seeded(_generic_batched_matmul), x, y,
                                     num_microbatches=num_microbatches, static_batch=static_batch)
+
+
+@pytest.mark.keras3_suite
+def test_time_distributed_row_handlers_merge_the_calls():
+    """Keras 3's TimeDistributed calls its layer once per time step: a row handler takes the
+    calls as one call of T rows per example (multi_call.rows_of_calls), on its own path,
+    not T per-example VJPs (the conformance case time_distributed_rows checks the update)."""
+    from conformance_cases import _time_distributed_rows  # pylint: disable=g-import-not-at-top
+    from tf_tempered.privacy import layer_paths  # pylint: disable=g-import-not-at-top
+    model = make_private(seeded(_time_distributed_rows)("float32"))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                                learning_rate=0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="none"))
+    x, y = random_batch((3, 6, 5, 2))
+    model.train_on_batch(x, y)
+    paths = {row["class"]: (row["handler"], row["path"]) for row in layer_paths(model)}
+    spread = {"DepthwiseConv2D": "DepthwisePath", "SeparableConv2D": "SeparablePath",
+              "Conv2DTranspose": "ConvPath", "Conv1D": "ConvPath", "EinsumDense": "RowsPath"}
+    for name, path_type in spread.items():
+        handler, path = paths[name]
+        assert handler == ("multi_call" if KERAS_MAJOR == 3 else handler)
+        assert path.startswith(path_type + "("), (name, path)

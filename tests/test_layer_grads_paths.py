@@ -217,10 +217,25 @@ def test_layer_paths_report_each_layers_handler_and_path():
                                                                   reduction="none"))
     x = np.random.default_rng(0).integers(0, 50, (8, 5, 4)).astype("float32")
     model.fit(x, np.zeros(8), batch_size=4, verbose=0)
-    # The shared Dense: per-example VJPs of its two calls, summed before the norm.
+    # The shared Dense: its two calls of one shape as one call of 2 rows per example
+    # (multi_call.rows_of_calls), on the Dense handler's own path.
     assert layer_paths(model) == [
         {"layer": embedding.name, "class": "Embedding", "handler": "embedding", "path": "sparse"},
         {"layer": shared.name, "class": "Dense", "handler": "multi_call",
-         "path": "multi_call[2]"}]
+         "path": "RowsPath(materialize=True)"}]
+    # Calls of different shapes: per-example VJPs of each call, summed before the norm.
+    shared = keras.layers.Dense(3)
+    inputs = keras.Input((5, 4))
+    flat = keras.layers.Flatten()(inputs)
+    outputs = shared(flat[:, :12]) + keras.layers.GlobalAveragePooling1D()(
+        shared(keras.layers.Reshape((2, 4))(flat[:, :8])[:, :, :4] @ np.ones((4, 12), "float32")))
+    model = make_private(keras.Model(inputs, outputs))
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                                learning_rate=0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="none"))
+    model.fit(x, np.zeros(8), batch_size=4, verbose=0)
+    assert layer_paths(model) == [{"layer": shared.name, "class": "Dense",
+                                   "handler": "multi_call", "path": "multi_call[2]"}]
     with pytest.raises(ValueError, match="make_private"):
         layer_paths(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))

@@ -82,6 +82,11 @@ class Handler:
     # Whether that VJP slices the tensors among the call's other arguments (mask,
     # initial states) per example too (generic.per_example_grads).
     slices_call_args = False
+    # Whether the handler's math sums over rows that may be several per example,
+    # example-major ([B·K, ...], as Keras 2's TimeDistributed gives its layer): a layer
+    # called K times per step (Keras 3's TimeDistributed, a shared layer) then becomes one
+    # such call (multi_call.py) instead of K per-example VJPs.
+    sums_rows_per_example = False
     # Whether the handler runs the layer's call itself (`recorded_call`, rnn_rows.py) to
     # record tensors of its own choosing instead of the layer's input and output.
     records_own_forward = False

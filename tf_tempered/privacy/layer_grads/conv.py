@@ -79,6 +79,7 @@ class Conv2DHandler(Handler):
                "norms from patches, whichever is cheaper for the shape; book-keeping clipped sum; "
                "groups > 1 as that many ungrouped convolutions on channel slices")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         # Keras 2 and 3 store padding and data_format lower-case, the sizes as tuples

@@ -119,6 +119,7 @@ class Conv1DHandler(Handler):
     summary = ("channels_last, any strides, dilations, groups and padding (causal included): "
                "the Conv2D handler's paths on [B, 1, L, C]")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         geometry = _geometry(layer)
@@ -167,6 +168,7 @@ class DepthwiseConv1DHandler(Handler):
     summary = ("channels_last, any depth_multiplier, strides, dilations and padding: the "
                "DepthwiseConv2D handler's paths on [B, 1, L, C]")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         geometry = _geometry(layer)
@@ -195,6 +197,7 @@ class SeparableConv1DHandler(Handler):
     summary = ("channels_last, any depth_multiplier, strides, dilations and padding: the "
                "SeparableConv2D handler's paths on [B, 1, L, C]")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         geometry = _geometry(layer)
@@ -228,6 +231,7 @@ class Conv1DTransposeHandler(Handler):
     summary = ("channels_last, any strides, dilations, padding and output_padding: the "
                "Conv2DTranspose handler's paths on [B, 1, L, C]")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         geometry = _geometry(layer, paddings=("same", "valid"))

@@ -66,6 +66,7 @@ class Conv3DHandler(Handler):
                "(ghost norm or materialized per-microbatch gradients) on volume patches made in "
                "chunks; book-keeping clipped sum by the convolution's own filter gradient")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()

@@ -61,6 +61,7 @@ class Conv2DTransposeHandler(Handler):
                "handler's paths on (output gradient, input) in the roles of (input, output "
                "gradient); bias from the output gradients")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()

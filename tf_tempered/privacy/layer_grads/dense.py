@@ -41,6 +41,7 @@ class DenseHandler(Handler):
     summary = ("inputs [B, ..., d]: ghost norm or materialized per-microbatch gradients, whichever "
                "is cheaper for the shape; bias from the output gradients; book-keeping clipped sum")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         if derived_weights(layer):  # Keras 3 LoRA (lora.py) / quantized (generic)

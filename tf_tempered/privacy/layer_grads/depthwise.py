@@ -91,6 +91,7 @@ class DepthwiseConv2DHandler(Handler):
                "per-microbatch kernel gradients from one depthwise-conv backprop with the batch "
                "folded into channels (or image patches), kept for a matrix-vector clipped sum")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         return depthwise_params(layer, depthwise_kernel(layer), layer.use_bias)

@@ -226,6 +226,7 @@ class EinsumDenseHandler(Handler):
     summary = ("equations in row form (MultiHeadAttention's projections included): the Dense "
                "row math on the equation's rows; other equations take the generic VJP")
     records_pre_activation = True  # the row math is for the einsum plus bias
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         try:

@@ -20,7 +20,10 @@ its contributions from every call,
 
     g_i = Σ_k J_k(x_i)ᵀ δ_{i,k},
 
-so its norm is ‖Σ_k …‖, not Σ_k ‖…‖ (cross terms). Each call's per-example
+so its norm is ‖Σ_k …‖, not Σ_k ‖…‖ (cross terms). When the layer's handler sums rows
+per example (``Handler.sums_rows_per_example``: Dense, EinsumDense, the convolutions) and
+the calls' inputs share one shape, the calls become one call with K rows per example
+(:func:`rows_of_calls`) on the handler's own path. Otherwise each call's per-example
 contribution is a VJP of that call alone (generic.per_example_grads, with the
 layer's activation bypassed when its handler recorded the pre-activation
 output); they are summed per example, then per microbatch, before the norm.
@@ -36,17 +39,19 @@ engine checks the leading dimension of every call against the batch size).
 """
 
 import dataclasses
+import types
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import generic
 
-__all__ = ["SUMMARY", "group_calls", "multi_call_norms"]
+__all__ = ["SUMMARY", "group_calls", "multi_call_norms", "rows_of_calls"]
 
-SUMMARY = ("each call's per-example contribution by a VJP of that call, summed per example "
-           "before the norm (a siamese tower, Keras 3's TimeDistributed); calls must see the "
-           "batch's examples on axis 0")
+SUMMARY = ("calls of one input shape to a row handler (Dense, EinsumDense, convolutions) as one "
+           "call of K rows per example on that handler's path; otherwise each call's per-example "
+           "contribution by a VJP of that call, summed per example before the norm (a siamese "
+           "tower, Keras 3's TimeDistributed); calls must see the batch's examples on axis 0")
 
 
 def group_calls(records):
@@ -63,8 +68,12 @@ def multi_call_norms(calls, step):
     handler = calls[0].handler
     for call in calls:
         _check_example_major(call, step)
-    merged = handler.merge_calls(calls) if all(c.handler is handler for c in calls) else None
-    if merged is not None:  # the handler adds up the calls itself (rnn_rows.py)
+    merged = None
+    if all(c.handler is handler for c in calls):
+        merged = handler.merge_calls(calls)  # the handler adds up the calls itself (rnn_rows.py)
+        if merged is None and handler.sums_rows_per_example:
+            merged = rows_of_calls(calls)
+    if merged is not None:
         layer_norms = handler.norms(merged, calls[0].params, step)
         return dataclasses.replace(layer_norms, variables=handler.variables(layer, merged.params))
     variables = keras_bridge.own_trainable_weights(layer)
@@ -77,6 +86,32 @@ def multi_call_norms(calls, step):
             p + g for p, g in zip(per_example, grads)]
     return generic.norms_from_per_example(variables, per_example, step,
                                           f"multi_call[{len(calls)}]")
+
+
+def rows_of_calls(calls):
+    """K calls as one call of K rows per example, example-major: row b·K + k is example b's
+    input (and output gradient) of call k. None unless every call has one input tensor of
+    one static shape (the calls of Keras 3's TimeDistributed; a siamese tower's).
+
+    A handler whose math sums over rows (``sums_rows_per_example``) then gives each
+    example's g_i = Σ_k J_k(x_i)ᵀ δ_{i,k} in one pass, not K per-example VJPs.
+    """
+    inputs = [c.inputs for c in calls]
+    if not all(tf.is_tensor(x) for x in inputs):
+        return None
+    input_shapes = {tuple(x.shape[1:]) for x in inputs}
+    output_shapes = {tuple(c.grad_output.shape[1:]) for c in calls}
+    if len(input_shapes) != 1 or len(output_shapes) != 1 or None in (
+            next(iter(input_shapes)) + next(iter(output_shapes))):
+        return None  # calls of several shapes, or of a shape not known while tracing
+
+    def example_major(tensors):
+        stacked = tf.stack(tensors, 1)  # [B, K, ...]
+        return tf.reshape(stacked, [-1] + stacked.shape[2:].as_list())
+
+    return types.SimpleNamespace(
+        layer=calls[0].layer, handler=calls[0].handler, params=calls[0].params,
+        inputs=example_major(inputs), grad_output=example_major([c.grad_output for c in calls]))
 
 
 def _check_example_major(call, step):

@@ -60,6 +60,7 @@ class SeparableConv2DHandler(Handler):
                "depthwise kernel as DepthwiseConv2D (output gradient G·Pᵀ), the pointwise kernel "
                "and bias as a Dense on the recomputed depthwise output")
     records_pre_activation = True
+    sums_rows_per_example = True
 
     def hyperparameters(self, layer):
         depthwise = depthwise_params(layer, layer.depthwise_kernel, use_bias=False)
