@@ -41,6 +41,8 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=text --paths=nonprivate,tf_tempered   # Embedding 50k×64 + MHA
     python benchmarks/dp_step.py --model=lstm --paths=nonprivate,tf_tempered   # Embedding 10k×64 + LSTM(64)
     python benchmarks/dp_step.py --model=gru --paths=nonprivate,tf_tempered    # the same with GRU(64)
+    python benchmarks/dp_step.py --model=gru_reset_before --paths=nonprivate,tf_tempered
+        # GRU(64, reset_after=False)
     python benchmarks/dp_step.py --model=conv1d_family --paths=nonprivate,tf_tempered
         # DepthwiseConv1D, SeparableConv1D, Conv1DTranspose
     python benchmarks/dp_step.py --model=time_distributed --paths=nonprivate,tf_tempered
@@ -187,7 +189,8 @@ def _recurrent_model(unit="lstm"):
     return keras.Sequential([
         keras.Input((TEXT_LENGTH,), dtype="int32"),
         keras.layers.Embedding(LSTM_VOCAB, TEXT_DIM),
-        keras.layers.LSTM(64) if unit == "lstm" else keras.layers.GRU(64),
+        {"lstm": lambda: keras.layers.LSTM(64), "gru": lambda: keras.layers.GRU(64),
+         "gru_reset_before": lambda: keras.layers.GRU(64, reset_after=False)}[unit](),
         keras.layers.Dense(10),
     ])
 
@@ -256,7 +259,7 @@ def _model(kind, activation="tanh"):
         return _conv1d_family_model()
     if kind == "time_distributed":
         return _time_distributed_model()
-    if kind in ("lstm", "gru"):
+    if kind in ("lstm", "gru", "gru_reset_before"):
         return _recurrent_model(kind)
     if kind == "mobilenet":
         return _mobilenet_model()
@@ -308,15 +311,16 @@ def _compiled(path, kind, batch_size):
 
 def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
-            "lstm": (TEXT_LENGTH,), "gru": (TEXT_LENGTH,), "lora": (TEXT_LENGTH,),
+            "lstm": (TEXT_LENGTH,), "gru": (TEXT_LENGTH,), "gru_reset_before": (TEXT_LENGTH,),
+            "lora": (TEXT_LENGTH,),
             "conv1d": (128, 16), "conv1d_family": (128, 16), "time_distributed": (4, 16, 16, 3),
             "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
     rng = np.random.default_rng(0)
-    if kind in ("text", "lstm", "gru", "lora"):
-        vocab = LSTM_VOCAB if kind in ("lstm", "gru") else TEXT_VOCAB
+    if kind in ("text", "lstm", "gru", "gru_reset_before", "lora"):
+        vocab = LSTM_VOCAB if kind in ("lstm", "gru", "gru_reset_before") else TEXT_VOCAB
         x = rng.integers(0, vocab, (batch_size,) + _input_shape(kind)).astype(np.int32)
     else:
         x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
@@ -337,7 +341,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "conv1d_family",
                                             "time_distributed", "mobilenet", "lstm", "gru",
-                                            "lora"),
+                                            "gru_reset_before", "lora"),
                         default="mnist")
     parser.add_argument("--batch_size", type=int, default=None,
                         help="default 256 (64 for --model=lora)")

@@ -438,12 +438,14 @@ def _rnn(dtype):
 
 
 def _rnn_rows(dtype):
-    # rnn_rows.py: a backwards SimpleRNN, an unrolled LSTM, a GRU returning its state,
-    # and a ReLU SimpleRNN whose weights are shared by two calls.
+    # rnn_rows.py: a backwards SimpleRNN, an unrolled LSTM, a GRU returning its state, a
+    # backwards GRU with reset_after=False, and a ReLU SimpleRNN shared by two calls.
     inputs = keras.Input((5, 3), dtype=dtype)
     x = keras.layers.SimpleRNN(4, return_sequences=True, go_backwards=True, dtype=dtype)(inputs)
     x = keras.layers.LSTM(3, return_sequences=True, unroll=True, dtype=dtype)(x)
     seq, state = keras.layers.GRU(3, return_sequences=True, return_state=True, dtype=dtype)(x)
+    seq = keras.layers.GRU(3, reset_after=False, return_sequences=True, go_backwards=True,
+                           dtype=dtype)(seq)
     shared = keras.layers.SimpleRNN(2, activation="relu", dtype=dtype)
     merged = keras.layers.Concatenate(dtype=dtype)([shared(seq), shared(x), state])
     return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(merged))
@@ -451,10 +453,12 @@ def _rnn_rows(dtype):
 
 def _rnn_rows_masked(dtype):
     # Embedding(mask_zero) masks the padded steps of a GRU (sequences, zero outputs at
-    # masked steps), a Bidirectional SimpleRNN and a backwards LSTM without bias.
+    # masked steps), a GRU with reset_after=False, a Bidirectional SimpleRNN and a
+    # backwards LSTM without bias.
     tokens = keras.Input((5,), dtype=dtype)
     x = keras.layers.Embedding(20, 4, mask_zero=True, dtype=dtype)(tokens)
     x = keras.layers.GRU(3, return_sequences=True, zero_output_for_mask=True, dtype=dtype)(x)
+    x = keras.layers.GRU(3, reset_after=False, return_sequences=True, dtype=dtype)(x)
     x = keras.layers.Bidirectional(keras.layers.SimpleRNN(2, return_sequences=True,
                                                           dtype=dtype), dtype=dtype)(x)
     x = keras.layers.LSTM(3, go_backwards=True, use_bias=False, dtype=dtype)(x)

@@ -99,9 +99,8 @@ def test_initial_state_is_used():
 @pytest.mark.parametrize("layer,why", [
     (keras.layers.LSTM(3, dropout=0.2), "dropout"),
     (keras.layers.GRU(3, recurrent_dropout=0.1), "recurrent_dropout"),
-    (keras.layers.GRU(3, reset_after=False), None),
     (keras.layers.SimpleRNN(3, stateful=True), "stateful"),
-], ids=["lstm-dropout", "gru-recurrent-dropout", "gru-reset-before", "stateful"])
+], ids=["lstm-dropout", "gru-recurrent-dropout", "stateful"])
 def test_declined_configurations_take_the_recurrent_unit_path(layer, why):
     """rnn_rows.py declines them; rnn.py then runs the layer (or refuses, with the fix)."""
     layer.build((B if why == "stateful" else None, T, D))
@@ -110,6 +109,18 @@ def test_declined_configurations_take_the_recurrent_unit_path(layer, why):
         return
     with pytest.raises(UnsupportedLayerError, match=why):
         layer_grads.lookup(layer)
+
+
+def test_gru_with_reset_before_runs_its_own_math():
+    """reset_after=False (the candidate's recurrent part on r_t ⊙ h_{t-1}): rnn_rows runs
+    it with the layer's outputs, and records the reset gates for U's candidate block."""
+    layer = keras.layers.GRU(5, reset_after=False, return_sequences=True, return_state=True)
+    x = _inputs()
+    expected = layer(x)
+    out, records = _recorded(layer, x)
+    assert records[0].handler.name == "rnn_rows" and len(records[0].inputs) == 3
+    for e, o in zip(expected, out):
+        np.testing.assert_allclose(o.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_a_custom_cell_takes_the_recurrent_unit_path():

@@ -54,7 +54,7 @@ class RecurrentHandler(Handler):
     name = "rnn"
     summary = ("the whole layer as one unit, its cells' weights included (ConvLSTM1D/2D/3D, "
                "RNN(cell), subclasses with a call of their own, and what rnn_rows declines: "
-               "a GRU with reset_after=False, a dtype policy casting the weights; in "
+               "a dtype policy casting the weights; in "
                "Bidirectional too): a per-example VJP of its call with its mask "
                "and initial states (vectorized on Keras 3; a tf.map_fn on Keras 2 or with "
                "EngineOptions(vectorize_recurrent=False)), logged with the generic layers")

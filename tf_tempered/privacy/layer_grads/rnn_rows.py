@@ -17,6 +17,7 @@ Each step of these layers computes its gate pre-activations as
 
     z_t = x_t·W + h_{t-1}·U + b            (SimpleRNN, LSTM)
     a_t = x_t·W + b_in,  r_t = h_{t-1}·U + b_rec   (GRU, reset_after=True)
+    a_t = x_t·W + b,  h_{t-1}·U_zr and (r_t ⊙ h_{t-1})·U_h   (GRU, reset_after=False)
 
 so an example's gradient of the cell's weights is a sum of row outer products
 over its time steps, as for a Dense layer applied to every step:
@@ -25,7 +26,8 @@ over its time steps, as for a Dense layer applied to every step:
 
 with δa_t = ∂ℓ/∂a_t. For SimpleRNN and LSTM δr_t = δa_t = δz_t; for the GRU
 δr_t = [δa_z, δa_r, r_t ⊙ δa_h] (its candidate gate multiplies the recurrent
-part by the reset gate r_t). The handler runs the layer's own forward pass
+part by the reset gate r_t; with reset_after=False the candidate block of U sees
+r_t ⊙ h_{t-1} instead, as T more rows). The handler runs the layer's own forward pass
 itself, with A = X·W + b computed for all steps at once before the time loop:
 the one backward pass then gives δA as the gradient of a recorded tensor, and
 the loop gives the states h_{t-1} (and r_t) entering each step. Norms and the
@@ -38,7 +40,7 @@ Covered: the built-in cells with their own `call`, any activation, masks
 (Embedding(mask_zero=True)), go_backwards, initial_state, return_state,
 return_sequences, unroll, static or unknown sequence length; a layer called
 several times (its calls' rows are concatenated per example). Everything else
-(dropout, GRU reset_after=False, stateful, time_major, constants, a dtype
+(dropout, stateful, time_major, constants, a dtype
 policy that casts the weights) takes the recurrent unit's path (rnn.py), which
 refuses what it cannot do exactly.
 
@@ -60,73 +62,9 @@ from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
+from tf_tempered.privacy.layer_grads.rnn_cell_math import cell_math
 
 __all__ = ["RNNRowsHandler", "RNNRowsHyperparameters"]
-
-
-@dataclasses.dataclass(frozen=True)
-class _SimpleMath:
-    """h_t = act(a_t + h_{t-1}·U); the output is h_t."""
-    num_states = 1
-    gates = 1
-    split_recurrent_bias = False
-    has_extras = False
-
-    def step(self, cell, a_t, states, u):
-        h = a_t + tf.matmul(states[0], u)
-        h = cell.activation(h) if cell.activation is not None else h
-        return h, [h], ()
-
-    def recurrent_grad(self, grad_a, extras):
-        return grad_a
-
-
-@dataclasses.dataclass(frozen=True)
-class _LSTMMath:
-    """z = a_t + h_{t-1}·U; i, f, g, o gates; c_t = f·c + i·act(g); h_t = o·act(c_t)."""
-    num_states = 2
-    gates = 4
-    split_recurrent_bias = False
-    has_extras = False
-
-    def step(self, cell, a_t, states, u):
-        h_tm1, c_tm1 = states
-        z0, z1, z2, z3 = tf.split(a_t + tf.matmul(h_tm1, u), 4, axis=-1)
-        act, rec = cell.activation, cell.recurrent_activation
-        c = rec(z1) * c_tm1 + rec(z0) * act(z2)
-        h = rec(z3) * act(c)
-        return h, [h, c], ()
-
-    def recurrent_grad(self, grad_a, extras):
-        return grad_a
-
-
-@dataclasses.dataclass(frozen=True)
-class _GRUMath:
-    """reset_after=True: r = h_{t-1}·U + b_rec; z, r gates; h_t = z·h + (1-z)·act(a_h + r·r_h)."""
-    num_states = 1
-    gates = 3
-    split_recurrent_bias = True
-    has_extras = True  # the reset gates r_t (recurrent_grad)
-
-    def step(self, cell, a_t, states, u, recurrent_bias=None):
-        h_tm1 = states[0]
-        inner = tf.matmul(h_tm1, u)
-        if recurrent_bias is not None:
-            inner += recurrent_bias
-        x_z, x_r, x_h = tf.split(a_t, 3, axis=-1)
-        r_z, r_r, r_h = tf.split(inner, 3, axis=-1)
-        rec = cell.recurrent_activation
-        z = rec(x_z + r_z)
-        r = rec(x_r + r_r)
-        hh = cell.activation(x_h + r * r_h)
-        h = z * h_tm1 + (1 - z) * hh
-        return h, [h], (r,)
-
-    def recurrent_grad(self, grad_a, extras):
-        (reset,) = extras
-        g_z, g_r, g_h = tf.split(grad_a, 3, axis=-1)
-        return tf.concat([g_z, g_r, reset * g_h], -1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,19 +89,12 @@ class RNNRowsPath:
     recurrent: Any
 
 
-def _cells():
-    layers = keras.layers
-    return {layers.SimpleRNN: (layers.SimpleRNNCell, _SimpleMath()),
-            layers.LSTM: (layers.LSTMCell, _LSTMMath()),
-            layers.GRU: (layers.GRUCell, _GRUMath())}
-
-
 @register(keras.layers.SimpleRNN, keras.layers.LSTM, keras.layers.GRU)
 class RNNRowsHandler(Handler):
     """Runs the layer's forward pass itself to record X·W + b; rows over time steps."""
 
     name = "rnn_rows"
-    summary = ("SimpleRNN, LSTM, GRU (reset_after=True), without dropout: the handler runs "
+    summary = ("SimpleRNN, LSTM, GRU (reset_after either way), without dropout: the handler runs "
                "the time loop itself with X·W + b computed before it, so one backward pass "
                "gives each step's gate gradients; the kernels' per-microbatch norms and "
                "clipped sums as for a Dense layer over the time steps (inputs, and the states "
@@ -171,18 +102,17 @@ class RNNRowsHandler(Handler):
     records_own_forward = True
 
     def hyperparameters(self, layer):
-        entry = next((v for k, v in _cells().items() if type(layer).call is k.call
-                      and isinstance(layer, k)), None)
         cell = getattr(layer, "cell", None)
-        if entry is None or cell is None or type(cell).call is not entry[0].call:
+        entry = cell_math(layer) if cell is not None else None
+        if entry is None or type(cell).call is not entry[0].call:
             return None  # a custom cell: the recurrent unit's VJP
         if (getattr(cell, "dropout", 0) or getattr(cell, "recurrent_dropout", 0)
                 or getattr(layer, "stateful", False) or getattr(layer, "time_major", False)
-                or (isinstance(entry[1], _GRUMath) and not getattr(cell, "reset_after", True))
                 or tf.as_dtype(cell.kernel.dtype).name != _compute_dtype(layer)):
             return None  # rnn.py handles (or refuses with the fix) these
+        math = entry[1]
         return RNNRowsHyperparameters(
-            layer.name, entry[1], int(cell.units), bool(cell.use_bias),
+            layer.name, math, int(cell.units), bool(cell.use_bias),
             keras_bridge.shape_of(cell.kernel), keras_bridge.shape_of(cell.recurrent_kernel),
             bool(layer.return_sequences), bool(layer.return_state), bool(layer.go_backwards),
             bool(getattr(layer, "zero_output_for_mask", False)))
@@ -268,12 +198,12 @@ class RNNRowsHandler(Handler):
     def norms(self, call, params, step):
         x, h_prev, *extras = call.inputs
         grad_a = call.grad_output
-        grad_r = params.math.recurrent_grad(grad_a, extras)
+        recurrent_inputs, grad_r = params.math.recurrent_rows(h_prev, grad_a, extras)
         options = step.options
         parts = []
         for inputs, grad, shape, use_bias in (
                 (x, grad_a, params.kernel_shape, params.use_bias),
-                (h_prev, grad_r, params.recurrent_kernel_shape,
+                (recurrent_inputs, grad_r, params.recurrent_kernel_shape,
                  params.use_bias and params.math.split_recurrent_bias)):
             src = rows.RowSource(inputs, grad, inputs.shape[-1], options)
             if inputs.shape[1] is None:  # unknown length: the ghost norm's cost is unbounded
