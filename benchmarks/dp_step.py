@@ -42,7 +42,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=lstm --paths=nonprivate,tf_tempered   # Embedding 10k×64 + LSTM(64)
     python benchmarks/dp_step.py --model=gru --paths=nonprivate,tf_tempered    # the same with GRU(64)
     python benchmarks/dp_step.py --model=gru_reset_before --paths=nonprivate,tf_tempered
-        # GRU(64, reset_after=False)
+        # GRU(64, reset_after=False); --model=rnn_lstm_cell: RNN(LSTMCell(64))
     python benchmarks/dp_step.py --model=conv1d_family --paths=nonprivate,tf_tempered
         # DepthwiseConv1D, SeparableConv1D, Conv1DTranspose
     python benchmarks/dp_step.py --model=time_distributed --paths=nonprivate,tf_tempered
@@ -183,6 +183,9 @@ def _lora_model():
 LSTM_VOCAB = 10_000
 
 
+RECURRENT_MODELS = ("lstm", "gru", "gru_reset_before", "rnn_lstm_cell")
+
+
 def _recurrent_model(unit="lstm"):
     """A recurrent text classifier: Embedding 10 000 × 64 + LSTM(64) or GRU(64) + Dense
     (issue 14's and 30's rows)."""
@@ -190,7 +193,8 @@ def _recurrent_model(unit="lstm"):
         keras.Input((TEXT_LENGTH,), dtype="int32"),
         keras.layers.Embedding(LSTM_VOCAB, TEXT_DIM),
         {"lstm": lambda: keras.layers.LSTM(64), "gru": lambda: keras.layers.GRU(64),
-         "gru_reset_before": lambda: keras.layers.GRU(64, reset_after=False)}[unit](),
+         "gru_reset_before": lambda: keras.layers.GRU(64, reset_after=False),
+         "rnn_lstm_cell": lambda: keras.layers.RNN(keras.layers.LSTMCell(64))}[unit](),
         keras.layers.Dense(10),
     ])
 
@@ -259,7 +263,7 @@ def _model(kind, activation="tanh"):
         return _conv1d_family_model()
     if kind == "time_distributed":
         return _time_distributed_model()
-    if kind in ("lstm", "gru", "gru_reset_before"):
+    if kind in RECURRENT_MODELS:
         return _recurrent_model(kind)
     if kind == "mobilenet":
         return _mobilenet_model()
@@ -311,16 +315,15 @@ def _compiled(path, kind, batch_size):
 
 def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
-            "lstm": (TEXT_LENGTH,), "gru": (TEXT_LENGTH,), "gru_reset_before": (TEXT_LENGTH,),
-            "lora": (TEXT_LENGTH,),
+            **{kind: (TEXT_LENGTH,) for kind in RECURRENT_MODELS}, "lora": (TEXT_LENGTH,),
             "conv1d": (128, 16), "conv1d_family": (128, 16), "time_distributed": (4, 16, 16, 3),
             "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
     rng = np.random.default_rng(0)
-    if kind in ("text", "lstm", "gru", "gru_reset_before", "lora"):
-        vocab = LSTM_VOCAB if kind in ("lstm", "gru", "gru_reset_before") else TEXT_VOCAB
+    if kind in ("text", "lora") + RECURRENT_MODELS:
+        vocab = LSTM_VOCAB if kind in RECURRENT_MODELS else TEXT_VOCAB
         x = rng.integers(0, vocab, (batch_size,) + _input_shape(kind)).astype(np.int32)
     else:
         x = rng.random((batch_size,) + _input_shape(kind), dtype=np.float32)
@@ -340,8 +343,8 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "conv1d_family",
-                                            "time_distributed", "mobilenet", "lstm", "gru",
-                                            "gru_reset_before", "lora"),
+                                            "time_distributed", "mobilenet", "lora")
+                        + RECURRENT_MODELS,
                         default="mnist")
     parser.add_argument("--batch_size", type=int, default=None,
                         help="default 256 (64 for --model=lora)")

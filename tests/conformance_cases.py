@@ -439,12 +439,14 @@ def _rnn(dtype):
 
 def _rnn_rows(dtype):
     # rnn_rows.py: a backwards SimpleRNN, an unrolled LSTM, a GRU returning its state, a
-    # backwards GRU with reset_after=False, and a ReLU SimpleRNN shared by two calls.
+    # backwards GRU with reset_after=False, RNN(LSTMCell), a ReLU SimpleRNN shared by two calls.
     inputs = keras.Input((5, 3), dtype=dtype)
     x = keras.layers.SimpleRNN(4, return_sequences=True, go_backwards=True, dtype=dtype)(inputs)
     x = keras.layers.LSTM(3, return_sequences=True, unroll=True, dtype=dtype)(x)
     seq, state = keras.layers.GRU(3, return_sequences=True, return_state=True, dtype=dtype)(x)
     seq = keras.layers.GRU(3, reset_after=False, return_sequences=True, go_backwards=True,
+                           dtype=dtype)(seq)
+    seq = keras.layers.RNN(keras.layers.LSTMCell(3, dtype=dtype), return_sequences=True,
                            dtype=dtype)(seq)
     shared = keras.layers.SimpleRNN(2, activation="relu", dtype=dtype)
     merged = keras.layers.Concatenate(dtype=dtype)([shared(seq), shared(x), state])
@@ -631,7 +633,7 @@ _FAMILIES = {
                "Dense": "dense"}, recurrent_vjp=True),
         _Case("rnn_rows", _rnn_rows, lambda s: _floats((5, 3), s), _ROW_PATHS,
               {"SimpleRNN": "rnn_rows", "LSTM": "rnn_rows", "GRU": "rnn_rows",
-               "Dense": "dense"}),
+               "RNN": "rnn_rows", "Dense": "dense"}),
         _Case("rnn_rows_masked", _rnn_rows_masked, lambda s: _padded_ids((5,), s), _ROW_PATHS,
               {"Embedding": "embedding", "GRU": "rnn_rows", "SimpleRNN": "rnn_rows",
                "LSTM": "rnn_rows", "Dense": "dense"}),

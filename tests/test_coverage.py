@@ -116,11 +116,11 @@ def test_recurrent_layers_train_exactly(rnn):
 
 
 def test_recurrent_layers_are_logged_as_taking_the_vjp(caplog):
-    # An RNN(cell) takes the recurrent unit's VJP (logged); the LSTM after it does not
-    # (rnn_rows.py).
+    # An RNN of stacked cells takes the recurrent unit's VJP (logged); the LSTM after it
+    # does not (rnn_rows.py), nor would RNN(GRUCell(3)).
     model = make_private(_recurrent(lambda dtype: keras.Sequential([
-        keras.layers.RNN(keras.layers.GRUCell(3, dtype=dtype), return_sequences=True,
-                         name="bi_gru", dtype=dtype),
+        keras.layers.RNN(keras.layers.StackedRNNCells([keras.layers.GRUCell(3, dtype=dtype)]),
+                         return_sequences=True, name="bi_gru", dtype=dtype),
         keras.layers.LSTM(2, dtype=dtype)]))("float32"),
         options=EngineOptions(vectorize_recurrent=False))
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,

@@ -45,8 +45,8 @@ from tf_tempered.privacy.layer_grads import separable  # noqa: F401
 from tf_tempered.privacy.layer_grads import embedding  # noqa: F401
 from tf_tempered.privacy.layer_grads import normalization  # noqa: F401
 from tf_tempered.privacy.layer_grads import einsum_dense  # noqa: F401
+from tf_tempered.privacy.layer_grads import rnn_rows  # noqa: F401  (before rnn: RNN(cell))
 from tf_tempered.privacy.layer_grads import rnn  # noqa: F401
-from tf_tempered.privacy.layer_grads import rnn_rows  # noqa: F401
 from tf_tempered.privacy.layer_grads import tempered_sigmoid  # noqa: F401
 from tf_tempered.privacy.layer_grads import weight_standardized  # noqa: F401
 from tf_tempered.privacy.layer_grads import lora  # noqa: F401

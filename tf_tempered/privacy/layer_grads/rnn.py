@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Recurrent layers (ConvLSTM*, RNN(cell), LSTM/GRU/SimpleRNN that rnn_rows.py declines) as one unit.
+"""Recurrent layers (ConvLSTM*, RNN of other cells, what rnn_rows.py declines) as one unit.
 
 A recurrent layer uses its cell's weights at every time step, inside its time
 loop (Keras 3, tf-keras' non-fused path) or in a fused kernel that never calls
@@ -53,9 +53,9 @@ class RecurrentHandler(Handler):
 
     name = "rnn"
     summary = ("the whole layer as one unit, its cells' weights included (ConvLSTM1D/2D/3D, "
-               "RNN(cell), subclasses with a call of their own, and what rnn_rows declines: "
-               "a dtype policy casting the weights; in "
-               "Bidirectional too): a per-example VJP of its call with its mask "
+               "RNN of a custom or stacked cell, subclasses with a call of their own, and what "
+               "rnn_rows declines: a dtype policy casting the weights; in Bidirectional "
+               "too): a per-example VJP of its call with its mask "
                "and initial states (vectorized on Keras 3; a tf.map_fn on Keras 2 or with "
                "EngineOptions(vectorize_recurrent=False)), logged with the generic layers")
     vjp_of_own_call = True

@@ -135,9 +135,13 @@ def _cells():
 
 def cell_math(layer):
     """(the cell class the layer's call must run, its step math) for a built-in SimpleRNN,
-    LSTM or GRU layer, or None."""
-    entry = next((v for k, v in _cells().items() if type(layer).call is k.call
+    LSTM or GRU layer, or a plain ``RNN`` holding one of their cells; else None."""
+    entries = _cells()
+    entry = next((v for k, v in entries.items() if type(layer).call is k.call
                   and isinstance(layer, k)), None)
+    if entry is None and type(layer).call is keras.layers.RNN.call:
+        # RNN(LSTMCell(...)): the layer's loop runs the cell's own step, the same math.
+        entry = next((v for v in entries.values() if isinstance(layer.cell, v[0])), None)
     if entry is None:
         return None
     cell_class, math = entry

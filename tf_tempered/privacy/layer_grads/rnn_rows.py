@@ -36,7 +36,8 @@ book-keeping sum), exact, with no per-example VJP: the generic recurrent path
 (rnn.py) vectorizes the whole time loop over the examples, about 5x the
 non-private step's time and 30x its memory on a text LSTM.
 
-Covered: the built-in cells with their own `call`, any activation, masks
+Covered: the built-in cells with their own `call` (in their layers or in a plain
+``RNN``), any activation, masks
 (Embedding(mask_zero=True)), go_backwards, initial_state, return_state,
 return_sequences, unroll, static or unknown sequence length; a layer called
 several times (its calls' rows are concatenated per example). Everything else
@@ -89,12 +90,15 @@ class RNNRowsPath:
     recurrent: Any
 
 
-@register(keras.layers.SimpleRNN, keras.layers.LSTM, keras.layers.GRU)
+# Also for RNN: RNN(LSTMCell(...)) and the like (registered before rnn.py, which takes the
+# RNN layers this handler declines).
+@register(keras.layers.SimpleRNN, keras.layers.LSTM, keras.layers.GRU, keras.layers.RNN)
 class RNNRowsHandler(Handler):
     """Runs the layer's forward pass itself to record X·W + b; rows over time steps."""
 
     name = "rnn_rows"
-    summary = ("SimpleRNN, LSTM, GRU (reset_after either way), without dropout: the handler runs "
+    summary = ("SimpleRNN, LSTM, GRU (reset_after either way) and RNN of one of their cells, "
+               "without dropout: the handler runs "
                "the time loop itself with X·W + b computed before it, so one backward pass "
                "gives each step's gate gradients; the kernels' per-microbatch norms and "
                "clipped sums as for a Dense layer over the time steps (inputs, and the states "
