@@ -14,8 +14,10 @@
 """Box–Muller noise from float32 against float64 Philox uniforms (3.4 M values, one process).
 
 The sampler before commit e03d84e drew float32 uniforms (tails end at 5.65σ); privacy/randomness.py
-now draws float64 ones (8.49σ). "mixed": float64 u₁ with the logarithm in float32. Interleaved
-rounds, median ms (benchmarks/results/refactor_ab_keras3.md).
+now draws float64 ones (8.49σ). "mixed": float64 u₁ with the logarithm in float32. "library": the
+sampler privacy/randomness.py uses since 2e0d114 (float64 u₁ for the radius, the angle's u₂ its own
+float32 draw) against "new" (both in float64, e03d84e to ed7a366). Interleaved rounds, median ms
+(benchmarks/results/refactor_ab_keras3.md, benchmarks/results/time_distributed_and_noise_ab_keras3.md).
 
     python benchmarks/noise_float32_vs_float64.py
 """
@@ -51,3 +53,12 @@ for _ in range(15):
         t = time.perf_counter(); f().numpy(); res[name].append((time.perf_counter() - t) * 1000)
 print({k: f"{np.median(v):.1f} ms" for k, v in res.items()})
 x = mixed().numpy(); print(x.std(), np.abs(x).max())
+from tf_tempered.privacy import randomness
+source = randomness.DPRandomness("noise")
+library = tf.function(lambda: source.normal([n], stddev=1.0, counter=tf.constant(7, tf.int64)))
+library()
+res = {"new": [], "library": []}
+for _ in range(15):
+    for name, f in (("new", new), ("library", library)):
+        t = time.perf_counter(); f().numpy(); res[name].append((time.perf_counter() - t) * 1000)
+print({k: f"{np.median(v):.1f} ms" for k, v in res.items()})

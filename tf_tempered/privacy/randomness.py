@@ -239,10 +239,11 @@ class DPRandomness:
         [num_pairs] ``dtype`` ones for the angle.
 
         Only the radius needs float64 (its tail, :meth:`normal`); the angle is used in
-        ``dtype`` anyway, and drawing it in float32 saves a third of the sampler's time
-        (44 vs 60 ms for 3.4 M values, benchmarks/noise_float32_vs_float64.py). The two are
-        separate Philox draws at ``(stream, counter)``, the angle's starting 2^47 blocks
-        into the stream (a draw of n pairs uses n/2 blocks): they share no block.
+        ``dtype`` anyway, and drawing it in float32 saves about a quarter of the sampler's
+        time (3.4 M values, 2 vCPUs: 31 vs 41 ms quiet, 44 vs 60 ms loaded;
+        benchmarks/noise_float32_vs_float64.py).
+        The two are separate Philox draws at ``(stream, counter)``, the angle's starting
+        2^47 blocks into the stream (n float64 values take n/2 blocks): no shared block.
         """
         key, radius_counter = self._key_counter(counter, stream)
         _, angle_counter = self._key_counter(counter, stream, block_offset=_ANGLE_BLOCK_OFFSET)
