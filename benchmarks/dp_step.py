@@ -18,6 +18,8 @@ Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
   tf_tempered     tf_tempered.privacy.make_private + tf_tempered.privacy.DPKerasSGDOptimizer
                   (TF Privacy's update rule and arguments; the same step with TF Privacy's
                   own DPKerasSGDOptimizer, as tests/test_optimizers.py checks)
+  tf_tempered_ghost  the same with EngineOptions(norm_path="ghost"): every row layer by its ghost
+                  norm (less memory than kept per-microbatch gradients, more time)
   tf_tempered_tf_ops  the same with TF ops only (no native conv op: the fallback
                   without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
   dpsequential    TF Privacy's DPSequential (vectorized per-example grads, XLA)
@@ -107,8 +109,8 @@ from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
 from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, is_private, keras_bridge,
                                  layer_paths, make_private)
 
-PATHS = ("nonprivate", "tf_tempered", "tf_tempered_tf_ops", "tf_tempered_second_pass",
-         "tf_tempered_low_memory",
+PATHS = ("nonprivate", "tf_tempered", "tf_tempered_ghost", "tf_tempered_tf_ops",
+         "tf_tempered_second_pass", "tf_tempered_low_memory",
          "dpsequential", "stock_optimizer")
 TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
 LOW_MEMORY_PATHS = ("tf_tempered_second_pass", "tf_tempered_low_memory")
@@ -117,7 +119,7 @@ LOW_MEMORY_PATHS = ("tf_tempered_second_pass", "tf_tempered_low_memory")
 # pass) only when asked for in --paths.
 XLA_SUFFIX = "_xla"
 XLA_PATHS = ("nonprivate_xla", "tf_tempered_xla")  # what --jit_compile adds
-DEFAULT_PATHS = tuple(p for p in PATHS if p not in LOW_MEMORY_PATHS and (
+DEFAULT_PATHS = tuple(p for p in PATHS if p not in LOW_MEMORY_PATHS + ("tf_tempered_ghost",) and (
     tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS))
 
 
@@ -284,14 +286,15 @@ def _compiled(path, kind, batch_size):
         model = _model(kind)
         model.compile(sgd(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    elif path in ("tf_tempered", "tf_tempered_tf_ops") + LOW_MEMORY_PATHS:
+    elif path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_ghost") + LOW_MEMORY_PATHS:
         model = _model(kind)
-        # tf_tempered_tf_ops: the engine without the native conv op; _second_pass: the
-        # clipped sum by a second backward pass, small workspaces; _low_memory: the same
-        # with a second forward pass too (less memory).
+        # tf_tempered_tf_ops: the engine without the native conv op; _ghost: ghost norms
+        # wherever a layer has them; _second_pass: the clipped sum by a second backward
+        # pass, small workspaces; _low_memory: the same with a second forward pass too.
         options = {"tf_tempered": None, "tf_tempered_tf_ops": EngineOptions(native=False),
                    "tf_tempered_second_pass": EngineOptions.low_memory(clipped_sum="second_pass"),
-                   "tf_tempered_low_memory": EngineOptions.low_memory()}[path]
+                   "tf_tempered_low_memory": EngineOptions.low_memory(),
+                   "tf_tempered_ghost": EngineOptions(norm_path="ghost")}[path]
         make_private(model, options=options)
         model.compile(DPKerasSGDOptimizer(**dp, learning_rate=0.15), loss=per_example)
     elif path == "dpsequential":
