@@ -25,6 +25,14 @@ import time, numpy as np
 from tf_tempered._compat import tf
 n = 3_200_000 + 200_000
 key = tf.constant([12345], tf.uint64); counter = tf.constant([0, 7], tf.uint64)
+def interleaved(**samplers):
+    """Median ms of each sampler over 15 interleaved rounds (each traced once before)."""
+    for f in samplers.values(): f()
+    res = {name: [] for name in samplers}
+    for _ in range(15):
+        for name, f in samplers.items():
+            t = time.perf_counter(); f().numpy(); res[name].append((time.perf_counter() - t) * 1000)
+    print({k: f"{np.median(v):.1f} ms" for k, v in res.items()})
 @tf.function
 def old():
     u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.constant([2, n // 2], tf.int64), key=key, counter=counter, alg=1, dtype=tf.float32)
@@ -35,30 +43,15 @@ def new():
     u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.constant([2, n // 2], tf.int64), key=key, counter=counter, alg=1, dtype=tf.float64)
     r = tf.cast(tf.sqrt(-2.0 * tf.math.log1p(-u[0])), tf.float32); a = tf.cast((2.0 * np.pi) * u[1], tf.float32)
     return tf.concat([r * tf.cos(a), r * tf.sin(a)], 0)
-for f in (old, new): f()
-res = {"old": [], "new": []}
-for _ in range(15):
-    for name, f in (("old", old), ("new", new)):
-        t = time.perf_counter(); f().numpy(); res[name].append((time.perf_counter() - t) * 1000)
-print({k: f"{np.median(v):.1f} ms" for k, v in res.items()})
+interleaved(old=old, new=new)
 @tf.function
 def mixed():
     u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.constant([2, n // 2], tf.int64), key=key, counter=counter, alg=1, dtype=tf.float64)
     r = tf.sqrt(-2.0 * tf.math.log(tf.cast(1.0 - u[0], tf.float32))); a = (2.0 * np.pi) * tf.cast(u[1], tf.float32)
     return tf.concat([r * tf.cos(a), r * tf.sin(a)], 0)
-mixed()
-res = {"new": [], "mixed": []}
-for _ in range(15):
-    for name, f in (("new", new), ("mixed", mixed)):
-        t = time.perf_counter(); f().numpy(); res[name].append((time.perf_counter() - t) * 1000)
-print({k: f"{np.median(v):.1f} ms" for k, v in res.items()})
+interleaved(new=new, mixed=mixed)
 x = mixed().numpy(); print(x.std(), np.abs(x).max())
 from tf_tempered.privacy import randomness
 source = randomness.DPRandomness("noise")
 library = tf.function(lambda: source.normal([n], stddev=1.0, counter=tf.constant(7, tf.int64)))
-library()
-res = {"new": [], "library": []}
-for _ in range(15):
-    for name, f in (("new", new), ("library", library)):
-        t = time.perf_counter(); f().numpy(); res[name].append((time.perf_counter() - t) * 1000)
-print({k: f"{np.median(v):.1f} ms" for k, v in res.items()})
+interleaved(new=new, library=library)

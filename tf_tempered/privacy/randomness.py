@@ -240,7 +240,7 @@ class DPRandomness:
 
         Only the radius needs float64 (its tail, :meth:`normal`); the angle is used in
         ``dtype`` anyway, and drawing it in float32 saves about a quarter of the sampler's
-        time (3.4 M values, 2 vCPUs: 31 vs 41 ms quiet, 44 vs 60 ms loaded;
+        time (3.4 M values, 2 vCPUs: 31–40 vs 41–50 ms quiet, 44 vs 60 ms loaded;
         benchmarks/noise_float32_vs_float64.py).
         The two are separate Philox draws at ``(stream, counter)``, the angle's starting
         2^47 blocks into the stream (n float64 values take n/2 blocks): no shared block.
