@@ -137,13 +137,9 @@ class Conv1DHandler(Handler):
         return [layer.kernel, layer.bias] if params.conv2d.use_bias else [layer.kernel]
 
     def norms(self, call, params, step):
-        norms = _CONV2D.norms(_HeightOneCall(call, params.causal_pad), params.conv2d, step)
-
-        def clipped_sum(weights):
-            grads = norms.clipped_sum(weights)
-            return [tf.reshape(grads[0], params.kernel_shape)] + grads[1:]
-
-        return LayerResult(norms.sq_norms, clipped_sum, norms.path)
+        result = _CONV2D.norms(_HeightOneCall(call, params.causal_pad), params.conv2d, step)
+        bias_shape = [(params.conv2d.filters,)] if params.conv2d.use_bias else []
+        return _as_1d(result, [tuple(params.kernel_shape)] + bias_shape)
 
 
 def _depthwise_2d(layer, geometry, kernel, use_bias):
