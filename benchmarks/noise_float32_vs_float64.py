@@ -11,47 +11,78 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Box–Muller noise from float32 against float64 Philox uniforms (3.4 M values, one process).
+"""Box–Muller noise samplers side by side (3.4 M values, one process, interleaved rounds, median ms).
 
-The sampler before commit e03d84e drew float32 uniforms (tails end at 5.65σ); privacy/randomness.py
-now draws float64 ones (8.49σ). "mixed": float64 u₁ with the logarithm in float32. "library": the
-sampler privacy/randomness.py uses since 2e0d114 (float64 u₁ for the radius, the angle's u₂ its own
-float32 draw) against "new" (both in float64, e03d84e to ed7a366). Interleaved rounds, median ms
-(benchmarks/results/refactor_ab_keras3.md, benchmarks/results/time_distributed_and_noise_ab_keras3.md).
+- "float32": the sampler before commit e03d84e, float32 uniforms (tails end at √(46 ln 2) ≈ 5.65σ,
+  a truncation that adds to δ: docs/randomness.md, "Truncated tails").
+- "float64_radius": 2e0d114 to 5d4a4fa, float64 u₁ and a float64 logarithm for the radius (8.49σ),
+  the angle its own float32 draw.
+- "library": privacy/randomness.py now, u₁ = (k + ½)·2⁻⁶⁴ from 64 random bits in float32
+  (9.49σ), the same angle.
+
+(benchmarks/results/refactor_ab_keras3.md, benchmarks/results/time_distributed_and_noise_ab_keras3.md,
+benchmarks/results/noise_u64_ab_keras3.md.)
 
     python benchmarks/noise_float32_vs_float64.py
 """
-import time, numpy as np
+import time
+
+import numpy as np
+
 from tf_tempered._compat import tf
-n = 3_200_000 + 200_000
-key = tf.constant([12345], tf.uint64); counter = tf.constant([0, 7], tf.uint64)
-def interleaved(**samplers):
-    """Median ms of each sampler over 15 interleaved rounds (each traced once before)."""
-    for f in samplers.values(): f()
-    res = {name: [] for name in samplers}
-    for _ in range(15):
-        for name, f in samplers.items():
-            t = time.perf_counter(); f().numpy(); res[name].append((time.perf_counter() - t) * 1000)
-    print({k: f"{np.median(v):.1f} ms" for k, v in res.items()})
-@tf.function
-def old():
-    u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.constant([2, n // 2], tf.int64), key=key, counter=counter, alg=1, dtype=tf.float32)
-    r = tf.sqrt(-2.0 * tf.math.log(1.0 - u[0])); a = (2.0 * np.pi) * u[1]
-    return tf.concat([r * tf.cos(a), r * tf.sin(a)], 0)
-@tf.function
-def new():
-    u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.constant([2, n // 2], tf.int64), key=key, counter=counter, alg=1, dtype=tf.float64)
-    r = tf.cast(tf.sqrt(-2.0 * tf.math.log1p(-u[0])), tf.float32); a = tf.cast((2.0 * np.pi) * u[1], tf.float32)
-    return tf.concat([r * tf.cos(a), r * tf.sin(a)], 0)
-interleaved(old=old, new=new)
-@tf.function
-def mixed():
-    u = tf.raw_ops.StatelessRandomUniformV2(shape=tf.constant([2, n // 2], tf.int64), key=key, counter=counter, alg=1, dtype=tf.float64)
-    r = tf.sqrt(-2.0 * tf.math.log(tf.cast(1.0 - u[0], tf.float32))); a = (2.0 * np.pi) * tf.cast(u[1], tf.float32)
-    return tf.concat([r * tf.cos(a), r * tf.sin(a)], 0)
-interleaved(new=new, mixed=mixed)
-x = mixed().numpy(); print(x.std(), np.abs(x).max())
 from tf_tempered.privacy import randomness
-source = randomness.DPRandomness("noise")
-library = tf.function(lambda: source.normal([n], stddev=1.0, counter=tf.constant(7, tf.int64)))
-interleaved(new=new, library=library)
+
+NUM_VALUES = 3_200_000 + 200_000
+PAIRS = tf.constant([NUM_VALUES // 2], tf.int64)
+KEY = tf.constant([12345], tf.uint64)
+RADIUS_COUNTER = tf.constant([0, 7], tf.uint64)
+ANGLE_COUNTER = tf.constant([1 << 47, 7], tf.uint64)
+
+
+def interleaved(rounds=15, **samplers):
+    """Median ms of each sampler over interleaved rounds (each traced once before)."""
+    for sampler in samplers.values():
+        sampler()
+    times = {name: [] for name in samplers}
+    for _ in range(rounds):
+        for name, sampler in samplers.items():
+            start = time.perf_counter()
+            sampler().numpy()
+            times[name].append((time.perf_counter() - start) * 1000)
+    return {name: float(np.median(values)) for name, values in times.items()}
+
+
+def _uniform(counter, dtype):
+    return tf.raw_ops.StatelessRandomUniformV2(shape=PAIRS, key=KEY, counter=counter, alg=1,
+                                               dtype=dtype)
+
+
+def _pairs(radius):
+    angle = (2.0 * np.pi) * _uniform(ANGLE_COUNTER, tf.float32)
+    return tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], 0)
+
+
+@tf.function
+def float32():
+    return _pairs(tf.sqrt(-2.0 * tf.math.log1p(-_uniform(RADIUS_COUNTER, tf.float32))))
+
+
+@tf.function
+def float64_radius():
+    radius_squared = -2.0 * tf.math.log1p(-_uniform(RADIUS_COUNTER, tf.float64))
+    return _pairs(tf.sqrt(tf.cast(radius_squared, tf.float32)))
+
+
+def main():
+    source = randomness.DPRandomness("noise")
+    library = tf.function(lambda: source.normal([NUM_VALUES], stddev=1.0,
+                                                counter=tf.constant(7, tf.int64)))
+    for run in (1, 2):
+        medians = interleaved(float32=float32, float64_radius=float64_radius, library=library)
+        print(f"run {run}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in medians.items()))
+    draw = library().numpy()
+    print(f"library draw: std {draw.std():.4f}, max |z| {np.abs(draw).max():.2f}")
+
+
+if __name__ == "__main__":
+    main()

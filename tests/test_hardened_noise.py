@@ -53,16 +53,17 @@ def test_the_option_defaults_to_the_fast_sampler_and_is_validated():
 
 def test_the_default_draw_is_pinned():
     """Values recorded (TF 2.21, CPU, both Kerases) for insecure_dp_seed=2026: a change to the
-    default draw shows here. Changed on purpose when u₁ moved to float64 (tails to 8.49σ), and
-    when the angle became its own float32 draw (box_muller_uniforms)."""
+    default draw shows here. Changed on purpose when u₁ moved to float64 (tails to 8.49σ),
+    when the angle became its own float32 draw (box_muller_uniforms), and when u₁ became
+    (k + ½)·2⁻⁶⁴ from 64 random bits (tails to 9.49σ)."""
     source = _insecure("noise", 2026)
     variables = [tf.zeros([7, 5]), tf.zeros([5])]
     noise = randomness.gaussian_noise_like(variables, 0.5, source, tf.constant(3, tf.int64))
     flat = np.concatenate([n.numpy().ravel() for n in noise])
     np.testing.assert_array_equal(flat[:4], np.float32(
-        [-0.11299838870763779, -1.1391772031784058, -0.531787633895874, 0.4832420349121094]))
+        [-0.20375414192676544, -0.9372772574424744, -0.23848824203014374, 0.10291600227355957]))
     assert hashlib.sha256(flat.tobytes()).hexdigest() == (
-        "2cf0b24081928d8168422626cd145f33a068f319f7b8cbba64cc8affbd722df3")
+        "093b445f6b6400f0409bb0808321203042d1c12d55fd3d5039b613ff5e638b2a")
     np.testing.assert_array_equal(flat, source.normal([40], stddev=0.5, counter=3).numpy())
 
 
@@ -77,9 +78,9 @@ def test_the_four_terms_come_from_four_box_muller_pairs():
                     for h in source.box_muller(2 * m + 1, stddev=0.5, counter=2))
         # pylint: disable-next=protected-access
         key, counter = source._key_counter(tf.constant(2, tf.int64), 0)
-        uniform = tf.raw_ops.StatelessRandomUniformV2(
-            shape=[2, 2 * m + 1], key=key, counter=counter, alg=1, dtype=tf.float64).numpy()
-        radius = 0.5 * np.sqrt(-2.0 * np.log1p(-uniform[0]))
+        bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
+            shape=[2 * m + 1], key=key, counter=counter, alg=1, dtype=tf.uint64).numpy()
+        radius = 0.5 * np.sqrt(-2.0 * np.log((bits.astype(np.float64) + 0.5) * 2.0 ** -64))
         np.testing.assert_allclose(cos ** 2 + sin ** 2, radius ** 2, rtol=1e-5)
         rows = np.arange(m)[:, None]
         pairs = np.concatenate([rows, rows + m, rows + 1, rows + m + 1], axis=1)
@@ -90,23 +91,26 @@ def test_the_four_terms_come_from_four_box_muller_pairs():
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
-def test_the_tail_reaches_8_49_sigma_in_every_dtype(dtype, monkeypatch):
-    """u₁ at the largest value a float64 uniform takes (1 − 2⁻⁵²) gives r = √(104 ln 2)·σ ≈
-    8.49σ, whatever the output dtype: float32 uniforms (largest 1 − 2⁻²³) would truncate the
-    Gaussian at 5.65σ, a leak that adds ≈ T·q·Q(5.65 − 1/σ) to δ unaccounted. (The angle's
-    own draw is in the output dtype: it bounds nothing.)"""
+def test_the_tail_reaches_9_49_sigma_in_every_dtype(dtype, monkeypatch):
+    """u₁ = (k + ½)·2⁻⁶⁴ at k = 0, its smallest, gives r = √(130 ln 2)·σ ≈ 9.49σ whatever the
+    output dtype (float32 holds 2⁻⁶⁵): float32 uniforms (smallest 1 − u: 2⁻²³) would truncate
+    the Gaussian at 5.65σ, a leak that adds ≈ T·q·Q(5.65 − 1/σ) to δ unaccounted. At the
+    largest k, u₁ rounds to 1 and r = 0 (no NaN). (The angle's draw bounds nothing.)"""
     asked = []
-    real = tf.raw_ops.StatelessRandomUniformV2
+    real = tf.raw_ops.StatelessRandomUniformFullIntV2
 
-    def largest_uniforms(shape, key, counter, alg, dtype):
+    def extreme_bits(shape, key, counter, alg, dtype):
         asked.append(dtype)
-        top = real(shape=shape, key=key, counter=counter, alg=alg, dtype=dtype)
-        return tf.ones_like(top) - tf.constant(2.0 ** -52, dtype)
+        drawn = real(shape=shape, key=key, counter=counter, alg=alg, dtype=dtype)
+        return tf.where(tf.range(tf.size(drawn)) < 2, tf.zeros_like(drawn),
+                        tf.fill(tf.shape(drawn), tf.constant(2 ** 64 - 1, tf.uint64)))
 
-    monkeypatch.setattr(tf.raw_ops, "StatelessRandomUniformV2", largest_uniforms)
-    cos, _ = _insecure("noise", 3).box_muller(4, stddev=2.0, counter=1, dtype=dtype)
-    assert asked == [tf.float64, dtype] and cos.dtype == dtype  # the radius's, the angle's
-    np.testing.assert_allclose(cos.numpy(), 2.0 * np.sqrt(104 * np.log(2.0)), rtol=1e-5)
+    monkeypatch.setattr(tf.raw_ops, "StatelessRandomUniformFullIntV2", extreme_bits)
+    cos, sin = _insecure("noise", 3).box_muller(4, stddev=2.0, counter=1, dtype=dtype)
+    assert asked == [tf.uint64] and cos.dtype == dtype
+    radius = np.hypot(cos.numpy(), sin.numpy())
+    np.testing.assert_allclose(radius[:2], 2.0 * np.sqrt(130 * np.log(2.0)), rtol=1e-5)
+    np.testing.assert_array_equal(radius[2:], 0.0)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
@@ -148,7 +152,7 @@ def test_dp_step_noise_std_and_independence(noise):
 @pytest.mark.filterwarnings("ignore::tf_tempered.privacy.InsecureDPRandomnessWarning")
 def test_the_step_draws_with_the_chosen_sampler_and_the_default_is_pinned():
     """With insecure_dp_seed=5 the first update is -noise / 10 of that key's counter 1. The
-    default's bits are pinned (both Kerases, TF 2.21 CPU; recorded with u₁ in float64 and the
+    default's bits are pinned (both Kerases, TF 2.21 CPU; recorded with u₁ from 64 random bits and the
     angle its own float32 draw)."""
     updates = {}
     for noise in NOISE_MODES:
@@ -161,7 +165,7 @@ def test_the_step_draws_with_the_chosen_sampler_and_the_default_is_pinned():
             updates[noise], -np.concatenate([d.numpy().ravel() for d in drawn]) / 10.0,
             rtol=1e-6, atol=1e-7)  # float sums, maybe in another order
     assert hashlib.sha256(updates["gaussian"].tobytes()).hexdigest() == (
-        "4ead39970877f764b846bb118c754ec639b6eaf40b543ccc7d49d0e5154a24ec")
+        "9c61832edb3fdd80b9236b856b1d27c3672ca79d935fd3dc2984c0b5636618cf")
     assert not np.array_equal(updates["gaussian"], updates["sum_of_gaussians"])
 
 

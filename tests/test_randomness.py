@@ -104,20 +104,29 @@ def test_streams_share_no_philox_block():
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
 def test_radius_and_angle_uniforms_share_no_philox_block(dtype):
-    """box_muller's two draws (float64 radius, dtype angle) start 2^47 blocks apart: no
-    32-bit Philox word of one appears in the other, and they are uncorrelated at any
-    small shift (a shared block would make them equal or shifted copies)."""
+    """box_muller's two draws (64-bit radius words, dtype angle) start 2^47 blocks apart: no
+    32-bit Philox word of one appears in the other, and they are uncorrelated at any small
+    shift (a shared block would make them equal or shifted copies)."""
     source = randomness.DPRandomness("noise")
     radius, angle = (u.numpy() for u in source.box_muller_uniforms(5000, counter=9, dtype=dtype))
-    assert radius.dtype == np.float64 and angle.dtype == dtype.as_numpy_dtype
-    # Philox float uniforms are mantissa bits: compare the 23 leading ones of each value
-    words = lambda u: set((u * 2.0 ** 23).astype(np.int64).tolist())
-    assert len(words(radius) & words(angle)) < 10  # chance: ~5000²/2^23 ≈ 3 collisions
+    compute = np.float64 if dtype == tf.float64 else np.float32
+    assert radius.dtype == compute and angle.dtype == dtype.as_numpy_dtype
+    # pylint: disable-next=protected-access
+    key, counter = source._key_counter(tf.constant(9, tf.int64), 0)
+    bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[5000], key=key, counter=counter, alg=1, dtype=tf.uint64).numpy()
+    np.testing.assert_allclose(radius, (bits.astype(np.float64) + 0.5) * 2.0 ** -64, rtol=1e-7)
+    # A float32 Philox uniform is the low 23 bits of one 32-bit word; a float64 one takes the
+    # low 20 bits of its first word as its 20 leading mantissa bits. Compare those bits.
+    bits_per_word = 23 if dtype == tf.float32 else 20
+    low_bits = lambda words: set((words & np.uint64(2 ** bits_per_word - 1)).tolist())
+    radius_words = low_bits(bits >> np.uint64(32)) | low_bits(bits & np.uint64(0xFFFFFFFF))
+    angle_words = set((angle.astype(np.float64) * 2.0 ** bits_per_word).astype(np.int64).tolist())
+    by_chance = len(radius_words) * len(angle_words) / 2 ** bits_per_word  # ≈ 6 or 48
+    assert len(radius_words & angle_words) < 2 * by_chance + 20  # a shared block: thousands
     for shift in range(0, 5):
         assert abs(np.corrcoef(radius[shift:], angle[:len(angle) - shift])[0, 1]) < 0.06
         assert abs(np.corrcoef(angle[shift:], radius[:len(radius) - shift])[0, 1]) < 0.06
-    previous_radius = source.uniform([5000], counter=9).numpy()  # stream 0 from block 0
-    np.testing.assert_array_equal(radius, previous_radius)
 
 
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])

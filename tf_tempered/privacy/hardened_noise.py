@@ -24,7 +24,7 @@ float32). Holohan & Braghin (ESORICS 2021, the construction of Opacus'
 exactly N(0, σ²) in real arithmetic. Each Zᵢ comes from its own Box–Muller pair: the
 two values of one pair must not meet in a sum (r·cos θ + r·sin θ = √2·r·sin(θ + π/4)
 is just one scaled sample). A released coordinate is then a sum of four samples,
-which cannot be split back into them, and the tails reach 4 × 8.49σ/2 = 17σ. Four
+which cannot be split back into them, and the tails reach 4 × 9.49σ/2 = 19σ. Four
 times the draws of the default (benchmarks/results/noise_modes.md). What it does and
 does not protect against: docs/randomness.md, "Hardened noise".
 

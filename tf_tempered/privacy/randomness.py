@@ -200,18 +200,18 @@ class DPRandomness:
         ``stream`` (default 0) separates independent sub-streams of one key, e.g. the
         shards of :func:`~tf_tempered.privacy.sampling.poisson_batches`.
 
-        Box–Muller on Philox uniforms (u₁, u₂) in vectorised TF ops:
-        z = √(−2 ln(1 − u₁))·(cos 2πu₂, sin 2πu₂), two exact N(0, 1) per pair. Same
+        Box–Muller on Philox draws (u₁, u₂) in vectorised TF ops:
+        z = √(−2 ln u₁)·(cos 2πu₂, sin 2πu₂), two exact N(0, 1) per pair. Same
         distribution as ``StatelessRandomNormalV2`` (whose CPU kernel runs the same
         transform one value at a time, ~1.5× slower: 21 vs 13 ms for 3.2 M values, the
-        noise of a 3.2 M-parameter model each step). u₁ is drawn in float64 whatever
-        ``dtype``: tails end where 1 − u₁ is smallest, at √(104 ln 2) ≈ 8.49σ, where float32
+        noise of a 3.2 M-parameter model each step). u₁ = (k + ½)·2⁻⁶⁴ from 64 random bits k
+        whatever ``dtype``: tails end where u₁ is smallest, at √(130 ln 2) ≈ 9.49σ, where float32
         uniforms (and TF's own float32 kernel) stop at √(46 ln 2) ≈ 5.65σ. A truncated tail
         is a privacy leak the accountant does not see: an output beyond the truncation point
         is impossible without an example and possible with it, which adds about
         T·q·Q(t − 1/σ) to δ (truncation t, T steps of sampling rate q, Q the normal tail).
-        At t = 5.65, 60 epochs at σ = 1.1 would add 6.5e-5, more than δ = 1e-5; at t = 8.49,
-        below 1e-12 for any σ ≥ 0.5 and a million epochs.
+        At t = 5.65, 60 epochs at σ = 1.1 would add 6.5e-5, more than δ = 1e-5; at t = 9.49,
+        below 1e-15 for any σ ≥ 0.5 and a million epochs.
         """
         num_values = tf.reduce_prod(tf.cast(shape, tf.int64))
         cos, sin = self.box_muller((num_values + 1) // 2, stddev=stddev, counter=counter,
@@ -227,32 +227,33 @@ class DPRandomness:
         """
         radius_uniform, angle_uniform = self.box_muller_uniforms(num_pairs, counter=counter,
                                                                  stream=stream, dtype=dtype)
-        # 1 - u in (0, 1]: u's largest value is 1 - 2^-52, so the log is finite. r² in
-        # float64, its square root in dtype (r² ≤ 72: float32 keeps its relative precision).
-        radius = tf.sqrt(tf.cast(-2.0 * tf.math.log1p(-radius_uniform), dtype)) * tf.cast(
-            stddev, dtype)
+        radius = tf.cast(tf.sqrt(-2.0 * tf.math.log(radius_uniform)), dtype)
+        radius *= tf.cast(stddev, dtype)
         angle = tf.cast(2.0 * np.pi, dtype) * angle_uniform
         return radius * tf.cos(angle), radius * tf.sin(angle)
 
     def box_muller_uniforms(self, num_pairs, *, counter, stream=0, dtype=tf.float32):
-        """(u₁, u₂) of :meth:`box_muller`: [num_pairs] float64 uniforms for the radius, and
-        [num_pairs] ``dtype`` ones for the angle.
+        """(u₁, u₂) of :meth:`box_muller`: [num_pairs] values u₁ = (k + ½)·2⁻⁶⁴ in (0, 1]
+        from 64 random bits k each, for the radius, and [num_pairs] uniforms for the angle.
 
-        Only the radius needs float64 (its tail, :meth:`normal`); the angle is used in
-        ``dtype`` anyway, and drawing it in float32 saves about a quarter of the sampler's
-        time (3.4 M values, 2 vCPUs: 31–40 vs 41–50 ms quiet, 44 vs 60 ms loaded;
-        benchmarks/noise_float32_vs_float64.py).
+        u₁ is computed in float32 (float64 for a float64 ``dtype``): float32 holds (k + ½)·2⁻⁶⁴
+        down to its smallest, 2⁻⁶⁵, so √(−2 ln u₁) reaches √(130 ln 2) ≈ 9.49σ (:meth:`normal`);
+        its rounding near 1 (u₁ = 1 gives r = 0) is float32's relative 2⁻²⁴. This is faster than
+        float64 uniforms with a float64 logarithm (the previous draw, tails to 8.49σ: 3.4 M
+        values, 2 vCPUs, 42 vs 48 ms median; benchmarks/noise_float32_vs_float64.py), and the
+        angle, used in ``dtype`` anyway, is a float32 (float64) uniform.
         The two are separate Philox draws at ``(stream, counter)``, the angle's starting
-        2^47 blocks into the stream (n float64 values take n/2 blocks): no shared block.
+        2^47 blocks into the stream (n 64-bit values take n/2 blocks): no shared block.
         """
         key, radius_counter = self._key_counter(counter, stream)
         _, angle_counter = self._key_counter(counter, stream, block_offset=_ANGLE_BLOCK_OFFSET)
         num_pairs = tf.reshape(tf.cast(num_pairs, tf.int64), [1])
-        radius_uniform = tf.raw_ops.StatelessRandomUniformV2(
-            shape=num_pairs, key=key, counter=radius_counter, alg=_PHILOX, dtype=tf.float64)
-        angle_dtype = tf.float64 if tf.as_dtype(dtype) == tf.float64 else tf.float32
+        compute_dtype = tf.float64 if tf.as_dtype(dtype) == tf.float64 else tf.float32
+        radius_bits = tf.raw_ops.StatelessRandomUniformFullIntV2(
+            shape=num_pairs, key=key, counter=radius_counter, alg=_PHILOX, dtype=tf.uint64)
+        radius_uniform = (tf.cast(radius_bits, compute_dtype) + 0.5) * (2.0 ** -64)
         angle_uniform = tf.raw_ops.StatelessRandomUniformV2(
-            shape=num_pairs, key=key, counter=angle_counter, alg=_PHILOX, dtype=angle_dtype)
+            shape=num_pairs, key=key, counter=angle_counter, alg=_PHILOX, dtype=compute_dtype)
         return radius_uniform, tf.cast(angle_uniform, dtype)
 
     def uniform(self, shape, *, counter, stream=0, dtype=tf.float64):
