@@ -27,6 +27,7 @@ import noise_statistics
 from dp_reference import _microbatch_grads
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from tf_tempered.layers import TemperedSigmoid
+from tf_tempered.privacy import errors
 from tf_tempered.privacy import (DPConfig, DPKerasAdamOptimizer, DPKerasSGDOptimizer, EngineOptions,
                                  NotPrivateError, UnsupportedLayerError, dp_config,
                                  make_private)
@@ -366,7 +367,7 @@ def test_global_seed_does_not_control_noise_but_insecure_dp_seed_does(monkeypatc
     for wa, wb in zip(init_a, init_b):
         np.testing.assert_array_equal(wa, wb)
     assert not any(np.array_equal(x, y) for x, y in zip(a, b))  # ... but secret noise
-    with pytest.warns(randomness.InsecureDPRandomnessWarning, match="does NOT hold"):
+    with pytest.warns(errors.InsecureDPRandomnessWarning, match="does NOT hold"):
         _, c = noise(insecure_dp_seed=5)
     _, d = noise(insecure_dp_seed=5)
     _, e = noise(insecure_dp_seed=6)

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import noise_statistics
 from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import errors
 from tf_tempered.privacy import EngineOptions, make_private, randomness
 from tf_tempered.privacy.hardened_noise import sum_of_gaussians
 from tf_tempered.privacy.options import NOISE_MODES
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered di
 
 def _insecure(purpose, seed):
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", randomness.InsecureDPRandomnessWarning)
+        warnings.simplefilter("ignore", errors.InsecureDPRandomnessWarning)
         return randomness.DPRandomness(purpose, insecure_dp_seed=seed)
 
 

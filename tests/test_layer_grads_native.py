@@ -22,6 +22,7 @@ import logging
 import numpy as np
 import pytest
 
+from tf_tempered.privacy import errors
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy.layer_grads import native
 
@@ -182,7 +183,7 @@ def failing_build(monkeypatch, tmp_path):
 
 
 def test_build_without_compiler_says_how_to_fix(failing_build):
-    with pytest.raises(native.NativeBuildError) as info:
+    with pytest.raises(errors.NativeBuildError) as info:
         native.build()
     message = str(info.value)
     assert "no C++ compiler" in message and "install" in message
@@ -205,7 +206,7 @@ def test_switch_off_builds_nothing(monkeypatch, fresh_state, failing_build):
 
 def test_switch_on_makes_a_failed_build_an_error(monkeypatch, fresh_state, failing_build):
     monkeypatch.setenv("TF_TEMPERED_NATIVE", "1")
-    with pytest.raises(native.NativeBuildError, match="TF_TEMPERED_NATIVE=1.*no C\\+\\+ compiler"):
+    with pytest.raises(errors.NativeBuildError, match="TF_TEMPERED_NATIVE=1.*no C\\+\\+ compiler"):
         native.available()
     assert native._state["loaded"] is False  # a later call tries again
 

@@ -20,6 +20,7 @@ import pytest
 
 import noise_statistics
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
+from tf_tempered.privacy import errors
 from tf_tempered.privacy import DPKerasSGDOptimizer, make_private, randomness
 from tf_tempered.privacy.state import get_state
 
@@ -60,7 +61,7 @@ def test_secret_streams_differ_and_the_opt_in_reproduces(fresh_warning):
     a, b = randomness.DPRandomness("noise"), randomness.DPRandomness("noise")
     assert a.is_secret and b.is_secret
     assert not np.array_equal(_draw(a), _draw(b))
-    with pytest.warns(randomness.InsecureDPRandomnessWarning):
+    with pytest.warns(errors.InsecureDPRandomnessWarning):
         c = randomness.DPRandomness("noise", insecure_dp_seed=3)
     d = randomness.DPRandomness("noise", insecure_dp_seed=3)
     assert not c.is_secret and "insecure_dp_seed=3" in repr(c)
@@ -159,7 +160,7 @@ def test_the_opt_in_warns_once_per_process(fresh_warning):
         randomness.DPRandomness("poisson", insecure_dp_seed=1)
         randomness.dp_seed("shuffle", insecure_dp_seed=1)
     insecure = [w for w in caught if issubclass(w.category,
-                                                randomness.InsecureDPRandomnessWarning)]
+                                                errors.InsecureDPRandomnessWarning)]
     assert len(insecure) == 1 and "the ε does NOT hold" in str(insecure[0].message)
 
 

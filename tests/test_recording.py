@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import recording
+from tf_tempered.privacy import errors, recording
 
 
 def _model():
@@ -49,14 +49,14 @@ def test_records_input_and_pre_activation_output_while_active():
 def test_trainable_batch_normalization_is_refused_with_the_fix():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
                               keras.layers.BatchNormalization()])
-    with pytest.raises(recording.UnsupportedLayerError, match="LayerNormalization"):
+    with pytest.raises(errors.UnsupportedLayerError, match="LayerNormalization"):
         recording.instrument(model)
     model.layers[1].trainable = False
     # Frozen, it is instrumented too (its call records nothing while frozen), so that
     # unfreezing it later is refused at the next traced step, not missed.
     assert len(recording.instrument(model)) == 2
     model.layers[1].trainable = True
-    with pytest.raises(recording.UnsupportedLayerError, match="LayerNormalization"):
+    with pytest.raises(errors.UnsupportedLayerError, match="LayerNormalization"):
         recording.instrument(model)
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import layer_grads, recording
-from tf_tempered.privacy.recording import UnsupportedLayerError
+from tf_tempered.privacy.errors import UnsupportedLayerError
 
 B, T, D = 4, 6, 3
 

@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy import errors
 from tf_tempered.privacy import randomness, sampling
 from tf_tempered.privacy.sampling import poisson_batches, poisson_steps_per_epoch
 
@@ -125,7 +126,7 @@ def fresh_warning(monkeypatch):
 
 def test_insecure_dp_seed_reproduces_and_is_fresh_per_iteration(fresh_warning):
     x, y = _data()
-    with pytest.warns(randomness.InsecureDPRandomnessWarning, match="does NOT hold"):
+    with pytest.warns(errors.InsecureDPRandomnessWarning, match="does NOT hold"):
         ds1 = poisson_batches(x, y, expected_batch_size=8, steps=20, insecure_dp_seed=7)
     ds2 = poisson_batches(x, y, expected_batch_size=8, steps=20, insecure_dp_seed=7)
     ds3 = poisson_batches(x, y, expected_batch_size=8, steps=20, insecure_dp_seed=8)

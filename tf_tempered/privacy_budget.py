@@ -31,7 +31,7 @@ import pathlib
 import warnings
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import accounting, keras_bridge, randomness, settings
+from tf_tempered.privacy import accounting, errors, keras_bridge, randomness, settings
 from tf_tempered.privacy.ledger import PrivacyLedger, Segment
 from tf_tempered.privacy.make_private import has_secret_dp_randomness
 from tf_tempered.privacy.state import get_state
@@ -265,7 +265,7 @@ class PrivacyBudget(keras.callbacks.Callback):
                     f"PrivacyBudget: model {self.model.name!r} was made private with "
                     f"insecure_dp_seed, so {randomness.INSECURE_NOTE}; the epsilon logged "
                     f"is what a private run with these settings would spend.",
-                    randomness.InsecureDPRandomnessWarning, stacklevel=3)
+                    errors.InsecureDPRandomnessWarning, stacklevel=3)
         elif _global_seed_is_set():
             warnings.warn(
                 f"PrivacyBudget: model {self.model.name!r} trains on TF Privacy's own DP path, "

@@ -30,9 +30,9 @@ cached file is never used for other images.
 The transform is kymatio's (its filters, padding, subsampling and channel order),
 computed here by :class:`_Scattering2D` with the same FFTs batched over angles, the
 final low-pass as two small matrix products (φ is separable), in one thread per
-core: 2.5–2.8× kymatio's NumPy frontend per core, measured here (the outputs agree
-to float32 rounding, ≈ 5e-7 relative; tests/test_scatternet.py checks them against
-kymatio).
+core: faster than kymatio's NumPy frontend per core (docs/reproduction.md, "What a run
+takes"), and the outputs agree to float32 rounding, ≈ 5e-7 relative
+(tests/test_scatternet.py checks them against kymatio).
 
 Layout: channels-last ``[N, H / 2^J, W / 2^J, C · K]`` with K = :func:`num_channels`;
 channel ``c · K + k`` is kymatio's coefficient k of input channel c (k = 0 is S0,
@@ -48,11 +48,10 @@ features exactly (they are subsampled by 2^J = 4, and kymatio pads by reflection
 so every shift is transformed from the shifted images themselves.
 
 Cache (``$TF_TEMPERED_CACHE_DIR/scatternet``, default
-``~/.cache/tf_tempered/scatternet``; MNIST's ``--recipe=best``: 4.9 GB): the
-features of each image array, float32 (MNIST train 953 MB, test 159 MB), and of
-each shifted copy, float16 (476 MB per shift for MNIST train; the unshifted copy is
-read from the float32 file). Files can be deleted at any time; they are recomputed
-when needed.
+``~/.cache/tf_tempered/scatternet``; its size for ``--recipe=best``:
+docs/reproduction.md, "What a run takes"): the features of each image array, float32,
+and of each shifted copy, float16 (the unshifted copy is read from the float32 file).
+Files can be deleted at any time; they are recomputed when needed.
 
 :func:`scatternet_cnn` is Tramèr & Boneh's CNN for MNIST / Fashion-MNIST on these
 features: GroupNorm (no trainable affine parameters, data-independent: each
@@ -291,7 +290,8 @@ class _Progress:
 def _one_blas_thread():
     """The BLAS's own threads off (threadpoolctl, which scikit-learn brings) while the
     transform's threads run: its small matrix products gain nothing from them, and the
-    threads' busy-waiting on a shared machine made the transform 2-3× slower (measured)."""
+    threads' busy-waiting slows the transform down on a shared machine
+    (docs/reproduction.md, "What a run takes")."""
     try:
         from threadpoolctl import threadpool_limits  # pylint: disable=g-import-not-at-top
     except ImportError:  # pragma: no cover - installed with scikit-learn

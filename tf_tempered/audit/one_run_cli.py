@@ -13,7 +13,7 @@
 # limitations under the License.
 """``python -m tf_tempered.audit one-run``: white-box and black-box one-run audits.
 
-Example (digits, about a minute on 2 cores)::
+Example (digits; how long it takes: docs/auditing.md)::
 
     python -m tf_tempered.audit one-run --dataset=digits --epochs=10 \\
         --noise_multiplier=1.0 --num_canaries=1000 --output_dir=runs/one_run

@@ -86,8 +86,8 @@ def moment_points(features, chunk=4096):
     relative), so :func:`~tf_tempered.feature_stats.dp_channel_stats` releases from them
     what it releases from the features themselves (each example's pair depends on that
     example alone: the clipping, sensitivity and noise are the same), without its float64
-    copy of every feature and of their squares (MNIST's ScatterNet features: 2 × 1.9 GB;
-    these points: 78 MB).
+    copy of every feature and of their squares: 2 values per example and channel
+    instead of 2 per feature (sizes for MNIST: docs/reproduction.md, "What a run takes").
 
     >>> m, s = feature_stats.channel_moments(moment_points(np.arange(8.0).reshape(2, 2, 1, 2)))
     >>> m.tolist(), s.tolist()

@@ -100,8 +100,9 @@ STRATEGIES = ("mirrored", "multi_worker")
 def make_strategy(name):
     """None (no strategy), or the tf.distribute strategy --strategy names.
 
-    "mirrored": MirroredStrategy on this machine's GPUs (one CPU replica without
-    GPUs); "multi_worker": MultiWorkerMirroredStrategy, the cluster from TF_CONFIG.
+    "mirrored": MirroredStrategy, one replica per GPU TensorFlow sees, or without GPUs
+    one per logical CPU device (one, unless --cpu_devices splits the CPU);
+    "multi_worker": MultiWorkerMirroredStrategy, the cluster from TF_CONFIG.
     """
     if name is None:
         return None
@@ -306,7 +307,8 @@ def define_flags():
                         "present: a killed run started again continues, and its ε counts "
                         "every DP step taken, redone ones included.")
     flags.DEFINE_enum("strategy", None, list(STRATEGIES), "tf.distribute strategy: "
-                      "mirrored (this machine's GPUs) or multi_worker (TF_CONFIG cluster). "
+                      "mirrored (one replica per visible GPU, else per logical CPU "
+                      "device) or multi_worker (TF_CONFIG cluster). "
                       "Same DP-SGD update and ε as one device.")
     flags.DEFINE_integer("cpu_devices", None, "Split the CPU into this many logical devices "
                          "(before TensorFlow starts), e.g. to try --strategy=mirrored with "

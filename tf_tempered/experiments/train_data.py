@@ -65,9 +65,9 @@ def sampled_batches(config, plan, x, y, strategy=None):
                                             steps=plan.steps_per_epoch,
                                             max_batch_size=max_batch,
                                             insecure_dp_seed=config.insecure_dp_seed)
-        # A large array (e.g. MNIST's ScatterNet features, 953 MB): sample its row numbers
-        # + 1 and read the rows per batch, instead of a TensorFlow copy of the whole array
-        # (1.9 GB more resident memory, measured). Padding (0) reads as zeros, as before.
+        # A large array (e.g. MNIST's ScatterNet features): sample its row numbers + 1 and
+        # read the rows per batch, instead of a TensorFlow copy of the whole array (more
+        # resident memory: docs/reproduction.md). Padding (0) reads as zeros, as before.
         batches = sampling.poisson_batches(np.arange(1, len(x) + 1), y,
                                            expected_batch_size=config.batch_size,
                                            steps=plan.steps_per_epoch, max_batch_size=max_batch,

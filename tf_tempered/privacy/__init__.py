@@ -16,7 +16,8 @@
 from tf_tempered.privacy.accounting import (compute_epsilon, make_dp_event,
                                             noise_multiplier_for_epsilon, num_steps)
 from tf_tempered.privacy.data_sampling import shuffled_batches
-from tf_tempered.privacy.errors import NotPrivateError, UnsupportedLayerError
+from tf_tempered.privacy.errors import (InsecureDPRandomnessWarning, NotPrivateError,
+                                        UnsupportedLayerError)
 from tf_tempered.privacy.fit import epsilon_spent
 from tf_tempered.privacy.gradients import DPGradients
 from tf_tempered.privacy.layer_report import layer_paths
@@ -25,7 +26,6 @@ from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import DPConfig, dp_config
 from tf_tempered.privacy.optimizers import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,
                                             DPKerasSGDOptimizer)
-from tf_tempered.privacy.randomness import InsecureDPRandomnessWarning
 from tf_tempered.privacy.sampling import (default_max_batch_size,
                                           distributed_poisson_batches, poisson_batches,
                                           poisson_steps_per_epoch)

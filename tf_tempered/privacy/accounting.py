@@ -289,8 +289,9 @@ def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, ep
     sigma = calibrate("rdp", dp_accounting.ExplicitBracketInterval(lower, upper), 1e-5)
     if accountant == "pld":
         # PLD's ε is (up to discretization) a little below RDP's, so its σ is a little
-        # smaller; each PLD evaluation is slow (~0.5 s), so bracket tightly and stop at
-        # 1e-3 relative tolerance on σ (ε then within ~0.3% of the target).
+        # smaller; each PLD evaluation is far slower than an RDP one (docs/accounting.md),
+        # so bracket tightly and stop at 1e-3 relative tolerance on σ (ε then within ~0.3%
+        # of the target).
         try:
             sigma = calibrate("pld", dp_accounting.ExplicitBracketInterval(
                 0.85 * sigma, 1.02 * sigma), 1e-3)

@@ -25,10 +25,9 @@ gradient.
 """
 
 from tf_tempered.privacy import keras_bridge, recording
+from tf_tempered.privacy.errors import UnsupportedLayerError
 
 __all__ = ["check", "refuse_reads_outside_calls", "refuse_unrecorded_dependencies"]
-
-UnsupportedLayerError = recording.UnsupportedLayerError
 
 
 def check(model, records):

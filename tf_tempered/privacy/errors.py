@@ -16,7 +16,8 @@
 Every module may raise these; messages name what is wrong and the fix.
 """
 
-__all__ = ["UnsupportedLayerError", "NotPrivateError"]
+__all__ = ["UnsupportedLayerError", "UnsupportedEinsumError", "NotPrivateError",
+           "ScalarLossError", "NativeBuildError", "InsecureDPRandomnessWarning"]
 
 
 class UnsupportedLayerError(ValueError):
@@ -36,3 +37,21 @@ class NotPrivateError(RuntimeError):
     """
 
     __init__ = Exception.__init__
+
+
+class UnsupportedEinsumError(UnsupportedLayerError):
+    """An EinsumDense equation (or layer) without row form: use the generic fallback."""
+
+
+class ScalarLossError(ValueError):
+    """A loss that reduces over the batch: it has no per-example value to clip."""
+
+    __init__ = Exception.__init__
+
+
+class NativeBuildError(RuntimeError):
+    """The native op could not be compiled or loaded."""
+
+
+class InsecureDPRandomnessWarning(UserWarning):
+    """DP randomness from ``insecure_dp_seed``: reproducible, so the ε does not hold."""

@@ -80,8 +80,7 @@ class DPGradients:
                      insecure_dp_seed=insecure_dp_seed, delta=delta, accountant=accountant)
         self.model = model
         if loss is None:
-            if getattr(model, "compiled_loss", None) is None and \
-                    getattr(model, "_compile_loss", None) is None:
+            if not keras_bridge.has_compiled_loss(model):
                 raise ValueError("DPGradients needs a loss: pass loss=... (any Keras loss), "
                                  "or compile the model with one first.")
             self._losses = None

@@ -82,7 +82,7 @@ def _configure_distribution(model):
     strategy = model.distribute_strategy
     if (KERAS_MAJOR == 2 and strategy.num_replicas_in_sync > 1
             and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and getattr(model, "_distribute_reduction_method", None) is None):
+            and keras_bridge.reduction_method_is_default(model)):
         model.distribute_reduction_method = "first"
 
 

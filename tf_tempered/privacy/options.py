@@ -13,9 +13,10 @@
 # limitations under the License.
 """Public knobs of the DP engine: `make_private(model, options=EngineOptions(...))`.
 
-The defaults are what the engine uses without options; every threshold was
-measured on this project's 2-core CPU machine (M is the number of microbatches,
-"rows" the rows a_r of one microbatch: examples × output pixels or positions).
+The defaults are what the engine uses without options; the thresholds were set from
+CPU measurements (docs/benchmarks.md, "Measurements behind the engine's defaults"; M is
+the number of microbatches, "rows" the rows a_r of one microbatch: examples × output
+pixels or positions).
 The options change only how per-microbatch norms and clipped sums are computed,
 never their values (every path is exact), so they are safe to tune for speed or
 memory, and tests use them to exercise every path; ``noise`` picks the sampler of the
@@ -80,8 +81,8 @@ class EngineOptions:
         "second_pass": ghost clipping in two passes (Li et al. 2021): the first backward
         pass only computes norms, each layer's tensors are freed after its norm, then the
         gradient of Σ_m c_m · loss_m (clip factors c_m held constant) is the clipped sum:
-        the first pass's activations are kept for the second (about 1.35x the
-        non-private step's peak memory on the CIFAR-10 CNN), for one more backward pass.
+        the first pass's activations are kept for the second (less peak memory than
+        "bookkeeping", more than "recompute"), for one more backward pass.
         "recompute": as "second_pass", but the first pass keeps nothing for the second
         one, which runs the forward pass again once the clip factors are known: about
         the non-private step's memory, for one more forward and backward pass. Refused
@@ -111,31 +112,27 @@ class EngineOptions:
     depthwise_max_channel_pairs: int = 64
     # Tiny Gram matrices run far below the machine's speed, so for the choice
     # between the native op and a ghost norm a microbatch counts at least this
-    # many rows (measured on CPU, batch 256: MNIST conv2, 16 rows, native 0.5 ms
-    # vs ghost 1.2-1.9 ms; a CIFAR-10 conv with 64 rows and 576x128 kernel,
-    # native 21 ms vs ghost 12 ms).
+    # many rows (by multiply-adds alone the ghost norm would take the MNIST CNN's
+    # conv2, 16 rows, where the native op is faster; measurements: docs/benchmarks.md).
     native_min_ghost_rows: int = 32
     # With the native op, a Conv2D with at least this many output rows per
     # microbatch has its per-microbatch gradients materialized (memory
     # permitting); fewer rows make the book-keeping sum cheaper (measured on
-    # CPU, MNIST CNN, batch 256: conv1's 196 rows materialized and conv2's 16
-    # not, 1.16-1.21x the non-private step; conv2 materialized too,
-    # 1.22-1.23x; neither, 1.26-1.30x).
+    # the MNIST CNN: docs/benchmarks.md).
     native_materialize_min_rows: int = 64
     # Larger batches of a Conv2D's input patches are made and used in
     # consecutive chunks of examples, so the patches of the whole batch (kh·kw
-    # times the input) never exist at once (CIFAR-10 peak memory 3.5x -> 2.0x).
+    # times the input) never exist at once (peak memory: docs/engine.md).
     patch_chunk_bytes: int = 32 * 2**20
     # The depthwise backprop's cost per example grows with the folded channel
-    # count (measured on CPU: 2.4 ms for 256 examples at once, 13.8 ms for
-    # 512), so the batch goes through it in chunks of this many examples.
+    # count (docs/benchmarks.md), so the batch goes through it in chunks of this
+    # many examples.
     depthwise_chunk: int = 128
-    # Measured on CPU, Keras 3, Embedding + LSTM(64) + Dense, batch 256, 64 steps, with
-    # the LSTM through rnn.py (benchmarks/results/lstm_b256_keras3.md, "Before"):
-    # vectorized 4.65x the non-private step, 30x its peak memory; tf.map_fn 19.6x, 3x.
+    # Vectorized: much faster than tf.map_fn, for much more peak memory (measured
+    # on an LSTM classifier: docs/benchmarks.md).
     vectorize_recurrent: bool = True
-    # Measured on CPU, Keras 3, CIFAR-10 CNN, batch 256 (benchmarks/results/
-    # cifar10_b256_keras3_second_pass.md).
+    # One backward pass, the fastest; the others trade time for memory (measured on
+    # the CIFAR-10 CNN: docs/engine.md, "Less memory").
     clipped_sum: str = "bookkeeping"
     # Opt-in: four times the noise draw (benchmarks/results/noise_modes.md); the default
     # stays the fast one.
@@ -173,12 +170,12 @@ class EngineOptions:
         """Norms in a first forward/backward pass, the clipped sum from a second one.
 
         ``clipped_sum="recompute"``, per-microbatch gradients materialized only up to
-        8 MiB per layer, patches in 4 MiB chunks. On the CIFAR-10 CNN at batch 256 the
-        step's peak memory is 1.01-1.14x the non-private step's (1.4-1.9x by
-        default), for about twice its time (benchmarks/results/cifar10_b256_low_memory.md).
+        8 MiB per layer, patches in 4 MiB chunks: peak memory near the non-private
+        step's, for one more forward and backward pass (measured on the CIFAR-10 CNN:
+        docs/engine.md, "Less memory: EngineOptions.low_memory()").
         Models that draw random numbers in their forward pass (Dropout...) are refused:
         ``low_memory(clipped_sum="second_pass")`` keeps one forward pass and the
-        activations (1.16-1.37x there).
+        activations (more memory than "recompute", less than the default).
 
         >>> EngineOptions.low_memory().clipped_sum
         'recompute'

@@ -47,14 +47,9 @@ import numpy as np  # noqa: F401  (used by the doctest)
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.errors import ScalarLossError
 
-__all__ = ["per_example_losses", "reduce_per_example", "ScalarLossError"]
-
-
-class ScalarLossError(ValueError):
-    """A loss that reduces over the batch: it has no per-example value to clip."""
-
-    __init__ = Exception.__init__
+__all__ = ["per_example_losses", "reduce_per_example"]
 
 
 def reduce_per_example(values, how="mean"):

@@ -58,8 +58,9 @@ import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import hardened_noise
+from tf_tempered.privacy.errors import InsecureDPRandomnessWarning
 
-__all__ = ["DPRandomness", "InsecureDPRandomnessWarning", "check_insecure_dp_seed",
+__all__ = ["DPRandomness", "check_insecure_dp_seed",
            "gaussian_noise_like", "SAMPLERS", "secret_seed", "dp_seed", "INSECURE_NOTE"]
 
 _PHILOX = 1  # tf.random.Algorithm.PHILOX
@@ -69,10 +70,6 @@ MAX_STREAMS = 2 ** 15  # streams 0 .. 2^15 - 1 keep the int64 low word non-negat
 INSECURE_NOTE = ("the ε does NOT hold: DP noise and batch membership come from "
                  "insecure_dp_seed (reproducible by anyone who knows it, not private)")
 _warned = False  # the opt-in warns once per process
-
-
-class InsecureDPRandomnessWarning(UserWarning):
-    """DP randomness from ``insecure_dp_seed``: reproducible, so the ε does not hold."""
 
 
 def check_insecure_dp_seed(value, name="insecure_dp_seed"):
@@ -202,9 +199,9 @@ class DPRandomness:
 
         Box–Muller on Philox draws (u₁, u₂) in vectorised TF ops:
         z = √(−2 ln u₁)·(cos 2πu₂, sin 2πu₂), two exact N(0, 1) per pair. Same
-        distribution as ``StatelessRandomNormalV2`` (whose CPU kernel runs the same
-        transform one value at a time, ~1.5× slower: 21 vs 13 ms for 3.2 M values, the
-        noise of a 3.2 M-parameter model each step). u₁ = (k + ½)·2⁻⁶⁴ from 64 random bits k
+        distribution as ``StatelessRandomNormalV2``, whose CPU kernel runs the same
+        transform one value at a time, slower (measurements: docs/engine.md, "How each
+        layer's path is chosen"). u₁ = (k + ½)·2⁻⁶⁴ from 64 random bits k
         whatever ``dtype``: tails end where u₁ is smallest, at √(130 ln 2) ≈ 9.49σ, where float32
         uniforms (and TF's own float32 kernel) stop at √(46 ln 2) ≈ 5.65σ. A truncated tail
         is a privacy leak the accountant does not see: an output beyond the truncation point
@@ -239,8 +236,8 @@ class DPRandomness:
         u₁ is computed in float32 (float64 for a float64 ``dtype``): float32 holds (k + ½)·2⁻⁶⁴
         down to its smallest, 2⁻⁶⁵, so √(−2 ln u₁) reaches √(130 ln 2) ≈ 9.49σ (:meth:`normal`);
         its rounding near 1 (u₁ = 1 gives r = 0) is float32's relative 2⁻²⁴. This is faster than
-        float64 uniforms with a float64 logarithm (the previous draw, tails to 8.49σ: 3.4 M
-        values, 2 vCPUs, 42 vs 48 ms median; benchmarks/noise_float32_vs_float64.py), and the
+        float64 uniforms with a float64 logarithm (the previous draw, tails to 8.49σ;
+        measurements: docs/randomness.md, "The generator"), and the
         angle, used in ``dtype`` anyway, is a float32 (float64) uniform.
         The two are separate Philox draws at ``(stream, counter)``, the angle's starting
         2^47 blocks into the stream (n 64-bit values take n/2 blocks): no shared block.

@@ -35,7 +35,7 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy import keras_bridge, layer_grads
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
-__all__ = ["LayerRecord", "Recorder", "UnsupportedLayerError", "instrument",
+__all__ = ["LayerRecord", "Recorder", "instrument",
            "own_trainable_weights"]
 
 

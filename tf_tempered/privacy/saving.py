@@ -53,7 +53,7 @@ class _Marked:
     """Mixin of a marked optimizer class (placed before the optimizer's own class)."""
 
     def _refuse_unless_engine(self):
-        if not getattr(self, "_was_dp_gradients_called", False):
+        if not keras_bridge.dp_mark_is_set(self):
             raise NotPrivateError(_REFUSAL.format(name=type(self).__name__))
 
     def get_config(self):
@@ -66,7 +66,7 @@ class _MarkedKeras3(_Marked):
         """Applies the DP engine's update (marked by it); refuses any other."""
         self._refuse_unless_engine()
         result = super().apply(grads, trainable_variables)
-        self._was_dp_gradients_called = False  # one mark, one update
+        keras_bridge.clear_dp_mark(self)  # one mark, one update
         return result
 
 
@@ -75,7 +75,7 @@ class _MarkedKeras2(_Marked):
         """Applies the DP engine's update (marked by it); refuses any other."""
         self._refuse_unless_engine()
         result = super().apply_gradients(grads_and_vars, *args, **kwargs)
-        self._was_dp_gradients_called = False  # one mark, one update
+        keras_bridge.clear_dp_mark(self)  # one mark, one update
         return result
 
     def minimize(self, *args, **kwargs):
@@ -100,8 +100,7 @@ def mark_optimizer(optimizer, *, saved=None):
     """Marks ``optimizer`` (idempotent); ``saved``: the DP dict it was loaded with."""
     if not isinstance(optimizer, _Marked):
         keras_bridge.swap_class(optimizer, _marked_class(type(optimizer)))
-    if not hasattr(optimizer, "_was_dp_gradients_called"):
-        optimizer._was_dp_gradients_called = False  # pylint: disable=protected-access
+    keras_bridge.add_dp_mark(optimizer)
     if saved is not None:
         keras_bridge.set_untracked(optimizer, "_tf_tempered_saved_dp", saved)
     return optimizer

@@ -19,8 +19,8 @@ and mark a DP gradient computation with ``_was_dp_gradients_called``; its DPMode
 DPSequential keep σ on the model. tf_tempered's own DP optimizers use the same mark.
 """
 
-__all__ = ["has_dp_mark", "set_dp_mark", "tf_privacy_model_settings",
-           "tf_privacy_optimizer_settings"]
+__all__ = ["add_dp_mark", "clear_dp_mark", "dp_mark_is_set", "has_dp_mark", "set_dp_mark",
+           "tf_privacy_model_settings", "tf_privacy_optimizer_settings"]
 
 
 def has_dp_mark(optimizer):
@@ -32,6 +32,22 @@ def set_dp_mark(optimizer):
     """Marks the next ``apply_gradients`` as the DP engine's (a DP optimizer refuses others)."""
     if has_dp_mark(optimizer):
         optimizer._was_dp_gradients_called = True  # pylint: disable=protected-access
+
+
+def add_dp_mark(optimizer):
+    """Gives ``optimizer`` the DP mark, unset, unless it has one (TF Privacy's protocol)."""
+    if not has_dp_mark(optimizer):
+        optimizer._was_dp_gradients_called = False  # pylint: disable=protected-access
+
+
+def dp_mark_is_set(optimizer):
+    """Whether the DP engine marked the optimizer's next update as its own."""
+    return bool(getattr(optimizer, "_was_dp_gradients_called", False))
+
+
+def clear_dp_mark(optimizer):
+    """Unsets the mark after the update it allowed: one mark, one update."""
+    optimizer._was_dp_gradients_called = False  # pylint: disable=protected-access
 
 
 def tf_privacy_optimizer_settings(optimizer):

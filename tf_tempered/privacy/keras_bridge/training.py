@@ -21,7 +21,8 @@ from tf_tempered._compat import KERAS_MAJOR, keras, tf
 __all__ = ["activity_regularized_layers", "class_registered_as", "dataset_inputs",
            "dataset_kind", "fit_arguments", "inner_optimizer", "jit_compiled",
            "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
-           "swap_class", "deserialize", "is_distributed_dataset", "batching_of"]
+           "swap_class", "deserialize", "batching_of", "has_compiled_loss",
+           "reduction_method_is_default"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -46,6 +47,17 @@ def jit_compiled(model):
     """
     value = model.jit_compile if IS_KERAS3 else getattr(model, "_jit_compile", False)
     return bool(value)
+
+
+def has_compiled_loss(model):
+    """Whether ``model`` was compiled with a loss (Keras 2 ``compiled_loss``, 3 ``_compile_loss``)."""
+    return (getattr(model, "compiled_loss", None) is not None
+            or getattr(model, "_compile_loss", None) is not None)
+
+
+def reduction_method_is_default(model):
+    """Whether ``model.distribute_reduction_method`` was left unset (tf-keras: "auto")."""
+    return getattr(model, "_distribute_reduction_method", None) is None
 
 
 def steps_per_execution(model):
@@ -140,12 +152,6 @@ def suspended_activity_regularizers(layers):
     finally:
         for layer, regularizer in saved:
             _set_activity_regularizer(layer, regularizer)
-
-
-def is_distributed_dataset(x):
-    """Whether ``x`` is a tf.distribute dataset (from distribute_datasets_from_function...)."""
-    return isinstance(x, (tf.distribute.DistributedDataset,)) or type(x).__name__.startswith(
-        "DistributedDataset")
 
 
 def batching_of(dataset, _depth=0):

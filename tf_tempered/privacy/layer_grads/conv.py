@@ -23,8 +23,9 @@ The row a_r is the input patch under output pixel r. A layer's path (`ConvPath`)
 * otherwise ghost norm or materialized gradients from input patches (rows.py),
   the book-keeping sum by TF's backprop-filter op.
 
-The thresholds are EngineOptions, measured on this project's 2-core CPU machine. A
-grouped Conv2D is that many ungrouped ones on channel slices (grouped.py).
+The thresholds are EngineOptions (options.py), set from CPU measurements
+(docs/benchmarks.md, "Measurements behind the engine's defaults"). A grouped Conv2D
+is that many ungrouped ones on channel slices (grouped.py).
 """
 
 import dataclasses

@@ -29,8 +29,8 @@ microbatch (a matrix-vector clipped sum). A layer's path (`DepthwisePath`):
   channel, an einsum.
 
 The batch goes through either in chunks of EngineOptions.depthwise_chunk examples.
-Measured on this project's 2-core CPU (loaded), 256 examples, 3×3 kernels: folded
-4.4-5.5 ms vs patches 34-39 ms on 16×16×16, 7.2 ms vs 29 ms on 16×16×32 stride 2.
+On CPU the folded backprop is several times faster than the patches path
+(measurements: docs/benchmarks.md, "Measurements behind the engine's defaults").
 """
 
 import dataclasses

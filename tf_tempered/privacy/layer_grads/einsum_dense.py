@@ -21,8 +21,7 @@ MultiHeadAttention projection), else it is summed per example (per_example_bias_
 Equations without row form and quantized layers take the generic path; LoRA layers the
 LoRA handler (lora.py) where it applies.
 
-The equation's row form, its rows and the kernel layout are in
-einsum_equation.py (re-exported here: this module is the one callers import).
+The equation's row form, its rows and the kernel layout are in einsum_equation.py.
 
 The bias (``bias_axes``, letters of the output) gets, per example, the output
 gradient summed over every other non-batch output axis, laid out like the bias
@@ -37,21 +36,18 @@ Only :func:`einsum_dense_hyperparameters` looks at a layer (tf-keras or Keras 3)
 import dataclasses
 
 from tf_tempered._compat import keras, tf
+from tf_tempered.privacy.errors import UnsupportedEinsumError
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
-# pylint: disable-next=unused-import
-from tf_tempered.privacy.layer_grads.einsum_equation import (  # re-exported
-    EinsumRowForm, UnsupportedEinsumError, einsum_rows, kernel_from_matrix, parse_equation,
-    row_widths)
 from tf_tempered.privacy.layer_grads.einsum_equation import (
-    _product, _refuse, _size, _split, _to_rows)
+    axis_size, einsum_rows, kernel_from_matrix, parse_equation, refusal, size_product,
+    split_operands, to_rows)
 
-__all__ = ["EinsumDenseHandler", "EinsumDenseHyperparameters", "EinsumRowForm", "UnsupportedEinsumError",
-           "bias_from_kernel_columns", "bias_rows", "bias_variable_shape",
-           "einsum_dense_hyperparameters", "einsum_rows", "kernel_from_matrix",
-           "ones_column_valid", "parse_equation", "per_example_bias_grads", "row_widths"]
+__all__ = ["EinsumDenseHandler", "EinsumDenseHyperparameters", "bias_from_kernel_columns",
+           "bias_rows", "bias_variable_shape", "einsum_dense_hyperparameters",
+           "ones_column_valid", "per_example_bias_grads"]
 
 
 def _bias_letters(form, bias_axes):
@@ -64,7 +60,7 @@ def _bias_letters(form, bias_axes):
         if c not in form.output_spec or c in form.ellipsis:
             raise ValueError(f"bias axis {c!r} is not a letter of the output of {form.equation!r}.")
     if form.batch in bias_axes:
-        raise _refuse(form.equation, f"the bias spans the batch axis {form.batch!r}")
+        raise refusal(form.equation, f"the bias spans the batch axis {form.batch!r}")
     return "".join(c for c in form.output_spec if c in bias_axes)
 
 
@@ -99,7 +95,7 @@ def bias_rows(equation, bias_axes, g):
     form = parse_equation(equation, output_rank=g.shape.rank)
     letters = _bias_letters(form, bias_axes)
     others = "".join(c for c in form.output_spec[1:] if c not in letters)
-    return _to_rows(g, form.output_spec, form.batch, others, letters)
+    return to_rows(g, form.output_spec, form.batch, others, letters)
 
 
 def per_example_bias_grads(equation, bias_axes, g, *, flat=True):
@@ -108,8 +104,8 @@ def per_example_bias_grads(equation, bias_axes, g, *, flat=True):
     if flat:
         return grads
     g = tf.convert_to_tensor(g)
-    shape = bias_variable_shape(equation, bias_axes, [_size(g, i) for i in range(g.shape.rank)])
-    return tf.reshape(grads, [_size(grads, 0), *shape])
+    shape = bias_variable_shape(equation, bias_axes, [axis_size(g, i) for i in range(g.shape.rank)])
+    return tf.reshape(grads, [axis_size(grads, 0), *shape])
 
 
 def ones_column_valid(equation, bias_axes):
@@ -148,10 +144,10 @@ def bias_from_kernel_columns(equation, bias_axes, columns, kernel_shape):
     size = dict(zip(form.kernel_spec, [int(s) for s in kernel_shape]))
     columns = tf.convert_to_tensor(columns)
     lead = columns.shape.rank - 1
-    lead_shape = [_size(columns, i) for i in range(lead)]
+    lead_shape = [axis_size(columns, i) for i in range(lead)]
     t = tf.reshape(columns, lead_shape + [size[c] for c in form.d_out])
     t = tf.transpose(t, list(range(lead)) + [lead + form.d_out.index(c) for c in letters])
-    return tf.reshape(t, lead_shape + [_product([size[c] for c in letters])])
+    return tf.reshape(t, lead_shape + [size_product([size[c] for c in letters])])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +184,7 @@ def einsum_dense_hyperparameters(layer):
             f"EinsumDense layer {layer.name!r} uses LoRA or quantization; its trainable "
             "variables are not (kernel, bias), so it needs the generic fallback.")
     equation = str(layer.equation)
-    input_spec, _, output_spec = _split(equation)
+    input_spec, _, output_spec = split_operands(equation)
     ndim = getattr(getattr(layer, "input_spec", None), "ndim", None)
     if ndim is not None:
         input_rank = int(ndim)

@@ -87,14 +87,10 @@ import string
 import numpy as np
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.errors import UnsupportedLayerError
+from tf_tempered.privacy.errors import UnsupportedEinsumError
 
-__all__ = ["EinsumRowForm", "UnsupportedEinsumError", "einsum_rows", "kernel_from_matrix",
-           "parse_equation", "row_widths"]
-
-
-class UnsupportedEinsumError(UnsupportedLayerError):
-    """An EinsumDense equation (or layer) without row form: use the generic fallback."""
+__all__ = ["EinsumRowForm", "axis_size", "einsum_rows", "kernel_from_matrix", "parse_equation",
+           "refusal", "row_widths", "size_product", "split_operands", "to_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,32 +114,32 @@ class EinsumRowForm:
     ellipsis: str
 
 
-def _refuse(equation, why):
+def refusal(equation, why):
     return UnsupportedEinsumError(
         f"EinsumDense equation {equation!r} is not in row form ({why}); its per-example "
         "gradients need the generic per-example fallback.")
 
 
-def _split(equation):
+def split_operands(equation):
     """(input, kernel, output) operand strings, with '...' kept; checks the syntax."""
     compact = equation.replace(" ", "")
     if compact.count("->") != 1:
-        raise _refuse(equation, "expected '<input>,<kernel>-><output>'")
+        raise refusal(equation, "expected '<input>,<kernel>-><output>'")
     lhs, output = compact.split("->")
     operands = lhs.split(",")
     if len(operands) != 2:
-        raise _refuse(equation, "expected exactly two operands, input and kernel")
+        raise refusal(equation, "expected exactly two operands, input and kernel")
     specs = (*operands, output)
     for spec in specs:
         letters = spec.replace("...", "", 1)
         if not letters.isalpha() and letters:
-            raise _refuse(equation, f"operand {spec!r} is not letters with at most one '...'")
+            raise refusal(equation, f"operand {spec!r} is not letters with at most one '...'")
         if not letters.isascii() or len(set(letters)) != len(letters):
-            raise _refuse(equation, f"operand {spec!r} repeats a letter or has non-ASCII ones")
+            raise refusal(equation, f"operand {spec!r} repeats a letter or has non-ASCII ones")
     if "..." in specs[1]:
-        raise _refuse(equation, "an ellipsis in the kernel")
+        raise refusal(equation, "an ellipsis in the kernel")
     if ("..." in specs[0]) != ("..." in specs[2]):
-        raise _refuse(equation, "an ellipsis in only one of input and output")
+        raise refusal(equation, "an ellipsis in only one of input and output")
     return specs
 
 
@@ -163,7 +159,7 @@ def parse_equation(equation, input_rank=None, *, output_rank=None):
     Returns:
         An :class:`EinsumRowForm` of plain strings.
     """
-    input_spec, kernel_spec, output_spec = _split(equation)
+    input_spec, kernel_spec, output_spec = split_operands(equation)
     named_in = input_spec.replace("...", "")
     named_out = output_spec.replace("...", "")
     if "..." in input_spec:
@@ -188,21 +184,21 @@ def parse_equation(equation, input_rank=None, *, output_rank=None):
             raise ValueError(f"EinsumDense equation {equation!r} does not fit an {name} "
                              f"of rank {rank}.")
     if not input_spec:
-        raise _refuse(equation, "the input has no batch axis")
+        raise refusal(equation, "the input has no batch axis")
     batch = input_spec[0]
     if batch in kernel_spec:
-        raise _refuse(equation, f"the batch letter {batch!r} is in the kernel")
+        raise refusal(equation, f"the batch letter {batch!r} is in the kernel")
     if not output_spec.startswith(batch):
-        raise _refuse(equation, f"the batch letter {batch!r} does not lead the output")
+        raise refusal(equation, f"the batch letter {batch!r} does not lead the output")
     for letter in kernel_spec:
         if letter in input_spec and letter in output_spec:
-            raise _refuse(equation, f"{letter!r} is in the input, the kernel and the output "
+            raise refusal(equation, f"{letter!r} is in the input, the kernel and the output "
                                     "(a per-position kernel)")
         if letter not in input_spec and letter not in output_spec:
-            raise _refuse(equation, f"kernel letter {letter!r} is summed away")
+            raise refusal(equation, f"kernel letter {letter!r} is summed away")
     for letter in output_spec:
         if letter not in input_spec and letter not in kernel_spec:
-            raise _refuse(equation, f"output letter {letter!r} is in neither operand")
+            raise refusal(equation, f"output letter {letter!r} is in neither operand")
     return EinsumRowForm(
         equation=equation, input_spec=input_spec, kernel_spec=kernel_spec,
         output_spec=output_spec, batch=batch,
@@ -213,19 +209,19 @@ def parse_equation(equation, input_rank=None, *, output_rank=None):
         ellipsis=ellipsis)
 
 
-def _size(t, axis):
+def axis_size(t, axis):
     """A static int if known, else a scalar tensor."""
     static = t.shape[axis]
     return static if static is not None else tf.shape(t)[axis]
 
 
-def _product(sizes):
+def size_product(sizes):
     if all(isinstance(s, int) for s in sizes):
         return int(np.prod(sizes, dtype=np.int64))
     return tf.reduce_prod(tf.stack([tf.cast(s, tf.int32) for s in sizes]))
 
 
-def _to_rows(t, spec, batch, rows, columns):
+def to_rows(t, spec, batch, rows, columns):
     """t (axes named by `spec`) → [B, ∏ rows, ∏ columns], axes ordered batch + rows + columns.
 
     One transpose (skipped when the axes are already in that order, as for MHA's
@@ -235,9 +231,9 @@ def _to_rows(t, spec, batch, rows, columns):
     perm = [spec.index(c) for c in batch + rows + columns]
     if perm != list(range(len(perm))):
         t = tf.transpose(t, perm)
-    sizes = [_size(t, i) for i in range(len(perm))]
-    row_count = _product(sizes[1:1 + len(rows)])
-    column_count = _product(sizes[1 + len(rows):])
+    sizes = [axis_size(t, i) for i in range(len(perm))]
+    row_count = size_product(sizes[1:1 + len(rows)])
+    column_count = size_product(sizes[1 + len(rows):])
     if not isinstance(row_count, int):
         row_count = -1  # the one unknown size tf.reshape may infer
     return tf.reshape(t, [sizes[0], row_count, column_count])
@@ -262,15 +258,15 @@ def einsum_rows(equation, x, g):
     if form.summed:
         x = tf.reduce_sum(x, [input_spec.index(c) for c in form.summed])
         input_spec = "".join(c for c in input_spec if c not in form.summed)
-    return (_to_rows(x, input_spec, form.batch, form.rows, form.d_in),
-            _to_rows(g, form.output_spec, form.batch, form.rows, form.d_out))
+    return (to_rows(x, input_spec, form.batch, form.rows, form.d_in),
+            to_rows(g, form.output_spec, form.batch, form.rows, form.d_out))
 
 
 def row_widths(equation, kernel_shape):
     """(d_in, d_out): the widths of a and g rows (e.g. to weigh ghost norm vs materializing)."""
     form = parse_equation(equation)
     size = dict(zip(form.kernel_spec, [int(s) for s in kernel_shape]))
-    return (_product([size[c] for c in form.d_in]), _product([size[c] for c in form.d_out]))
+    return (size_product([size[c] for c in form.d_in]), size_product([size[c] for c in form.d_out]))
 
 
 def kernel_from_matrix(equation, matrix, kernel_shape, *, flat=False):
@@ -293,7 +289,7 @@ def kernel_from_matrix(equation, matrix, kernel_shape, *, flat=False):
     letters = form.d_in + form.d_out
     if lead < 0:
         raise ValueError(f"matrix of rank {matrix.shape.rank} has no d_in/d_out axes.")
-    lead_shape = [_size(matrix, i) for i in range(lead)]
+    lead_shape = [axis_size(matrix, i) for i in range(lead)]
     t = tf.reshape(matrix, lead_shape + [size[c] for c in letters])
     perm = list(range(lead)) + [lead + letters.index(c) for c in form.kernel_spec]
     if perm != list(range(len(perm))):

@@ -15,18 +15,19 @@
 
 For each microbatch m it computes G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ (a_r the input patch
 under output pixel r, g_r the output gradient there) and ‖G_m‖², reading the
-patches straight from the image: see cc/conv_kernel_grads.cc. On the paper's
-MNIST CNN, batch 256, CPU, it is 2.5–5× faster per layer than the best TF-ops
-formulation (conv1 0.59 ms vs 2.4–3.1 ms; conv2 0.52 ms vs 1.2–1.9 ms), about
-the cost of the batch's ordinary filter gradient.
+patches straight from the image: see cc/conv_kernel_grads.cc. On CPU it is several
+times faster per layer than the best TF-ops formulation, about the cost of the batch's
+ordinary filter gradient (measurements: docs/benchmarks.md, "Measurements behind the
+engine's defaults").
 
 The op is compiled with the machine's C++ compiler against the installed
-TensorFlow the first time it is needed (10–50 s measured here, once per machine
-and TensorFlow version) and cached under ``$TF_TEMPERED_CACHE_DIR`` (default
-``~/.cache/tf_tempered``). ``python -m tf_tempered.privacy.layer_grads.native`` builds it
-ahead of time and says where it is. Without a compiler the engine falls back to
-TF ops with a warning (same results, slower); ``TF_TEMPERED_NATIVE=0`` chooses
-that fallback silently, ``TF_TEMPERED_NATIVE=1`` makes a failed build an error.
+TensorFlow the first time it is needed (once per machine and TensorFlow version;
+how long it takes: docs/install.md, "The native Conv2D op") and cached under
+``$TF_TEMPERED_CACHE_DIR`` (default ``~/.cache/tf_tempered``).
+``python -m tf_tempered.privacy.layer_grads.native`` builds it ahead of time and says
+where it is. Without a compiler the engine falls back to TF ops with a warning (same
+results, slower); ``TF_TEMPERED_NATIVE=0`` chooses that fallback silently,
+``TF_TEMPERED_NATIVE=1`` makes a failed build an error.
 """
 
 import contextlib
@@ -47,9 +48,10 @@ except ImportError:  # pragma: no cover - Windows: builds are not locked against
     fcntl = None
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy.errors import NativeBuildError
 from tf_tempered.privacy.layer_grads import conv_grads
 
-__all__ = ["NativeBuildError", "available", "build", "conv2d_kernel_grads", "library_path",
+__all__ = ["available", "build", "conv2d_kernel_grads", "library_path",
            "supports"]
 
 _SOURCE = pathlib.Path(__file__).with_name("cc") / "conv_kernel_grads.cc"
@@ -59,10 +61,6 @@ _LOG = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _state = {"loaded": False, "module": None}
-
-
-class NativeBuildError(RuntimeError):
-    """The native op could not be compiled or loaded."""
 
 
 def _compiler():

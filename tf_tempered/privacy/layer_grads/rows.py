@@ -103,10 +103,11 @@ def fits(src, num_microbatches, examples_per_microbatch=None):
 
     The book-keeping sum of a ghost-norm layer keeps its input and output gradient,
     E·(|x| + |g|) values per microbatch of E examples, until the clip factors are
-    known; materializing keeps d_in·d_out per microbatch. On the CIFAR-10 CNN at batch
-    256, conv4's 37.7 MB of per-example gradients against 33.6 MB of input and output
-    gradient: the native norms and the book-keeping sum instead. With E unknown (a fixed
-    microbatch count and a batch size unknown while tracing), only the first rule.
+    known; materializing keeps d_in·d_out per microbatch. Where that is more, the layer
+    takes the (native or ghost) norms and the book-keeping sum instead (the CIFAR-10
+    CNN's conv4 at batch 256: docs/engine.md, "How each layer's path is chosen"). With
+    E unknown (a fixed microbatch count and a batch size unknown while tracing), only
+    the first rule.
     """
     g = src.grad_output
     per_microbatch = src.d_in * g.shape[-1] * g.dtype.size

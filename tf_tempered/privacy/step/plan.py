@@ -94,8 +94,8 @@ def _xla_options(options):
     the same values by other kernels. The native Conv2D op has no XLA kernel, so the
     TF-ops paths; and no depthwise-backprop path unless forced (norm_path="depthwise"):
     XLA on CPU runs the depthwise filter backprop of the batch folded into channels
-    about 40x slower than image patches (MNIST CNN, batch 256: 9.3 s against 0.21 s a
-    step; benchmarks/dp_step.py --jit_compile); and the per-example VJP of a recurrent
+    far slower than image patches (measurements: docs/engine.md, "How each layer's path
+    is chosen"); and the per-example VJP of a recurrent
     unit (layer_grads/rnn.py) by tf.map_fn: XLA does not compile the vectorized loop of
     an RNN's call (an If inside a while body; tests/test_conformance_xla.py)."""
     return dataclasses.replace(
