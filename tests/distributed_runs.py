@@ -63,6 +63,34 @@ def _train(strategy, *, num_microbatches, sigma, seed, data, batch_size=8, epoch
             "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}}
 
 
+def _custom_loop(strategy, data):
+    """Two steps of a custom loop with DPGradients inside ``strategy.run`` (σ = 0):
+    the weights, and the first step's DP metrics as replica 0 reports them."""
+    from tf_tempered._compat import keras, tf
+    from tf_tempered.privacy import DPGradients
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input(data[0].shape[1:]),
+                                  keras.layers.Conv2D(3, 3, activation="tanh"),
+                                  keras.layers.Flatten(), keras.layers.Dense(3)])
+        optimizer = _sgd(0.5)
+    dp = DPGradients(model, _loss(), l2_norm_clip=4.5, noise_multiplier=0.0)
+    batches = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices(data).batch(16))
+
+    @tf.function
+    def step(batch):
+        def replica_step(x, y):
+            grads, logs = dp(x, y)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return logs
+        return strategy.run(replica_step, args=batch)
+
+    logs = [step(batch) for batch in batches][0]
+    first = {k: float(strategy.experimental_local_results(v)[0]) for k, v in logs.items()}
+    return {"weights": [w.tolist() for w in model.get_weights()], "logs": first}
+
+
 def mirrored():
     """Exactness: plain vs 2 replicas for several settings; then the noise statistics."""
     _setup_two_cpus()
@@ -88,6 +116,8 @@ def mirrored():
     out["clipnorm_refusal"] = _clipnorm_refusal(two, data)
     out["uneven_refusal"] = _uneven_refusal(two)
     out["poisson"] = {"one": poisson_reference(2), "two": poisson_distributed(two)}
+    out["dp_gradients"] = {"one": _custom_loop(tf.distribute.get_strategy(), data),
+                           "two": _custom_loop(two, data)}
     return out
 
 

@@ -67,6 +67,17 @@ def test_two_replicas_give_the_single_device_run(mirrored, config):
     assert (changed > 1e-3) == (config != "per_example")  # the configurations differ
 
 
+def test_dp_gradients_under_strategy_run_gives_the_single_device_update(mirrored):
+    # A custom loop (DPGradients inside strategy.run, a Keras optimizer applying the
+    # gradients in the replica function): the replicas' parts are summed once, as in fit.
+    run = mirrored["dp_gradients"]
+    for a, b in zip(run["one"]["weights"], run["two"]["weights"]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    assert 0 < run["one"]["logs"]["dp_clipped_fraction"] < 1  # clipping acts
+    for name, value in run["one"]["logs"].items():  # replica 0 reports the global metrics
+        np.testing.assert_allclose(run["two"]["logs"][name], value, rtol=1e-5, atol=1e-6)
+
+
 def test_nonfinite_count_is_global(mirrored):
     # One example with an infinite input: dropped (zero contribution) once per epoch,
     # counted once, not once per replica nor 1/R times.
