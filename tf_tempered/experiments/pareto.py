@@ -26,6 +26,7 @@ import pathlib
 
 import numpy as np
 
+from tf_tempered._plotting import agg_figure
 from tf_tempered.experiments import command_line, common, results
 from tf_tempered.experiments.run_report import progress_verbosity
 from tf_tempered.experiments.train import run_training
@@ -113,7 +114,7 @@ def run_pareto(base_config, *, activations=("relu", "tanh"), seeds=(0, 1, 2), ou
 
 
 def _plot(curves, delta, path):
-    figure, (ax,) = results.agg_figure(figsize=(5, 3.5))
+    figure, (ax,) = agg_figure(figsize=(5, 3.5))
     for activation, curve in curves.items():
         eps = [r["epsilon"] for r in curve]
         mean = np.array([r["test_accuracy_mean"] for r in curve])

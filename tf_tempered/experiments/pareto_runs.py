@@ -30,6 +30,7 @@ import pathlib
 
 import numpy as np
 
+from tf_tempered._plotting import agg_figure
 from tf_tempered.experiments import command_line, common, results
 
 __all__ = ["load_runs", "average_curve", "curves_from_runs", "plot_curves", "define_flags",
@@ -111,7 +112,7 @@ def curves_from_runs(curve_runs):
 
 def plot_curves(curves, delta, path, title="Test accuracy vs privacy budget", ylim=None):
     """Mean ± std test accuracy against ε, one line per curve."""
-    figure, (ax,) = results.agg_figure(figsize=(5.5, 3.8))
+    figure, (ax,) = agg_figure(figsize=(5.5, 3.8))
     for label, curve in curves.items():
         eps = [r["epsilon"] for r in curve]
         mean = np.array([r["test_accuracy_mean"] for r in curve])

@@ -25,16 +25,15 @@ import pathlib
 
 import numpy as np  # noqa: F401  (used by the doctest)
 
-from tf_tempered._plotting import agg_figure  # re-exported for the scripts
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
+from tf_tempered.version import __version__
 
-__all__ = ["package_versions", "write_json", "read_json", "write_csv", "run_all", "agg_figure"]
+__all__ = ["package_versions", "write_json", "read_json", "write_csv", "run_all"]
 
 
 def package_versions():
     """Versions of the packages a result depends on."""
-    import tf_tempered  # pylint: disable=g-import-not-at-top
-    versions = {"tf_tempered": tf_tempered.__version__}
+    versions = {"tf_tempered": __version__}
     for package in ("tensorflow", "keras", "tf-keras", "tensorflow-privacy", "dp-accounting",
                     "numpy"):
         try:

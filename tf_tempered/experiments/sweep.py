@@ -30,6 +30,7 @@ import pathlib
 
 import numpy as np
 
+from tf_tempered._plotting import agg_figure
 from tf_tempered.experiments import command_line, common, results
 from tf_tempered.experiments.run_report import progress_verbosity
 from tf_tempered.experiments.train import run_training
@@ -123,7 +124,7 @@ def _plot(rows, summary, path):
     scales, temps, offsets = grid["scales"], grid["inverse_temperatures"], grid["offsets"]
     accuracy = {(r["scale"], r["inverse_temperature"], r["offset"]): r["test_accuracy"]
                 for r in rows}
-    figure, axes = results.agg_figure(
+    figure, axes = agg_figure(
         1, len(offsets), figsize=(1.5 + max(2.2, 0.8 * len(temps)) * len(offsets),
                                   2.2 + 0.5 * len(scales)))
     values = [r["test_accuracy"] for r in rows]
