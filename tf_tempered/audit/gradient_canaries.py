@@ -24,7 +24,7 @@ engine's own clip-factor stage, so the step's clipped sum becomes
 
     Σ_m c_m·g_m + Σ_i b_i·s_{i,t}·c_i·g_i,   b_i ~ Bernoulli(½), s_{i,t} ~ Bernoulli(q),
 
-with c_i = C / max(‖g_i‖, C) from :func:`tf_tempered.privacy.step.norms.clip_factors`
+with c_i = C / max(‖g_i‖, C) from :func:`tf_tempered.privacy.step.clip_factors.clip_factors`
 (an engine that does not clip lets a canary with ``canary_norm`` > C in at full
 norm, and the audit sees it). The noise and the division by the normaliser follow,
 as for the examples. :meth:`GradientCanaries.install` puts the hook in the model's

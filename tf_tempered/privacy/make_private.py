@@ -34,7 +34,7 @@ from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import model_dp_config, settings_config
 from tf_tempered.privacy.state import SAMPLINGS, PrivateState, attach_state, get_state
-from tf_tempered.privacy.step.clipped_sum import refuse_random_layers
+from tf_tempered.privacy.step.random_ops import refuse_random_layers
 from tf_tempered.privacy.step.metrics import DPMetrics
 
 __all__ = ["make_private", "is_private", "has_secret_dp_randomness"]

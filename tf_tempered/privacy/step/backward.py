@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stage 3 of the DP step: one backward pass, to the recorded layers' outputs.
+"""Stage 4 of the DP step: one backward pass, to the recorded layers' outputs.
 
 The gradient of the summed microbatch losses with respect to each recorded call's
 output (stage 2's ``total``), checked to cover every trainable variable: a variable

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stage 0 of the DP step: the batch as the step sees it.
+"""Stage 1 of the DP step: the batch as the step sees it.
 
 A batch from Keras is ``x``, ``y`` and an optional sample weight. A Poisson batch
 (:func:`~tf_tempered.privacy.sampling.poisson_batches`) carries instead of the weight

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stage 5 of the DP step: the clipped sum Σ_m c_m·g_m, by one of three strategies.
+"""Stage 7 of the DP step: the clipped sum Σ_m c_m·g_m, by one of three strategies.
 
 ``EngineOptions(clipped_sum=...)`` picks one; all three give the same sum:
 
@@ -33,7 +33,7 @@ input and output gradient (or per-microbatch gradients) can be freed as soon as 
 norm is computed, instead of being kept for the book-keeping sum until the last norm is
 known. The price is one more backward pass (Li et al. 2021's ghost clipping).
 
-The first pass computes each layer's norms inside the backward pass (:class:`NormHooks`:
+The first pass computes each layer's norms inside the backward pass (:class:`~.norm_hooks.NormHooks`:
 an identity on the layer's recorded output whose gradient computes them): the gradient
 flows on to the layers below only once they are done, so TensorFlow's executor cannot
 run the cheap input-gradient chain ahead and hold every layer's output gradient at once.
@@ -44,7 +44,7 @@ non-private step), and the reweighted loss comes from a second forward pass run 
 the clip factors are known. Its gradient is the clipped sum only if the second forward
 pass computes what the first did, so models that draw random numbers in their forward
 pass (Dropout, GaussianNoise, random augmentation layers, random ops in custom layers)
-are refused in that mode (:func:`refuse_random_layers`, :func:`refuse_random_ops`).
+are refused in that mode (:mod:`~.random_ops`).
 
 A microbatch with a non-finite norm gets ``c_m = 0``, but ``0 · inf`` inside the second
 backward pass is NaN; so when any microbatch of the step is non-finite, the step's
@@ -54,28 +54,41 @@ sum keeps the finite microbatches. Dropping examples never increases the sensiti
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads import clip_weights as clip
+from tf_tempered.privacy.step.norm_hooks import NormHooks
+from tf_tempered.privacy.step.random_ops import refuse_random_layers, refuse_random_ops
 
-__all__ = ["BookKeeping", "SecondPass", "Recompute", "strategy_for", "NormHooks",
-           "ForwardOps", "refuse_random_layers", "refuse_random_ops"]
+__all__ = ["ClippedSum", "BookKeeping", "SecondPass", "Recompute", "strategy_for"]
 
 
-class BookKeeping:
-    """Each layer's clipped sum from its handler (no second pass)."""
+class ClippedSum:
+    """The interface of the three strategies: what the step asks of the one it runs."""
 
-    persistent_tape = False  # the forward pass's tape is used once
+    persistent_tape = False  # whether the forward pass's tape is used twice
 
     def new_hooks(self):
         """NormHooks that compute each layer's norms inside the backward pass, or None."""
+        raise NotImplementedError
+
+    def check_forward(self, forward_ops):
+        """Refuses a forward pass this strategy cannot use (``forward_ops``: a ForwardOps)."""
+        raise NotImplementedError
+
+    def sum(self, forward, layers, weights, variables):
+        """``{variable_key: Σ_m c_m·g_m}`` for the clip weights ``weights``."""
+        raise NotImplementedError
+
+
+class BookKeeping(ClippedSum):
+    """Each layer's clipped sum from its handler (no second pass)."""
+
+    def new_hooks(self):
         return None
 
     def check_forward(self, forward_ops):
-        """Refuses a forward pass this strategy cannot use (Recompute: random ops)."""
         del forward_ops
 
     def sum(self, forward, layers, weights, variables):
-        """``{variable_key: Σ_m c_m·g_m}`` of the variables the layers' handlers cover."""
-        del variables
+        del forward, variables
         summed = {}
         for layer in layers:
             grads = layer.norms.clipped_sum(weights)
@@ -91,7 +104,7 @@ class BookKeeping:
         return summed
 
 
-class SecondPass(BookKeeping):
+class SecondPass(ClippedSum):
     """Norms in the first backward pass, the clipped sum from a second one on the same tape."""
 
     persistent_tape = True
@@ -99,19 +112,23 @@ class SecondPass(BookKeeping):
     def new_hooks(self):
         return NormHooks()
 
+    def check_forward(self, forward_ops):
+        del forward_ops
+
     def sum(self, forward, layers, weights, variables):
         del layers
-        return clipped_sum(forward.tape, forward.microbatch_losses, weights.scale,
-                           weights.finite, variables)
+        return reweighted_gradients(forward.tape, forward.microbatch_losses, weights.scale,
+                                    weights.finite, variables)
 
 
-class Recompute(SecondPass):
+class Recompute(ClippedSum):
     """As SecondPass, with a second forward pass instead of keeping the first's activations."""
-
-    persistent_tape = False
 
     def __init__(self, model):
         refuse_random_layers(model)
+
+    def new_hooks(self):
+        return NormHooks()
 
     def check_forward(self, forward_ops):
         refuse_random_ops(forward_ops.new_ops())
@@ -122,7 +139,8 @@ class Recompute(SecondPass):
         # activations never coexist with the first pass's.
         with tf.GradientTape() as tape:
             microbatch_losses = forward.recompute(after=weights.scale)
-        return clipped_sum(tape, microbatch_losses, weights.scale, weights.finite, variables)
+        return reweighted_gradients(tape, microbatch_losses, weights.scale, weights.finite,
+                                    variables)
 
 
 def strategy_for(name, model):
@@ -134,43 +152,7 @@ def strategy_for(name, model):
     return Recompute(model)
 
 
-class NormHooks:
-    """Per-layer norms computed in the first backward pass, one layer after the other.
-
-    ``wrap(record, output)`` (called while recording) returns ``output`` through an
-    identity whose gradient, while ``collecting`` (the first backward pass only), sets
-    ``record.grad_output``, computes ``record.handler.norms(...)`` into ``norms`` and
-    passes the gradient on only after them. Records of layers called more than once
-    (``skip``: their norms need every call's gradient) pass the gradient straight on.
-    """
-
-    def __init__(self):
-        self.step = None  # layer_grads.MicrobatchLayout, set before the first backward pass
-        self.skip = set()  # ids of records whose norms are computed afterwards
-        self.collecting = False
-        self.norms = {}  # id(record) -> the handler's norms object
-
-    def wrap(self, record, output):
-        if not isinstance(output, tf.Tensor):
-            return output
-
-        @tf.custom_gradient
-        def hook(x):
-            def grad(dy):
-                if not self.collecting or id(record) in self.skip:
-                    return dy
-                record.grad_output = clip.widen(dy)
-                record.inputs = tf.nest.map_structure(clip.widen, record.inputs)
-                layer_norms = record.handler.norms(record, record.params, self.step)
-                self.norms[id(record)] = layer_norms
-                with tf.control_dependencies([layer_norms.sq_norms]):
-                    return tf.identity(dy)
-            return tf.identity(x), grad
-
-        return hook(output)
-
-
-def clipped_sum(tape, microbatch_losses, scale, finite, variables):
+def reweighted_gradients(tape, microbatch_losses, scale, finite, variables):
     """``{variable_key: Σ_m c_m ∇ loss_m}`` from a persistent ``tape`` of the forward pass."""
     with tape:  # record the reweighting on the same (persistent) tape
         weighted = tf.reduce_sum(tf.stop_gradient(tf.cast(scale, microbatch_losses.dtype))
@@ -186,59 +168,3 @@ def clipped_sum(tape, microbatch_losses, scale, finite, variables):
         # A scalar zero: a zeros_like(grad) would become a constant the step holds.
         summed[keras_bridge.variable_key(var)] = tf.where(all_finite, grad, tf.zeros([], grad.dtype))
     return summed
-
-
-_RECOMPUTE_FIX = ("Fix: use EngineOptions.low_memory(clipped_sum=\"second_pass\") (one forward "
-                  "pass; the activations are kept for the second backward pass) or the default "
-                  "EngineOptions(), or remove the random layers.")
-
-
-def refuse_random_layers(model):
-    """Raises ValueError if ``model`` has layers that draw random numbers when called:
-    a second forward pass would not reproduce the first (clipped_sum="recompute")."""
-    layers = keras_bridge.random_layers(model)
-    if layers:
-        _refuse("these layers draw random numbers",
-                [f"{layer.name} ({type(layer).__name__})" for layer in layers])
-
-
-def _refuse(what, names):
-    raise ValueError(
-        f"EngineOptions(clipped_sum=\"recompute\") runs the forward pass twice and needs both "
-        f"to compute the same function, but {what}: {', '.join(names[:5])}. {_RECOMPUTE_FIX}")
-
-
-# Op types that draw random numbers (stateful, or stateless with a seed that a layer
-# advances between calls).
-_RANDOM_OP_MARKERS = ("Random", "Multinomial", "TruncatedNormal", "RngReadAndSkip",
-                      "RngSkip", "StatefulUniform", "StatefulStandardNormal")
-
-
-class ForwardOps:
-    """The ops a forward pass adds to the graph being traced.
-
-    ``ForwardOps(traced_only=True)`` raises ValueError when the step runs eagerly
-    (``run_eagerly=True``), where no op can be inspected.
-    """
-
-    def __init__(self, traced_only=False):
-        if traced_only and tf.executing_eagerly():
-            raise ValueError(
-                "EngineOptions(clipped_sum=\"recompute\") needs a traced training step, to "
-                "check that the forward pass draws no random numbers; the model was compiled "
-                "with run_eagerly=True. Fix: compile without run_eagerly, or use "
-                "clipped_sum=\"second_pass\".")
-        self._graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
-        self._start = len(self._graph.get_operations()) if self._graph is not None else 0
-
-    def new_ops(self):
-        return [] if self._graph is None else self._graph.get_operations()[self._start:]
-
-
-def refuse_random_ops(ops):
-    """Raises ValueError if a traced forward pass draws random numbers
-    (clipped_sum="recompute"; catches custom layers that call ``tf.random`` directly)."""
-    random_ops = [op for op in ops if any(m in op.type for m in _RANDOM_OP_MARKERS)]
-    if random_ops:
-        _refuse("the forward pass draws random numbers",
-                [f"{op.name} ({op.type})" for op in random_ops])

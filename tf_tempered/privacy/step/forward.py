@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stage 2 of the DP step: the forward pass, recorded, and each microbatch's loss.
+"""Stage 3 of the DP step: the forward pass, recorded, and each microbatch's loss.
 
 The model runs once with a Recorder active (each trainable layer's call leaves its
 input and output, see :mod:`tf_tempered.privacy.recording`), under a gradient tape.
@@ -31,7 +31,7 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy import keras_bridge, microbatching, recording
 from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy.per_example_loss import per_example_losses
-from tf_tempered.privacy.step.clipped_sum import ForwardOps
+from tf_tempered.privacy.step.random_ops import ForwardOps
 
 __all__ = ["Forward", "record_forward", "activity_penalties"]
 

@@ -26,9 +26,11 @@ from tf_tempered.privacy.step.backward import backward
 from tf_tempered.privacy.step.batch import unpack_batch
 from tf_tempered.privacy.step.forward import record_forward
 from tf_tempered.privacy.step.metrics import step_logs, step_stats, update_metrics
-from tf_tempered.privacy.step.noise import apply_update, noised_mean
-from tf_tempered.privacy.step.norms import clip_factors, layer_norms
+from tf_tempered.privacy.step.clip_factors import clip_factors
+from tf_tempered.privacy.step.noise import noised_mean
+from tf_tempered.privacy.step.norms import layer_norms
 from tf_tempered.privacy.step.plan import plan_step
+from tf_tempered.privacy.step.update import apply_update
 
 __all__ = ["train_step"]
 

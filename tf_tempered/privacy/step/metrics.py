@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stage 7 of the DP step: the DP metrics and the logs Keras reports.
+"""Stage 9 of the DP step: the DP metrics and the logs Keras reports.
 
 ``dp_clipped_fraction`` (share of microbatches whose gradient was clipped),
 ``dp_grad_norm`` (their mean norm before clipping), ``dp_nonfinite`` (microbatches

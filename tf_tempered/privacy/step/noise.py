@@ -11,21 +11,20 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stage 6 of the DP step: noise once, the normaliser, and the optimizer's update.
+"""Stage 8 of the DP step: noise once, and the normaliser.
 
     ĝ = (Σ_m c_m·g_m + Z) / n,    Z ~ N(0, σ²C²·I),
 
 with Z drawn from the model's secret key at a fresh counter (on replica 0 only under
 tf.distribute, see :mod:`.replicas`) by the sampler ``EngineOptions.noise`` names, and n
 the global number of microbatches, or the expected batch size q·N of Poisson batches.
-The optimizer applies ĝ with its own rule (SGD, Adam, ...); under mixed precision the
-wrapped optimizer does, since ĝ comes from a loss nobody scaled.
+The optimizer then applies ĝ (:mod:`.update`).
 """
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import keras_bridge, randomness
 
-__all__ = ["noised_mean", "apply_update"]
+__all__ = ["noised_mean"]
 
 
 def _normalizer(plan, batch, forward, stats):
@@ -59,11 +58,3 @@ def noised_mean(model, state, plan, batch, forward, summed, stats):
         grads_and_vars.append(((grad + tf.cast(noise, grad.dtype))
                                / tf.cast(normalizer, grad.dtype), var))
     return grads_and_vars
-
-
-def apply_update(model, grads_and_vars):
-    """Applies the DP update with the model's optimizer (the one a LossScaleOptimizer wraps),
-    marked as the DP engine's so that a DP optimizer accepts it."""
-    optimizer = keras_bridge.inner_optimizer(model.optimizer)
-    keras_bridge.set_dp_mark(optimizer)
-    optimizer.apply_gradients(grads_and_vars)

@@ -11,26 +11,20 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stage 4 of the DP step: each layer's per-microbatch squared norms, and the clip factors.
+"""Stage 5 of the DP step: each layer's handler result (per-microbatch squared norms).
 
 Layer ℓ's handler gives ‖g_m^ℓ‖² for every microbatch m from the recorded tensors (see
-:mod:`tf_tempered.privacy.layer_grads`); a microbatch's gradient norm is
-
-    ‖g_m‖ = √(Σ_ℓ ‖g_m^ℓ‖²),    c_m = C / max(‖g_m‖, C)   (TF Privacy's clip_by_global_norm),
-
-and c_m = 0 where ‖g_m‖ is not finite (that microbatch contributes nothing, counted in
-``dp_nonfinite``).
+:mod:`tf_tempered.privacy.layer_grads`), and the function of the clip factors that gives
+its part of the clipped sum (:mod:`.clip_factors` turns the norms into the factors).
 """
 
 import dataclasses
 import logging
 from typing import Any, List
 
-from tf_tempered._compat import tf
 from tf_tempered.privacy import layer_grads, layer_report
-from tf_tempered.privacy.layer_grads.clip_weights import ClipWeights
 
-__all__ = ["LayerNorms", "layer_norms", "clip_factors"]
+__all__ = ["LayerNorms", "layer_norms"]
 
 _LOG = logging.getLogger("tf_tempered.privacy.engine")
 
@@ -64,18 +58,6 @@ def layer_norms(model, state, groups, step, hooks):
         result.append(LayerNorms(first, calls, norms, variables))
     state.layer_paths = layer_report.describe(groups, [r.norms for r in result])
     return result
-
-
-def clip_factors(layers, num_microbatches, l2_norm_clip):
-    """(‖g_m‖ [M], finite [M] in {0, 1}, ClipWeights c) from the layers' squared norms."""
-    sq_norm = tf.zeros([num_microbatches], tf.float32)
-    for layer in layers:
-        sq_norm += tf.cast(layer.norms.sq_norms, tf.float32)
-    norm = tf.sqrt(sq_norm)
-    finite = tf.cast(tf.math.is_finite(norm), tf.float32)
-    clip = tf.constant(l2_norm_clip, tf.float32)
-    scale = tf.where(finite > 0, clip / tf.maximum(tf.where(finite > 0, norm, clip), clip), 0.0)
-    return norm, finite, ClipWeights(scale, finite)
 
 
 def _log_generic_layers(state, records):

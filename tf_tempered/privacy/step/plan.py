@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Stage 1 of the DP step: what this traced step will do, decided once per trace.
+"""Stage 2 of the DP step: what this traced step will do, decided once per trace.
 
 The DP settings (the model's own, else its DP optimizer's; a step without any is
 refused: it would train without privacy), the replicas of a tf.distribute strategy,

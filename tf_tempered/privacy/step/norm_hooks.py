@@ -1,0 +1,61 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The first backward pass's per-layer norms, computed inside it (clipped_sum="second_pass",
+"recompute").
+
+Each layer's norms are computed as soon as its output gradient is known, and the gradient
+flows on to the layers below only once they are done, so TensorFlow's executor cannot run
+the cheap input-gradient chain ahead and hold every layer's output gradient at once.
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy.layer_grads import clip_weights as clip
+
+__all__ = ["NormHooks"]
+
+
+class NormHooks:
+    """Per-layer norms computed in the first backward pass, one layer after the other.
+
+    ``wrap(record, output)`` (called while recording) returns ``output`` through an
+    identity whose gradient, while ``collecting`` (the first backward pass only), sets
+    ``record.grad_output``, computes ``record.handler.norms(...)`` into ``norms`` and
+    passes the gradient on only after them. Records of layers called more than once
+    (``skip``: their norms need every call's gradient) pass the gradient straight on.
+    """
+
+    def __init__(self):
+        self.step = None  # layer_grads.MicrobatchLayout, set before the first backward pass
+        self.skip = set()  # ids of records whose norms are computed afterwards
+        self.collecting = False
+        self.norms = {}  # id(record) -> the handler's norms object
+
+    def wrap(self, record, output):
+        if not isinstance(output, tf.Tensor):
+            return output
+
+        @tf.custom_gradient
+        def hook(x):
+            def grad(dy):
+                if not self.collecting or id(record) in self.skip:
+                    return dy
+                record.grad_output = clip.widen(dy)
+                record.inputs = tf.nest.map_structure(clip.widen, record.inputs)
+                layer_norms = record.handler.norms(record, record.params, self.step)
+                self.norms[id(record)] = layer_norms
+                with tf.control_dependencies([layer_norms.sq_norms]):
+                    return tf.identity(dy)
+            return tf.identity(x), grad
+
+        return hook(output)
