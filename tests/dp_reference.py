@@ -11,14 +11,17 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Shared test helper: the DP engine against a per-microbatch GradientTape reference.
+"""The tests' one oracle: the DP engine against a float64 GradientTape reference.
 
-The reference is DP-SGD written out: one float64 tape per microbatch, the
-global norm, TF Privacy's clip factor min(1, C/‖g_m‖), the sum over
-microbatches divided by their number. The clip norm is the median of the
-reference norms, so some microbatches are clipped and some are not.
-Used by tests/conformance_harness.py and the tests/test_conformance_*.py files, among
-others (tests/ is on sys.path: it is not a package).
+The reference is DP-SGD written out: one float64 tape per microbatch (of its mean
+loss; a microbatch of one example for :func:`per_example_reference`, with the loss the
+user compiled evaluated on that example alone), the global norm, TF Privacy's clip
+factor min(1, C/‖g_m‖), the sum over microbatches divided by their number. The clip
+norm is the median of the reference norms, so some microbatches are clipped and some
+are not. With noise 0 and SGD at learning rate 1 the engine's update must equal the
+reference's. Used by tests/conformance_harness.py (the layer families), the misuse
+tests (tests/test_misuse_*.py: ordinary Keras code) and tests/test_gradients.py,
+among others (tests/ is on sys.path: it is not a package).
 """
 
 import numpy as np
@@ -26,18 +29,31 @@ import numpy as np
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
 
-__all__ = ["BATCH", "LOSS", "assert_engine_matches_reference", "seeded", "_seeded"]
+__all__ = ["BATCH", "LOSS", "assert_engine_matches_reference", "seeded", "_seeded",
+           "per_example_reference", "engine_update", "median_clip", "assert_update"]
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 BATCH = 16
 
 
-def _microbatch_grads(model, x, y, num_microbatches):
-    """Each microbatch's gradient (of its mean loss) as float64 arrays, by tape."""
+def _microbatch_grads(model, x, y, num_microbatches, loss_of_batch=None, weights=None):
+    """Each microbatch's gradient (of its mean loss) as float64 arrays, by tape.
+
+    ``loss_of_batch(y_m, predictions, model)``: the microbatch's loss (default: the mean of
+    LOSS); ``weights``: a factor per microbatch (sample weights of one-example microbatches).
+    """
+    rows = len(tf.nest.flatten(x)[0])
+    size = rows // num_microbatches
     grads = []
-    for xs, ys in zip(np.split(x, num_microbatches), np.split(y, num_microbatches)):
+    for m in range(num_microbatches):
+        xs = tf.nest.map_structure(lambda t: t[m * size:(m + 1) * size], x)  # noqa: B023
+        ys = tf.nest.map_structure(lambda t: t[m * size:(m + 1) * size], y)  # noqa: B023
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(LOSS(ys, model(xs, training=True)))
+            predictions = model(xs, training=True)
+            loss = (tf.reduce_mean(LOSS(ys, predictions)) if loss_of_batch is None
+                    else loss_of_batch(ys, predictions, model))
+            if weights is not None:
+                loss = loss * weights[m]
         g = tape.gradient(loss, model.trainable_variables,
                           unconnected_gradients=tf.UnconnectedGradients.ZERO)
         # tf.convert_to_tensor: an Embedding's gradient is IndexedSlices (duplicates summed).
@@ -45,19 +61,62 @@ def _microbatch_grads(model, x, y, num_microbatches):
     return grads
 
 
-def _reference(builder, weights, x, y, num_microbatches):
-    """(microbatch norms, function clip → DP-SGD update with lr 1) in float64."""
-    model = builder("float64")
-    model.set_weights([w.astype(np.float64) for w in weights])
-    grads = _microbatch_grads(model, x.astype(np.float64), y, num_microbatches)
+def _clipped_mean(grads):
+    """(norms, clip → the DP-SGD update at lr 1) of per-microbatch gradients."""
     norms = np.array([np.sqrt(sum(np.sum(t ** 2) for t in g)) for g in grads])
 
     def update(clip):
         factors = np.minimum(1.0, clip / norms)
-        return [-sum(f * g[i] for f, g in zip(factors, grads)) / num_microbatches
+        return [-sum(f * g[i] for f, g in zip(factors, grads)) / len(grads)
                 for i in range(len(grads[0]))]
 
     return norms, update
+
+
+def _reference(builder, weights, x, y, num_microbatches):
+    """(microbatch norms, function clip → DP-SGD update with lr 1) in float64."""
+    model = builder("float64")
+    model.set_weights([w.astype(np.float64) for w in weights])
+    return _clipped_mean(_microbatch_grads(model, x.astype(np.float64), y, num_microbatches))
+
+
+def per_example_reference(build, weights, x, y, loss_of_example, sample_weight=None):
+    """(per-example norms, clip → the DP-SGD update at lr 1) in float64, for any loss:
+    ``loss_of_example(y_i, model(x_i), model)`` (what the user compiled, on example i
+    alone), times ``sample_weight[i]``."""
+    model = build("float64")
+    model.set_weights([w.astype(np.float64) for w in weights])
+    cast = lambda t: t.astype(np.float64) if t.dtype.kind == "f" else t  # noqa: E731
+    x, y = tf.nest.map_structure(cast, x), tf.nest.map_structure(cast, y)
+    rows = len(tf.nest.flatten(x)[0])
+    return _clipped_mean(_microbatch_grads(model, x, y, rows, loss_of_example, sample_weight))
+
+
+def median_clip(norms):
+    """A clip norm that clips some examples and not others."""
+    clip = float(np.median(norms))
+    assert 0 < np.mean(norms > clip) < 1, norms
+    return clip
+
+
+def engine_update(model, x, y, *, clip, loss, sample_weight=None, **compile_kwargs):
+    """The engine's update of one fit on the whole batch (noise 0, SGD at lr 1)."""
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss, **compile_kwargs)
+    before = [w.numpy() for w in model.trainable_variables]
+    rows = len(tf.nest.flatten(x)[0])
+    history = model.fit(x, y, sample_weight=sample_weight, batch_size=rows, shuffle=False,
+                        verbose=0).history
+    return [w.numpy() - b for w, b in zip(model.trainable_variables, before)], history
+
+
+def assert_update(ours, reference, rtol=1e-5):
+    """``ours`` equals ``reference`` within rtol of the reference's largest entry."""
+    scale = max(np.abs(r).max() for r in reference)
+    assert scale > 0
+    for r, o in zip(reference, ours):
+        assert r.shape == o.shape
+        np.testing.assert_allclose(o, r, rtol=0, atol=rtol * scale)
 
 
 def _engine_update(builder, weights, x, y, clip, num_microbatches, static_batch, dtype,

@@ -14,14 +14,14 @@
 """DPGradients (tf_tempered/privacy/gradients.py): the DP gradient for custom training loops.
 
 Same update as fit, noise of the right scale, the model's noise key and ledger, and the
-per-example reference (misuse_reference.py) for any Keras loss.
+per-example reference (dp_reference.py) for any Keras loss.
 """
 
 import dp_accounting
 import numpy as np
 import pytest
 
-from misuse_reference import assert_update, median_clip, per_example_reference
+from dp_reference import assert_update, median_clip, per_example_reference
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import DPGradients, UnsupportedLayerError, epsilon_spent, make_private
 

@@ -15,13 +15,13 @@
 layers called on several tensors, activity regularizers, microbatches with a short batch.
 
 Each flow either trains with the exact DP update (checked against a float64 per-example
-reference, misuse_reference.py) or is refused before any update, naming the fix.
+reference, dp_reference.py) or is refused before any update, naming the fix.
 """
 
 import numpy as np
 import pytest
 
-from misuse_reference import assert_update, engine_update, median_clip, per_example_reference
+from dp_reference import assert_update, engine_update, median_clip, per_example_reference
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import (NotPrivateError, epsilon_spent, is_private, layer_paths,
                                  make_private)

@@ -13,14 +13,14 @@
 # limitations under the License.
 """Misuse tests, layers as Keras users write them: layers called on several tensors
 (attention with a learned scale, FiLM), activity regularizers, microbatches with a
-short last batch. Exact against a float64 per-example reference (misuse_reference.py),
+short last batch. Exact against a float64 per-example reference (dp_reference.py),
 or refused before any update with the fix.
 """
 
 import numpy as np
 import pytest
 
-from misuse_reference import assert_update, engine_update, median_clip, per_example_reference
+from dp_reference import assert_update, engine_update, median_clip, per_example_reference
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import layer_paths, make_private
 

@@ -14,14 +14,14 @@
 """Misuse tests, losses: the user's compile as written trains exactly, per example.
 
 Each case compiles a loss the way a Keras user writes it and checks the engine's update
-(noise 0) against a float64 per-example reference (misuse_reference.py); a loss that
+(noise 0) against a float64 per-example reference (dp_reference.py); a loss that
 reduces over the batch is refused with a fix that fits it.
 """
 
 import numpy as np
 import pytest
 
-from misuse_reference import assert_update, engine_update, median_clip, per_example_reference
+from dp_reference import assert_update, engine_update, median_clip, per_example_reference
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import make_private
 
