@@ -24,7 +24,8 @@ from tf_tempered._compat import keras
 from tf_tempered.audit import white_box_one_run
 from tf_tempered.privacy.accounting import compute_epsilon
 from tf_tempered.privacy.settings import DPConfig
-from tf_tempered.privacy.step import keras_step, norms, plan
+from tf_tempered.privacy.step import clip_factors as clip_factor_stage
+from tf_tempered.privacy.step import keras_step, plan
 
 SIGMA, CLIP, BATCH, EPOCHS, CANARIES = 1.5, 1.0, 64, 8, 1000
 
@@ -66,13 +67,13 @@ def test_real_engine_stays_below_the_accounted_epsilon(digits):
 
 
 def test_engine_that_does_not_clip_fails_the_audit(digits, monkeypatch):
-    clip_factors = norms.clip_factors
+    clip_factors = clip_factor_stage.clip_factors
 
     def no_clipping(layers, num_microbatches, l2_norm_clip):
         norm, finite, weights = clip_factors(layers, num_microbatches, l2_norm_clip)
         return norm, finite, type(weights)(weights.finite, weights.finite)  # c_m = 1
 
-    monkeypatch.setattr(norms, "clip_factors", no_clipping)        # the canaries' clipping
+    monkeypatch.setattr(clip_factor_stage, "clip_factors", no_clipping)  # the canaries' clipping
     monkeypatch.setattr(keras_step, "clip_factors", no_clipping)   # the examples'
     result = _audit(digits)
     assert result.epsilon == pytest.approx(_accounted(digits), rel=1e-9)

@@ -43,7 +43,7 @@ import numpy as np
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.state import get_state
-from tf_tempered.privacy.step.clip_factors import clip_factors
+from tf_tempered.privacy.step import clip_factors as clip_factor_stage
 
 __all__ = ["CANARY_KINDS", "GradientCanaries", "CanaryTrajectory", "flat_values"]
 
@@ -142,7 +142,7 @@ class GradientCanaries:
         sq_norms = tf.fill([m], tf.constant(self.canary_norm ** 2, tf.float32))
         # The engine's clip stage, looked up at trace time: the canaries are clipped as
         # the examples are (a broken clip stage shows in the audit).
-        _, _, weights = clip_factors([_Norms(sq_norms)], m, self.l2_norm_clip)
+        _, _, weights = clip_factor_stage.clip_factors([_Norms(sq_norms)], m, self.l2_norm_clip)
         magnitude = self._included * sampled * weights.scale * self.canary_norm
         if self.kind == "dirac":
             return tf.scatter_nd(self._index, magnitude * self._signs, [sum(self.sizes)])
