@@ -48,6 +48,8 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=conv1d_family --paths=nonprivate,tf_tempered
         # DepthwiseConv1D, SeparableConv1D, Conv1DTranspose
     python benchmarks/dp_step.py --model=time_distributed --paths=nonprivate,tf_tempered
+    python benchmarks/dp_step.py --model=conv_lstm --paths=nonprivate,tf_tempered   # batch 64:
+        # ConvLSTM2D(8, 3) on [B, 4, 16, 16, 3] + Dense
     python benchmarks/dp_step.py --model=lora --paths=nonprivate,tf_tempered   # batch 64:
         # a 2-block transformer, rank-4 LoRA on its Dense/EinsumDense (Keras 3)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
@@ -241,6 +243,16 @@ def _time_distributed_model():
     ])
 
 
+def _conv_lstm_model():
+    """A video-frame ConvLSTM: ConvLSTM2D(8, 3) over [B, 4, 16, 16, 3], then Flatten + Dense."""
+    return keras.Sequential([
+        keras.Input((4, 16, 16, 3)),
+        keras.layers.ConvLSTM2D(8, 3),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10),
+    ])
+
+
 def _mobilenet_model():
     """A MobileNet-style block: DepthwiseConv2D + pointwise Conv2D, SeparableConv2D (32×32×3)."""
     return keras.Sequential([
@@ -265,6 +277,8 @@ def _model(kind, activation="tanh"):
         return _conv1d_family_model()
     if kind == "time_distributed":
         return _time_distributed_model()
+    if kind == "conv_lstm":
+        return _conv_lstm_model()
     if kind in RECURRENT_MODELS:
         return _recurrent_model(kind)
     if kind == "mobilenet":
@@ -320,7 +334,7 @@ def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
             **{kind: (TEXT_LENGTH,) for kind in RECURRENT_MODELS}, "lora": (TEXT_LENGTH,),
             "conv1d": (128, 16), "conv1d_family": (128, 16), "time_distributed": (4, 16, 16, 3),
-            "mobilenet": (32, 32, 3)}[kind]
+            "conv_lstm": (4, 16, 16, 3), "mobilenet": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
@@ -346,11 +360,11 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "conv1d_family",
-                                            "time_distributed", "mobilenet", "lora")
+                                            "time_distributed", "conv_lstm", "mobilenet", "lora")
                         + RECURRENT_MODELS,
                         default="mnist")
     parser.add_argument("--batch_size", type=int, default=None,
-                        help="default 256 (64 for --model=lora)")
+                        help="default 256 (64 for --model=lora and conv_lstm)")
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS))
     parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
     parser.add_argument("--rounds", type=int, default=10)
@@ -369,7 +383,7 @@ def main():
         raise SystemExit(f"--keras={args.keras} asked, but this process runs Keras {KERAS_MAJOR}: "
                          "run dp_step.py as a program so the flag applies before TF is imported.")
     if args.batch_size is None:
-        args.batch_size = 64 if args.model == "lora" else 256
+        args.batch_size = 64 if args.model in ("lora", "conv_lstm") else 256
     paths = args.paths.split(",")
     if args.jit_compile:
         paths += [p for p in XLA_PATHS if p not in paths]

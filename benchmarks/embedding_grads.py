@@ -66,7 +66,7 @@ def main():
     def generic(i, gg):  # the generic per-example VJP fallback, for comparison
         record = recording.LayerRecord(layer, handlers.GENERIC, {}, i, None, (), {}, layer.call)
         record.grad_output = gg
-        norms = handlers.GENERIC.norms(record, {}, handlers.MicrobatchLayout(m, args.batch // m,
+        norms = handlers.GENERIC.layer_result(record, {}, handlers.MicrobatchLayout(m, args.batch // m,
                                                                  EngineOptions()))
         return norms.sq_norms, norms.clipped_sum(_weights(norms.sq_norms))[0]
 

@@ -21,7 +21,7 @@ tests/test_sensitivity.py (neighbouring batches move the noised sum by at most C
 
 import dataclasses
 import functools
-from typing import Any, Callable, FrozenSet, Mapping, Union
+from typing import Any, Callable, FrozenSet, Mapping, Optional, Union
 
 import numpy as np
 
@@ -51,6 +51,9 @@ CONV_PATHS = {
     "native-auto": {},
     "native-norms-only": {"norm_path": "native", "materialize_max_bytes": 0},
 }
+
+# ConvLSTM1D/2D/3D (conv_lstm.py): the convolution handlers' paths, the automatic choice first.
+_CONV_LSTM_PATHS = {"auto": {}, **{k: v for k, v in CONV_PATHS.items() if k != "native-auto"}}
 
 # Paths of the depthwise part (DepthwiseConv2D, SeparableConv2D): the folded
 # backprop in one call or in chunks of 3 examples (padded chunks with a dynamic
@@ -478,14 +481,39 @@ def _rnn_masked_bidirectional(dtype):
 
 
 def _rnn_states(dtype):
-    # initial_state from another layer, return_state feeding the head, a ConvLSTM1D.
+    # initial_state from another layer, return_state feeding the head, a ConvLSTM1D
+    # (conv_lstm.py), and a SimpleRNN with a call of its own (the recurrent unit's VJP)
+    # started from a state computed by another layer.
     inputs = keras.Input((4, 5, 2), dtype=dtype)
     seq = keras.layers.ConvLSTM1D(2, 2, dtype=dtype)(inputs)  # [B, 4, 2]
     first = keras.layers.Lambda(lambda t: t[:, 0], dtype=dtype)(seq)
     h0 = keras.layers.Dense(3, activation="tanh", dtype=dtype)(first)
     out, h, c = keras.layers.LSTM(3, return_state=True, dtype=dtype)(seq, initial_state=[h0, h0])
-    merged = keras.layers.Concatenate(dtype=dtype)([out, c])
+    own = _own_call(keras.layers.SimpleRNN)(3, dtype=dtype)(seq, initial_state=[h0])
+    merged = keras.layers.Concatenate(dtype=dtype)([out, c, own])
     return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(merged))
+
+
+def _conv_lstm(dtype):
+    # conv_lstm.py: a strided ConvLSTM2D (sequences), a dilated backwards one without bias
+    # started from states computed by another layer, a ConvLSTM1D returning its states and a
+    # tiny ConvLSTM3D (last outputs), on the second one's sequence.
+    layers = keras.layers
+    inputs = keras.Input((3, 6, 5, 2), dtype=dtype)
+    x = layers.ConvLSTM2D(3, 3, strides=2, padding="same", return_sequences=True,
+                          dtype=dtype)(inputs)  # [B, 3, 3, 3, 3]
+    first = layers.Lambda(lambda t: t[:, 0], dtype=dtype)(x)
+    s0 = layers.Dense(2, activation="tanh", dtype=dtype)(first)  # [B, 3, 3, 2]
+    x = layers.ConvLSTM2D(2, 2, dilation_rate=2, padding="same", use_bias=False,
+                          go_backwards=True, return_sequences=True, dtype=dtype)(
+                              x, initial_state=[s0, s0])  # [B, 3, 3, 3, 2]
+    last, _, c = layers.ConvLSTM1D(2, 2, return_state=True, dtype=dtype)(
+        layers.Reshape((3, 9, 2), dtype=dtype)(x))  # [B, 8, 2] each
+    volume = layers.ConvLSTM3D(1, 2, dtype=dtype)(
+        layers.Reshape((3, 3, 3, 2, 1), dtype=dtype)(x))  # [B, 2, 2, 1, 1]
+    merged = layers.Concatenate(dtype=dtype)([layers.Flatten(dtype=dtype)(t)
+                                              for t in (last, c, volume)])
+    return keras.Model(inputs, layers.Dense(3, dtype=dtype)(merged))
 
 
 def _padded_ids(shape, seed):
@@ -525,6 +553,8 @@ class ConformanceCase:
         busy CPUs): the "vectorized" path runs one (M, batch kind) pair per such case,
         pattern A's pairs spread over them; "map_fn" (seconds) runs pattern A or B in turn;
         one two-pass mode only; the sensitivity test takes the tf.map_fn.
+    default_paths: the paths the default run takes (None: every path); the others run with
+        --extended.
     onednn_only: grouped convolutions or dilated transposed ones, which TensorFlow
         differentiates only with oneDNN on CPU (dp_reference.onednn_conv_gradients).
     keras3_only: uses Keras 3 features (LoRA, per-variable trainable flags); not a case on
@@ -537,6 +567,7 @@ class ConformanceCase:
     paths: Mapping[str, Mapping[str, Any]]
     expected_handlers: Mapping[str, Union[str, FrozenSet[str]]]
     recurrent_vjp: bool = False
+    default_paths: Optional[FrozenSet[str]] = None
     onednn_only: bool = False
     keras3_only: bool = False
 
@@ -641,7 +672,14 @@ _FAMILIES = {
               {"Embedding": "embedding", "OwnCallLSTM": "rnn", "Dense": "dense"},
               recurrent_vjp=True),
         _Case("rnn_states", _rnn_states, lambda s: _floats((4, 5, 2), s), _RNN_PATHS,
-              {"ConvLSTM1D": "rnn", "LSTM": "rnn_rows", "Dense": "dense"}, recurrent_vjp=True),
+              {"ConvLSTM1D": "conv_lstm", "LSTM": "rnn_rows", "OwnCallSimpleRNN": "rnn",
+               "Dense": "dense"}, recurrent_vjp=True),
+        # The convolution handlers' paths (each on the input and the recurrent convolution);
+        # the default run takes the automatic choice and TF ops only.
+        _Case("conv_lstm", _conv_lstm, lambda s: _floats((3, 6, 5, 2), s), _CONV_LSTM_PATHS,
+              {"ConvLSTM2D": "conv_lstm", "ConvLSTM1D": "conv_lstm",
+               "ConvLSTM3D": "conv_lstm", "Dense": "dense"},
+              default_paths=frozenset({"auto", "tf-auto"})),
     ),
 }
 

@@ -31,8 +31,8 @@ trace, see ConformanceCase.recurrent_vjp). Pattern A, the first path's (the hand
 automatic choice), holds the per-step decisions of an unknown batch size with M = batch
 (the microbatch count is a tensor). The model's reference is computed once per
 (case, M). That whole matrix runs with ``--extended``; the default run takes the
-covering subset of HANDLER_COVER (tests/conftest.py's cover_each) and, for the two-pass
-modes, the subset chosen by two_pass_params.
+covering subset of HANDLER_COVER (tests/conftest.py's cover_each) of each case's
+default_paths and, for the two-pass modes, the subset chosen by two_pass_params.
 
 Adding a layer type = a handler in tf_tempered/privacy/layer_grads/ + one ConformanceCase
 in its family of tests/conformance_cases.py (a new family: a new
@@ -94,12 +94,19 @@ def _batch_id(m, static):
     return f"{M_IDS[m]}-{'static' if static else 'dynamic'}-batch"
 
 
-# On Keras 3 the recurrent cases' tf.map_fn path (what Keras 2 always takes, and Keras 3 with
-# EngineOptions(vectorize_recurrent=False)) runs with --extended only: the Keras 2 suite runs
-# every recurrent case on it.
+def _extended_only(name, path):
+    """Whether a case's path runs with --extended only: on Keras 3 the recurrent cases'
+    tf.map_fn path (what Keras 2 always takes, and Keras 3 with
+    EngineOptions(vectorize_recurrent=False); the Keras 2 suite runs every recurrent case on
+    it), and the paths outside a case's default_paths."""
+    default_paths = CASES[name].default_paths
+    return (KERAS_MAJOR == 3 and path == "map_fn") or (
+        default_paths is not None and path not in default_paths)
+
+
 _HANDLER_PARAMS = [
     pytest.param(name, path, m, static, id=f"{name}-{path}-{_batch_id(m, static)}",
-                 marks=[pytest.mark.extended] if KERAS_MAJOR == 3 and path == "map_fn" else [])
+                 marks=[pytest.mark.extended] if _extended_only(name, path) else [])
     for name in CASES for path, pairs in combinations(name).items() for m, static in pairs]
 
 # The default run covers, on Keras 3, every (case, path) (M and the static or dynamic batch

@@ -11,12 +11,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Conformance of the recurrent handlers (rnn_rows, and the recurrent unit's VJP).
+"""Conformance of the recurrent handlers (rnn_rows, conv_lstm, and the recurrent unit's VJP).
 
 SimpleRNN, LSTM, GRU (backwards, unrolled, masked, Bidirectional, with states in and out,
-shared by two calls), ConvLSTM1D, and subclasses with a call of their own (the recurrent
-unit's per-example VJP, vectorized or by tf.map_fn), against the float64 per-microbatch
-reference: the "recurrent" family of tests/conformance_cases.py on
+shared by two calls), ConvLSTM1D/2D/3D (strided, dilated, backwards, with states in and
+out, on every path of the convolution handlers), and subclasses with a call of their own
+(the recurrent unit's per-example VJP, vectorized or by tf.map_fn), against the float64
+per-microbatch reference: the "recurrent" family of tests/conformance_cases.py on
 tests/conformance_harness.py.
 """
 

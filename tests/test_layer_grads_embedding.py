@@ -337,12 +337,11 @@ def test_xla(batch):
 
 def test_hyperparameters_keras2():
     layer = keras.layers.Embedding(11, 4, mask_zero=True)
-    assert emb_grads.embedding_hyperparameters(layer) == {
-        "vocab_size": 11, "output_dim": 4, "dtype": "float32", "compute_dtype": "float32",
-        "mask_zero": True}
+    assert emb_grads.embedding_hyperparameters(layer) == emb_grads.EmbeddingHyperparameters(
+        vocab_size=11, output_dim=4, dtype="float32", compute_dtype="float32", mask_zero=True)
     mixed = keras.layers.Embedding(11, 4, dtype="mixed_float16")
-    assert emb_grads.embedding_hyperparameters(mixed)["dtype"] == "float32"
-    assert emb_grads.embedding_hyperparameters(mixed)["compute_dtype"] == "float16"
+    assert emb_grads.embedding_hyperparameters(mixed).dtype == "float32"
+    assert emb_grads.embedding_hyperparameters(mixed).compute_dtype == "float16"
     with pytest.raises(ValueError, match="sparse"):
         emb_grads.embedding_hyperparameters(keras.layers.Embedding(11, 4, sparse=True))
 
@@ -353,6 +352,7 @@ def test_docstring_example():
 
 
 KERAS3_CHILD = textwrap.dedent(r'''
+    import dataclasses
     import json
     import numpy as np
     import keras  # Keras 3, before tf_tempered binds anything
@@ -368,7 +368,7 @@ KERAS3_CHILD = textwrap.dedent(r'''
             y = layer(ids[b:b + 1])
         ref.append(tf.convert_to_tensor(
             tape.gradient(y, layer.embeddings.value, output_gradients=g[b:b + 1])).numpy())
-    hp = emb_grads.embedding_hyperparameters(layer)
+    hp = dataclasses.asdict(emb_grads.embedding_hyperparameters(layer))
     sq = emb_grads.embedding_sq_norms(ids, g, 2, vocab_size=hp["vocab_size"]).numpy()
     print(json.dumps({"hp": hp, "sq": sq.tolist(),
                       "ref": [float(np.sum(r ** 2)) for r in ref]}))

@@ -61,7 +61,7 @@ def test_weight_standardized_handler_matches_per_example_tapes_under_xla(groups,
     @tf.function(jit_compile=True)
     def norms_and_sum(x, g, z, scale):
         record = types.SimpleNamespace(layer=layer, inputs=x, grad_output=g, output=z)
-        norms = handler.norms(record, params, step)
+        norms = handler.layer_result(record, params, step)
         return norms.sq_norms, norms.clipped_sum(clip.ClipWeights(scale, tf.ones_like(scale)))
 
     sq, summed = norms_and_sum(tf.constant(x), tf.constant(g), z, tf.constant(scale))

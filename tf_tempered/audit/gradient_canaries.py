@@ -53,10 +53,10 @@ _MAX_RANDOM_FLOATS = 50_000_000
 
 
 class _Norms:
-    """What clip_factors reads off a layer: ``.norms.sq_norms`` [m]."""
+    """What clip_factors reads off a layer: ``.result.sq_norms`` [m]."""
 
     def __init__(self, sq_norms):
-        self.norms = self
+        self.result = self
         self.sq_norms = sq_norms
 
 

@@ -71,10 +71,10 @@ class EngineOptions:
         of at most about this many bytes.
       depthwise_chunk: examples per depthwise-conv backprop call.
       vectorize_recurrent: for the recurrent layers that take a per-example VJP of their
-        whole call (layer_grads/rnn.py: ConvLSTM*, RNN(cell), what rnn_rows.py
-        declines; SimpleRNN/LSTM/GRU have a handler of their own), TF's vectorized_map
-        (Keras 3; tf-keras' RNNs always take a tf.map_fn), or, False, a tf.map_fn over
-        the examples: less memory, more time.
+        whole call (layer_grads/rnn.py: RNN(cell), what rnn_rows.py and conv_lstm.py
+        decline; SimpleRNN/LSTM/GRU and ConvLSTM* have handlers of their own), TF's
+        vectorized_map (Keras 3; tf-keras' RNNs always take a tf.map_fn), or, False, a
+        tf.map_fn over the examples: less memory, more time.
       clipped_sum: "bookkeeping" (default): each layer's clipped sum from what its norm
         used (its input and output gradient, or its per-microbatch gradients), so all
         layers keep those until every norm is known: one backward pass, more memory.

@@ -49,10 +49,10 @@ def _active_recorder():
 class LayerRecord:
     """What one call of an instrumented layer left for the backward pass."""
 
-    def __init__(self, layer, handler, params, inputs, output, call_args, call_kwargs, call_fn):
+    def __init__(self, layer, handler, hparams, inputs, output, call_args, call_kwargs, call_fn):
         self.layer = layer
         self.handler = handler  # a layer_grads.Handler
-        self.params = params  # the layer's hyperparameters as plain values (handler's adapter)
+        self.hparams = hparams  # the layer's hyperparameters as plain values (handler's adapter)
         self.inputs = inputs
         # Z (pre-activation) if handler.records_pre_activation, the output otherwise.
         self.output = output
@@ -183,12 +183,12 @@ def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):
     unit = keras_bridge.is_recurrent_unit(layer)
     if _dense_tensors(inputs, allow_nested=False) or unit:
         # Keras built the layer before calling `call`: its hyperparameters are known.
-        handler, params = layer_grads.lookup(layer)
+        handler, hparams = layer_grads.lookup(layer)
     else:
         # Called on several tensors (a list or dict: attention layers, FiLM): the
         # per-example VJP of the layer's call over all of them.
         _check_structure(layer, inputs)
-        handler, params = layer_grads.GENERIC, layer_grads.GENERIC.hyperparameters(layer)
+        handler, hparams = layer_grads.GENERIC, layer_grads.GENERIC.hyperparameters(layer)
     graph, start = _graph_position()
     if graph is not recorder.graph:
         raise UnsupportedLayerError(_nested_graph_message(layer))
@@ -196,10 +196,10 @@ def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):
     if handler.records_own_forward:
         # The handler runs the layer's math itself to record the tensors it needs
         # (rnn_rows.py), or declines this call: then the next handler takes it.
-        record, outputs = _own_forward(recorder, layer, handler, params, original_call,
+        record, outputs = _own_forward(recorder, layer, handler, hparams, original_call,
                                        inputs, args, kwargs)
         if record is None:
-            handler, params = layer_grads.lookup(layer, skip=(handler,))
+            handler, hparams = layer_grads.lookup(layer, skip=(handler,))
     if record is not None:
         pass  # recorded by the handler
     elif handler.records_pre_activation:
@@ -211,7 +211,7 @@ def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):
             z = original_call(inputs, *args, **kwargs)
         finally:
             keras_bridge.set_untracked(layer, "activation", activation)
-        record = LayerRecord(layer, handler, params, inputs, z, args, kwargs, original_call)
+        record = LayerRecord(layer, handler, hparams, inputs, z, args, kwargs, original_call)
         if recorder.norm_hooks is not None:
             z = recorder.norm_hooks.wrap(record, z)
         outputs = activation(z) if activation is not None else z
@@ -224,7 +224,7 @@ def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):
         nested_ok = unit or (handler is layer_grads.GENERIC and not hasattr(layer, "state_size"))
         if not _dense_tensors(outputs, allow_nested=nested_ok, variables=False):
             raise UnsupportedLayerError(_many_outputs_message(layer, outputs))
-        record = LayerRecord(layer, handler, params, inputs, outputs, args, kwargs,
+        record = LayerRecord(layer, handler, hparams, inputs, outputs, args, kwargs,
                              original_call)
         if recorder.norm_hooks is not None and not unit:
             outputs = recorder.norm_hooks.wrap(record, outputs)
@@ -245,12 +245,12 @@ def _check_structure(layer, inputs):
             "layer.")
 
 
-def _own_forward(recorder, layer, handler, params, call_fn, inputs, args, kwargs):
+def _own_forward(recorder, layer, handler, hparams, call_fn, inputs, args, kwargs):
     """(record, outputs) of a call the handler runs itself, or (None, None) if it declines."""
-    record = LayerRecord(layer, handler, params, None, None, args, kwargs, call_fn)
+    record = LayerRecord(layer, handler, hparams, None, None, args, kwargs, call_fn)
     hooks = recorder.norm_hooks
     wrap = (lambda t: hooks.wrap(record, t)) if hooks is not None else (lambda t: t)
-    own = handler.recorded_call(layer, params, call_fn, inputs, args, kwargs, wrap)
+    own = handler.recorded_call(layer, hparams, call_fn, inputs, args, kwargs, wrap)
     if own is None:
         return None, None
     outputs, record.inputs, record.output = own

@@ -19,7 +19,8 @@ __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn
            "vectorized_map_takes_recurrent_layers",
            "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
-           "variable_key", "watchable", "IS_KERAS3"]
+           "variable_key", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
+           "einsum_dense_input_rank", "embedding_variant"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -161,3 +162,47 @@ def step_losses(model):
     graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
     return [loss for loss in model.losses
             if graph is None or getattr(loss, "graph", graph) is graph]
+
+
+def derived_weights(layer):
+    """Why `layer`'s weights are not the plain variables its handler's math is for, or None.
+
+    Keras 3 layers with LoRA (`lora_rank`, `enable_lora`) compute their kernel
+    (embeddings) from frozen weights plus trainable low-rank factors, and
+    quantized ones from integer weights and scales: `layer.kernel` is then a
+    tensor, not the trainable variable. A handler refuses such a layer
+    (hyperparameters returns None) so that it takes the next handler registered for
+    its class (the LoRA handler, lora.py, for a Dense or EinsumDense with LoRA) or the
+    generic per-example VJP, which is exact for them. Keras 2 layers have neither.
+    """
+    if getattr(layer, "lora_enabled", False):
+        return "LoRA is enabled (its trainable weights are the low-rank factors)"
+    mode = getattr(layer, "quantization_mode", None)
+    if mode:
+        return f"it is quantized ({mode})"
+    return None
+
+
+def depthwise_kernel(layer):
+    """The depthwise kernel variable: Keras 3 names it `kernel`, Keras 2 `depthwise_kernel`."""
+    return layer.depthwise_kernel if hasattr(layer, "depthwise_kernel") else layer.kernel
+
+
+def einsum_dense_input_rank(layer, input_operand, output_operand):
+    """The input rank of an EinsumDense layer: Keras 3 keeps it in ``input_spec``, tf-keras
+    only the full output shape; else the equation's (None if it has an ellipsis)."""
+    ndim = getattr(getattr(layer, "input_spec", None), "ndim", None)
+    if ndim is not None:
+        return int(ndim)
+    if getattr(layer, "full_output_shape", None) is not None:
+        return len(layer.full_output_shape) - len(output_operand.replace("...", "")) + len(
+            input_operand.replace("...", ""))
+    return None if "..." in input_operand else len(input_operand)
+
+
+def embedding_variant(layer):
+    """Why an Embedding's gradient is not the plain lookup's, or None: Keras 2's
+    sparse=True (a SparseTensor output), or :func:`derived_weights` (Keras 3 LoRA, quantized)."""
+    if getattr(layer, "sparse", False):
+        return "it has sparse=True (SparseTensor output); only the dense lookup is supported"
+    return derived_weights(layer)

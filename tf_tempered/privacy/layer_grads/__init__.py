@@ -17,8 +17,8 @@
   call) and returns (:class:`LayerResult`), and the :class:`Handler` base class;
 * :mod:`.registry`: ``register``, ``lookup`` (MRO- and weight-checked), the generic
   fallback ``GENERIC`` and the supported-layers table;
-* one module per layer family (dense, conv, ..., rnn_rows, lora), and the layer math they share
-  (rows, grouped, einsum_equation, the conv patches and the native op).
+* one module per layer family (dense, conv, ..., rnn_rows, conv_lstm, lora), and the layer
+  math they share (rows, grouped, einsum_equation, the conv patches and the native op).
 
 This ``__init__`` only imports the handler modules (they register themselves) and
 re-exports the contract and the registry.
@@ -31,7 +31,7 @@ reference, and by tests/test_sensitivity.py).
 
 # pylint: disable=unused-import
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult, MicrobatchLayout
-from tf_tempered.privacy.layer_grads.registry import (GENERIC, derived_weights, describe_path,
+from tf_tempered.privacy.layer_grads.registry import (GENERIC, describe_path,
                                                       handler_for, lookup, register, registered,
                                                       supported_layers_markdown)
 # Handlers register themselves on import.
@@ -46,12 +46,13 @@ from tf_tempered.privacy.layer_grads import embedding  # noqa: F401
 from tf_tempered.privacy.layer_grads import normalization  # noqa: F401
 from tf_tempered.privacy.layer_grads import einsum_dense  # noqa: F401
 from tf_tempered.privacy.layer_grads import rnn_rows  # noqa: F401  (before rnn: RNN(cell))
+from tf_tempered.privacy.layer_grads import conv_lstm  # noqa: F401  (before rnn: ConvLSTM*)
 from tf_tempered.privacy.layer_grads import rnn  # noqa: F401
 from tf_tempered.privacy.layer_grads import tempered_sigmoid  # noqa: F401
 from tf_tempered.privacy.layer_grads import weight_standardized  # noqa: F401
 from tf_tempered.privacy.layer_grads import lora  # noqa: F401
 # pylint: enable=unused-import
 
-__all__ = ["GENERIC", "Handler", "LayerResult", "MicrobatchLayout", "derived_weights",
+__all__ = ["GENERIC", "Handler", "LayerResult", "MicrobatchLayout",
            "describe_path", "handler_for", "lookup", "register", "registered",
            "supported_layers_markdown"]

@@ -26,9 +26,10 @@ handler import it; it imports none of them.
 """
 
 import dataclasses
-from typing import Any, Callable, List
+from typing import Any, Callable, ClassVar, List, Optional
 
-__all__ = ["Handler", "LayerResult", "MicrobatchLayout"]
+__all__ = ["Handler", "LayerPath", "LayerResult", "MicrobatchLayout", "NamedPath",
+           "NoHyperparameters"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,23 @@ class MicrobatchLayout:
     xla: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerPath:
+    """Base of every handler's path: the frozen decision object of how it computed a call
+    (e.g. rows.RowsPath: ghost norm or materialized gradients), read by ``layer_paths``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedPath(LayerPath):
+    """A path with nothing to decide, by name ("generic", "sparse", ...)."""
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class NoHyperparameters:
+    """The hyperparameters of a handler that needs none beyond the recorded tensors."""
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class LayerResult:
     """A handler's result for one layer call.
@@ -58,53 +76,65 @@ class LayerResult:
     path: the path the handler took (its own frozen decision object), for
       inspection and tests.
     variables: the variables `clipped_sum` returns gradients for, when they are
-      not `handler.variables(layer, params)` (multi_call: all the layer's own).
+      not `handler.variables(layer, hparams)` (multi_call: all the layer's own).
     """
     sq_norms: Any
     clipped_sum: Callable[[Any], List[Any]]
-    path: Any = None
+    path: Optional[LayerPath] = None
     variables: Any = None
+
+    def __post_init__(self):
+        if self.path is not None and not isinstance(self.path, LayerPath):
+            raise TypeError(f"LayerResult.path must be a LayerPath, got {self.path!r}.")
 
 
 class Handler:
     """Base class of the per-layer handlers (stateless: one instance per family)."""
 
-    name = None  # short name for messages, logs and tests ("dense", "conv2d", ...)
-    summary = None  # one line for the supported-layers table (supported_layers_markdown)
+    name: ClassVar[str] = None  # short name for messages, logs and tests ("dense", ...)
+    summary: ClassVar[str] = None  # one line for the supported-layers table
 
-    # Whether recording bypasses the layer's activation so that the recorded
-    # output is the pre-activation Z (the handler's math is for Z = f(A, W)).
-    records_pre_activation = False
-
+    # Capabilities (class constants; the engine reads them, each False by default):
+    # recording bypasses the layer's activation, so that the recorded output is the
+    # pre-activation Z (the handler's math is for Z = f(A, W)).
+    records_pre_activation: ClassVar[bool] = False
     # A per-example VJP of the layer's own recorded call (rnn.py): exact for any
     # subclass, so it also applies to subclasses that override `call`.
-    vjp_of_own_call = False
-    # Whether that VJP slices the tensors among the call's other arguments (mask,
-    # initial states) per example too (generic.per_example_grads).
-    slices_call_args = False
-    # Whether the handler's math sums over rows that may be several per example,
-    # example-major ([B·K, ...], as Keras 2's TimeDistributed gives its layer): a layer
-    # called K times per step (Keras 3's TimeDistributed, a shared layer) then becomes one
-    # such call (multi_call.py) instead of K per-example VJPs.
-    sums_rows_per_example = False
-    # Whether the handler runs the layer's call itself (`recorded_call`, rnn_rows.py) to
-    # record tensors of its own choosing instead of the layer's input and output.
-    records_own_forward = False
+    vjp_of_own_call: ClassVar[bool] = False
+    # That VJP slices the tensors among the call's other arguments (mask, initial
+    # states) per example too (generic.per_example_grads).
+    slices_call_args: ClassVar[bool] = False
+    # The handler's math sums over rows that may be several per example, example-major
+    # ([B·K, ...], as Keras 2's TimeDistributed gives its layer): a layer called K times
+    # per step (Keras 3's TimeDistributed, a shared layer) then becomes one such call
+    # (multi_call.py) instead of K per-example VJPs.
+    sums_rows_per_example: ClassVar[bool] = False
+    # The handler runs the layer's call itself (`recorded_call`, rnn_rows.py) to record
+    # tensors of its own choosing instead of the layer's input and output.
+    records_own_forward: ClassVar[bool] = False
+
+    def per_example_while_loop(self, options):
+        """Whether the generic per-example VJP of this handler's calls must be a tf.map_fn
+        over the examples instead of a vectorized map (EngineOptions ``options``)."""
+        del options
+        return False
 
     def hyperparameters(self, layer):
-        """Plain values of `layer` the handler needs (a frozen dataclass or dict),
-        or None if this handler does not cover this configuration."""
+        """Plain values of `layer` the handler needs (its own frozen dataclass;
+        NoHyperparameters if none), or None if it does not cover this configuration."""
         raise NotImplementedError
 
-    def variables(self, layer, params):
-        """The trainable variables `norms(...).clipped_sum` returns gradients for, in order."""
+    def variables(self, layer, hparams):
+        """The trainable variables `layer_result(...).clipped_sum` returns gradients for, in order.
+
+        ``hparams``: what :meth:`hyperparameters` returned for the layer."""
         raise NotImplementedError
 
-    def norms(self, call, params, step):
+    def layer_result(self, call, hparams, layout):
         """The LayerResult of one recorded call (`call.inputs`, `call.grad_output`)."""
         raise NotImplementedError
 
-    def recorded_call(self, layer, params, call_fn, inputs, args, kwargs, wrap):
+    def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap):
         """(outputs, recorded inputs, recorded output) of a call the handler runs itself,
         with `wrap` applied to the recorded output before it is used; or None to leave
         the call to the next handler (only if records_own_forward)."""

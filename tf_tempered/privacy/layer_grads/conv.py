@@ -36,8 +36,8 @@ from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import conv_grads, native
 from tf_tempered.privacy.layer_grads import grouped, rows
-from tf_tempered.privacy.layer_grads.contract import Handler
-from tf_tempered.privacy.layer_grads.registry import derived_weights, register
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath
+from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["Conv2DHandler", "Conv2DHyperparameters", "ConvPath", "choose_path"]
 
@@ -63,7 +63,7 @@ class Conv2DHyperparameters:
 
 
 @dataclasses.dataclass(frozen=True)
-class ConvPath:
+class ConvPath(LayerPath):
     """native: the native op; depthwise: the depthwise backprop; materialize: as rows.RowsPath."""
     native: bool
     depthwise: bool
@@ -87,7 +87,7 @@ class Conv2DHandler(Handler):
         # (lists in some configs): normalized here all the same.
         padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
         if (data_format != "channels_last" or padding not in ("same", "valid")
-                or derived_weights(layer)):
+                or keras_bridge.derived_weights(layer)):
             return None  # channels_first, causal, LoRA, quantized: the generic VJP
         pair = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v, v)))
         return Conv2DHyperparameters(layer.name, pair(layer.kernel_size), pair(layer.strides),
@@ -95,43 +95,44 @@ class Conv2DHandler(Handler):
                                      bool(layer.use_bias), keras_bridge.shape_of(layer.kernel),
                                      int(getattr(layer, "groups", 1) or 1))
 
-    def variables(self, layer, params):
-        return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
+    def variables(self, layer, hparams):
+        return [layer.kernel, layer.bias] if hparams.use_bias else [layer.kernel]
 
-    def norms(self, call, params, step):
-        if params.groups > 1:
-            return grouped.grouped_norms(self.norms, call, params.one_group(), params.groups, step)
-        src = _row_source(call.inputs, call.grad_output, params, step.options)
-        path = choose_path(src, params, step.num_microbatches, step.examples_per_microbatch)
+    def layer_result(self, call, hparams, layout):
+        if hparams.groups > 1:
+            return grouped.grouped_norms(self.layer_result, call, hparams.one_group(),
+                                         hparams.groups, layout)
+        src = _row_source(call.inputs, call.grad_output, hparams, layout.options)
+        path = choose_path(src, hparams, layout.num_microbatches, layout.examples_per_microbatch)
         kernel = None
         if path.native:
-            kernel = _native_kernel(src, params, path, step.num_microbatches)
+            kernel = _native_kernel(src, hparams, path, layout.num_microbatches)
         elif path.depthwise:
-            kernel = _depthwise_kernel(src, params, step.num_microbatches)
-        return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
-                                 use_bias=params.use_bias, kernel=kernel,
-                                 book_keeping=lambda w: _book_keeping(src, params, w))
+            kernel = _depthwise_kernel(src, hparams, layout.num_microbatches)
+        return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
+                                 use_bias=hparams.use_bias, kernel=kernel,
+                                 book_keeping=lambda w: _book_keeping(src, hparams, w))
 
 
-def _row_source(x, g, params, options):
-    kh, kw = params.kernel_size
+def _row_source(x, g, hparams, options):
+    kh, kw = hparams.kernel_size
     return rows.RowSource(x, g, kh * kw * x.shape[-1], options,
-                          to_rows=lambda xs: conv_grads.patches(params, xs), chunked=True)
+                          to_rows=lambda xs: conv_grads.patches(hparams, xs), chunked=True)
 
 
-def choose_path(src, params, num_microbatches, examples_per_microbatch):
+def choose_path(src, hparams, num_microbatches, examples_per_microbatch):
     """The ConvPath for this call (chosen while tracing)."""
     options = src.options
     g_rows = rows.static_rows(src.grad_output, examples_per_microbatch)
-    if _use_native(src, params, g_rows):
+    if _use_native(src, hparams, g_rows):
         # Materialized gradients (for a matrix-vector clipped sum) cost memory
         # traffic; the book-keeping sum instead costs the batch's filter gradient,
         # rows·d_in·d_out per microbatch: worth avoiding only for many rows.
         return ConvPath(True, False, g_rows >= options.native_materialize_min_rows
                         and rows.fits(src, num_microbatches, examples_per_microbatch))
-    if params.dilation_rate == (1, 1) and params.strides[0] == params.strides[1] and (
+    if hparams.dilation_rate == (1, 1) and hparams.strides[0] == hparams.strides[1] and (
             options.forced == "depthwise" or options.forced is None and (
-                src.inputs.shape[-1] * params.filters <= options.depthwise_max_channel_pairs)):
+                src.inputs.shape[-1] * hparams.filters <= options.depthwise_max_channel_pairs)):
         # Not for dilated convolutions: TF 2.21's CPU depthwise backprop-filter
         # ignores `dilations` eagerly (wrong per-example gradients) and fails in
         # graphs (oneDNN: AbortedError; without: InvalidArgumentError). Nor for
@@ -142,7 +143,7 @@ def choose_path(src, params, num_microbatches, examples_per_microbatch):
                                                           examples_per_microbatch))
 
 
-def _use_native(src, params, g_rows):
+def _use_native(src, hparams, g_rows):
     """Whether the native op gives this Conv2D's norms (and maybe its gradients)."""
     options = src.options
     if not options.native or options.forced in ("ghost", "materialize", "depthwise"):
@@ -156,9 +157,9 @@ def _use_native(src, params, g_rows):
     return d_in * d_out <= max(g_rows, options.native_min_ghost_rows) * (d_in + d_out)
 
 
-def _native_kernel(src, params, path, num_microbatches):
+def _native_kernel(src, hparams, path, num_microbatches):
     def native_grads(output_grads):
-        return native.conv2d_kernel_grads(params, src.inputs, src.grad_output,
+        return native.conv2d_kernel_grads(hparams, src.inputs, src.grad_output,
                                           num_microbatches, output_grads)
 
     materialize = path.materialize
@@ -171,9 +172,9 @@ def _native_kernel(src, params, path, num_microbatches):
                                                             w.scale))
 
 
-def _depthwise_kernel(src, params, num_microbatches):
+def _depthwise_kernel(src, hparams, num_microbatches):
     per_row = conv_grads.per_example_kernel_grads(  # [kh·kw, rows, cin·cout]
-        params, src.inputs, src.grad_output, chunk=src.options.depthwise_chunk)
+        hparams, src.inputs, src.grad_output, chunk=src.options.depthwise_chunk)
     # Summed per microbatch even with one example each: an example may have
     # several rows (TimeDistributed gives its layer [B·T, ...]).
     middle = tf.reduce_sum(tf.reshape(
@@ -186,20 +187,20 @@ def _depthwise_kernel(src, params, num_microbatches):
     return rows.KernelGrads(tf.reduce_sum(tf.square(middle), [0, 2]), materialized_sum)
 
 
-def _book_keeping(src, params, weights):
+def _book_keeping(src, hparams, weights):
     """(Σ_r a_r (c_{m(r)} g_r)ᵀ, the rescaled c·g): for a convolution that product
     is TF's own conv backprop-filter op."""
     g = weights.zero_nonfinite(src.grad_output, per_example=True)
     g *= clip.per_example(weights.scale, g)
     x = weights.zero_nonfinite(tf.cast(src.inputs, g.dtype), per_example=True)
-    if params.dilation_rate != (1, 1):
-        return _dilated_filter_grad(params, x, g), g
+    if hparams.dilation_rate != (1, 1):
+        return _dilated_filter_grad(hparams, x, g), g
     return tf.compat.v1.nn.conv2d_backprop_filter(
-        x, tf.constant(list(params.kernel_shape)), g, strides=[1, *params.strides, 1],
-        padding=params.padding.upper(), dilations=[1, *params.dilation_rate, 1]), g
+        x, tf.constant(list(hparams.kernel_shape)), g, strides=[1, *hparams.strides, 1],
+        padding=hparams.padding.upper(), dilations=[1, *hparams.dilation_rate, 1]), g
 
 
-def _dilated_filter_grad(params, x, g):
+def _dilated_filter_grad(hparams, x, g):
     """Σ_r a_r g_rᵀ of a dilated Conv2D: the gradient of the layer's own convolution.
 
     TF's CPU backprop-filter kernel refuses dilations (float64 always; float32
@@ -208,10 +209,10 @@ def _dilated_filter_grad(params, x, g):
     layer trains. The gradient does not depend on the kernel's values (zeros
     here), and its forward output is not needed (graph pruning can drop it).
     """
-    kernel = tf.zeros(params.kernel_shape, g.dtype)
+    kernel = tf.zeros(hparams.kernel_shape, g.dtype)
     with tf.GradientTape() as tape:
         tape.watch(kernel)
-        z = tf.nn.convolution(x, kernel, strides=list(params.strides),
-                              padding=params.padding.upper(),
-                              dilations=list(params.dilation_rate))
+        z = tf.nn.convolution(x, kernel, strides=list(hparams.strides),
+                              padding=hparams.padding.upper(),
+                              dilations=list(hparams.dilation_rate))
     return tape.gradient(z, kernel, output_gradients=g)

@@ -30,12 +30,11 @@ from typing import Any, Tuple
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
-from tf_tempered.privacy.layer_grads.registry import derived_weights, register
+from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DHyperparameters
 from tf_tempered.privacy.layer_grads.conv_transpose import (Conv2DTransposeHandler,
                                                              ConvTransposeHyperparameters)
-from tf_tempered.privacy.layer_grads.depthwise import (DepthwiseHyperparameters,
-                                                       depthwise_kernel, depthwise_norms)
+from tf_tempered.privacy.layer_grads.depthwise import DepthwiseHyperparameters, depthwise_norms
 from tf_tempered.privacy.layer_grads.separable import SeparableHyperparameters, separable_norms
 
 __all__ = ["Conv1DHandler", "Conv1DHyperparameters", "Conv1DTransposeHandler",
@@ -73,7 +72,8 @@ def _geometry(layer, paddings=("same", "valid", "causal")):
     """The layer's _Geometry, or None when no 2-D handler covers it (channels_first,
     another padding, LoRA or quantized weights: the generic VJP)."""
     padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
-    if data_format != "channels_last" or padding not in paddings or derived_weights(layer):
+    if (data_format != "channels_last" or padding not in paddings
+            or keras_bridge.derived_weights(layer)):
         return None
     one = lambda v: int(v[0] if isinstance(v, (tuple, list)) else v)
     k, s, d = one(layer.kernel_size), one(layer.strides), one(layer.dilation_rate)
@@ -133,13 +133,14 @@ class Conv1DHandler(Handler):
                                        int(getattr(layer, "groups", 1) or 1))
         return Conv1DHyperparameters(conv2d, g.causal_pad, kernel_shape)
 
-    def variables(self, layer, params):
-        return [layer.kernel, layer.bias] if params.conv2d.use_bias else [layer.kernel]
+    def variables(self, layer, hparams):
+        return [layer.kernel, layer.bias] if hparams.conv2d.use_bias else [layer.kernel]
 
-    def norms(self, call, params, step):
-        result = _CONV2D.norms(_HeightOneCall(call, params.causal_pad), params.conv2d, step)
-        bias_shape = [(params.conv2d.filters,)] if params.conv2d.use_bias else []
-        return _as_1d(result, [tuple(params.kernel_shape)] + bias_shape)
+    def layer_result(self, call, hparams, layout):
+        result = _CONV2D.layer_result(_HeightOneCall(call, hparams.causal_pad), hparams.conv2d,
+                                      layout)
+        bias_shape = [(hparams.conv2d.filters,)] if hparams.conv2d.use_bias else []
+        return _as_1d(result, [tuple(hparams.kernel_shape)] + bias_shape)
 
 
 def _depthwise_2d(layer, geometry, kernel, use_bias):
@@ -168,21 +169,21 @@ class DepthwiseConv1DHandler(Handler):
 
     def hyperparameters(self, layer):
         geometry = _geometry(layer)
-        depthwise = geometry and _depthwise_2d(layer, geometry, depthwise_kernel(layer),
+        depthwise = geometry and _depthwise_2d(layer, geometry, keras_bridge.depthwise_kernel(layer),
                                                layer.use_bias)
         if not depthwise:
             return None
         return HeightOneHyperparameters(depthwise, geometry.causal_pad,
                                         _shapes(self.variables(layer, depthwise)))
 
-    def variables(self, layer, params):
-        kernel = depthwise_kernel(layer)
+    def variables(self, layer, hparams):
+        kernel = keras_bridge.depthwise_kernel(layer)
         return [kernel, layer.bias] if layer.use_bias else [kernel]
 
-    def norms(self, call, params, step):
-        call = _HeightOneCall(call, params.causal_pad)
-        return _as_1d(depthwise_norms(call.inputs, call.grad_output, params.as_2d, step),
-                      params.variable_shapes)
+    def layer_result(self, call, hparams, layout):
+        call = _HeightOneCall(call, hparams.causal_pad)
+        return _as_1d(depthwise_norms(call.inputs, call.grad_output, hparams.as_2d, layout),
+                      hparams.variable_shapes)
 
 
 @register(keras.layers.SeparableConv1D)
@@ -206,17 +207,17 @@ class SeparableConv1DHandler(Handler):
         return HeightOneHyperparameters(separable, geometry.causal_pad,
                                         _shapes(self.variables(layer, separable)))
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         kernels = [layer.depthwise_kernel, layer.pointwise_kernel]
         return kernels + [layer.bias] if layer.use_bias else kernels
 
-    def norms(self, call, params, step):
-        call = _HeightOneCall(call, params.causal_pad)
+    def layer_result(self, call, hparams, layout):
+        call = _HeightOneCall(call, hparams.causal_pad)
         depthwise_2d = tf.reshape(_value(call.layer.depthwise_kernel),
-                                  params.as_2d.depthwise.kernel_shape)
+                                  hparams.as_2d.depthwise.kernel_shape)
         result = separable_norms(call.inputs, call.grad_output, depthwise_2d,
-                                 _value(call.layer.pointwise_kernel), params.as_2d, step)
-        return _as_1d(result, params.variable_shapes)
+                                 _value(call.layer.pointwise_kernel), hparams.as_2d, layout)
+        return _as_1d(result, hparams.variable_shapes)
 
 
 @register(keras.layers.Conv1DTranspose)
@@ -241,12 +242,12 @@ class Conv1DTransposeHandler(Handler):
         transpose = ConvTransposeHyperparameters(conv2d, bool(layer.use_bias))
         return HeightOneHyperparameters(transpose, 0, _shapes(self.variables(layer, transpose)))
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         return [layer.kernel, layer.bias] if layer.use_bias else [layer.kernel]
 
-    def norms(self, call, params, step):
-        result = _TRANSPOSE.norms(_HeightOneCall(call, 0), params.as_2d, step)
-        return _as_1d(result, params.variable_shapes)
+    def layer_result(self, call, hparams, layout):
+        result = _TRANSPOSE.layer_result(_HeightOneCall(call, 0), hparams.as_2d, layout)
+        return _as_1d(result, hparams.variable_shapes)
 
 
 _CONV2D = Conv2DHandler()

@@ -33,7 +33,7 @@ from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import grouped, rows
 from tf_tempered.privacy.layer_grads.contract import Handler
-from tf_tempered.privacy.layer_grads.registry import derived_weights, register
+from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["Conv3DHandler", "Conv3DHyperparameters"]
 
@@ -72,7 +72,7 @@ class Conv3DHandler(Handler):
         padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
         triple = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v,) * 3))
         if (data_format != "channels_last" or padding not in ("same", "valid")
-                or derived_weights(layer)):
+                or keras_bridge.derived_weights(layer)):
             return None  # channels_first, LoRA, quantized: the generic VJP
         return Conv3DHyperparameters(layer.name, triple(layer.kernel_size), triple(layer.strides),
                                      padding, bool(layer.use_bias),
@@ -80,34 +80,35 @@ class Conv3DHandler(Handler):
                                      int(getattr(layer, "groups", 1) or 1),
                                      triple(layer.dilation_rate))
 
-    def variables(self, layer, params):
-        return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
+    def variables(self, layer, hparams):
+        return [layer.kernel, layer.bias] if hparams.use_bias else [layer.kernel]
 
-    def norms(self, call, params, step):
-        if params.groups > 1:
-            return grouped.grouped_norms(self.norms, call, params.one_group(), params.groups, step)
+    def layer_result(self, call, hparams, layout):
+        if hparams.groups > 1:
+            return grouped.grouped_norms(self.layer_result, call, hparams.one_group(),
+                                         hparams.groups, layout)
         x = call.inputs
-        kd, kh, kw = params.kernel_size
-        src = rows.RowSource(x, call.grad_output, kd * kh * kw * x.shape[-1], step.options,
-                             to_rows=lambda xs: _volume_patches(params, xs, step.xla),
+        kd, kh, kw = hparams.kernel_size
+        src = rows.RowSource(x, call.grad_output, kd * kh * kw * x.shape[-1], layout.options,
+                             to_rows=lambda xs: _volume_patches(hparams, xs, layout.xla),
                              chunked=True)
-        path = rows.RowsPath(rows.choose_materialize(src, step.num_microbatches,
-                                                     step.examples_per_microbatch))
-        return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
-                                 use_bias=params.use_bias,
-                                 book_keeping=lambda w: _book_keeping(src, params, w))
+        path = rows.RowsPath(rows.choose_materialize(src, layout.num_microbatches,
+                                                     layout.examples_per_microbatch))
+        return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
+                                 use_bias=hparams.use_bias,
+                                 book_keeping=lambda w: _book_keeping(src, hparams, w))
 
 
-def _volume_patches(params, x, xla=False):
+def _volume_patches(hparams, x, xla=False):
     # XLA has no ExtractVolumePatches kernel: strided slices under jit_compile.
-    if params.dilation_rate == (1, 1, 1) and not xla:
-        return tf.extract_volume_patches(x, ksizes=[1, *params.kernel_size, 1],
-                                         strides=[1, *params.strides, 1],
-                                         padding=params.padding.upper())
-    return _dilated_volume_patches(params, x)
+    if hparams.dilation_rate == (1, 1, 1) and not xla:
+        return tf.extract_volume_patches(x, ksizes=[1, *hparams.kernel_size, 1],
+                                         strides=[1, *hparams.strides, 1],
+                                         padding=hparams.padding.upper())
+    return _dilated_volume_patches(hparams, x)
 
 
-def _dilated_volume_patches(params, x):
+def _dilated_volume_patches(hparams, x):
     """The patches of a dilated Conv3D: [B, od, oh, ow, kd·kh·kw·cin], kernel order.
 
     One strided slice of the zero-padded input per kernel offset (a, b, c): the
@@ -117,9 +118,9 @@ def _dilated_volume_patches(params, x):
     sizes = [x.shape[i + 1] if x.shape[i + 1] is not None else tf.shape(x)[i + 1]
              for i in range(3)]
     outs, pads = [], [[0, 0]]
-    for size, k, s, d in zip(sizes, params.kernel_size, params.strides, params.dilation_rate):
+    for size, k, s, d in zip(sizes, hparams.kernel_size, hparams.strides, hparams.dilation_rate):
         extent = (k - 1) * d + 1
-        if params.padding == "valid":
+        if hparams.padding == "valid":
             out, before, after = (size - extent) // s + 1, 0, 0
         else:  # "same", as TF pads: ceil(size / s) outputs, the odd pixel after
             out = -(-size // s)
@@ -130,28 +131,28 @@ def _dilated_volume_patches(params, x):
         pads.append([before, after])
     x = tf.pad(x, pads + [[0, 0]])
     taps = []
-    for a in range(params.kernel_size[0]):
-        for b in range(params.kernel_size[1]):
-            for c in range(params.kernel_size[2]):
-                begin = [o * d for o, d in zip((a, b, c), params.dilation_rate)]
+    for a in range(hparams.kernel_size[0]):
+        for b in range(hparams.kernel_size[1]):
+            for c in range(hparams.kernel_size[2]):
+                begin = [o * d for o, d in zip((a, b, c), hparams.dilation_rate)]
                 end = [start + (out - 1) * s + 1
-                       for start, out, s in zip(begin, outs, params.strides)]
+                       for start, out, s in zip(begin, outs, hparams.strides)]
                 taps.append(tf.strided_slice(x, [0, *begin, 0], [0, *end, 0],
-                                             [1, *params.strides, 1],
+                                             [1, *hparams.strides, 1],
                                              begin_mask=0b10001, end_mask=0b10001))
     return tf.concat(taps, axis=-1)
 
 
-def _book_keeping(src, params, weights):
+def _book_keeping(src, hparams, weights):
     """(Σ_r a_r (c_{m(r)} g_r)ᵀ, the rescaled c·g): the filter gradient of the convolution
     (it does not depend on the kernel's values: zeros here)."""
     g = weights.zero_nonfinite(src.grad_output, per_example=True)
     g *= clip.per_example(weights.scale, g)
     x = weights.zero_nonfinite(tf.cast(src.inputs, g.dtype), per_example=True)
-    kernel = tf.zeros(params.kernel_shape, g.dtype)
+    kernel = tf.zeros(hparams.kernel_shape, g.dtype)
     with tf.GradientTape() as tape:
         tape.watch(kernel)
-        z = tf.nn.convolution(x, kernel, strides=list(params.strides),
-                              padding=params.padding.upper(),
-                              dilations=list(params.dilation_rate))
+        z = tf.nn.convolution(x, kernel, strides=list(hparams.strides),
+                              padding=hparams.padding.upper(),
+                              dilations=list(hparams.dilation_rate))
     return tape.gradient(z, kernel, output_gradients=g), g

@@ -31,7 +31,7 @@ from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
-from tf_tempered.privacy.layer_grads.registry import derived_weights, register
+from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DHyperparameters
 
 __all__ = ["Conv2DTransposeHandler", "ConvTransposeHyperparameters"]
@@ -70,7 +70,8 @@ class Conv2DTransposeHandler(Handler):
         # layer runs only with oneDNN (without it TF's Conv2DBackpropInput refuses
         # dilations, private or not).
         if (data_format != "channels_last" or padding not in ("same", "valid")
-                or int(getattr(layer, "groups", 1) or 1) != 1 or derived_weights(layer)):
+                or int(getattr(layer, "groups", 1) or 1) != 1
+                or keras_bridge.derived_weights(layer)):
             return None  # channels_first, LoRA, quantized: the generic VJP
         kernel_shape = keras_bridge.shape_of(layer.kernel)  # [kh, kw, filters, cin]
         conv2d = Conv2DHyperparameters(layer.name, pair(layer.kernel_size), pair(layer.strides),
@@ -78,15 +79,15 @@ class Conv2DTransposeHandler(Handler):
                                        kernel_shape)
         return ConvTransposeHyperparameters(conv2d, bool(layer.use_bias))
 
-    def variables(self, layer, params):
-        return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
+    def variables(self, layer, hparams):
+        return [layer.kernel, layer.bias] if hparams.use_bias else [layer.kernel]
 
-    def norms(self, call, params, step):
-        kernel = _CONV2D.norms(_AsConv2D(call), params.conv2d, step)
-        if not params.use_bias:
+    def layer_result(self, call, hparams, layout):
+        kernel = _CONV2D.layer_result(_AsConv2D(call), hparams.conv2d, layout)
+        if not hparams.use_bias:
             return kernel
         # Per microbatch: G summed over its examples' pixels, [M, filters].
-        bias = tf.reduce_sum(clip.group_rows(call.grad_output, step.num_microbatches), 1)
+        bias = tf.reduce_sum(clip.group_rows(call.grad_output, layout.num_microbatches), 1)
 
         def clipped_sum(weights):
             return kernel.clipped_sum(weights) + [

@@ -20,7 +20,7 @@ from tf_tempered._compat import keras
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler
-from tf_tempered.privacy.layer_grads.registry import derived_weights, register
+from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["DenseHandler", "DenseHyperparameters"]
 
@@ -44,17 +44,17 @@ class DenseHandler(Handler):
     sums_rows_per_example = True
 
     def hyperparameters(self, layer):
-        if derived_weights(layer):  # Keras 3 LoRA (lora.py) / quantized (generic)
+        if keras_bridge.derived_weights(layer):  # Keras 3 LoRA (lora.py) / quantized (generic)
             return None
         return DenseHyperparameters(layer.name, bool(layer.use_bias),
                                     keras_bridge.shape_of(layer.kernel))
 
-    def variables(self, layer, params):
-        return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
+    def variables(self, layer, hparams):
+        return [layer.kernel, layer.bias] if hparams.use_bias else [layer.kernel]
 
-    def norms(self, call, params, step):
-        src = rows.RowSource(call.inputs, call.grad_output, call.inputs.shape[-1], step.options)
-        path = rows.RowsPath(rows.choose_materialize(src, step.num_microbatches,
-                                                     step.examples_per_microbatch))
-        return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
-                                 use_bias=params.use_bias)
+    def layer_result(self, call, hparams, layout):
+        src = rows.RowSource(call.inputs, call.grad_output, call.inputs.shape[-1], layout.options)
+        path = rows.RowsPath(rows.choose_materialize(src, layout.num_microbatches,
+                                                     layout.examples_per_microbatch))
+        return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
+                                 use_bias=hparams.use_bias)

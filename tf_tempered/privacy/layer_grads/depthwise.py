@@ -40,11 +40,10 @@ from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import conv_grads
 from tf_tempered.privacy.layer_grads import rows
-from tf_tempered.privacy.layer_grads.contract import Handler
-from tf_tempered.privacy.layer_grads.registry import derived_weights, register
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath
+from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["DepthwiseConv2DHandler", "DepthwiseHyperparameters", "DepthwisePath", "choose_path",
-           "depthwise_kernel",
            "depthwise_norms", "per_example_kernel_grads"]
 
 
@@ -62,16 +61,17 @@ class DepthwiseHyperparameters:
 
 
 @dataclasses.dataclass(frozen=True)
-class DepthwisePath:
+class DepthwisePath(LayerPath):
     """method: "folded" (depthwise backprop, batch folded into channels) or "patches"."""
     method: str
     materialize: bool = True  # always: rows.linear_norms reads it
 
 
-def depthwise_params(layer, kernel, use_bias):
+def depthwise_hyperparameters(layer, kernel, use_bias):
     """DepthwiseHyperparameters of a DepthwiseConv2D or SeparableConv2D (None: not covered)."""
     padding, data_format = str(layer.padding).lower(), str(layer.data_format).lower()
-    if data_format != "channels_last" or padding not in ("same", "valid") or derived_weights(layer):
+    if (data_format != "channels_last" or padding not in ("same", "valid")
+            or keras_bridge.derived_weights(layer)):
         return None  # channels_first, LoRA, quantized: the generic VJP
     pair = lambda v: tuple(int(i) for i in (v if isinstance(v, (tuple, list)) else (v, v)))
     strides, dilation = pair(layer.strides), pair(layer.dilation_rate)
@@ -94,22 +94,18 @@ class DepthwiseConv2DHandler(Handler):
     sums_rows_per_example = True
 
     def hyperparameters(self, layer):
-        return depthwise_params(layer, depthwise_kernel(layer), layer.use_bias)
+        return depthwise_hyperparameters(layer, keras_bridge.depthwise_kernel(layer),
+                                         layer.use_bias)
 
-    def variables(self, layer, params):
-        kernel = depthwise_kernel(layer)
-        return [kernel, layer.bias] if params.use_bias else [kernel]
+    def variables(self, layer, hparams):
+        kernel = keras_bridge.depthwise_kernel(layer)
+        return [kernel, layer.bias] if hparams.use_bias else [kernel]
 
-    def norms(self, call, params, step):
-        return depthwise_norms(call.inputs, call.grad_output, params, step)
-
-
-def depthwise_kernel(layer):
-    """The depthwise kernel variable: Keras 3 names it `kernel`, Keras 2 `depthwise_kernel`."""
-    return layer.depthwise_kernel if hasattr(layer, "depthwise_kernel") else layer.kernel
+    def layer_result(self, call, hparams, layout):
+        return depthwise_norms(call.inputs, call.grad_output, hparams, layout)
 
 
-def choose_path(params, options):
+def choose_path(hparams, options):
     """The DepthwisePath of a layer (chosen while tracing)."""
     # Not folded when dilated: TF 2.21's CPU depthwise backprop-filter ignores
     # `dilations` eagerly (wrong gradients) and fails in graphs, and
@@ -117,17 +113,17 @@ def choose_path(params, options):
     # which the folded batch does not have when the batch size is unknown.
     # depthwise_max_channel_pairs=0 turns the depthwise backprop off (the XLA steps: XLA
     # on CPU runs it several times slower than patches; step/plan.py).
-    if options.forced == "materialize" or params.dilation_rate != (1, 1) or (
+    if options.forced == "materialize" or hparams.dilation_rate != (1, 1) or (
             options.forced != "depthwise" and options.depthwise_max_channel_pairs == 0):
         return DepthwisePath("patches")
     return DepthwisePath("folded")
 
 
-def depthwise_norms(x, g, params, step):
+def depthwise_norms(x, g, hparams, layout):
     """Norms (kernel, bias) of a depthwise convolution from its input x and output gradient g."""
-    path = choose_path(params, step.options)
-    num_microbatches = step.num_microbatches
-    per_row = per_example_kernel_grads(params, x, g, path, step.options.depthwise_chunk)
+    path = choose_path(hparams, layout.options)
+    num_microbatches = layout.num_microbatches
+    per_row = per_example_kernel_grads(hparams, x, g, path, layout.options.depthwise_chunk)
     # Summed per microbatch even with one example each: an example may have
     # several rows (TimeDistributed gives its layer [B·T, ...]).
     middle = tf.reduce_sum(tf.reshape(
@@ -138,44 +134,44 @@ def depthwise_norms(x, g, params, step):
         return tf.matmul(tf.cast(weights.scale, kept.dtype)[None, None, :], kept)
 
     kernel = rows.KernelGrads(tf.reduce_sum(tf.square(middle), [0, 2]), materialized_sum)
-    src = rows.RowSource(x, g, params.kernel_size[0] * params.kernel_size[1], step.options)
-    return rows.linear_norms(src, path, step, kernel_shape=params.kernel_shape,
-                             use_bias=params.use_bias, kernel=kernel)
+    src = rows.RowSource(x, g, hparams.kernel_size[0] * hparams.kernel_size[1], layout.options)
+    return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
+                             use_bias=hparams.use_bias, kernel=kernel)
 
 
-def per_example_kernel_grads(params, x, g, path, chunk):
+def per_example_kernel_grads(hparams, x, g, path, chunk):
     """Per-example ∂ℓ_b/∂W as [kh·kw, B, cin·dm] (examples on the middle axis, as folded gives)."""
     fn = _folded if path.method == "folded" else _from_patches
     x = tf.cast(x, g.dtype)
     batch = x.shape[0]
     if batch is not None:
-        return tf.concat([fn(params, x[i:i + chunk], g[i:i + chunk])
+        return tf.concat([fn(hparams, x[i:i + chunk], g[i:i + chunk])
                           for i in range(0, batch, chunk)], 1)
 
     def in_chunks():
-        grads = conv_grads.map_padded_chunks(lambda xc, gc: fn(params, xc, gc), x, g, chunk,
+        grads = conv_grads.map_padded_chunks(lambda xc, gc: fn(hparams, xc, gc), x, g, chunk,
                                              parallel_iterations=2)
         grads = tf.transpose(grads, [1, 0, 2, 3])  # [kh·kw, chunks, chunk, cin·dm]
         return tf.reshape(grads, [grads.shape[0], -1, grads.shape[-1]])[:, :tf.shape(x)[0]]
 
-    return tf.cond(tf.shape(x)[0] <= chunk, lambda: fn(params, x, g), in_chunks)
+    return tf.cond(tf.shape(x)[0] <= chunk, lambda: fn(hparams, x, g), in_chunks)
 
 
-def _folded(params, x, g):
+def _folded(hparams, x, g):
     batch = tf.shape(x)[0]
     height, width, cin = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = g.shape[1], g.shape[2]
-    (kh, kw), dm = params.kernel_size, params.depth_multiplier
+    (kh, kw), dm = hparams.kernel_size, hparams.depth_multiplier
     x_folded = tf.reshape(tf.transpose(x, [1, 2, 0, 3]), [1, height, width, batch * cin])
     g_folded = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, oh, ow, batch * cin * dm])
     filters = tf.compat.v1.nn.depthwise_conv2d_native_backprop_filter(
         x_folded, tf.stack([kh, kw, batch * cin, dm]), g_folded,
-        strides=[1, *params.strides, 1], padding=params.padding.upper())
+        strides=[1, *hparams.strides, 1], padding=hparams.padding.upper())
     return tf.reshape(filters, [kh * kw, batch, cin * dm])
 
 
-def _from_patches(params, x, g):
-    (kh, kw), dm, cin = params.kernel_size, params.depth_multiplier, x.shape[-1]
-    patches = tf.reshape(conv_grads.patches(params, x), [tf.shape(x)[0], -1, kh * kw, cin])
+def _from_patches(hparams, x, g):
+    (kh, kw), dm, cin = hparams.kernel_size, hparams.depth_multiplier, x.shape[-1]
+    patches = tf.reshape(conv_grads.patches(hparams, x), [tf.shape(x)[0], -1, kh * kw, cin])
     g = tf.reshape(g, [tf.shape(g)[0], -1, cin, dm])
     return tf.reshape(tf.einsum("bpkc,bpcm->kbcm", patches, g), [kh * kw, -1, cin * dm])

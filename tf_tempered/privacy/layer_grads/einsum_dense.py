@@ -36,6 +36,7 @@ Only :func:`einsum_dense_hyperparameters` looks at a layer (tf-keras or Keras 3)
 import dataclasses
 
 from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.errors import UnsupportedEinsumError
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import rows
@@ -179,23 +180,15 @@ def einsum_dense_hyperparameters(layer):
     """
     if not getattr(layer, "built", False):
         raise ValueError(f"EinsumDense layer {layer.name!r} is not built yet.")
-    if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None):
+    if keras_bridge.derived_weights(layer):
         raise UnsupportedEinsumError(
             f"EinsumDense layer {layer.name!r} uses LoRA or quantization; its trainable "
             "variables are not (kernel, bias), so it needs the generic fallback.")
     equation = str(layer.equation)
     input_spec, _, output_spec = split_operands(equation)
-    ndim = getattr(getattr(layer, "input_spec", None), "ndim", None)
-    if ndim is not None:
-        input_rank = int(ndim)
-    elif getattr(layer, "full_output_shape", None) is not None:
-        output_rank = len(layer.full_output_shape)
-        input_rank = output_rank - len(output_spec.replace("...", "")) + len(
-            input_spec.replace("...", ""))
-    else:
-        input_rank = len(input_spec.replace("...", ""))
-        if "..." in input_spec:
-            raise ValueError(f"Cannot tell the input rank of EinsumDense {layer.name!r}.")
+    input_rank = keras_bridge.einsum_dense_input_rank(layer, input_spec, output_spec)
+    if input_rank is None:
+        raise ValueError(f"Cannot tell the input rank of EinsumDense {layer.name!r}.")
     bias = getattr(layer, "bias", None)
     return EinsumDenseHyperparameters(
         equation=equation,
@@ -226,41 +219,41 @@ class EinsumDenseHandler(Handler):
 
     def hyperparameters(self, layer):
         try:
-            params = einsum_dense_hyperparameters(layer)
-            parse_equation(params.equation, params.input_rank)  # row form, else generic
-            if params.bias_axes is not None:
-                ones_column_valid(params.equation, params.bias_axes)  # checks the bias letters
+            hparams = einsum_dense_hyperparameters(layer)
+            parse_equation(hparams.equation, hparams.input_rank)  # row form, else generic
+            if hparams.bias_axes is not None:
+                ones_column_valid(hparams.equation, hparams.bias_axes)  # checks the bias letters
         except ValueError:  # UnsupportedEinsumError included
             return None
-        return params
+        return hparams
 
-    def variables(self, layer, params):
-        return [layer.kernel] if params.bias_axes is None else [layer.kernel, layer.bias]
+    def variables(self, layer, hparams):
+        return [layer.kernel] if hparams.bias_axes is None else [layer.kernel, layer.bias]
 
-    def norms(self, call, params, step):
-        equation, bias_axes = params.equation, params.bias_axes
+    def layer_result(self, call, hparams, layout):
+        equation, bias_axes = hparams.equation, hparams.bias_axes
         a, g_rows = einsum_rows(equation, call.inputs, call.grad_output)
         d_in, d_out = a.shape[-1], g_rows.shape[-1]
-        src = rows.RowSource(a, g_rows, d_in, step.options)
-        path = rows.RowsPath(rows.choose_materialize(src, step.num_microbatches,
-                                                     step.examples_per_microbatch))
+        src = rows.RowSource(a, g_rows, d_in, layout.options)
+        path = rows.RowsPath(rows.choose_materialize(src, layout.num_microbatches,
+                                                     layout.examples_per_microbatch))
         use_bias = bias_axes is not None
         ones_column = use_bias and ones_column_valid(equation, bias_axes)
         bias_per_microbatch = None
         if use_bias and not ones_column:
             bias_per_microbatch = lambda m: clip.sum_microbatches(
                 per_example_bias_grads(equation, bias_axes, call.grad_output), m)
-        norms = rows.linear_norms(src, path, step, kernel_shape=(d_in, d_out),
+        norms = rows.linear_norms(src, path, layout, kernel_shape=(d_in, d_out),
                                   use_bias=use_bias, bias_per_microbatch=bias_per_microbatch)
 
         def clipped_sum(weights):
             grads = norms.clipped_sum(weights)
-            kernel = kernel_from_matrix(equation, grads[0], params.kernel_shape)
+            kernel = kernel_from_matrix(equation, grads[0], hparams.kernel_shape)
             if not use_bias:
                 return [kernel]
             bias = grads[1]
             if ones_column:  # kernel column order → bias order
-                bias = bias_from_kernel_columns(equation, bias_axes, bias, params.kernel_shape)
-            return [kernel, tf.reshape(bias, params.bias_shape)]
+                bias = bias_from_kernel_columns(equation, bias_axes, bias, hparams.kernel_shape)
+            return [kernel, tf.reshape(bias, hparams.bias_shape)]
 
         return LayerResult(norms.sq_norms, clipped_sum, path)

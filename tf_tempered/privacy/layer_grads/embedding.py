@@ -51,12 +51,15 @@ Example: microbatch 0 = examples 0, 1 looks up row 3 twice and row 1 once.
 [27.0]
 """
 
+import dataclasses
+
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy import keras_bridge
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult, NamedPath
 from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["EmbeddingHandler", "embedding_sq_norms", "embedding_clipped_sum",
-           "embedding_hyperparameters"]
+           "embedding_hyperparameters", "EmbeddingHyperparameters"]
 
 
 def _as_ids(ids, vocab_size=None):
@@ -192,10 +195,20 @@ def embedding_clipped_sum(ids, grad_output, weights, vocab_size, *, dtype=None,
     return tf.IndexedSlices(tf.cast(values, values_dtype), indices, dense_shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class EmbeddingHyperparameters:
+    """Plain values of an Embedding layer (see :func:`embedding_hyperparameters`)."""
+    vocab_size: int
+    output_dim: int
+    dtype: str
+    compute_dtype: str
+    mask_zero: bool
+
+
 def embedding_hyperparameters(layer):
     """Plain values of a Keras 2 or Keras 3 Embedding layer for the functions above.
 
-    Returns a dict: vocab_size (input_dim), output_dim, dtype (the embedding
+    Returns EmbeddingHyperparameters: vocab_size (input_dim), output_dim, dtype (the embedding
     variable's dtype name), compute_dtype (the output's) and mask_zero. The mask
     only tells downstream layers to skip id-0 positions: the layer's own
     gradient is the same with or without it, so it is informational.
@@ -204,22 +217,16 @@ def embedding_hyperparameters(layer):
     Keras 2's sparse=True (SparseTensor output) and Keras 3's LoRA-enabled or
     quantized Embedding (their trainable weights are not the lookup table).
     """
-    if getattr(layer, "sparse", False):
-        raise ValueError(f"Embedding {layer.name!r} has sparse=True (SparseTensor output); "
-                         "only the dense lookup is supported.")
-    if getattr(layer, "lora_enabled", False):
-        raise ValueError(f"Embedding {layer.name!r} has LoRA enabled: its trainable weights "
-                         "are the LoRA factors, not the lookup table.")
-    if getattr(layer, "quantization_mode", None):
-        raise ValueError(f"Embedding {layer.name!r} is quantized "
-                         f"({layer.quantization_mode}); only float tables are supported.")
-    return {
-        "vocab_size": int(layer.input_dim),
-        "output_dim": int(layer.output_dim),
-        "dtype": tf.as_dtype(layer.dtype).name,  # the variable dtype in Keras 2 and 3
-        "compute_dtype": tf.as_dtype(layer.compute_dtype).name,
-        "mask_zero": bool(getattr(layer, "mask_zero", False)),
-    }
+    variant = keras_bridge.embedding_variant(layer)
+    if variant:
+        raise ValueError(f"Embedding {layer.name!r}: {variant}.")
+    return EmbeddingHyperparameters(
+        vocab_size=int(layer.input_dim),
+        output_dim=int(layer.output_dim),
+        dtype=tf.as_dtype(layer.dtype).name,  # the variable dtype in Keras 2 and 3
+        compute_dtype=tf.as_dtype(layer.compute_dtype).name,
+        mask_zero=bool(getattr(layer, "mask_zero", False)),
+    )
 
 
 @register(keras.layers.Embedding)
@@ -242,12 +249,13 @@ class EmbeddingHandler(Handler):
         except ValueError:
             return None
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         return [layer.embeddings]
 
-    def norms(self, call, params, step):
-        vocab = params["vocab_size"]
-        sq = embedding_sq_norms(call.inputs, call.grad_output, step.num_microbatches,
+    def layer_result(self, call, hparams, layout):
+        vocab = hparams.vocab_size
+        sq = embedding_sq_norms(call.inputs, call.grad_output, layout.num_microbatches,
                                 vocab_size=vocab)
         return LayerResult(sq, lambda weights: [embedding_clipped_sum(
-            call.inputs, call.grad_output, weights, vocab, dtype=params["dtype"])], "sparse")
+            call.inputs, call.grad_output, weights, vocab, dtype=hparams.dtype)],
+                           NamedPath("sparse"))

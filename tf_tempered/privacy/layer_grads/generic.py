@@ -23,7 +23,8 @@ exact for any layer whose examples do not mix.
 from tf_tempered._compat import tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
-from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.contract import (Handler, LayerResult, NamedPath,
+                                                        NoHyperparameters)
 
 __all__ = ["GenericHandler", "norms_from_per_example", "per_example_grads"]
 
@@ -38,20 +39,21 @@ class GenericHandler(Handler):
     records_pre_activation = False
 
     def hyperparameters(self, layer):
-        return {}  # the recorded call's own function is all it needs besides the tensors
+        return NoHyperparameters()  # the recorded call is all it needs
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         return keras_bridge.own_trainable_weights(layer)
 
-    def norms(self, call, params, step):
+    def layer_result(self, call, hparams, layout):
         variables = keras_bridge.own_trainable_weights(call.layer)
-        return norms_from_per_example(variables, per_example_grads(call, variables), step,
+        return norms_from_per_example(variables, per_example_grads(call, variables), layout,
                                       "generic")
 
 
-def norms_from_per_example(variables, per_example, step, path):
-    """The LayerResult from per-example gradients [B, *var.shape] of `variables` (summed per microbatch)."""
-    num_microbatches = step.num_microbatches
+def norms_from_per_example(variables, per_example, layout, path_name):
+    """The LayerResult from per-example gradients [B, *var.shape] of `variables` (summed per
+    microbatch), its path ``NamedPath(path_name)``."""
+    num_microbatches = layout.num_microbatches
     grouped = [clip.sum_microbatches(p, num_microbatches) for p in per_example]
     sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [num_microbatches, -1])), 1)
                    for p in grouped])
@@ -63,7 +65,7 @@ def norms_from_per_example(variables, per_example, step, path):
             sums.append(tf.reshape(clip.weighted_sum(flat, weights.scale), var.shape))
         return sums
 
-    return LayerResult(sq, clipped_sum, path, variables=variables)
+    return LayerResult(sq, clipped_sum, NamedPath(path_name), variables=variables)
 
 
 def per_example_grads(call, variables, bypass_activation=False, options=None):
@@ -77,7 +79,7 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
     may be a structure ([output, *states]). A handler's
     `per_example_while_loop(options)` may ask for a tf.map_fn over the examples.
     """
-    slices = getattr(call.handler, "slices_call_args", False)
+    slices = call.handler.slices_call_args
     per_example_args, fixed_args = _split_call_args(call, slices)
 
     def one_example(args):
@@ -97,8 +99,7 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
     def all_examples():
         elems = (call.inputs, call.grad_output) + ((per_example_args,) if per_example_args
                                                   else ())
-        while_loop = getattr(call.handler, "per_example_while_loop", None)
-        if ((while_loop is not None and while_loop(options))
+        if (call.handler.per_example_while_loop(options)
                 or _has_batch_matmul(one_example, elems)):
             # TF 2.21's vectorized_map (pfor) of a batched matmul's gradient with oneDNN
             # on corrupts memory (aborts, or once a wrong norm): a while loop instead.

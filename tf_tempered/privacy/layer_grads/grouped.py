@@ -25,13 +25,13 @@ import dataclasses
 from typing import Any
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.layer_grads.contract import LayerResult
+from tf_tempered.privacy.layer_grads.contract import LayerPath, LayerResult
 
 __all__ = ["GroupedPath", "grouped_norms"]
 
 
 @dataclasses.dataclass(frozen=True)
-class GroupedPath:
+class GroupedPath(LayerPath):
     """The groups count and the path the ungrouped handler took for the first group."""
     groups: int
     group_path: Any
@@ -46,9 +46,9 @@ class _GroupCall:
         self.grad_output = call.grad_output[..., j * cout:(j + 1) * cout]
 
 
-def grouped_norms(ungrouped_norms, call, group_params, groups, step):
-    """Norms of a grouped call from ``ungrouped_norms(group_call, group_params, step)``."""
-    parts = [ungrouped_norms(_GroupCall(call, j, groups), group_params, step)
+def grouped_norms(ungrouped_norms, call, group_params, groups, layout):
+    """Norms of a grouped call from ``ungrouped_norms(group_call, group_hparams, layout)``."""
+    parts = [ungrouped_norms(_GroupCall(call, j, groups), group_params, layout)
              for j in range(groups)]
 
     def clipped_sum(weights):

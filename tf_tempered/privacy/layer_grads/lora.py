@@ -62,7 +62,7 @@ from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import rows
-from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerResult
 from tf_tempered.privacy.layer_grads.einsum_equation import (einsum_rows, kernel_from_matrix,
                                                              parse_equation)
 from tf_tempered.privacy.layer_grads.einsum_dense import ones_column_valid, per_example_bias_grads
@@ -94,7 +94,7 @@ class LoraHyperparameters:
 
 
 @dataclasses.dataclass(frozen=True)
-class LoraPath:
+class LoraPath(LayerPath):
     """The paths taken: each trained factor's (and a trained base kernel's) RowsPath."""
     a: Any = None
     b: Any = None
@@ -134,27 +134,27 @@ def factor_grads(equation, x, g, a, b, scale):
     return out
 
 
-def _row_norms(eq, inputs, grad, shape, step):
+def _row_norms(eq, inputs, grad, shape, layout):
     """LayerResult of one kernel-like weight of the einsum layer `eq` (no bias)."""
     rows_in, rows_g = einsum_rows(eq, inputs, grad)
-    src = rows.RowSource(rows_in, rows_g, rows_in.shape[-1], step.options)
-    path = rows.RowsPath(rows.choose_materialize(src, step.num_microbatches,
-                                                 step.examples_per_microbatch))
-    norms = rows.linear_norms(src, path, step, kernel_shape=(rows_in.shape[-1],
+    src = rows.RowSource(rows_in, rows_g, rows_in.shape[-1], layout.options)
+    path = rows.RowsPath(rows.choose_materialize(src, layout.num_microbatches,
+                                                 layout.examples_per_microbatch))
+    norms = rows.linear_norms(src, path, layout, kernel_shape=(rows_in.shape[-1],
                                                              rows_g.shape[-1]), use_bias=False)
     return LayerResult(norms.sq_norms,
                        lambda w: [kernel_from_matrix(eq, norms.clipped_sum(w)[0], shape)], path)
 
 
-def _bias_norms(params, g, step):
+def _bias_norms(hparams, g, layout):
     """LayerResult of the bias: the output gradient summed over each microbatch's rows."""
-    form = parse_equation(params.equation, output_rank=g.shape.rank)
+    form = parse_equation(hparams.equation, output_rank=g.shape.rank)
     equation = f"{form.input_spec},{form.kernel_spec}->{form.output_spec}"
     per_microbatch = clip.sum_microbatches(
-        per_example_bias_grads(equation, params.bias_axes, g), step.num_microbatches)
+        per_example_bias_grads(equation, hparams.bias_axes, g), layout.num_microbatches)
     return LayerResult(tf.reduce_sum(tf.square(per_microbatch), 1),
                        lambda w: [tf.reshape(clip.weighted_sum(
-                           w.zero_nonfinite(per_microbatch), w.scale), params.bias_shape)])
+                           w.zero_nonfinite(per_microbatch), w.scale), hparams.bias_shape)])
 
 
 def _lora_hyperparameters(layer, equation, bias_axes):
@@ -196,27 +196,27 @@ class _LoraHandler(Handler):
     def hyperparameters(self, layer):
         return _lora_hyperparameters(layer, *self.layer_equation(layer))
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         base, a, b, _ = keras_bridge.lora_factors(layer)
         named = {"kernel": base, "a": a, "b": b, "bias": getattr(layer, "bias", None)}
-        return [named[name] for name in params.trains]
+        return [named[name] for name in hparams.trains]
 
-    def norms(self, call, params, step):
+    def layer_result(self, call, hparams, layout):
         g = clip.widen(tf.convert_to_tensor(call.grad_output))
         x = tf.cast(call.inputs, g.dtype)
         _, a, b, _ = keras_bridge.lora_factors(call.layer)
         a, b = (tf.cast(tf.convert_to_tensor(keras_bridge.watchable(v)), g.dtype)
                 for v in (a, b))
-        problems = _factor_problems(params.equation, x, g, a, b, params.scale)
-        shapes = {"kernel": params.kernel_shape, "a": tuple(a.shape), "b": tuple(b.shape)}
-        parts = [_row_norms(*problems[name], shapes[name], step) if name != "bias"
-                 else _bias_norms(params, g, step) for name in params.trains]
+        problems = _factor_problems(hparams.equation, x, g, a, b, hparams.scale)
+        shapes = {"kernel": hparams.kernel_shape, "a": tuple(a.shape), "b": tuple(b.shape)}
+        parts = [_row_norms(*problems[name], shapes[name], layout) if name != "bias"
+                 else _bias_norms(hparams, g, layout) for name in hparams.trains]
         sq = tf.add_n([part.sq_norms for part in parts])
-        paths = {name: part.path for name, part in zip(params.trains, parts) if name != "bias"}
+        paths = {name: part.path for name, part in zip(hparams.trains, parts) if name != "bias"}
 
         def clipped_sum(weights):
             return [tf.cast(part.clipped_sum(weights)[0], dtype)
-                    for part, dtype in zip(parts, params.dtypes)]
+                    for part, dtype in zip(parts, hparams.dtypes)]
 
         return LayerResult(sq, clipped_sum, LoraPath(**paths))
 

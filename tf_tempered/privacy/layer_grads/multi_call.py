@@ -62,29 +62,29 @@ def group_calls(records):
     return list(groups.values())
 
 
-def multi_call_norms(calls, step):
+def multi_call_norms(calls, layout):
     """Norms of a layer's variables from the per-example sum of its calls' contributions."""
     layer = calls[0].layer
     handler = calls[0].handler
     for call in calls:
-        _check_example_major(call, step)
+        _check_example_major(call, layout)
     merged = None
     if all(c.handler is handler for c in calls):
         merged = handler.merge_calls(calls)  # the handler adds up the calls itself (rnn_rows.py)
         if merged is None and handler.sums_rows_per_example:
             merged = rows_of_calls(calls)
     if merged is not None:
-        layer_norms = handler.norms(merged, calls[0].params, step)
-        return dataclasses.replace(layer_norms, variables=handler.variables(layer, merged.params))
+        layer_norms = handler.layer_result(merged, calls[0].hparams, layout)
+        return dataclasses.replace(layer_norms, variables=handler.variables(layer, merged.hparams))
     variables = keras_bridge.own_trainable_weights(layer)
     per_example = None
     for call in calls:
         grads = generic.per_example_grads(call, variables,
                                           bypass_activation=call.handler.records_pre_activation,
-                                          options=step.options)
+                                          options=layout.options)
         per_example = grads if per_example is None else [
             p + g for p, g in zip(per_example, grads)]
-    return generic.norms_from_per_example(variables, per_example, step,
+    return generic.norms_from_per_example(variables, per_example, layout,
                                           f"multi_call[{len(calls)}]")
 
 
@@ -110,11 +110,11 @@ def rows_of_calls(calls):
         return tf.reshape(stacked, [-1] + stacked.shape[2:].as_list())
 
     return types.SimpleNamespace(
-        layer=calls[0].layer, handler=calls[0].handler, params=calls[0].params,
+        layer=calls[0].layer, handler=calls[0].handler, hparams=calls[0].hparams,
         inputs=example_major(inputs), grad_output=example_major([c.grad_output for c in calls]))
 
 
-def _check_example_major(call, step):
+def _check_example_major(call, layout):
     """Each call must see the batch's examples on axis 0 (else the sum pairs wrong rows)."""
     message = (f"Layer {call.layer.name!r} is called more than once per step, and one call's "
                "input does not have the batch's examples on its first axis, so the DP engine "
@@ -122,9 +122,9 @@ def _check_example_major(call, step):
                "on tensors of shape [batch, ...] (reshape after the call, not before).")
     inputs = tf.nest.flatten(call.inputs)[0]  # a recurrent layer's may be [x, *states]
     rows = inputs.shape[0]
-    if rows is not None and isinstance(step.batch_size, int):
-        if rows != step.batch_size:
+    if rows is not None and isinstance(layout.batch_size, int):
+        if rows != layout.batch_size:
             raise UnsupportedLayerError(message + f" (got {rows} rows for a batch of "
-                                        f"{step.batch_size}).")
+                                        f"{layout.batch_size}).")
         return
-    tf.debugging.assert_equal(tf.shape(inputs)[0], step.batch_size, message=message)
+    tf.debugging.assert_equal(tf.shape(inputs)[0], layout.batch_size, message=message)

@@ -66,16 +66,16 @@ class AffineNormalizationHandler(Handler):
             return None  # an unexpected variant: the generic VJP
         return AffineNormalizationHyperparameters(axes, tuple(v.name for v in variables))
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         return [v for v in (getattr(layer, "gamma", None), getattr(layer, "beta", None))
                 if v is not None]
 
-    def norms(self, call, params, step):
-        variables = self.variables(call.layer, params)
+    def layer_result(self, call, hparams, layout):
+        variables = self.variables(call.layer, hparams)
         beta = getattr(call.layer, "beta", None)
         additive = {keras_bridge.variable_key(beta): 1.0} if beta is not None else {}
         return norms_from_per_example(variables, broadcast_weight_grads(
-            call, variables, params.axes, additive=additive), step, "closed_form")
+            call, variables, hparams.axes, additive=additive), layout, "closed_form")
 
 
 def broadcast_weight_grads(call, variables, axes, additive=None):

@@ -30,8 +30,9 @@ import dataclasses
 
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import generic, multi_call
+from tf_tempered.privacy.layer_grads.contract import NamedPath
 
-__all__ = ["GENERIC", "derived_weights", "describe_path", "handler_for", "lookup", "register",
+__all__ = ["GENERIC", "describe_path", "handler_for", "lookup", "register",
            "registered", "registered_all", "supported_layers_markdown"]
 
 GENERIC = generic.GenericHandler()
@@ -79,25 +80,6 @@ def handler_for(layer, skip=()):
     return None
 
 
-def derived_weights(layer):
-    """Why `layer`'s weights are not the plain variables its handler's math is for, or None.
-
-    Keras 3 layers with LoRA (`lora_rank`, `enable_lora`) compute their kernel
-    (embeddings) from frozen weights plus trainable low-rank factors, and
-    quantized ones from integer weights and scales: `layer.kernel` is then a
-    tensor, not the trainable variable. A handler refuses such a layer
-    (hyperparameters returns None) so that it takes the next handler registered for
-    its class (the LoRA handler, lora.py, for a Dense or EinsumDense with LoRA) or the
-    generic per-example VJP, which is exact for them. Keras 2 layers have neither.
-    """
-    if getattr(layer, "lora_enabled", False):
-        return "LoRA is enabled (its trainable weights are the low-rank factors)"
-    mode = getattr(layer, "quantization_mode", None)
-    if mode:
-        return f"it is quantized ({mode})"
-    return None
-
-
 def lookup(layer, skip=()):
     """(handler, plain hyperparameters) for `layer`; the generic handler where none applies.
 
@@ -113,10 +95,13 @@ def lookup(layer, skip=()):
     """
     skip = tuple(skip)
     while (handler := handler_for(layer, skip)) is not None:
-        params = handler.hyperparameters(layer)
-        if params is not None and _same_variables(handler.variables(layer, params),
+        hparams = handler.hyperparameters(layer)
+        if hparams is not None and not dataclasses.is_dataclass(hparams):
+            raise TypeError(f"Handler {handler.name!r} gave hyperparameters {hparams!r}: the "
+                            "contract is a frozen dataclass (contract.NoHyperparameters if none).")
+        if hparams is not None and _same_variables(handler.variables(layer, hparams),
                                                   keras_bridge.own_trainable_weights(layer)):
-            return handler, params
+            return handler, hparams
         skip += (handler,)  # it declines this configuration: the next registered class's
     return GENERIC, GENERIC.hyperparameters(layer)
 
@@ -131,6 +116,8 @@ def describe_path(path):
     """
     if path is None or isinstance(path, str):
         return path
+    if isinstance(path, NamedPath):
+        return path.name
     if dataclasses.is_dataclass(path):
         fields = ", ".join(f"{f.name}={_describe_value(getattr(path, f.name))}"
                            for f in dataclasses.fields(path))

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Recurrent layers (ConvLSTM*, RNN of other cells, what rnn_rows.py declines) as one unit.
+"""Recurrent layers (RNN of other cells, what rnn_rows.py and conv_lstm.py decline) as one unit.
 
 A recurrent layer uses its cell's weights at every time step, inside its time
 loop (Keras 3, tf-keras' non-fused path) or in a fused kernel that never calls
@@ -37,7 +37,7 @@ from tf_tempered._compat import keras
 from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import generic
-from tf_tempered.privacy.layer_grads.contract import Handler
+from tf_tempered.privacy.layer_grads.contract import Handler, NoHyperparameters
 from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["RecurrentHandler"]
@@ -52,10 +52,11 @@ class RecurrentHandler(Handler):
     """Per-example VJP of the whole recurrent layer call (its cells are not recorded)."""
 
     name = "rnn"
-    summary = ("the whole layer as one unit, its cells' weights included (ConvLSTM1D/2D/3D, "
-               "RNN of a custom or stacked cell, subclasses with a call of their own, and what "
-               "rnn_rows declines: a dtype policy casting the weights; in Bidirectional "
-               "too): a per-example VJP of its call with its mask "
+    summary = ("the whole layer as one unit, its cells' weights included (RNN of a custom or "
+               "stacked cell, subclasses with a call of their own, and what rnn_rows and "
+               "conv_lstm decline: a dtype policy casting the weights, a ConvLSTM called with a "
+               "mask or channels_first; in Bidirectional too): a per-example VJP of its call "
+               "with its mask "
                "and initial states (vectorized on Keras 3; a tf.map_fn on Keras 2 or with "
                "EngineOptions(vectorize_recurrent=False)), logged with the generic layers")
     vjp_of_own_call = True
@@ -70,15 +71,15 @@ class RecurrentHandler(Handler):
 
     def hyperparameters(self, layer):
         _refuse_unsupported(layer)
-        return {}
+        return NoHyperparameters()
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         return keras_bridge.own_trainable_weights(layer)
 
-    def norms(self, call, params, step):
+    def layer_result(self, call, hparams, layout):
         variables = keras_bridge.own_trainable_weights(call.layer)
         return generic.norms_from_per_example(
-            variables, generic.per_example_grads(call, variables, options=step.options), step,
+            variables, generic.per_example_grads(call, variables, options=layout.options), layout,
             "rnn")
 
 

@@ -61,11 +61,11 @@ from typing import Any
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import rows
-from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.rnn_cell_math import cell_math
 
-__all__ = ["RNNRowsHandler", "RNNRowsHyperparameters"]
+__all__ = ["RNNRowsHandler", "RNNRowsHyperparameters", "bind_call", "time_loop"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,7 @@ class RNNRowsHyperparameters:
 
 
 @dataclasses.dataclass(frozen=True)
-class RNNRowsPath:
+class RNNRowsPath(LayerPath):
     """The rows paths of the input part (x_t, δa_t) and the recurrent part (h_{t-1}, δr_t)."""
     inputs: Any
     recurrent: Any
@@ -121,27 +121,27 @@ class RNNRowsHandler(Handler):
             bool(layer.return_sequences), bool(layer.return_state), bool(layer.go_backwards),
             bool(getattr(layer, "zero_output_for_mask", False)))
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         cell = layer.cell
-        return [cell.kernel, cell.recurrent_kernel] + ([cell.bias] if params.use_bias else [])
+        return [cell.kernel, cell.recurrent_kernel] + ([cell.bias] if hparams.use_bias else [])
 
-    def recorded_call(self, layer, params, call_fn, inputs, args, kwargs, wrap):
+    def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap):
         """The layer's output(s) by its own math, or None to leave the call to rnn.py.
 
         Returns (outputs, recorded inputs (X, H_prev[, reset gates]), recorded output A);
         `wrap` is applied to A before the time loop uses it (second_pass's norm hook).
         """
-        call = _bind(call_fn, inputs, args, kwargs)
+        call = bind_call(call_fn, inputs, args, kwargs)
         if call is None:
             return None
         x, initial_state, mask = call
-        cell, math = layer.cell, params.math
+        cell, math = layer.cell, hparams.math
         dtype = x.dtype
-        if params.go_backwards:
+        if hparams.go_backwards:
             x = tf.reverse(x, [1])
             mask = None if mask is None else tf.reverse(mask, [1])
         kernel, u = tf.cast(cell.kernel, dtype), tf.cast(cell.recurrent_kernel, dtype)
-        bias = tf.cast(cell.bias, dtype) if params.use_bias else None
+        bias = tf.cast(cell.bias, dtype) if hparams.use_bias else None
         input_bias, recurrent_bias = bias, None
         if bias is not None and math.split_recurrent_bias:
             input_bias, recurrent_bias = bias[0], bias[1]
@@ -151,72 +151,38 @@ class RNNRowsHandler(Handler):
         a = wrap(a)
         batch = tf.shape(x)[0]
         states = (list(initial_state) if initial_state is not None else
-                  [tf.zeros([batch, params.units], dtype)] * math.num_states)
+                  [tf.zeros([batch, hparams.units], dtype)] * math.num_states)
         step_kwargs = {"recurrent_bias": recurrent_bias} if math.split_recurrent_bias else {}
-
-        # The time loop over [T, B, ...] tensors; swapping the first two axes goes both ways.
-        swap = lambda t: tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
-        num_steps = a.shape[1] if a.shape[1] is not None else tf.shape(a)[1]
-        # Steps are read from TensorArrays (indexing a tensor in the loop would make its
-        # gradient a dense [T, ...] tensor per step).
-        a_steps = tf.TensorArray(a.dtype, size=num_steps).unstack(swap(a))
-        keep_steps = None if mask is None else tf.TensorArray(tf.bool, size=num_steps).unstack(
-            swap(tf.cast(mask, tf.bool)))
-        # Written per step: the state h_t (the next step's h_{t-1}), the output where a
-        # mask can make it differ from h_t, and the GRU's reset gate.
-        arrays = lambda: tf.TensorArray(dtype, size=num_steps, element_shape=states[0].shape)
-        written = [arrays() for _ in range(1 + (mask is not None) + math.has_extras)]
-
-        def body(t, step_states, prev_output, written):
-            output, new_states, extras = math.step(cell, a_steps.read(t), step_states, u,
-                                                   **step_kwargs)
-            if keep_steps is not None:  # a masked step keeps the states (Keras' semantics)
-                keep = keep_steps.read(t)[:, None]
-                new_states = [tf.where(keep, n, o) for n, o in zip(new_states, step_states)]
-                output = tf.where(keep, output,
-                                  tf.zeros_like(output) if params.zero_output_for_mask
-                                  else prev_output)
-                values = [new_states[0], output, *extras]
-            else:
-                values = [new_states[0], *extras]
-            return (t + 1, new_states, output,
-                    [w.write(t, v) for w, v in zip(written, values)])
-
-        # maximum_iterations: XLA differentiates a loop that writes TensorArrays only
-        # with a bound on its length.
-        _, final_states, last_output, written = tf.while_loop(
-            lambda t, *_: t < num_steps, body,
-            (tf.constant(0), states, tf.zeros_like(states[0]), written),
-            maximum_iterations=num_steps)
-        h_seq, *rest = [swap(w.stack()) for w in written]  # [B, T, units]
-        sequence = rest.pop(0) if mask is not None else h_seq
-        h_prev = tf.concat([states[0][:, None], h_seq[:, :-1]], 1)
+        sequence, h_prev, rest, final_states, last_output = time_loop(
+            lambda a_t, step_states: math.step(cell, a_t, step_states, u, **step_kwargs),
+            a, states, mask, zero_output_for_mask=hparams.zero_output_for_mask,
+            num_extras=int(math.has_extras))
         recorded = (x, h_prev) + tuple(rest)
-        output = sequence if params.return_sequences else last_output
-        if params.return_state:
+        output = sequence if hparams.return_sequences else last_output
+        if hparams.return_state:
             result = keras_bridge.rnn_call_result(output, list(final_states))
         else:
             result = output
         return result, recorded, a
 
-    def norms(self, call, params, step):
+    def layer_result(self, call, hparams, layout):
         x, h_prev, *extras = call.inputs
         grad_a = call.grad_output
-        recurrent_inputs, grad_r = params.math.recurrent_rows(h_prev, grad_a, extras)
-        options = step.options
+        recurrent_inputs, grad_r = hparams.math.recurrent_rows(h_prev, grad_a, extras)
+        options = layout.options
         parts = []
         for inputs, grad, shape, use_bias in (
-                (x, grad_a, params.kernel_shape, params.use_bias),
-                (recurrent_inputs, grad_r, params.recurrent_kernel_shape,
-                 params.use_bias and params.math.split_recurrent_bias)):
+                (x, grad_a, hparams.kernel_shape, hparams.use_bias),
+                (recurrent_inputs, grad_r, hparams.recurrent_kernel_shape,
+                 hparams.use_bias and hparams.math.split_recurrent_bias)):
             src = rows.RowSource(inputs, grad, inputs.shape[-1], options)
             if inputs.shape[1] is None:  # unknown length: the ghost norm's cost is unbounded
                 path = rows.RowsPath(options.forced != "ghost" and rows.fits(
-                    src, step.num_microbatches))
+                    src, layout.num_microbatches))
             else:
-                path = rows.RowsPath(rows.choose_materialize(src, step.num_microbatches,
-                                                             step.examples_per_microbatch))
-            parts.append(rows.linear_norms(src, path, step, kernel_shape=shape,
+                path = rows.RowsPath(rows.choose_materialize(src, layout.num_microbatches,
+                                                             layout.examples_per_microbatch))
+            parts.append(rows.linear_norms(src, path, layout, kernel_shape=shape,
                                            use_bias=use_bias))
         inputs_part, recurrent_part = parts
 
@@ -233,7 +199,7 @@ class RNNRowsHandler(Handler):
     def merge_calls(self, calls):
         """A layer called several times: its calls' rows side by side per example (time axis)."""
         return types.SimpleNamespace(
-            layer=calls[0].layer, handler=self, params=calls[0].params,
+            layer=calls[0].layer, handler=self, hparams=calls[0].hparams,
             inputs=tuple(tf.concat(parts, 1) for parts in zip(*(c.inputs for c in calls))),
             grad_output=tf.concat([c.grad_output for c in calls], 1))
 
@@ -243,8 +209,56 @@ def _compute_dtype(layer):
     return tf.as_dtype(dtype).name
 
 
-def _bind(call_fn, inputs, args, kwargs):
-    """(x, initial states or None, mask or None) of an RNN call, or None for other arguments."""
+def time_loop(layout, a, states, mask=None, *, zero_output_for_mask=False, num_extras=0):
+    """Runs ``step(a_t, states) → (output, new states, extras)`` over the steps of a [B, T, ...].
+
+    Returns (the outputs [B, T, ...], the first state entering each step h_{t-1} [B, T, ...],
+    the extras of each step [[B, T, ...]], the final states, the last output). A masked step
+    keeps the states and repeats the previous output (zeros if zero_output_for_mask): Keras'
+    semantics. The states' static shapes must not change from step to step.
+    """
+    # The time loop over [T, B, ...] tensors; swapping the first two axes goes both ways.
+    swap = lambda t: tf.transpose(t, [1, 0] + list(range(2, t.shape.rank)))
+    dtype = states[0].dtype
+    num_steps = a.shape[1] if a.shape[1] is not None else tf.shape(a)[1]
+    # Steps are read from TensorArrays (indexing a tensor in the loop would make its
+    # gradient a dense [T, ...] tensor per step).
+    a_steps = tf.TensorArray(a.dtype, size=num_steps).unstack(swap(a))
+    keep_steps = None if mask is None else tf.TensorArray(tf.bool, size=num_steps).unstack(
+        swap(tf.cast(mask, tf.bool)))
+    # Written per step: the state h_t (the next step's h_{t-1}), the output where a
+    # mask can make it differ from h_t, and the extras (the GRU's reset gate).
+    arrays = lambda: tf.TensorArray(dtype, size=num_steps, element_shape=states[0].shape)
+    written = [arrays() for _ in range(1 + (mask is not None) + num_extras)]
+
+    def body(t, step_states, prev_output, written):
+        output, new_states, extras = layout(a_steps.read(t), step_states)
+        if keep_steps is not None:  # a masked step keeps the states (Keras' semantics)
+            keep = tf.reshape(keep_steps.read(t), [-1] + [1] * (output.shape.rank - 1))
+            new_states = [tf.where(keep, n, o) for n, o in zip(new_states, step_states)]
+            output = tf.where(keep, output,
+                              tf.zeros_like(output) if zero_output_for_mask else prev_output)
+            values = [new_states[0], output, *extras]
+        else:
+            values = [new_states[0], *extras]
+        return (t + 1, new_states, output,
+                [w.write(t, v) for w, v in zip(written, values)])
+
+    # maximum_iterations: XLA differentiates a loop that writes TensorArrays only
+    # with a bound on its length.
+    _, final_states, last_output, written = tf.while_loop(
+        lambda t, *_: t < num_steps, body,
+        (tf.constant(0), states, tf.zeros_like(states[0]), written),
+        maximum_iterations=num_steps)
+    h_seq, *rest = [swap(w.stack()) for w in written]  # [B, T, ...]
+    sequence = rest.pop(0) if mask is not None else h_seq
+    h_prev = tf.concat([states[0][:, None], h_seq[:, :-1]], 1)
+    return sequence, h_prev, rest, final_states, last_output
+
+
+def bind_call(call_fn, inputs, args, kwargs, rank=3):
+    """(x, initial states or None, mask or None) of an RNN call on a [B, T, ...] input of
+    `rank` dimensions, or None for other arguments."""
     try:
         bound = inspect.signature(call_fn).bind(inputs, *args, **kwargs)
     except TypeError:
@@ -265,7 +279,7 @@ def _bind(call_fn, inputs, args, kwargs):
         mask = mask[0]
     if initial_state is not None and not isinstance(initial_state, (list, tuple)):
         initial_state = [initial_state]
-    if not isinstance(x, tf.Tensor) or x.shape.rank != 3:
+    if not isinstance(x, tf.Tensor) or x.shape.rank != rank:
         return None
     if initial_state is not None:
         initial_state = [tf.cast(s, x.dtype) for s in initial_state]

@@ -44,14 +44,14 @@ import numpy as np
 from tf_tempered._compat import tf
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import conv_grads
-from tf_tempered.privacy.layer_grads.contract import LayerResult
+from tf_tempered.privacy.layer_grads.contract import LayerPath, LayerResult
 
 __all__ = ["KernelGrads", "RowSource", "RowsPath", "choose_materialize", "fits",
            "linear_norms", "static_rows"]
 
 
 @dataclasses.dataclass(frozen=True)
-class RowsPath:
+class RowsPath(LayerPath):
     """A row layer's path: materialize True (per-microbatch gradients kept: a
     matrix-vector clipped sum), False (ghost norm, book-keeping sum), or a
     boolean tensor decided per step when the microbatch count is not static."""
@@ -189,23 +189,23 @@ def _over_chunks(fn, src, num_microbatches, examples_per_microbatch):
     if rows is None or not isinstance(num_microbatches, int):
         # Then one example per microbatch (a static count would fix the batch);
         # chunks count microbatches of one row (more rows per example: larger chunks).
-        step = max(1, chunk_bytes // per_row)
+        layout = max(1, chunk_bytes // per_row)
         return tf.cond(tf.shape(x)[0] * per_row <= chunk_bytes,
                        lambda: fn(src, x, g, num_microbatches),
-                       lambda: _over_padded_chunks(fn, src, num_microbatches, step))
+                       lambda: _over_padded_chunks(fn, src, num_microbatches, layout))
     rows_per_microbatch = rows // num_microbatches
-    step = max(1, chunk_bytes // (per_row * rows_per_microbatch)) * rows_per_microbatch
+    layout = max(1, chunk_bytes // (per_row * rows_per_microbatch)) * rows_per_microbatch
     outputs = []
-    for start in range(0, rows, step):
+    for start in range(0, rows, layout):
         # Each chunk starts once the previous one is done, so its patches are freed.
         with tf.control_dependencies(outputs[-1:]):
-            x_chunk = tf.identity(x[start:start + step])
-        outputs.append(fn(src, x_chunk, g[start:start + step],
+            x_chunk = tf.identity(x[start:start + layout])
+        outputs.append(fn(src, x_chunk, g[start:start + layout],
                           x_chunk.shape[0] // rows_per_microbatch))
     return tf.concat(outputs, 0)
 
 
-def _over_padded_chunks(fn, src, num_microbatches, step):
+def _over_padded_chunks(fn, src, num_microbatches, layout):
     """fn over zero-padded chunks of `step` microbatches, one after the other."""
     x, g = src.inputs, src.grad_output
 
@@ -216,8 +216,8 @@ def _over_padded_chunks(fn, src, num_microbatches, step):
         return tf.reshape(t, [-1] + like.shape[1:].as_list())
 
     out = conv_grads.map_padded_chunks(
-        lambda xc, gc: fn(src, merged(xc, x), merged(gc, g), step),
-        by_microbatch(x), by_microbatch(g), step, parallel_iterations=1)
+        lambda xc, gc: fn(src, merged(xc, x), merged(gc, g), layout),
+        by_microbatch(x), by_microbatch(g), layout, parallel_iterations=1)
     return tf.reshape(out, [-1] + out.shape[2:].as_list())[:num_microbatches]
 
 
@@ -235,7 +235,7 @@ def row_book_keeping(src, weights):
                      transpose_a=True), g
 
 
-def linear_norms(src, path, step, *, kernel_shape, use_bias, book_keeping=None,
+def linear_norms(src, path, layout, *, kernel_shape, use_bias, book_keeping=None,
                  kernel=None, bias_per_microbatch=None, bias_from_scaled=None):
     """Norms of a row layer's [kernel, bias] (bias only if use_bias).
 
@@ -266,8 +266,8 @@ def linear_norms(src, path, step, *, kernel_shape, use_bias, book_keeping=None,
     # static count of one per example does not make it one per microbatch).
     separate_bias = use_bias and (materialize is not False or kernel is not None
                                   or not ones_column)
-    bias = bias_per_microbatch(step.num_microbatches) if separate_bias else None
-    sq, materialized_sum = _kernel_sq_norms(src, materialize, kernel, step,
+    bias = bias_per_microbatch(layout.num_microbatches) if separate_bias else None
+    sq, materialized_sum = _kernel_sq_norms(src, materialize, kernel, layout,
                                             with_bias=use_bias and not separate_bias)
     if bias is not None:
         sq += _sq_row_norms(bias)
@@ -297,11 +297,11 @@ def _kept_sum(per_microbatch):
                                              weights.scale)
 
 
-def _kernel_sq_norms(src, materialize, kernel, step, *, with_bias):
+def _kernel_sq_norms(src, materialize, kernel, layout, *, with_bias):
     """(‖g_m‖² of the kernel [M] (+ the bias as a ones column if with_bias), the materialized
     clipped sum or None): from `kernel` if the handler computed it, else ghost norms
     (materialize False), materialized gradients (True), or either chosen per step (a tensor)."""
-    num_microbatches, examples = step.num_microbatches, step.examples_per_microbatch
+    num_microbatches, examples = layout.num_microbatches, layout.examples_per_microbatch
     if kernel is not None:
         return kernel.sq_norms, kernel.materialized_sum
     if materialize is True:

@@ -27,9 +27,9 @@ from typing import Any, Tuple
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_bridge
 from tf_tempered.privacy.layer_grads import rows
-from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
+from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
-from tf_tempered.privacy.layer_grads.depthwise import depthwise_norms, depthwise_params
+from tf_tempered.privacy.layer_grads.depthwise import depthwise_norms, depthwise_hyperparameters
 
 __all__ = ["SeparableConv2DHandler", "SeparableHyperparameters", "SeparablePath",
            "separable_norms"]
@@ -45,7 +45,7 @@ class SeparableHyperparameters:
 
 
 @dataclasses.dataclass(frozen=True)
-class SeparablePath:
+class SeparablePath(LayerPath):
     """The depthwise part's DepthwisePath and the pointwise part's rows.RowsPath."""
     depthwise: Any
     pointwise: Any
@@ -63,41 +63,41 @@ class SeparableConv2DHandler(Handler):
     sums_rows_per_example = True
 
     def hyperparameters(self, layer):
-        depthwise = depthwise_params(layer, layer.depthwise_kernel, use_bias=False)
+        depthwise = depthwise_hyperparameters(layer, layer.depthwise_kernel, use_bias=False)
         if depthwise is None:
             return None
         return SeparableHyperparameters(depthwise, keras_bridge.shape_of(layer.pointwise_kernel),
                                         bool(layer.use_bias))
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         kernels = [layer.depthwise_kernel, layer.pointwise_kernel]
-        return kernels + [layer.bias] if params.use_bias else kernels
+        return kernels + [layer.bias] if hparams.use_bias else kernels
 
-    def norms(self, call, params, step):
+    def layer_result(self, call, hparams, layout):
         return separable_norms(call.inputs, call.grad_output,
                                _value(call.layer.depthwise_kernel),
-                               _value(call.layer.pointwise_kernel), params, step)
+                               _value(call.layer.pointwise_kernel), hparams, layout)
 
 
-def separable_norms(x, g, depthwise_kernel, pointwise_kernel, params, step):
+def separable_norms(x, g, depthwise_kernel, pointwise_kernel, hparams, layout):
     """The LayerResult of a separable convolution from its input x [B, H, W, cin], output
     gradient g [B, oh, ow, filters] and kernels' values ([kh, kw, cin, dm], any shape of
     cin·dm × filters values)."""
-    dw = params.depthwise
+    dw = hparams.depthwise
     x = tf.cast(x, g.dtype)
     depthwise_kernel = tf.cast(depthwise_kernel, g.dtype)
     pointwise = tf.reshape(tf.cast(pointwise_kernel, g.dtype),
-                           params.pointwise_shape[-2:])  # [cin·dm, filters]
+                           hparams.pointwise_shape[-2:])  # [cin·dm, filters]
     u = tf.nn.depthwise_conv2d(x, depthwise_kernel, strides=[1, *dw.strides, 1],
                                padding=dw.padding.upper(), dilations=list(dw.dilation_rate))
-    pointwise_src = rows.RowSource(u, g, pointwise.shape[0], step.options)
+    pointwise_src = rows.RowSource(u, g, pointwise.shape[0], layout.options)
     pointwise_path = rows.RowsPath(rows.choose_materialize(
-        pointwise_src, step.num_microbatches, step.examples_per_microbatch))
-    pointwise_norms = rows.linear_norms(pointwise_src, pointwise_path, step,
-                                        kernel_shape=params.pointwise_shape,
-                                        use_bias=params.use_bias)
+        pointwise_src, layout.num_microbatches, layout.examples_per_microbatch))
+    pointwise_norms = rows.linear_norms(pointwise_src, pointwise_path, layout,
+                                        kernel_shape=hparams.pointwise_shape,
+                                        use_bias=hparams.use_bias)
     grad_u = tf.tensordot(g, pointwise, [[3], [1]])  # ∂ℓ/∂U = G·Pᵀ
-    depthwise = depthwise_norms(x, grad_u, dw, step)
+    depthwise = depthwise_norms(x, grad_u, dw, layout)
 
     def clipped_sum(weights):
         return depthwise.clipped_sum(weights) + pointwise_norms.clipped_sum(weights)

@@ -34,7 +34,7 @@ vectorized VJP.
 
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import keras_bridge
-from tf_tempered.privacy.layer_grads.contract import Handler
+from tf_tempered.privacy.layer_grads.contract import Handler, NoHyperparameters
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.generic import norms_from_per_example
 from tf_tempered.privacy.layer_grads.normalization import broadcast_weight_grads
@@ -55,14 +55,14 @@ class TemperedSigmoidHandler(Handler):
         weights = keras_bridge.own_trainable_weights(layer)
         if not layer.learnable or any(keras_bridge.shape_of(w) for w in weights):
             return None  # not scalars: the generic VJP
-        return {}
+        return NoHyperparameters()
 
-    def variables(self, layer, params):
+    def variables(self, layer, hparams):
         return keras_bridge.own_trainable_weights(layer)
 
-    def norms(self, call, params, step):
-        variables = self.variables(call.layer, params)
+    def layer_result(self, call, hparams, layout):
+        variables = self.variables(call.layer, hparams)
         # φ = s·σ(T·x) − o: the offset's direction is −1 everywhere.
         offset = {keras_bridge.variable_key(call.layer.offset_variable): -1.0}
         return norms_from_per_example(variables, broadcast_weight_grads(
-            call, variables, (), additive=offset), step, "closed_form")
+            call, variables, (), additive=offset), layout, "closed_form")

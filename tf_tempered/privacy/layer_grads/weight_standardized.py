@@ -98,32 +98,32 @@ class WeightStandardizedConv2DHandler(Handler):
                                                  conv2d.use_bias, float(layer.epsilon),
                                                  float(layer.gain()))
 
-    def variables(self, layer, params):
-        return [layer.kernel, layer.bias] if params.use_bias else [layer.kernel]
+    def variables(self, layer, hparams):
+        return [layer.kernel, layer.bias] if hparams.use_bias else [layer.kernel]
 
-    def norms(self, call, params, step):
+    def layer_result(self, call, hparams, layout):
         g = call.grad_output  # [B, oh, ow, cout]
-        conv2d, m = params.conv2d, step.num_microbatches
+        conv2d, m = hparams.conv2d, layout.num_microbatches
         # The statistics in float32 at least, as the layer computes them.
         wide = g.dtype if g.dtype.size >= 4 else tf.float32
         kernel = tf.cast(tf.convert_to_tensor(keras_bridge.watchable(call.layer.kernel)), wide)
-        w_hat, var = standardize_kernel(kernel, params.epsilon)
-        sigma = tf.sqrt(var + tf.constant(params.epsilon, wide))
+        w_hat, var = standardize_kernel(kernel, hparams.epsilon)
+        sigma = tf.sqrt(var + tf.constant(hparams.epsilon, wide))
         rho = tf.cast(var / tf.square(sigma), g.dtype)
         # K = c·G/σ: the Conv2D handler's kernel gradient for the output gradient c·g/σ.
-        w_hat, g_scaled = tf.cast(w_hat, g.dtype), g * tf.cast(params.gain / sigma, g.dtype)
-        kernel_norms = _CONV2D.norms(_Scaled(call.inputs, g_scaled), conv2d, step)
+        w_hat, g_scaled = tf.cast(w_hat, g.dtype), g * tf.cast(hparams.gain / sigma, g.dtype)
+        kernel_norms = _CONV2D.layer_result(_Scaled(call.inputs, g_scaled), conv2d, layout)
 
         z = tf.cast(call.output, g.dtype)
-        if params.use_bias:
+        if hparams.use_bias:
             z -= tf.cast(tf.convert_to_tensor(keras_bridge.watchable(call.layer.bias)), g.dtype)
         per_microbatch = lambda t: tf.reduce_sum(clip.group_rows(t, m), 1)  # [M, cout]
         a = per_microbatch(_patch_sums(tf.cast(call.inputs, g.dtype), conv2d) * g_scaled)
-        b = per_microbatch(z * g_scaled) / params.gain  # Σ K⊙Ŵ = Σ_r (z_r/c)·(c·g_r/σ)
+        b = per_microbatch(z * g_scaled) / hparams.gain  # Σ K⊙Ŵ = Σ_r (z_r/c)·(c·g_r/σ)
         n = float(np.prod(conv2d.kernel_shape[:-1]))
         correction = tf.reduce_sum(tf.square(a) + (2.0 - rho) * tf.square(b), 1) / n
         sq = tf.maximum(kernel_norms.sq_norms - correction, 0.0)
-        bias = per_microbatch(g) if params.use_bias else None
+        bias = per_microbatch(g) if hparams.use_bias else None
         if bias is not None:
             sq += tf.reduce_sum(tf.square(bias), 1)
 
@@ -138,18 +138,18 @@ class WeightStandardizedConv2DHandler(Handler):
         return LayerResult(sq, clipped_sum, kernel_norms.path)
 
 
-def _patch_sums(x, params):
+def _patch_sums(x, hparams):
     """[B, oh, ow, cout]: the sum of the input patch under each output pixel, over the
     output channel's group of input channels (all of them without groups)."""
-    groups, cout = params.groups, params.kernel_shape[-1]
+    groups, cout = hparams.groups, hparams.kernel_shape[-1]
     width = x.shape[-1] // groups
     summed = tf.stack([tf.reduce_sum(x[..., j * width:(j + 1) * width], -1)
                        for j in range(groups)], -1)  # [B, H, W, groups]
-    kh, kw = params.kernel_size
+    kh, kw = hparams.kernel_size
     ones = tf.eye(groups, batch_shape=[kh, kw], dtype=x.dtype)  # each group its own sum
-    sums = tf.nn.convolution(summed, ones, strides=list(params.strides),
-                             padding=params.padding.upper(),
-                             dilations=list(params.dilation_rate))
+    sums = tf.nn.convolution(summed, ones, strides=list(hparams.strides),
+                             padding=hparams.padding.upper(),
+                             dilations=list(hparams.dilation_rate))
     return tf.repeat(sums, cout // groups, axis=-1)
 
 

@@ -33,14 +33,14 @@ def backward(model, forward, plan, batch_size):
     records = forward.recorder.records
     unrecorded = coverage.check(model, records)
     coverage.refuse_reads_outside_calls(forward.recorder)
-    step = layer_grads.MicrobatchLayout(forward.num_microbatches, forward.examples_per_microbatch,
+    layout = layer_grads.MicrobatchLayout(forward.num_microbatches, forward.examples_per_microbatch,
                                         plan.options, batch_size, xla=plan.xla)
     # One entry per layer: a layer called more than once (shared weights) gets the
     # per-example sum of its calls' contributions.
     groups = layer_grads.multi_call.group_calls(records)
     hooks = forward.recorder.norm_hooks
     if hooks is not None:  # second pass: norms inside this backward pass
-        hooks.step, hooks.collecting = step, True
+        hooks.layout, hooks.collecting = layout, True
         hooks.skip = {id(call) for _, calls in groups if len(calls) > 1 for call in calls}
     outputs = [r.output for r in records]
     # The variables no recorded call covers are differentiated only to see, while
@@ -59,4 +59,4 @@ def backward(model, forward, plan, batch_size):
                                                   record.inputs)
     if hooks is not None:
         hooks.collecting = False  # the second pass must not compute norms again
-    return step, groups
+    return layout, groups

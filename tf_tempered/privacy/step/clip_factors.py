@@ -21,7 +21,7 @@ and c_m = 0 where ‖g_m‖ is not finite (that microbatch contributes nothing, 
 ``dp_nonfinite``).
 
 >>> import types
->>> layers = [types.SimpleNamespace(norms=types.SimpleNamespace(sq_norms=tf.constant([9.0, 1.0])))]
+>>> layers = [types.SimpleNamespace(result=types.SimpleNamespace(sq_norms=tf.constant([9.0, 1.0])))]
 >>> norm, finite, weights = clip_factors(layers, 2, l2_norm_clip=2.0)
 >>> [round(float(c), 3) for c in weights.scale]
 [0.667, 1.0]
@@ -37,7 +37,7 @@ def clip_factors(layers, num_microbatches, l2_norm_clip):
     """(‖g_m‖ [M], finite [M] in {0, 1}, ClipWeights c) from the layers' squared norms."""
     sq_norm = tf.zeros([num_microbatches], tf.float32)
     for layer in layers:
-        sq_norm += tf.cast(layer.norms.sq_norms, tf.float32)
+        sq_norm += tf.cast(layer.result.sq_norms, tf.float32)
     norm = tf.sqrt(sq_norm)
     finite = tf.cast(tf.math.is_finite(norm), tf.float32)
     clip = tf.constant(l2_norm_clip, tf.float32)

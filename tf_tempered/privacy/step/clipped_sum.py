@@ -91,7 +91,7 @@ class BookKeeping(ClippedSum):
         del forward, variables
         summed = {}
         for layer in layers:
-            grads = layer.norms.clipped_sum(weights)
+            grads = layer.result.clipped_sum(weights)
             for var, grad in zip(layer.variables, grads):
                 if isinstance(grad, tf.IndexedSlices):
                     # A sparse gradient (Embedding) is densified: the dense noise is added

@@ -49,9 +49,9 @@ def dp_gradients(model, data, *, losses=None):
     batch = unpack_batch(data, xla=plan.xla)
     forward = record_forward(model, batch, plan, losses=losses)
     rows = forward.losses.shape[0]
-    step, groups = backward(model, forward, plan,
+    layout, groups = backward(model, forward, plan,
                             rows if rows is not None else tf.shape(forward.losses)[0])
-    layers = layer_norms(model, state, groups, step, forward.recorder.norm_hooks)
+    layers = layer_norms(model, state, groups, layout, forward.recorder.norm_hooks)
     norm, finite, weights = clip_factors(layers, forward.num_microbatches,
                                          plan.config.l2_norm_clip)
     summed = plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables)

@@ -30,16 +30,16 @@ class NormHooks:
 
     ``wrap(record, output)`` (called while recording) returns ``output`` through an
     identity whose gradient, while ``collecting`` (the first backward pass only), sets
-    ``record.grad_output``, computes ``record.handler.norms(...)`` into ``norms`` and
+    ``record.grad_output``, computes ``record.handler.layer_result(...)`` into ``results`` and
     passes the gradient on only after them. Records of layers called more than once
     (``skip``: their norms need every call's gradient) pass the gradient straight on.
     """
 
     def __init__(self):
-        self.step = None  # layer_grads.MicrobatchLayout, set before the first backward pass
+        self.layout = None  # layer_grads.MicrobatchLayout, set before the first backward pass
         self.skip = set()  # ids of records whose norms are computed afterwards
         self.collecting = False
-        self.norms = {}  # id(record) -> the handler's norms object
+        self.results = {}  # id(record) -> the handler's norms object
 
     def wrap(self, record, output):
         if not isinstance(output, tf.Tensor):
@@ -52,8 +52,8 @@ class NormHooks:
                     return dy
                 record.grad_output = clip.widen(dy)
                 record.inputs = tf.nest.map_structure(clip.widen, record.inputs)
-                layer_norms = record.handler.norms(record, record.params, self.step)
-                self.norms[id(record)] = layer_norms
+                layer_norms = record.handler.layer_result(record, record.hparams, self.layout)
+                self.results[id(record)] = layer_norms
                 with tf.control_dependencies([layer_norms.sq_norms]):
                     return tf.identity(dy)
             return tf.identity(x), grad

@@ -24,39 +24,39 @@ from typing import Any, List
 
 from tf_tempered.privacy import layer_grads, layer_report
 
-__all__ = ["LayerNorms", "layer_norms"]
+__all__ = ["CoveredLayer", "layer_norms"]
 
 _LOG = logging.getLogger("tf_tempered.privacy.engine")
 
 
 @dataclasses.dataclass(frozen=True)
-class LayerNorms:
+class CoveredLayer:
     """One layer's result: its handler's LayerResult and the variables its clipped sum covers."""
 
     first: Any  # the layer's first LayerRecord
     calls: List[Any]
-    norms: Any  # layer_grads.LayerResult
+    result: Any  # layer_grads.LayerResult
     variables: List[Any]
 
 
-def _norms_of(first, calls, step, hooks):
-    if hooks is not None and id(first) in hooks.norms:
-        return hooks.norms[id(first)]  # computed inside the backward pass
+def _norms_of(first, calls, layout, hooks):
+    if hooks is not None and id(first) in hooks.results:
+        return hooks.results[id(first)]  # computed inside the backward pass
     if len(calls) == 1:
-        return first.handler.norms(first, first.params, step)
-    return layer_grads.multi_call.multi_call_norms(calls, step)
+        return first.handler.layer_result(first, first.hparams, layout)
+    return layer_grads.multi_call.multi_call_norms(calls, layout)
 
 
-def layer_norms(model, state, groups, step, hooks):
+def layer_norms(model, state, groups, layout, hooks):
     """[LayerNorms] of every recorded layer (each handler's path is kept for layer_paths)."""
     _log_generic_layers(state, [first for first, _ in groups])
     result = []
     for first, calls in groups:
-        norms = _norms_of(first, calls, step, hooks)
+        norms = _norms_of(first, calls, layout, hooks)
         variables = (norms.variables if norms.variables is not None
-                     else first.handler.variables(first.layer, first.params))
-        result.append(LayerNorms(first, calls, norms, variables))
-    state.layer_paths = layer_report.describe(groups, [r.norms for r in result])
+                     else first.handler.variables(first.layer, first.hparams))
+        result.append(CoveredLayer(first, calls, norms, variables))
+    state.layer_paths = layer_report.describe(groups, [r.result for r in result])
     return result
 
 
