@@ -51,8 +51,8 @@ from conformance_cases import CASES, CASES_BY_FAMILY, FAMILY_OF
 from conftest import extended_run
 from dp_reference import BATCH, assert_engine_matches_reference, onednn_conv_gradients, seeded
 from dp_reference import skip_without_onednn_conv_gradients
-from tf_tempered._compat import KERAS_MAJOR
-from tf_tempered.privacy import EngineOptions, keras_bridge, layer_grads
+from tf_tempered._compat import KERAS_MAJOR, keras
+from tf_tempered.privacy import EngineOptions, keras_bridge, layer_grads, recording
 from tf_tempered.privacy.layer_grads import native
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
@@ -68,6 +68,16 @@ PATTERN_B = [(None, True), (4, False), (1, True)]
 BATCH_KINDS = pytest.mark.parametrize("static_batch", [False, True],
                                       ids=["dynamic-batch", "static-batch"])
 SOME_MICROBATCHES = pytest.mark.parametrize("num_microbatches", [None, 4])
+
+
+def recorded_call(layer, *args, **kwargs):
+    """(outputs with the recorder active, the records) of one eager call of `layer` (the
+    handler-level tests of recurrent units: tests/test_rnn_rows.py, tests/test_conv_lstm.py)."""
+    recording.instrument(keras.Sequential([layer]))  # its cell is part of the unit
+    recorder = recording.Recorder()
+    with recorder.active():
+        out = layer(*args, **kwargs)
+    return out, recorder.records
 
 
 def family_test_file(family):

@@ -23,21 +23,13 @@ path (rnn.py).
 import numpy as np
 import pytest
 
+from conformance_harness import recorded_call
 from dp_reference import LOSS, _reference
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
-from tf_tempered.privacy import DPGradients, layer_grads, layer_paths, recording
-from tf_tempered.privacy.recording import UnsupportedLayerError
+from tf_tempered.privacy import DPGradients, layer_grads, layer_paths
+from tf_tempered.privacy.errors import UnsupportedLayerError
 
 B, T = 4, 3
-
-
-def _recorded(layer, *args, **kwargs):
-    """(outputs with the recorder active, the records) of one eager call of `layer`."""
-    recording.instrument(keras.Sequential([layer]))  # its cell is part of the unit
-    recorder = recording.Recorder()
-    with recorder.active():
-        out = layer(*args, **kwargs)
-    return out, recorder.records
 
 
 LAYERS = {  # (layer, input shape per step, recorded H_prev shape per step)
@@ -64,7 +56,7 @@ def test_own_forward_pass_equals_the_layer(kind):
     layer = make()
     x = np.random.default_rng(0).normal(size=(B, T) + step_shape).astype("float32")
     expected = layer(x, training=True)  # builds it; the layer's own call
-    out, records = _recorded(layer, x, training=True)
+    out, records = recorded_call(layer, x, training=True)
     assert [r.handler.name for r in records] == ["conv_lstm"]
     for e, o in zip(tf.nest.flatten(expected), tf.nest.flatten(out)):
         np.testing.assert_allclose(o.numpy(), e.numpy(), rtol=1e-5, atol=1e-5)
@@ -80,7 +72,7 @@ def test_initial_state_is_used():
     x = np.random.default_rng(0).normal(size=(B, T, 5, 5, 2)).astype("float32")
     h0 = tf.constant(np.random.default_rng(1).normal(size=(B, 5, 5, 3)).astype("float32"))
     expected = layer(x, initial_state=[h0, 2 * h0])
-    out, records = _recorded(layer, x, initial_state=[h0, 2 * h0])
+    out, records = recorded_call(layer, x, initial_state=[h0, 2 * h0])
     assert records[0].handler.name == "conv_lstm"
     for e, o in zip(expected, out):
         np.testing.assert_allclose(o.numpy(), e.numpy(), rtol=1e-5, atol=1e-5)
@@ -94,7 +86,7 @@ def test_keras2_list_inputs_carry_the_initial_states():
     x = np.random.default_rng(0).normal(size=(B, T, 6, 2)).astype("float32")
     h0 = tf.ones([B, 6, 2])
     expected = layer(x, initial_state=[h0, h0])
-    out, records = _recorded(layer, [x, h0, h0])
+    out, records = recorded_call(layer, [x, h0, h0])
     assert records[0].handler.name == "conv_lstm"
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
 
@@ -128,7 +120,7 @@ def test_a_call_with_a_mask_takes_the_recurrent_unit_path():
     layer = keras.layers.ConvLSTM1D(2, 2)
     x = np.random.default_rng(0).normal(size=(B, T, 5, 2)).astype("float32")
     layer(x)
-    _, records = _recorded(layer, x, mask=tf.ones([B, T], tf.bool))
+    _, records = recorded_call(layer, x, mask=tf.ones([B, T], tf.bool))
     assert [r.handler.name for r in records] == ["rnn"]
 
 

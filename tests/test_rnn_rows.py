@@ -22,8 +22,9 @@ the configurations it declines go to the recurrent unit's path (rnn.py).
 import numpy as np
 import pytest
 
+from conformance_harness import recorded_call
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
-from tf_tempered.privacy import layer_grads, recording
+from tf_tempered.privacy import layer_grads
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
 B, T, D = 4, 6, 3
@@ -36,15 +37,6 @@ def _inputs(seed=0):
 def _mask():
     lengths = np.array([6, 4, 1, 3])
     return np.arange(T)[None, :] < lengths[:, None]
-
-
-def _recorded(layer, *args, **kwargs):
-    """(outputs with the recorder active, the records) of one eager call of `layer`."""
-    recording.instrument(keras.Sequential([layer]))  # its cell is part of the unit
-    recorder = recording.Recorder()
-    with recorder.active():
-        out = layer(*args, **kwargs)
-    return out, recorder.records
 
 
 LAYERS = {
@@ -71,7 +63,7 @@ def test_own_forward_pass_equals_the_layer(kind, options, masked):
     x = _inputs()
     mask = tf.constant(_mask()) if masked else None
     expected = layer(x, mask=mask, training=True)  # builds it; the layer's own call
-    out, records = _recorded(layer, x, mask=mask, training=True)
+    out, records = recorded_call(layer, x, mask=mask, training=True)
     assert [r.handler.name for r in records] == ["rnn_rows"]
     for e, o in zip(tf.nest.flatten(expected), tf.nest.flatten(out)):
         np.testing.assert_allclose(o.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
@@ -88,7 +80,7 @@ def test_initial_state_is_used():
     x = _inputs()
     h0 = tf.constant(np.random.default_rng(1).normal(size=(B, 5)).astype("float32"))
     expected = layer(x, initial_state=[h0, 2 * h0])
-    out, records = _recorded(layer, x, initial_state=[h0, 2 * h0])
+    out, records = recorded_call(layer, x, initial_state=[h0, 2 * h0])
     assert records[0].handler.name == "rnn_rows"
     for e, o in zip(expected, out):
         np.testing.assert_allclose(o.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
@@ -117,7 +109,7 @@ def test_gru_with_reset_before_runs_its_own_math():
     layer = keras.layers.GRU(5, reset_after=False, return_sequences=True, return_state=True)
     x = _inputs()
     expected = layer(x)
-    out, records = _recorded(layer, x)
+    out, records = recorded_call(layer, x)
     assert records[0].handler.name == "rnn_rows" and len(records[0].inputs) == 3
     for e, o in zip(expected, out):
         np.testing.assert_allclose(o.numpy(), e.numpy(), rtol=1e-5, atol=1e-6)
@@ -139,6 +131,6 @@ def test_keras2_list_inputs_carry_the_initial_states():
     x = _inputs()
     h0 = tf.ones([B, 5])
     expected = layer(x, initial_state=h0)
-    out, records = _recorded(layer, [x, h0])
+    out, records = recorded_call(layer, [x, h0])
     assert records[0].handler.name == "rnn_rows"
     np.testing.assert_allclose(out.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)

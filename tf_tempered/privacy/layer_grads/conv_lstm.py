@@ -63,7 +63,7 @@ from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerRe
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DHyperparameters
 from tf_tempered.privacy.layer_grads.conv3d import Conv3DHandler, Conv3DHyperparameters
 from tf_tempered.privacy.layer_grads.registry import register
-from tf_tempered.privacy.layer_grads.rnn_rows import bind_call, time_loop
+from tf_tempered.privacy.layer_grads.rnn_rows import bind_call, merge_calls_on_time_axis, time_loop
 
 __all__ = ["ConvLSTMHandler", "ConvLSTMHyperparameters", "ConvLSTMPath"]
 
@@ -185,11 +185,7 @@ class ConvLSTMHandler(Handler):
                            ConvLSTMPath(inputs_part.path, recurrent_part.path))
 
     def merge_calls(self, calls):
-        """A layer called several times: its calls' steps side by side per example (time axis)."""
-        return types.SimpleNamespace(
-            layer=calls[0].layer, handler=self, hparams=calls[0].hparams,
-            inputs=tuple(tf.concat(parts, 1) for parts in zip(*(c.inputs for c in calls))),
-            grad_output=tf.concat([c.grad_output for c in calls], 1))
+        return merge_calls_on_time_axis(self, calls)
 
 
 def _keras_cell_class():

@@ -65,7 +65,8 @@ from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerRe
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.rnn_cell_math import cell_math
 
-__all__ = ["RNNRowsHandler", "RNNRowsHyperparameters", "bind_call", "time_loop"]
+__all__ = ["RNNRowsHandler", "RNNRowsHyperparameters", "bind_call", "merge_calls_on_time_axis",
+           "time_loop"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,11 +198,16 @@ class RNNRowsHandler(Handler):
                      RNNRowsPath(inputs_part.path, recurrent_part.path))
 
     def merge_calls(self, calls):
-        """A layer called several times: its calls' rows side by side per example (time axis)."""
-        return types.SimpleNamespace(
-            layer=calls[0].layer, handler=self, hparams=calls[0].hparams,
-            inputs=tuple(tf.concat(parts, 1) for parts in zip(*(c.inputs for c in calls))),
-            grad_output=tf.concat([c.grad_output for c in calls], 1))
+        return merge_calls_on_time_axis(self, calls)
+
+
+def merge_calls_on_time_axis(handler, calls):
+    """A layer called several times: its calls' steps side by side per example (time axis),
+    as one call-like record of ``handler``."""
+    return types.SimpleNamespace(
+        layer=calls[0].layer, handler=handler, hparams=calls[0].hparams,
+        inputs=tuple(tf.concat(parts, 1) for parts in zip(*(c.inputs for c in calls))),
+        grad_output=tf.concat([c.grad_output for c in calls], 1))
 
 
 def _compute_dtype(layer):
