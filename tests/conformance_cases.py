@@ -555,8 +555,8 @@ class ConformanceCase:
         one two-pass mode only; the sensitivity test takes the tf.map_fn.
     default_paths: the paths the default run takes (None: every path); the others run with
         --extended.
-    onednn_only: grouped convolutions or dilated transposed ones, which TensorFlow
-        differentiates only with oneDNN on CPU (dp_reference.onednn_conv_gradients).
+    onednn_only: dilated transposed convolutions, which Keras 3 differentiates on CPU only
+        with oneDNN (dp_reference.onednn_conv_gradients).
     keras3_only: uses Keras 3 features (LoRA, per-variable trainable flags); not a case on
         Keras 2.
     """
@@ -613,11 +613,11 @@ _FAMILIES = {
               {"WeightStandardizedConv2D": "weight_standardized_conv2d",
                "GroupNormalization": "normalization", "Dense": "dense"}),
         _Case("grouped_conv1d", _grouped_conv1d, lambda s: _floats((10, 4), s), {"auto": {}},
-              {"Conv1D": "conv1d", "Dense": "dense"}, onednn_only=True),
+              {"Conv1D": "conv1d", "Dense": "dense"}),
         _Case("grouped_conv2d", _grouped_conv2d, lambda s: _floats((6, 6, 4), s), CONV_PATHS,
-              {"Conv2D": "conv2d", "Dense": "dense"}, onednn_only=True),
+              {"Conv2D": "conv2d", "Dense": "dense"}),
         _Case("grouped_conv3d", _grouped_conv3d, lambda s: _floats((3, 4, 4, 4), s),
-              {"auto": {}}, {"Conv3D": "conv3d", "Dense": "dense"}, onednn_only=True),
+              {"auto": {}}, {"Conv3D": "conv3d", "Dense": "dense"}),
     ),
     "conv_transpose": (
         _Case("conv_transpose", _conv_transpose, lambda s: _floats((3, 2, 3), s), CONV_PATHS,

@@ -229,8 +229,8 @@ def check_layers_take_their_handlers(name):
 
 
 def run_onednn_only_cases_in_subprocess(request):
-    """Without oneDNN (e.g. an AVX2-only CPU) TensorFlow cannot differentiate grouped
-    convolutions nor dilated transposed ones, so those cases skip; they then run here in
+    """Without oneDNN (e.g. an AVX2-only CPU) TensorFlow cannot differentiate Keras 3's
+    dilated transposed convolutions, so those cases skip; they then run here in
     a subprocess with TF_ENABLE_ONEDNN_OPTS=1 (each case once, every path of each with
     --extended, and one two-pass run), from their family files."""
     if onednn_conv_gradients():

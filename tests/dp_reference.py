@@ -44,20 +44,29 @@ def _microbatch_grads(model, x, y, num_microbatches, loss_of_batch=None, weights
     """
     rows = len(tf.nest.flatten(x)[0])
     size = rows // num_microbatches
-    grads = []
-    for m in range(num_microbatches):
-        xs = tf.nest.map_structure(lambda t: t[m * size:(m + 1) * size], x)  # noqa: B023
-        ys = tf.nest.map_structure(lambda t: t[m * size:(m + 1) * size], y)  # noqa: B023
+
+    def gradient(xs, ys, weight):
         with tf.GradientTape() as tape:
             predictions = model(xs, training=True)
             loss = (tf.reduce_mean(LOSS(ys, predictions)) if loss_of_batch is None
                     else loss_of_batch(ys, predictions, model))
-            if weights is not None:
-                loss = loss * weights[m]
+            if weight is not None:
+                loss = loss * weight
         g = tape.gradient(loss, model.trainable_variables,
                           unconnected_gradients=tf.UnconnectedGradients.ZERO)
         # tf.convert_to_tensor: an Embedding's gradient is IndexedSlices (duplicates summed).
-        grads.append([tf.convert_to_tensor(t).numpy().astype(np.float64) for t in g])
+        return [tf.convert_to_tensor(t) for t in g]
+
+    if loss_of_batch is None and weights is None:
+        # One trace for all microbatches: Keras XLA-compiles a grouped convolution, anew
+        # at every eager call (12 s of a grouped Conv1D case's 15 s, 1.4 s traced).
+        gradient = tf.function(gradient)
+    grads = []
+    for m in range(num_microbatches):
+        xs = tf.nest.map_structure(lambda t: t[m * size:(m + 1) * size], x)  # noqa: B023
+        ys = tf.nest.map_structure(lambda t: t[m * size:(m + 1) * size], y)  # noqa: B023
+        weight = None if weights is None else weights[m]
+        grads.append([t.numpy().astype(np.float64) for t in gradient(xs, ys, weight)])
     return grads
 
 
@@ -194,23 +203,20 @@ _ONEDNN_CONV_GRADIENTS = []
 
 
 def onednn_conv_gradients():
-    """Whether TensorFlow differentiates the convolutions only oneDNN runs on CPU here.
+    """Whether this process differentiates Keras' dilated transposed convolutions.
 
-    Grouped convolutions (groups > 1) and dilated transposed convolutions: on CPU
-    both need oneDNN (TensorFlow turns it on by default only on CPUs with AVX-512
-    VNNI/BF16 or AMX; TF_ENABLE_ONEDNN_OPTS=1 turns it on elsewhere); without it
-    even a non-private step fails ("Gradients for grouped convolutions are not
-    supported on CPU"; Conv2DBackpropInput refusing dilations), so the engine's
-    cases with them cannot run.
+    TensorFlow's CPU kernel of their gradient (Conv2DBackpropInput with dilations) needs
+    oneDNN, which TensorFlow turns on by default only on CPUs with AVX-512 VNNI/BF16 or
+    AMX (TF_ENABLE_ONEDNN_OPTS=1 turns it on elsewhere); Keras 3's Conv2DTranspose calls
+    it, tf-keras' does not. (Grouped convolutions, which TF's CPU kernels differentiate
+    only with oneDNN too, run anywhere: both Kerases XLA-compile them.)
     """
     if not _ONEDNN_CONV_GRADIENTS:
-        kernel = tf.Variable(tf.ones([1, 1, 1, 2]))
+        layer = keras.layers.Conv2DTranspose(1, 2, padding="same", dilation_rate=2)
         try:
             with tf.GradientTape() as tape:
-                y = tf.reduce_sum(tf.nn.conv2d(tf.ones([1, 1, 3, 2]), kernel, 1, "VALID"))
-                y += tf.reduce_sum(tf.nn.conv2d_transpose(
-                    tf.ones([1, 3, 3, 2]), kernel, [1, 3, 3, 1], 1, "SAME", dilations=2))
-            tape.gradient(y, kernel)
+                y = tf.reduce_sum(layer(tf.ones([1, 3, 3, 2])))
+            tape.gradient(y, layer.trainable_variables)
             _ONEDNN_CONV_GRADIENTS.append(True)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
             _ONEDNN_CONV_GRADIENTS.append(False)
@@ -220,9 +226,9 @@ def onednn_conv_gradients():
 def skip_without_onednn_conv_gradients():
     import pytest  # pylint: disable=g-import-not-at-top
     if not onednn_conv_gradients():
-        pytest.skip("TensorFlow cannot differentiate grouped convolutions or dilated "
-                    "transposed convolutions on this CPU (oneDNN is off; "
-                    "TF_ENABLE_ONEDNN_OPTS=1 turns it on)")
+        pytest.skip("TensorFlow cannot differentiate Keras' dilated transposed "
+                    "convolutions on this CPU (oneDNN is off; TF_ENABLE_ONEDNN_OPTS=1 turns "
+                    "it on)")
 
 
 def _seeded(builder, seed=0):

@@ -15,8 +15,8 @@
 
 Each handler, on every path it can take (TF ops, each strategy forced, the native op),
 against the float64 per-microbatch reference: the "conv" family of
-tests/conformance_cases.py on tests/conformance_harness.py (the grouped cases need oneDNN:
-tests/test_conformance_matrix.py runs them in a subprocess where this process cannot).
+tests/conformance_cases.py on tests/conformance_harness.py (the grouped cases too: Keras
+XLA-compiles grouped convolutions, which TF's CPU kernels differentiate only with oneDNN).
 Then per-path references on the same reference (dp_reference.py) for what the cases
 do not hold: dilated Conv2D in float32 and float64, with microbatches, of unknown spatial
 size; TimeDistributed Conv2D; the paper's kind of CNN with a learnable TemperedSigmoid.

@@ -67,10 +67,10 @@ def test_two_pass_cases_cover_every_pair():
 
 @pytest.mark.skipif(KERAS_MAJOR == 2, reason="the Keras 3 suite runs the oneDNN-only cases")
 def test_onednn_only_cases_run_with_onednn_where_this_process_cannot(request):
-    """Without oneDNN (e.g. an AVX2-only CPU) TensorFlow cannot differentiate grouped
-    convolutions nor dilated transposed ones, so those cases skip; they then run here in
-    a subprocess with TF_ENABLE_ONEDNN_OPTS=1 (each case once, every path of each with
-    --extended, and one two-pass run)."""
+    """Without oneDNN (e.g. an AVX2-only CPU) TensorFlow cannot differentiate Keras 3's
+    dilated transposed convolutions, so that case skips; it then runs here in a subprocess
+    with TF_ENABLE_ONEDNN_OPTS=1 (once, every path with --extended, and one two-pass run
+    if the default run has one)."""
     run_onednn_only_cases_in_subprocess(request)
 
 

@@ -23,7 +23,6 @@ import types
 import numpy as np
 import pytest
 
-from dp_reference import skip_without_onednn_conv_gradients
 from tf_tempered._compat import keras, tf
 from tf_tempered.layers import WeightStandardizedConv2D
 from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, layer_grads,
@@ -40,8 +39,6 @@ def test_weight_standardized_handler_matches_per_example_tapes_under_xla(groups,
     norms with the book-keeping sum; groups = 2 (the patch sums per group of input
     channels) with kept per-example gradients (the depthwise backprop); the ghost case
     fan-in scaled (c·Ŵ: the gain enters K and b differently)."""
-    if groups > 1:
-        skip_without_onednn_conv_gradients()
     layer = WeightStandardizedConv2D(4, 3, strides=2, padding="same", groups=groups,
                                      epsilon=0.05, scaled=scaled, dtype="float64")
     x = np.random.default_rng(0).normal(size=(6, 6, 5, 4))

@@ -111,7 +111,7 @@ MODELS = {
                 "Dense": "dense"}, False),
     "vision_grouped": (_vision_grouped, lambda: _floats((9, 9, 4)),
                        {"Conv2D": "conv2d", "GroupNormalization": "normalization",
-                        "Dense": "dense"}, True),
+                        "Dense": "dense"}, False),
     "text": (_text, lambda: _ids((8,)),
              {"Embedding": "embedding", "Conv1D": "conv1d", "LSTM": "rnn_rows",
               "EinsumDense": "einsum_dense", "LayerNormalization": "normalization",
