@@ -108,8 +108,8 @@ import tf_tempered
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered import models
 from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
-from tf_tempered.privacy import (DPKerasSGDOptimizer, EngineOptions, is_private, keras_bridge,
-                                 layer_paths, make_private)
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, is_private, layer_paths, make_private
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_ghost", "tf_tempered_tf_ops",
          "tf_tempered_second_pass", "tf_tempered_low_memory",

@@ -52,7 +52,8 @@ from conftest import extended_run
 from dp_reference import BATCH, assert_engine_matches_reference, onednn_conv_gradients, seeded
 from dp_reference import skip_without_onednn_conv_gradients
 from tf_tempered._compat import KERAS_MAJOR, keras
-from tf_tempered.privacy import EngineOptions, keras_bridge, layer_grads, recording
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import EngineOptions, layer_grads, recording
 from tf_tempered.privacy.layer_grads import native
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent

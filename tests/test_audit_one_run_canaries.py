@@ -17,7 +17,7 @@ from tf_tempered.audit import (GradientCanaries, black_box_one_run, canary_score
 from tf_tempered.audit.black_box import split_canaries
 from tf_tempered.privacy import make_private
 from tf_tempered.privacy.accounting import compute_epsilon
-from tf_tempered.privacy.keras_bridge import variable_key
+from tf_tempered.keras_bridge import variable_key
 
 
 def _dense(inputs=3, units=4, use_bias=True):

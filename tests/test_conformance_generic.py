@@ -32,8 +32,8 @@ from conformance_harness import BATCH_KINDS, SOME_MICROBATCHES, family_tests, ra
 from dp_reference import BATCH, assert_engine_matches_reference, seeded
 from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import (DPKerasSGDOptimizer, UnsupportedLayerError, keras_bridge,
-                                 layer_grads, make_private)
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import DPKerasSGDOptimizer, UnsupportedLayerError, layer_grads, make_private
 
 FAMILY = "generic"
 

@@ -56,7 +56,8 @@ def test_text_classifier_bilstm_takes_the_recurrent_rows_handler():
         import text_classifier_dp  # pylint: disable=import-outside-toplevel
     finally:
         sys.path.remove(str(REPO / "examples"))
-    from tf_tempered.privacy import keras_bridge, layer_grads  # pylint: disable=import-outside-toplevel
+    from tf_tempered import keras_bridge
+    from tf_tempered.privacy import layer_grads  # pylint: disable=import-outside-toplevel
     model = text_classifier_dp.lstm_classifier(vocab_size=300, seq_len=16)
     lstms = [layer for layer in keras_bridge.flatten_layers(model)
              if type(layer).__name__ == "LSTM"]

@@ -31,7 +31,8 @@ from dp_reference import (BATCH, assert_engine_matches_reference, seeded,
                           skip_without_onednn_conv_gradients)
 from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import keras_bridge, layer_grads
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import layer_grads
 
 _VOCAB = 20000
 

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, keras_bridge, make_private
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 RECOMPUTE = EngineOptions(clipped_sum="recompute")

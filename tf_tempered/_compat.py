@@ -39,8 +39,8 @@ import os
 import sys
 
 __all__ = ["bootstrap", "tf", "keras", "tensorflow_privacy", "require_tensorflow_privacy",
-           "KERAS_MAJOR", "check_same_keras", "is_functional_model", "legacy_keras_requested",
-           "other_keras_name", "register_activation_name",
+           "KERAS_MAJOR", "check_same_keras", "legacy_keras_requested",
+           "other_keras_name",
            "KERAS_MISMATCH_MESSAGE", "TF_PRIVACY_NEEDS_KERAS2_MESSAGE",
            "KERAS3_BOUND_MESSAGE", "TF_PRIVACY_MISSING_MESSAGE"]
 
@@ -223,29 +223,3 @@ def check_same_keras(obj, argument):
            "imported to use Keras 2 throughout" if KERAS_MAJOR == 3 else
            "`tf.keras` / `import tf_keras` (not the keras package), or unset TF_USE_LEGACY_KERAS "
            "to use Keras 3 throughout") + " (then restart the process).")
-
-
-# --- Keras internals outside the DP engine (the engine's are in privacy/keras_bridge.py) ---
-
-def register_activation_name(name, function):
-    """Makes the string `name` resolve to `function` in `activation=` arguments, on either Keras.
-
-    Keras 2 resolves activation strings through its custom-object registry. Keras 3's
-    ``keras.activations.get`` looks strings up in its table of built-in activations
-    only (an internal dict), so the name is added there too. Either way a user's own
-    `name`, registered first, is kept.
-    """
-    keras.utils.get_custom_objects().setdefault(name, function)
-    if KERAS_MAJOR == 3:
-        from keras.src import activations as keras_activations  # pylint: disable=g-import-not-at-top
-        keras_activations.ALL_OBJECTS_DICT.setdefault(name, function)
-
-
-def is_functional_model(model):
-    """True for a Functional (graph-of-layers) model, Sequential included, on either Keras."""
-    if KERAS_MAJOR == 3:
-        # Keras 3 has no public name for the class of Functional models.
-        from keras.src.models.functional import Functional  # pylint: disable=g-import-not-at-top
-        return isinstance(model, Functional)
-    # Keras 2 marks Functional models (and Sequential ones) as graph networks.
-    return getattr(model, "_is_graph_network", False)

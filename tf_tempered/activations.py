@@ -33,7 +33,8 @@ import numbers
 
 import numpy as np
 
-from tf_tempered._compat import KERAS_MAJOR, keras, register_activation_name, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
+from tf_tempered.keras_bridge import register_activation_name
 
 __all__ = ["tempered_sigmoid", "check_tempered_sigmoid_args", "inverse_softplus",
            "smallest_normal", "register_serializable"]

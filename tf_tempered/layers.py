@@ -33,6 +33,7 @@ import numbers
 
 import numpy as np
 
+from tf_tempered import keras_bridge
 from tf_tempered._compat import keras, tf  # noqa: F401  (tf: used by the doctests)
 from tf_tempered.activations import _Ops  # pylint: disable=protected-access
 from tf_tempered.activations import check_tempered_sigmoid_args
@@ -250,10 +251,9 @@ class WeightStandardizedConv2D(keras.layers.Conv2D):
         # handler (which would compute the gradient of Ŵ, not of V) never takes it.
         inputs = tf.convert_to_tensor(inputs)
         kernel = tf.cast(self.standardized_kernel(), inputs.dtype)
-        jit_op = getattr(self, "_jit_compiled_convolution_op", None)
+        jit_op = keras_bridge.grouped_convolution_op(self)
         if self.groups > 1 and jit_op is not None:
-            # As tf-keras' Conv2D does: TF's CPU kernels differentiate a grouped
-            # convolution only XLA-compiled (or with oneDNN, float32 only).
+            # As tf-keras' Conv2D does (the bridge says why).
             outputs = jit_op(inputs, kernel)
         else:
             outputs = self.convolution_op(inputs, kernel)

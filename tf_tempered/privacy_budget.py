@@ -31,7 +31,8 @@ import pathlib
 import warnings
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import accounting, errors, keras_bridge, randomness, settings
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import accounting, errors, randomness, settings
 from tf_tempered.privacy.ledger import PrivacyLedger, Segment
 from tf_tempered.privacy.make_private import has_secret_dp_randomness
 from tf_tempered.privacy.state import get_state

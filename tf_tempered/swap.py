@@ -22,7 +22,8 @@ its config, with every matching activation replaced by a fresh layer from
 import copy
 import itertools
 
-from tf_tempered._compat import is_functional_model, keras
+from tf_tempered._compat import keras
+from tf_tempered.keras_bridge import is_functional_model
 from tf_tempered.models import resolve_activation
 
 _is_functional = is_functional_model

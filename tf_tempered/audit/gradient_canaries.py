@@ -41,7 +41,7 @@ import secrets
 import numpy as np
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step import clip_factors as clip_factor_stage
 

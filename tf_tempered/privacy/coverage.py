@@ -24,7 +24,8 @@ weights used without calling it), so that none is trained silently with a zero
 gradient.
 """
 
-from tf_tempered.privacy import keras_bridge, recording
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import recording
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
 __all__ = ["check", "refuse_reads_outside_calls", "refuse_unrecorded_dependencies"]

@@ -34,7 +34,8 @@ from typing import Optional
 import numpy as np  # noqa: F401  (used by the doctest)
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge, randomness
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import randomness
 
 __all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches"]
 

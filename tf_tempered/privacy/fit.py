@@ -33,7 +33,7 @@ import math
 import warnings
 
 from tf_tempered._compat import keras
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.fit_data import plan_fit_data
 from tf_tempered.privacy.ledger import Segment
 from tf_tempered.privacy.state import get_state

@@ -36,7 +36,8 @@ from typing import Optional
 import numpy as np
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import data_sampling, keras_bridge, sampling
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import data_sampling, sampling
 
 __all__ = ["RunSampling", "plan_fit_data", "UNKNOWN_PIPELINE_WARNING"]
 

@@ -46,7 +46,7 @@ Poisson batches (:func:`~tf_tempered.privacy.poisson_batches`) the smaller, ampl
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.make_private import make_private
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.keras_step import dp_gradients

@@ -27,7 +27,8 @@ One place replaces the model's methods (on the instance; the class is untouched)
 import types
 
 from tf_tempered._compat import KERAS_MAJOR, tf
-from tf_tempered.privacy import fit, keras_bridge, saving
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import fit, saving
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step import keras_step
 from tf_tempered.privacy.step.batch import unpack_sample_weight

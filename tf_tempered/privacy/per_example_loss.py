@@ -46,7 +46,7 @@ array([0.4644, 0.1096], dtype=float32)
 import numpy as np  # noqa: F401  (used by the doctest)
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import ScalarLossError
 
 __all__ = ["per_example_losses", "reduce_per_example"]

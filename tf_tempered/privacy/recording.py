@@ -32,7 +32,8 @@ import functools
 import threading
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge, layer_grads
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import layer_grads
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
 __all__ = ["LayerRecord", "Recorder", "instrument",

@@ -33,7 +33,7 @@ the saved ledger.
 import weakref
 
 from tf_tempered._compat import KERAS_MAJOR, keras
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp"]

@@ -19,7 +19,8 @@ DPKeras*Optimizer and for TF Privacy's Keras DP optimizers alike.
 """
 
 from tf_tempered._compat import keras  # noqa: F401  (used by the doctests)
-from tf_tempered.privacy import keras_bridge, optimizers
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import optimizers
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["DPConfig", "dp_config", "model_dp_config", "settings_config"]

@@ -22,7 +22,7 @@ saving read it with :func:`get_state`.
 import dataclasses
 from typing import Any, Optional
 
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 
 __all__ = ["PrivateState", "get_state", "attach_state", "SAMPLINGS"]
 

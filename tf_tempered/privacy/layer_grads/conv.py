@@ -32,7 +32,7 @@ import dataclasses
 from typing import Any, Tuple
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import conv_grads, native
 from tf_tempered.privacy.layer_grads import grouped, rows

@@ -29,7 +29,7 @@ import dataclasses
 from typing import Tuple
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import grouped, rows
 from tf_tempered.privacy.layer_grads.contract import Handler

@@ -58,7 +58,7 @@ import types
 from typing import Any, Tuple
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerResult
 from tf_tempered.privacy.layer_grads.conv import Conv2DHandler, Conv2DHyperparameters
 from tf_tempered.privacy.layer_grads.conv3d import Conv3DHandler, Conv3DHyperparameters

@@ -28,7 +28,7 @@ per microbatch, added here.
 import dataclasses
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register

@@ -37,7 +37,7 @@ import dataclasses
 from typing import Tuple
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import conv_grads
 from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath

@@ -36,7 +36,7 @@ Only :func:`einsum_dense_hyperparameters` looks at a layer (tf-keras or Keras 3)
 import dataclasses
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import UnsupportedEinsumError
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import rows

@@ -54,7 +54,7 @@ Example: microbatch 0 = examples 0, 1 looks up row 3 twice and row 1 once.
 import dataclasses
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult, NamedPath
 from tf_tempered.privacy.layer_grads.registry import register
 

@@ -21,7 +21,7 @@ exact for any layer whose examples do not mix.
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import (Handler, LayerResult, NamedPath,
                                                         NoHyperparameters)

@@ -59,7 +59,7 @@ import string
 from typing import Any, Tuple
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerResult

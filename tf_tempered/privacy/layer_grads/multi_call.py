@@ -43,7 +43,7 @@ import types
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import UnsupportedLayerError
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import generic
 
 __all__ = ["SUMMARY", "group_calls", "multi_call_norms", "rows_of_calls"]

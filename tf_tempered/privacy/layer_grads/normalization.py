@@ -31,7 +31,7 @@ import dataclasses
 from typing import Tuple
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.generic import norms_from_per_example

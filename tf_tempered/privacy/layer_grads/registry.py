@@ -28,7 +28,7 @@ Handlers register themselves when their module is imported; the package
 
 import dataclasses
 
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import generic, multi_call
 from tf_tempered.privacy.layer_grads.contract import NamedPath
 

@@ -35,7 +35,7 @@ deterministic (dropout outside the RNN layer).
 
 from tf_tempered._compat import keras
 from tf_tempered.privacy.errors import UnsupportedLayerError
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import generic
 from tf_tempered.privacy.layer_grads.contract import Handler, NoHyperparameters
 from tf_tempered.privacy.layer_grads.registry import register

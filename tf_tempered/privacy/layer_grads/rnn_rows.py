@@ -59,7 +59,7 @@ import types
 from typing import Any
 
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register
@@ -276,13 +276,10 @@ def bind_call(call_fn, inputs, args, kwargs, rank=3):
     mask = arguments.pop("mask", None)
     if any(v is not None for v in arguments.values()):
         return None  # constants or an argument of a newer Keras: leave it to rnn.py
-    if isinstance(x, (list, tuple)):  # tf-keras: [x, *initial states]
-        if initial_state is not None or len(x) < 1:
-            return None
-        x, initial_state = x[0], (list(x[1:]) or None)
-        mask = mask[0] if isinstance(mask, (list, tuple)) else mask
-    if isinstance(mask, (list, tuple)):
-        mask = mask[0]
+    unpacked = keras_bridge.rnn_call_inputs(x, initial_state, mask)
+    if unpacked is None:
+        return None
+    x, initial_state, mask = unpacked
     if initial_state is not None and not isinstance(initial_state, (list, tuple)):
         initial_state = [initial_state]
     if not isinstance(x, tf.Tensor) or x.shape.rank != rank:

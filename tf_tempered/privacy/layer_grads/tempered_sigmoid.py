@@ -33,7 +33,7 @@ vectorized VJP.
 """
 
 from tf_tempered.layers import TemperedSigmoid
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads.contract import Handler, NoHyperparameters
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.generic import norms_from_per_example

@@ -52,7 +52,7 @@ import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered.layers import WeightStandardizedConv2D, standardize_kernel
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.registry import register

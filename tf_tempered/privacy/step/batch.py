@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 
 __all__ = ["Batch", "unpack_batch", "unpack_sample_weight", "POISSON_KEYS"]
 

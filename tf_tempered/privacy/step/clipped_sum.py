@@ -53,7 +53,7 @@ sum keeps the finite microbatches. Dropping examples never increases the sensiti
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.step.norm_hooks import NormHooks
 from tf_tempered.privacy.step.random_ops import refuse_random_layers, refuse_random_ops
 

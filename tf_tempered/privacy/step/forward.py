@@ -28,7 +28,8 @@ import dataclasses
 from typing import Any, Callable, List
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge, microbatching, recording
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import microbatching, recording
 from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy.per_example_loss import per_example_losses
 from tf_tempered.privacy.step.random_ops import ForwardOps

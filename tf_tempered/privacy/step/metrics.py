@@ -23,7 +23,8 @@ step's sums are all-reduced in one vector with the normaliser.
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy.layer_grads import clip_weights as clip_lib
-from tf_tempered.privacy import keras_bridge, microbatching
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import microbatching
 
 __all__ = ["DPMetrics", "step_stats", "update_metrics", "step_logs"]
 

@@ -22,7 +22,8 @@ The optimizer then applies ĝ (:mod:`.update`).
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge, randomness
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import randomness
 
 __all__ = ["noised_mean"]
 

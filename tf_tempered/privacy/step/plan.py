@@ -22,7 +22,7 @@ import dataclasses
 from typing import Any
 
 from tf_tempered._compat import check_same_keras
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import NotPrivateError
 from tf_tempered.privacy.settings import model_dp_config
 from tf_tempered.privacy.step import clipped_sum as clipped_sums

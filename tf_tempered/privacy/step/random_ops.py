@@ -19,7 +19,7 @@ layers calling ``tf.random``) when the step is traced.
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 
 __all__ = ["ForwardOps", "refuse_random_layers", "refuse_random_ops"]
 

@@ -18,7 +18,7 @@ precision the wrapped optimizer does, since ĝ comes from a loss nobody scaled. 
 loop (DPGradients) applies ĝ itself.
 """
 
-from tf_tempered.privacy import keras_bridge
+from tf_tempered import keras_bridge
 
 __all__ = ["apply_update"]
 

@@ -27,13 +27,13 @@ re-exports:
 * :mod:`.tf_privacy`: the settings of TF Privacy's DP optimizers.
 """
 
-from tf_tempered.privacy.keras_bridge.layers import *  # noqa: F401,F403
-from tf_tempered.privacy.keras_bridge.layers import __all__ as _layers_all
-from tf_tempered.privacy.keras_bridge.losses import *  # noqa: F401,F403
-from tf_tempered.privacy.keras_bridge.losses import __all__ as _losses_all
-from tf_tempered.privacy.keras_bridge.training import *  # noqa: F401,F403
-from tf_tempered.privacy.keras_bridge.training import __all__ as _training_all
-from tf_tempered.privacy.keras_bridge.tf_privacy import *  # noqa: F401,F403
-from tf_tempered.privacy.keras_bridge.tf_privacy import __all__ as _tf_privacy_all
+from tf_tempered.keras_bridge.layers import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.layers import __all__ as _layers_all
+from tf_tempered.keras_bridge.losses import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.losses import __all__ as _losses_all
+from tf_tempered.keras_bridge.training import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.training import __all__ as _training_all
+from tf_tempered.keras_bridge.tf_privacy import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.tf_privacy import __all__ as _tf_privacy_all
 
 __all__ = [*_layers_all, *_losses_all, *_training_all, *_tf_privacy_all]

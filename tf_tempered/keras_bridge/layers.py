@@ -11,16 +11,19 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Keras internals about layers and variables: traversal, ownership, recurrent units."""
+"""Keras internals about layers, models and variables: traversal, ownership, recurrent units,
+Functional models, registered activation names, the XLA grouped convolution."""
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn_call_result",
+__all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn_call_inputs",
+           "rnn_call_result",
            "vectorized_map_takes_recurrent_layers",
            "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
-           "einsum_dense_input_rank", "embedding_variant"]
+           "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
+           "is_functional_model", "register_activation_name"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -47,6 +50,21 @@ def rnn_call_result(output, final_states):
     """What an RNN layer with return_state=True returns: Keras 3 a tuple (output, *states),
     tf-keras a list [output, *states]."""
     return (output, *final_states) if IS_KERAS3 else [output, *final_states]
+
+
+def rnn_call_inputs(x, initial_state, mask):
+    """(x, initial states or None, mask or None) of an RNN layer's call arguments, or None.
+
+    tf-keras' functional API passes the initial states inside the first argument,
+    ``[x, *initial states]`` (with a list of masks); None if states come both ways.
+    """
+    if isinstance(x, (list, tuple)):
+        if initial_state is not None or len(x) < 1:
+            return None
+        x, initial_state = x[0], (list(x[1:]) or None)
+    if isinstance(mask, (list, tuple)):
+        mask = mask[0]
+    return x, initial_state, mask
 
 
 def vectorized_map_takes_recurrent_layers():
@@ -206,3 +224,37 @@ def embedding_variant(layer):
     if getattr(layer, "sparse", False):
         return "it has sparse=True (SparseTensor output); only the dense lookup is supported"
     return derived_weights(layer)
+
+
+def register_activation_name(name, function):
+    """Makes the string `name` resolve to `function` in `activation=` arguments, on either Keras.
+
+    Keras 2 resolves activation strings through its custom-object registry. Keras 3's
+    ``keras.activations.get`` looks strings up in its table of built-in activations
+    only (an internal dict), so the name is added there too. Either way a user's own
+    `name`, registered first, is kept.
+    """
+    keras.utils.get_custom_objects().setdefault(name, function)
+    if IS_KERAS3:
+        from keras.src import activations as keras_activations  # pylint: disable=g-import-not-at-top
+        keras_activations.ALL_OBJECTS_DICT.setdefault(name, function)
+
+
+def is_functional_model(model):
+    """True for a Functional (graph-of-layers) model, Sequential included, on either Keras."""
+    if IS_KERAS3:
+        # Keras 3 has no public name for the class of Functional models, of which its
+        # Sequential is not a subclass.
+        from keras.src.models.functional import Functional  # pylint: disable=g-import-not-at-top
+        return isinstance(model, (Functional, keras.Sequential))
+    # Keras 2 marks Functional models (and Sequential ones) as graph networks.
+    return getattr(model, "_is_graph_network", False)
+
+
+def grouped_convolution_op(layer):
+    """tf-keras' XLA-compiled convolution of a grouped Conv layer, or None (Keras 3 has none).
+
+    TF's CPU kernels differentiate a grouped convolution only XLA-compiled (or with
+    oneDNN, float32 only), so tf-keras' Conv layers call this op when ``groups > 1``.
+    """
+    return getattr(layer, "_jit_compiled_convolution_op", None)

@@ -1,0 +1,57 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""tf_tempered.privacy.state: one PrivateState per private model, out of Keras' tracking."""
+
+import numpy as np
+
+from tf_tempered._compat import keras
+from tf_tempered.privacy import EngineOptions, make_private
+from tf_tempered.privacy.state import SAMPLINGS, PrivateState, get_state
+
+
+def _model():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_make_private_creates_one_state_with_its_arguments():
+    model = _model()
+    assert get_state(model) is None
+    options = EngineOptions(clipped_sum="second_pass")
+    make_private(model, l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle",
+                 options=options)
+    state = get_state(model)
+    assert isinstance(state, PrivateState)
+    assert state.settings.l2_norm_clip == 0.5 and state.settings.noise_multiplier == 1.3
+    assert state.sampling == "shuffle" in SAMPLINGS
+    assert state.options == options and state.augmentation_multiplicity == 1
+    assert state.steps_taken() == 0 and state.layer_paths is None
+
+
+def test_state_is_no_weight_and_counts_the_steps():
+    model = _model()
+    weights_before = len(model.weights)
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    assert len(model.weights) == weights_before
+    model.fit(np.ones((8, 3), np.float32), np.zeros(8), batch_size=4, epochs=1, verbose=0)
+    state = get_state(model)
+    # Poisson sampling: ceil(1/q) = 2 steps of expected size 4 over 8 examples.
+    assert state.steps_taken() == 2
+    assert [row["layer"] for row in state.layer_paths] == [model.layers[0].name]
+
+
+def test_get_state_of_objects_without_a_dict():
+    assert get_state(3) is None
