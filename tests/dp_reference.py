@@ -57,16 +57,23 @@ def _microbatch_grads(model, x, y, num_microbatches, loss_of_batch=None, weights
         # tf.convert_to_tensor: an Embedding's gradient is IndexedSlices (duplicates summed).
         return [tf.convert_to_tensor(t) for t in g]
 
-    if loss_of_batch is None and weights is None:
-        # One trace for all microbatches: Keras XLA-compiles a grouped convolution, anew
-        # at every eager call (12 s of a grouped Conv1D case's 15 s, 1.4 s traced).
-        gradient = tf.function(gradient)
+    # One trace for all microbatches: Keras XLA-compiles a grouped convolution anew at
+    # every eager call (12 s of a grouped Conv1D case's 15 s; 1.4 s traced).
+    traced = tf.function(gradient) if loss_of_batch is None and weights is None else None
     grads = []
     for m in range(num_microbatches):
         xs = tf.nest.map_structure(lambda t: t[m * size:(m + 1) * size], x)  # noqa: B023
         ys = tf.nest.map_structure(lambda t: t[m * size:(m + 1) * size], y)  # noqa: B023
         weight = None if weights is None else weights[m]
-        grads.append([t.numpy().astype(np.float64) for t in gradient(xs, ys, weight)])
+        g = None
+        if traced is not None:
+            try:
+                g = traced(xs, ys, weight)
+            except TypeError:  # Keras 3's RNN of stacked cells in float64 does not trace
+                traced = None
+        if g is None:
+            g = gradient(xs, ys, weight)
+        grads.append([t.numpy().astype(np.float64) for t in g])
     return grads
 
 

@@ -1,0 +1,77 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""tf_tempered.privacy.keras_adapter: the methods make_private installs on one model."""
+
+import json
+
+import numpy as np
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import keras_adapter, make_private
+from tf_tempered.privacy.state import get_state
+
+INSTALLED = ("train_step", "fit", "compile", "reset_metrics", "compute_loss", "compute_metrics")
+
+
+def _model():
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_methods_are_replaced_on_the_instance_only():
+    private, plain = _model(), _model()
+    make_private(private, l2_norm_clip=1.0, noise_multiplier=1.0)
+    for name in INSTALLED:
+        assert getattr(private, name).__func__ is getattr(keras_adapter, f"_{name}"), name
+        assert getattr(plain, name).__func__ is getattr(type(plain), name), name
+    keras_adapter.install(private)  # idempotent: still the adapter's, not wrapped twice
+    assert private.fit.__func__ is keras_adapter._fit  # pylint: disable=protected-access
+
+
+def test_compute_loss_takes_a_poisson_batch_weight_dict():
+    model = _model()
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    x, y = tf.ones([3, 3]), tf.constant([0, 1, 0])  # tensors, as fit gives them
+    y_pred = model(x)
+    mask = tf.constant([1.0, 0.0, 1.0])
+    poisson = model.compute_loss(x, y, y_pred, {"mask": mask, "expected_batch_size": 2.0})
+    plain = model.compute_loss(x, y, y_pred, mask)
+    np.testing.assert_allclose(poisson, plain)
+
+
+def test_reset_metrics_resets_the_dp_metrics():
+    model = _model()
+    make_private(model, l2_norm_clip=1e-3, noise_multiplier=1.0)
+    model.fit(np.ones((8, 3), np.float32), np.zeros(8), batch_size=4, verbose=0)
+    metrics = get_state(model).metrics.all()
+    assert any(float(m.result()) > 0 for m in metrics)  # the clip makes every row clipped
+    model.reset_metrics()
+    assert all(float(m.result()) == 0 for m in metrics)
+
+
+def test_saved_description_holds_settings_and_ledger_never_the_key():
+    model = _model()
+    make_private(model, l2_norm_clip=0.7, noise_multiplier=1.2)
+    model.fit(np.ones((8, 3), np.float32), np.zeros(8), batch_size=4, verbose=0)
+    state = get_state(model)
+    description = keras_adapter.saving_description(state)
+    assert description["settings"] == {"l2_norm_clip": 0.7, "noise_multiplier": 1.2,
+                                       "num_microbatches": None}
+    assert description["sampling"] == "poisson"
+    assert sum(s["steps"] for s in description["ledger"]["segments"]) == 2
+    text = json.dumps(description)  # JSON as saved: no tensor, no variable
+    key = state.noise._key.numpy()  # pylint: disable=protected-access
+    assert all(str(int(k)) not in text for k in np.ravel(key))
