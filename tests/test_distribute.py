@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from once_per_session import once_per_session
 
 from tf_tempered._compat import KERAS_MAJOR
 
@@ -36,8 +37,8 @@ _KERAS2_SUITE = pytest.mark.extended if KERAS_MAJOR == 3 else (lambda test: test
 
 
 @pytest.fixture(scope="module")
-def mirrored():
-    return _run("mirrored")
+def mirrored(tmp_path_factory):
+    return once_per_session(tmp_path_factory, "distribute_mirrored", lambda: _run("mirrored"))
 
 
 def _assert_same_run(one, two):

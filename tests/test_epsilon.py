@@ -22,6 +22,7 @@ import warnings
 
 import pytest
 from absl import flags
+from once_per_session import once_per_session
 
 from tf_tempered.privacy import accounting, epsilon
 
@@ -43,8 +44,12 @@ RUNS = {
 
 
 @pytest.fixture(scope="module")
-def cli():
+def cli(tmp_path_factory):
     """Runs all the CLI invocations at once (each pays TensorFlow's import time)."""
+    return once_per_session(tmp_path_factory, "epsilon_cli", _run_cli)
+
+
+def _run_cli():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO_ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     procs = {name: subprocess.Popen(

@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+from once_per_session import once_per_session
 
 from tf_tempered._compat import tensorflow_privacy
 
@@ -52,6 +53,11 @@ def _run(work_dir, keras_major, path):
 @pytest.fixture(scope="module")
 def updates(tmp_path_factory):
     """{(keras major, path): {model: update}} for one batch per model, same initial weights."""
+    return once_per_session(tmp_path_factory, "keras_versions_updates",
+                            lambda: _updates(tmp_path_factory))
+
+
+def _updates(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp("keras_versions")
     rng = np.random.default_rng(1)
     for model_name, shape in INPUT_SHAPES.items():

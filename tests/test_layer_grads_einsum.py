@@ -29,6 +29,7 @@ import sys
 
 import numpy as np
 import pytest
+from once_per_session import once_per_session
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import errors
@@ -447,8 +448,12 @@ print("RESULT:" + json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def keras3_child():
+def keras3_child(tmp_path_factory):
     pytest.importorskip("keras")
+    return once_per_session(tmp_path_factory, "einsum_keras3_child", _run_keras3_child)
+
+
+def _run_keras3_child():
     env = dict(os.environ)
     env.pop("TF_USE_LEGACY_KERAS", None)
     env["KERAS_BACKEND"] = "tensorflow"

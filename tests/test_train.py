@@ -22,6 +22,7 @@ import types
 
 import numpy as np
 import pytest
+from once_per_session import once_per_session
 
 from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.experiments import command_line, model_builders, privacy_plan, run_report
@@ -230,13 +231,19 @@ np.savez(f"{out}/arrays.npz", **arrays)
 def two_processes(tmp_path_factory):
     """Two separate processes, each training default DP, --nodpsgd and --insecure_dp_seed runs
     with the same --seed, and drawing Poisson batches after set_random_seed(0)."""
+    return once_per_session(tmp_path_factory, "train_two_processes",
+                            lambda: _two_processes(tmp_path_factory))
+
+
+def _two_processes(tmp_path_factory):
+    dirs = [tmp_path_factory.mktemp(f"process{i}") for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", _RUNS_SCRIPT, str(out)], text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for out in dirs]
     outs = []
-    for i in range(2):
-        out = tmp_path_factory.mktemp(f"process{i}")
-        proc = subprocess.run([sys.executable, "-c", _RUNS_SCRIPT, str(out)], capture_output=True,
-                              text=True, timeout=600, check=False)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        outs.append((out, dict(np.load(out / "arrays.npz")), proc.stderr))
+    for out, proc in zip(dirs, procs):
+        _, stderr = proc.communicate(timeout=600)
+        assert proc.returncode == 0, stderr[-3000:]
+        outs.append((out, dict(np.load(out / "arrays.npz")), stderr))
     return outs
 
 
