@@ -22,6 +22,9 @@ Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
                   norm (less memory than kept per-microbatch gradients, more time)
   tf_tempered_tf_ops  the same with TF ops only (no native conv op: the fallback
                   without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
+  tf_tempered_tf_ops_depthwise / _patches  the same with a Conv2D's depthwise backprop forced
+                  on (up to 64 channel pairs) / off (depthwise_max_channel_pairs=64 / 0; by
+                  default it is on only where TF's CPU kernels are oneDNN's)
   dpsequential    TF Privacy's DPSequential (vectorized per-example grads, XLA)
   stock_optimizer TF Privacy's DPKerasSGDOptimizer alone, num_microbatches = batch
   <path>_xla      the path compiled with jit_compile=True (XLA; the engine then takes its
@@ -112,6 +115,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, is_private, layer_paths, make_private
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_ghost", "tf_tempered_tf_ops",
+         "tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches",
          "tf_tempered_second_pass", "tf_tempered_low_memory",
          "dpsequential", "stock_optimizer")
 TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
@@ -121,7 +125,11 @@ LOW_MEMORY_PATHS = ("tf_tempered_second_pass", "tf_tempered_low_memory")
 # pass) only when asked for in --paths.
 XLA_SUFFIX = "_xla"
 XLA_PATHS = ("nonprivate_xla", "tf_tempered_xla")  # what --jit_compile adds
-DEFAULT_PATHS = tuple(p for p in PATHS if p not in LOW_MEMORY_PATHS + ("tf_tempered_ghost",) and (
+# The TF-ops path with the Conv2D depthwise backprop on (64 channel pairs) or off, whatever
+# kernels TF runs (EngineOptions.depthwise_max_channel_pairs): only when asked for.
+TF_OPS_CONV_PATHS = ("tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches")
+DEFAULT_PATHS = tuple(p for p in PATHS if p not in (
+    LOW_MEMORY_PATHS + TF_OPS_CONV_PATHS + ("tf_tempered_ghost",)) and (
     tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS))
 
 
@@ -300,7 +308,8 @@ def _compiled(path, kind, batch_size):
         model = _model(kind)
         model.compile(sgd(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    elif path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_ghost") + LOW_MEMORY_PATHS:
+    elif path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_ghost") + LOW_MEMORY_PATHS + (
+            TF_OPS_CONV_PATHS):
         model = _model(kind)
         # tf_tempered_tf_ops: the engine without the native conv op; _ghost: ghost norms
         # wherever a layer has them; _second_pass: the clipped sum by a second backward
@@ -308,7 +317,11 @@ def _compiled(path, kind, batch_size):
         options = {"tf_tempered": None, "tf_tempered_tf_ops": EngineOptions(native=False),
                    "tf_tempered_second_pass": EngineOptions.low_memory(clipped_sum="second_pass"),
                    "tf_tempered_low_memory": EngineOptions.low_memory(),
-                   "tf_tempered_ghost": EngineOptions(norm_path="ghost")}[path]
+                   "tf_tempered_ghost": EngineOptions(norm_path="ghost"),
+                   "tf_tempered_tf_ops_depthwise": EngineOptions(
+                       native=False, depthwise_max_channel_pairs=64),
+                   "tf_tempered_tf_ops_patches": EngineOptions(
+                       native=False, depthwise_max_channel_pairs=0)}[path]
         make_private(model, options=options)
         model.compile(DPKerasSGDOptimizer(**dp, learning_rate=0.15), loss=per_example)
     elif path == "dpsequential":

@@ -18,7 +18,10 @@ here checks the branch of the Keras it runs on against what the other would give
 """
 
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 
@@ -172,15 +175,16 @@ def test_set_untracked_is_not_a_weight():
 
 
 def _private_keras_reads(path):
-    """Lines of `path` that import keras.src / tf_keras.src."""
+    """Lines of `path` that import keras.src / tf_keras.src / tensorflow.python."""
     tree = ast.parse(path.read_text())
+    private = (["keras", "src"], ["tf_keras", "src"], ["tensorflow", "python"])
     return [node.lineno for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom) and node.module
-            and node.module.split(".")[:2] in (["keras", "src"], ["tf_keras", "src"])]
+            and node.module.split(".")[:2] in private]
 
 
 def test_keras_internals_are_imported_only_by_the_bridge():
-    """Keras' private modules are imported in keras_bridge/ only."""
+    """Keras' and TensorFlow's private modules are imported in keras_bridge/ only."""
     outside = {str(p.relative_to(PACKAGE)): lines for p in PACKAGE.rglob("*.py")
                if "keras_bridge" not in p.parts and (lines := _private_keras_reads(p))}
     assert outside == {}
@@ -200,3 +204,20 @@ def test_unpack_x_y_sample_weight():
     x, y = np.zeros((2, 1)), np.ones((2,))
     assert keras_bridge.unpack_x_y_sample_weight((x, y))[2] is None
     assert keras_bridge.unpack_x_y_sample_weight((x, y, y))[2] is y
+
+
+def test_onednn_enabled_follows_tensorflows_switch():
+    """TF_ENABLE_ONEDNN_OPTS=1/0 turns TF's oneDNN CPU kernels on/off; the bridge reads which."""
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent), TF_CPP_MIN_LOG_LEVEL="3")
+    code = "from tf_tempered import keras_bridge; print(keras_bridge.onednn_enabled())"
+    procs = {switch: subprocess.Popen([sys.executable, "-c", code], text=True,
+                                      env=dict(env, TF_ENABLE_ONEDNN_OPTS=switch),
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for switch in ("0", "1")}
+    answers = {}
+    for switch, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        answers[switch] = out.split()[-1]
+    assert answers == {"0": "False", "1": "True"}
+    assert isinstance(keras_bridge.onednn_enabled(), bool)

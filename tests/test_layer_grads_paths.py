@@ -16,6 +16,7 @@
 import pytest
 
 from tf_tempered._compat import keras, tf
+from tf_tempered import keras_bridge
 from tf_tempered.privacy import EngineOptions
 from tf_tempered.privacy.layer_grads import native
 from tf_tempered.privacy import layer_grads
@@ -84,9 +85,16 @@ def test_dense_rows_take_the_ghost_norm():
     assert _choice(record) == (1, False, False, False)
 
 
-def test_tf_ops_only():
-    # 1×16 channel pairs: depthwise
-    assert _choice(_mnist_conv1(native=False)) == (196, False, True, True)
+@pytest.mark.parametrize("onednn", [True, False])
+def test_tf_ops_only(monkeypatch, onednn):
+    # 1×16 channel pairs: the depthwise backprop where TF's kernels are oneDNN's (fast),
+    # image patches where they are Eigen's (6× slower there: docs/benchmarks.md).
+    monkeypatch.setattr(keras_bridge, "onednn_enabled", lambda: onednn)
+    assert _choice(_mnist_conv1(native=False)) == (196, False, onednn, True)
+    assert _choice(_mnist_conv1(native=False, depthwise_max_channel_pairs=16)) == (
+        196, False, True, True)
+    assert _choice(_mnist_conv1(native=False, depthwise_max_channel_pairs=15)) == (
+        196, False, False, True)
     # conv2: d_in·d_out = 8192 > 16·288 rows·(d_in + d_out): ghost.
     assert _choice(_mnist_conv2(native=False)) == (16, False, False, False)
     # With a static count of microbatches but no static batch, rows are unbounded: materialize.

@@ -29,7 +29,9 @@ def test_defaults_are_the_measured_thresholds(monkeypatch):
     assert options.native is True
     assert options.norm_path == "auto" and options.forced is None
     assert options.materialize_max_bytes == 64 * 2**20
-    assert options.depthwise_max_channel_pairs == 64
+    assert options.depthwise_max_channel_pairs is None  # by the runtime:
+    assert options.conv2d_depthwise_max_channel_pairs(onednn=True) == 64
+    assert options.conv2d_depthwise_max_channel_pairs(onednn=False) == 0
     assert options.native_min_ghost_rows == 32
     assert options.native_materialize_min_rows == 64
     assert options.patch_chunk_bytes == 32 * 2**20

@@ -25,6 +25,7 @@ N(0, σ²C²) noise (same distribution, same ε; a hardened sampler costs more).
 
 import dataclasses
 import os
+from typing import Optional
 
 __all__ = ["EngineOptions", "NORM_PATHS", "CLIPPED_SUMS", "NOISE_MODES"]
 
@@ -39,6 +40,8 @@ NORM_PATHS = ("auto", "ghost", "materialize", "native", "depthwise")
 CLIPPED_SUMS = ("bookkeeping", "second_pass", "recompute")
 # How the noise is drawn (privacy/randomness.py SAMPLERS; docs/randomness.md, "Hardened noise").
 NOISE_MODES = ("gaussian", "sum_of_gaussians")
+# The default Conv2D depthwise-backprop threshold where TF's CPU kernels are oneDNN's.
+ONEDNN_DEPTHWISE_MAX_CHANNEL_PAIRS = 64
 
 
 def _native_default():
@@ -63,6 +66,9 @@ class EngineOptions:
         channel, output channel) pairs takes the depthwise-conv backprop
         (TF ops only, undilated); 0 turns that backprop off everywhere, also in
         DepthwiseConv2D/SeparableConv2D (image patches instead), as XLA steps do.
+        None (default): 64 where TensorFlow's CPU kernels are oneDNN's, else 0 for
+        Conv2D (`conv2d_depthwise_max_channel_pairs`); DepthwiseConv2D and
+        SeparableConv2D keep it either way.
       native_min_ghost_rows: in the native-op vs ghost-norm cost comparison a
         microbatch counts at least this many rows.
       native_materialize_min_rows: with the native op, a Conv2D with at least
@@ -107,9 +113,11 @@ class EngineOptions:
     materialize_max_bytes: int = 64 * 2**20
     # Below this many (input channel, output channel) pairs a Conv2D's
     # per-example kernel gradients come from one depthwise-conv backprop (batch
-    # folded into channels), which on CPU is several times faster than
-    # extracting patches.
-    depthwise_max_channel_pairs: int = 64
+    # folded into channels). With oneDNN's kernels that is several times faster
+    # than image patches; with Eigen's (TF's default on CPUs without AVX-512) it
+    # is several times slower (MNIST CNN conv1: docs/benchmarks.md), hence None:
+    # chosen by the runtime (conv2d_depthwise_max_channel_pairs).
+    depthwise_max_channel_pairs: Optional[int] = None
     # Tiny Gram matrices run far below the machine's speed, so for the choice
     # between the native op and a ghost norm a microbatch counts at least this
     # many rows (by multiply-adds alone the ghost norm would take the MNIST CNN's
@@ -161,6 +169,8 @@ class EngineOptions:
                               ("native_min_ghost_rows", 0), ("native_materialize_min_rows", 0),
                               ("patch_chunk_bytes", 1), ("depthwise_chunk", 1)):
             value = getattr(self, name)
+            if value is None and name == "depthwise_max_channel_pairs":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"EngineOptions.{name} must be an integer >= {minimum}, "
                                  f"got {value!r}.")
@@ -184,6 +194,18 @@ class EngineOptions:
                   "patch_chunk_bytes": 4 * 2**20}
         values.update(changes)
         return cls(**values)
+
+    def conv2d_depthwise_max_channel_pairs(self, onednn):
+        """The Conv2D threshold in effect: the option, or by default 64 with oneDNN, else 0.
+
+        >>> EngineOptions().conv2d_depthwise_max_channel_pairs(onednn=False)
+        0
+        >>> EngineOptions(depthwise_max_channel_pairs=16).conv2d_depthwise_max_channel_pairs(False)
+        16
+        """
+        if self.depthwise_max_channel_pairs is not None:
+            return self.depthwise_max_channel_pairs
+        return ONEDNN_DEPTHWISE_MAX_CHANNEL_PAIRS if onednn else 0
 
     @property
     def forced(self):

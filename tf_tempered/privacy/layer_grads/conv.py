@@ -130,9 +130,10 @@ def choose_path(src, hparams, num_microbatches, examples_per_microbatch):
         # rows·d_in·d_out per microbatch: worth avoiding only for many rows.
         return ConvPath(True, False, g_rows >= options.native_materialize_min_rows
                         and rows.fits(src, num_microbatches, examples_per_microbatch))
+    max_pairs = options.conv2d_depthwise_max_channel_pairs(keras_bridge.onednn_enabled())
     if hparams.dilation_rate == (1, 1) and hparams.strides[0] == hparams.strides[1] and (
             options.forced == "depthwise" or options.forced is None and (
-                src.inputs.shape[-1] * hparams.filters <= options.depthwise_max_channel_pairs)):
+                src.inputs.shape[-1] * hparams.filters <= max_pairs)):
         # Not for dilated convolutions: TF 2.21's CPU depthwise backprop-filter
         # ignores `dilations` eagerly (wrong per-example gradients) and fails in
         # graphs (oneDNN: AbortedError; without: InvalidArgumentError). Nor for

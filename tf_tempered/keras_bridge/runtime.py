@@ -1,0 +1,35 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""TensorFlow runtime facts the engine's path choices depend on, read from TF internals."""
+
+import functools
+import os
+
+__all__ = ["onednn_enabled"]
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_enabled():
+    """Whether TensorFlow runs its CPU kernels from oneDNN in this process.
+
+    TF 2.21 turns oneDNN on by default only on x86 CPUs with AVX-512 (and on request,
+    ``TF_ENABLE_ONEDNN_OPTS=1``); the depthwise-conv backprop the engine can use for a
+    Conv2D's per-example gradients is oneDNN's fast kernel there and Eigen's slow one
+    elsewhere. Read once: TF fixes the choice when it starts.
+    """
+    try:
+        from tensorflow.python.util import _pywrap_util_port  # pylint: disable=import-outside-toplevel
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):  # a TF without the flag's reader: its switch
+        return os.environ.get("TF_ENABLE_ONEDNN_OPTS", "") in ("1", "true", "True")
