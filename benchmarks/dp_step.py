@@ -371,11 +371,14 @@ def _dataset(kind, batch_size, dynamic_batch=False):
 
 
 def main():
+    global TEXT_LENGTH  # pylint: disable=global-statement  (--sequence_length)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "conv1d_family",
                                             "time_distributed", "conv_lstm", "mobilenet", "lora")
                         + RECURRENT_MODELS,
                         default="mnist")
+    parser.add_argument("--sequence_length", type=int, default=TEXT_LENGTH,
+                        help="tokens per example of the text, LoRA and recurrent models")
     parser.add_argument("--batch_size", type=int, default=None,
                         help="default 256 (64 for --model=lora and conv_lstm)")
     parser.add_argument("--paths", default=",".join(DEFAULT_PATHS))
@@ -392,6 +395,7 @@ def main():
                         help="also time nonprivate_xla and tf_tempered_xla (jit_compile=True)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    TEXT_LENGTH = args.sequence_length
     if args.keras is not None and int(args.keras) != KERAS_MAJOR:
         raise SystemExit(f"--keras={args.keras} asked, but this process runs Keras {KERAS_MAJOR}: "
                          "run dp_step.py as a program so the flag applies before TF is imported.")

@@ -36,6 +36,8 @@ class _SimpleMath:
     gates = 1
     split_recurrent_bias = False
     has_extras = False
+    # Both kernels see δa_t: one row layer of [W; U] (rnn_norms.py).
+    stacks_kernels = True
 
     def step(self, cell, a_t, states, u):
         h = a_t + tf.matmul(states[0], u)
@@ -53,6 +55,7 @@ class _LSTMMath:
     gates = 4
     split_recurrent_bias = False
     has_extras = False
+    stacks_kernels = True  # as _SimpleMath
 
     def step(self, cell, a_t, states, u):
         h_tm1, c_tm1 = states
@@ -73,6 +76,8 @@ class _GRUMath:
     gates = 3
     split_recurrent_bias = True
     has_extras = True  # the reset gates r_t (recurrent_rows)
+    # δa and δr share their z and r blocks: one ghost norm of both kernels (rnn_norms.py).
+    shares_gate_blocks = True
 
     def step(self, cell, a_t, states, u, recurrent_bias=None):
         h_tm1 = states[0]

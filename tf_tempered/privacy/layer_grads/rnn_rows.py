@@ -60,8 +60,8 @@ from typing import Any
 
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy.layer_grads import rows
-from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath, LayerResult
+from tf_tempered.privacy.layer_grads import rnn_norms
+from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.rnn_cell_math import cell_math
 
@@ -82,13 +82,6 @@ class RNNRowsHyperparameters:
     return_state: bool
     go_backwards: bool
     zero_output_for_mask: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class RNNRowsPath(LayerPath):
-    """The rows paths of the input part (x_t, δa_t) and the recurrent part (h_{t-1}, δr_t)."""
-    inputs: Any
-    recurrent: Any
 
 
 # Also for RNN: RNN(LSTMCell(...)) and the like (registered before rnn.py, which takes the
@@ -146,7 +139,8 @@ class RNNRowsHandler(Handler):
         input_bias, recurrent_bias = bias, None
         if bias is not None and math.split_recurrent_bias:
             input_bias, recurrent_bias = bias[0], bias[1]
-        a = tf.matmul(x, kernel)  # [B, T, gates·units]
+        stacked = getattr(math, "stacks_kernels", False)
+        a = _matmul_rows(x, kernel) if stacked else tf.matmul(x, kernel)  # [B, T, gates·units]
         if input_bias is not None:
             a += input_bias
         a = wrap(a)
@@ -168,34 +162,8 @@ class RNNRowsHandler(Handler):
 
     def layer_result(self, call, hparams, layout):
         x, h_prev, *extras = call.inputs
-        grad_a = call.grad_output
-        recurrent_inputs, grad_r = hparams.math.recurrent_rows(h_prev, grad_a, extras)
-        options = layout.options
-        parts = []
-        for inputs, grad, shape, use_bias in (
-                (x, grad_a, hparams.kernel_shape, hparams.use_bias),
-                (recurrent_inputs, grad_r, hparams.recurrent_kernel_shape,
-                 hparams.use_bias and hparams.math.split_recurrent_bias)):
-            src = rows.RowSource(inputs, grad, inputs.shape[-1], options)
-            if inputs.shape[1] is None:  # unknown length: the ghost norm's cost is unbounded
-                path = rows.RowsPath(options.forced != "ghost" and rows.fits(
-                    src, layout.num_microbatches))
-            else:
-                path = rows.RowsPath(rows.choose_materialize(src, layout.num_microbatches,
-                                                             layout.examples_per_microbatch))
-            parts.append(rows.linear_norms(src, path, layout, kernel_shape=shape,
-                                           use_bias=use_bias))
-        inputs_part, recurrent_part = parts
-
-        def clipped_sum(weights):
-            kernel, *input_bias = inputs_part.clipped_sum(weights)
-            recurrent, *recurrent_bias = recurrent_part.clipped_sum(weights)
-            bias = ([tf.stack([input_bias[0], recurrent_bias[0]])] if recurrent_bias
-                    else input_bias)
-            return [kernel, recurrent] + bias
-
-        return LayerResult(inputs_part.sq_norms + recurrent_part.sq_norms, clipped_sum,
-                     RNNRowsPath(inputs_part.path, recurrent_part.path))
+        return rnn_norms.recurrent_layer_result(x, h_prev, extras, call.grad_output, hparams,
+                                                layout)
 
     def merge_calls(self, calls):
         return merge_calls_on_time_axis(self, calls)
@@ -208,6 +176,20 @@ def merge_calls_on_time_axis(handler, calls):
         layer=calls[0].layer, handler=handler, hparams=calls[0].hparams,
         inputs=tuple(tf.concat(parts, 1) for parts in zip(*(c.inputs for c in calls))),
         grad_output=tf.concat([c.grad_output for c in calls], 1))
+
+
+def _matmul_rows(x, kernel):
+    """x·kernel of a [B, T, d_in] x as one [B·T, d_in] matrix product (and so its gradient).
+
+    TF's CPU kernels run a rank-3 by rank-2 tf.matmul (a broadcast BatchMatMul) 2.5x slower
+    than the same product as one matrix (256×64×64 by 64×256: 21 ms against 8.5 ms on 2
+    vCPUs). Used for SimpleRNN/LSTM only: there it paid for their stacked ghost norm at the
+    same peak memory, while a GRU's step took 27 % more peak memory with it, for 6 % of
+    its time (benchmarks/results/rnn_stacked_ab_keras3.md).
+    """
+    rows = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel)
+    shape = tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], 0)
+    return tf.ensure_shape(tf.reshape(rows, shape), x.shape[:-1].concatenate(kernel.shape[-1:]))
 
 
 def _compute_dtype(layer):
