@@ -38,6 +38,7 @@ class _SimpleMath:
     has_extras = False
     # Both kernels see δa_t: one row layer of [W; U] (rnn_norms.py).
     stacks_kernels = True
+    shares_gate_blocks = False
 
     def step(self, cell, a_t, states, u):
         h = a_t + tf.matmul(states[0], u)
@@ -56,6 +57,7 @@ class _LSTMMath:
     split_recurrent_bias = False
     has_extras = False
     stacks_kernels = True  # as _SimpleMath
+    shares_gate_blocks = False
 
     def step(self, cell, a_t, states, u):
         h_tm1, c_tm1 = states
@@ -78,6 +80,7 @@ class _GRUMath:
     has_extras = True  # the reset gates r_t (recurrent_rows)
     # δa and δr share their z and r blocks: one ghost norm of both kernels (rnn_norms.py).
     shares_gate_blocks = True
+    stacks_kernels = False
 
     def step(self, cell, a_t, states, u, recurrent_bias=None):
         h_tm1 = states[0]
@@ -109,6 +112,9 @@ class _GRUResetBeforeMath:
     gates = 3
     split_recurrent_bias = False
     has_extras = True  # the reset gates r_t (recurrent_rows)
+    # U's rows are 2T (h_{t-1} and r_t ⊙ h_{t-1}): neither shared form applies.
+    stacks_kernels = False
+    shares_gate_blocks = False
 
     def step(self, cell, a_t, states, u):
         h_tm1 = states[0]

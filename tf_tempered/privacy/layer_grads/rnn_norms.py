@@ -63,9 +63,9 @@ class RNNRowsPath(LayerPath):
 def recurrent_layer_result(x, h_prev, extras, grad_a, hparams, layout):
     """The LayerResult of a recorded SimpleRNN/LSTM/GRU call (see the module docstring)."""
     recurrent_inputs, grad_r = hparams.math.recurrent_rows(h_prev, grad_a, extras)
-    if getattr(hparams.math, "stacks_kernels", False):  # SimpleRNN, LSTM: grad_r is grad_a
+    if hparams.math.stacks_kernels:  # SimpleRNN, LSTM: grad_r is grad_a
         return _stacked_result(x, recurrent_inputs, grad_a, hparams, layout)
-    shared_ghost = getattr(hparams.math, "shares_gate_blocks", False) and _shared_ghost_chosen(
+    shared_ghost = hparams.math.shares_gate_blocks and _shared_ghost_chosen(
         x, h_prev, grad_a, layout)
     sq_norms = None
     if shared_ghost:

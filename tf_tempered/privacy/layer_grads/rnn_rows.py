@@ -139,7 +139,7 @@ class RNNRowsHandler(Handler):
         input_bias, recurrent_bias = bias, None
         if bias is not None and math.split_recurrent_bias:
             input_bias, recurrent_bias = bias[0], bias[1]
-        stacked = getattr(math, "stacks_kernels", False)
+        stacked = math.stacks_kernels
         a = _matmul_rows(x, kernel) if stacked else tf.matmul(x, kernel)  # [B, T, gates·units]
         if input_bias is not None:
             a += input_bias
