@@ -20,6 +20,8 @@ Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
                   own DPKerasSGDOptimizer, as tests/test_optimizers.py checks)
   tf_tempered_ghost  the same with EngineOptions(norm_path="ghost"): every row layer by its ghost
                   norm (less memory than kept per-microbatch gradients, more time)
+  tf_tempered_norms_after  the same with EngineOptions(norms_in_backward=False): each layer's
+                  norms computed after the backward pass (the default before 2026-11-27)
   tf_tempered_tf_ops  the same with TF ops only (no native conv op: the fallback
                   without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
   tf_tempered_tf_ops_depthwise / _patches  the same with a Conv2D's depthwise backprop forced
@@ -114,7 +116,8 @@ from tf_tempered._compat import require_tensorflow_privacy, tensorflow_privacy
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, is_private, layer_paths, make_private
 
-PATHS = ("nonprivate", "tf_tempered", "tf_tempered_ghost", "tf_tempered_tf_ops",
+PATHS = ("nonprivate", "tf_tempered", "tf_tempered_ghost", "tf_tempered_norms_after",
+         "tf_tempered_tf_ops",
          "tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches",
          "tf_tempered_second_pass", "tf_tempered_low_memory",
          "dpsequential", "stock_optimizer")
@@ -129,7 +132,7 @@ XLA_PATHS = ("nonprivate_xla", "tf_tempered_xla")  # what --jit_compile adds
 # kernels TF runs (EngineOptions.depthwise_max_channel_pairs): only when asked for.
 TF_OPS_CONV_PATHS = ("tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches")
 DEFAULT_PATHS = tuple(p for p in PATHS if p not in (
-    LOW_MEMORY_PATHS + TF_OPS_CONV_PATHS + ("tf_tempered_ghost",)) and (
+    LOW_MEMORY_PATHS + TF_OPS_CONV_PATHS + ("tf_tempered_ghost", "tf_tempered_norms_after")) and (
     tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS))
 
 
@@ -308,8 +311,8 @@ def _compiled(path, kind, batch_size):
         model = _model(kind)
         model.compile(sgd(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    elif path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_ghost") + LOW_MEMORY_PATHS + (
-            TF_OPS_CONV_PATHS):
+    elif path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_ghost",
+                  "tf_tempered_norms_after") + LOW_MEMORY_PATHS + TF_OPS_CONV_PATHS:
         model = _model(kind)
         # tf_tempered_tf_ops: the engine without the native conv op; _ghost: ghost norms
         # wherever a layer has them; _second_pass: the clipped sum by a second backward
@@ -318,6 +321,7 @@ def _compiled(path, kind, batch_size):
                    "tf_tempered_second_pass": EngineOptions.low_memory(clipped_sum="second_pass"),
                    "tf_tempered_low_memory": EngineOptions.low_memory(),
                    "tf_tempered_ghost": EngineOptions(norm_path="ghost"),
+                   "tf_tempered_norms_after": EngineOptions(norms_in_backward=False),
                    "tf_tempered_tf_ops_depthwise": EngineOptions(
                        native=False, depthwise_max_channel_pairs=64),
                    "tf_tempered_tf_ops_patches": EngineOptions(

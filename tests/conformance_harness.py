@@ -141,7 +141,17 @@ def handler_params(family=None):
 # computes the same norms, and what it adds for them (no random draw in a cell without
 # dropout) is checked by test_recompute_takes_recurrent_cells_without_dropout in
 # test_second_pass.py.
-TWO_PASS_MODES = {"second_pass": 0, "recompute": 3}
+# "norms_after_backward": the one-pass book-keeping sum with its norms computed after the
+# backward pass (EngineOptions(norms_in_backward=False)), the default before it computed
+# them inside (the handler tests above run the default).
+TWO_PASS_MODES = {"second_pass": 0, "recompute": 3, "norms_after_backward": 1}
+
+
+def two_pass_options(mode):
+    """The EngineOptions of a TWO_PASS_MODES mode."""
+    if mode == "norms_after_backward":
+        return EngineOptions(norms_in_backward=False)
+    return EngineOptions(clipped_sum=mode)
 
 
 def _two_pass_params():
@@ -207,7 +217,7 @@ def check_two_pass_update(mode, name, num_microbatches, static_batch):
     assert_engine_matches_reference(seeded(case.build), case.inputs(num_microbatches or 0),
                                     case_labels(), num_microbatches=num_microbatches,
                                     static_batch=static_batch,
-                                    options=EngineOptions(clipped_sum=mode),
+                                    options=two_pass_options(mode),
                                     cache_key=("conformance", name, num_microbatches))
 
 

@@ -67,6 +67,7 @@ def test_every_norm_path_is_accepted(norm_path):
     ("patch_chunk_bytes", 0, "patch_chunk_bytes must be an integer >= 1"),
     ("depthwise_chunk", 0, "depthwise_chunk must be an integer >= 1"),
     ("vectorize_recurrent", 0, "vectorize_recurrent must be True or False"),
+    ("norms_in_backward", "no", "norms_in_backward must be True or False"),
     ("clipped_sum", "ghost", "clipped_sum must be one of bookkeeping, second_pass, recompute"),
 ])
 def test_bad_values_name_the_option_and_the_allowed_values(field, value, message):

@@ -42,14 +42,15 @@ Y = np.array([[1.0], [0.0], [0.2], [-2.0]], np.float32)
 W, B = np.array([[0.3], [-0.2]], np.float32), np.array([0.1], np.float32)
 
 
-def _linear_model(clipped_sum_mode="bookkeeping"):
+def _linear_model(clipped_sum_mode="bookkeeping", norms_in_backward=True):
     from tf_tempered.privacy import EngineOptions  # pylint: disable=g-import-not-at-top
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.layers[0].set_weights([W, B])
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=CLIP, noise_multiplier=0.0,
                                                 learning_rate=0.1),
                   loss=keras.losses.MeanSquaredError(reduction="none"))
-    make_private(model, options=EngineOptions(clipped_sum=clipped_sum_mode))
+    make_private(model, options=EngineOptions(clipped_sum=clipped_sum_mode,
+                                              norms_in_backward=norms_in_backward))
     return model
 
 
@@ -73,10 +74,13 @@ def _stages(model, data):
     norm, finite, weights = clip_factors(layers, forward.num_microbatches, CLIP)
     summed = plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables)
     stats = step_stats(plan, batch, forward, norm, finite)
-    kernel, bias = (g for g, _ in noised_mean(model, state, plan, batch, forward, summed, stats))
+    grads = [g for g, _ in noised_mean(model, state, plan, batch, forward, summed, stats)]
+    hooks = forward.recorder.norm_hooks
     return {"plan": plan, "layers": [layer.first.layer.name for layer in layers],
+            "norms_in_backward": None if hooks is None else [
+                r.layer.name for r in forward.recorder.records if id(r) in hooks.results],
             "losses": forward.losses, "norm": norm, "finite": finite, "scale": weights.scale,
-            "update": tf.concat([kernel[:, 0], bias], 0)}
+            "update": tf.concat([tf.reshape(g, [-1]) for g in grads], 0)}
 
 
 def _run_stages(model, data):
@@ -86,18 +90,22 @@ def _run_stages(model, data):
     def traced():
         # Tensors, as Keras' data adapters give them.
         result = _stages(model, tf.nest.map_structure(tf.convert_to_tensor, data))
-        kept.update(plan=result.pop("plan"), layers=result.pop("layers"))
+        kept.update(plan=result.pop("plan"), layers=result.pop("layers"),
+                    norms_in_backward=result.pop("norms_in_backward"))
         return result
 
     return dict(traced(), **kept)
 
 
-@pytest.mark.parametrize("mode", ["bookkeeping", "second_pass", "recompute"])
-def test_stages_in_order_match_the_closed_form(mode):
-    model = _linear_model(mode)
+@pytest.mark.parametrize("mode,norms_in_backward", [
+    ("bookkeeping", True), ("bookkeeping", False), ("second_pass", True), ("recompute", True)])
+def test_stages_in_order_match_the_closed_form(mode, norms_in_backward):
+    model = _linear_model(mode, norms_in_backward)
     losses, norms, factors, update = _closed_form()
     got = _run_stages(model, (X, Y))
     assert type(got["plan"].clipped_sum) is type(clipped_sum.strategy_for(mode, model))
+    # The one layer's norms came from inside the backward pass, or (option off) after it.
+    assert got["norms_in_backward"] == ([model.layers[0].name] if norms_in_backward else None)
     assert got["plan"].config.l2_norm_clip == CLIP and got["plan"].local_microbatches is None
     assert got["layers"] == [model.layers[0].name]
     np.testing.assert_allclose(got["losses"], losses, rtol=1e-5)
@@ -105,6 +113,24 @@ def test_stages_in_order_match_the_closed_form(mode):
     np.testing.assert_array_equal(got["finite"], np.ones(4))
     np.testing.assert_allclose(got["scale"], factors, rtol=1e-5)
     np.testing.assert_allclose(got["update"], update, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("mode", ["bookkeeping", "second_pass"])
+def test_a_recurrent_layers_own_loop_keeps_its_norms_after_the_backward_pass(mode):
+    """The one-pass sum computes an LSTM's norms after the backward pass (inside it they
+    held up the gradient below: slower, no less memory), the two-pass sums inside it."""
+    from tf_tempered.privacy import EngineOptions  # pylint: disable=g-import-not-at-top
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Embedding(7, 3, name="embed"),
+                              keras.layers.LSTM(4, name="lstm"),
+                              keras.layers.Dense(1, name="head")])
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=CLIP, noise_multiplier=0.0,
+                                                learning_rate=0.1),
+                  loss=keras.losses.MeanSquaredError(reduction="none"))
+    make_private(model, options=EngineOptions(clipped_sum=mode))
+    data = (np.arange(20, dtype=np.int32).reshape(4, 5) % 7, Y)
+    inside = _run_stages(model, data)["norms_in_backward"]
+    expected = {"bookkeeping": ["embed", "head"], "second_pass": ["embed", "lstm", "head"]}
+    assert sorted(inside) == sorted(expected[mode])
 
 
 def test_poisson_batch_divides_by_the_expected_batch_size():

@@ -93,6 +93,14 @@ class EngineOptions:
         one, which runs the forward pass again once the clip factors are known: about
         the non-private step's memory, for one more forward and backward pass. Refused
         for models that draw random numbers in their forward pass (Dropout, ...).
+      norms_in_backward: with "bookkeeping", each layer's norms (and per-microbatch
+        gradients) are computed inside the backward pass, as soon as its output gradient
+        is known, and the gradient flows on to the layers below only once they are done
+        (the other two strategies always do this; recurrent layers that run their own
+        time loop keep theirs after it): TensorFlow's executor then cannot run the cheap
+        input-gradient chain ahead and hold every layer's output gradient and activation
+        at once. Less peak memory (CIFAR-10 CNN 1.6× → 1.4× non-private), the
+        same time within noise (docs/benchmarks.md); False computes them after it.
       noise: how the N(0, σ²C²) noise is drawn, from the model's secret Philox key either
         way. "gaussian" (default): Box–Muller, one sample per coordinate.
         "sum_of_gaussians": each coordinate the sum of 4 samples of std σC/2 (Holohan &
@@ -142,12 +150,14 @@ class EngineOptions:
     # One backward pass, the fastest; the others trade time for memory (measured on
     # the CIFAR-10 CNN: docs/engine.md, "Less memory").
     clipped_sum: str = "bookkeeping"
+    # On: lower peak memory at the same time (measured on seven models: docs/benchmarks.md).
+    norms_in_backward: bool = True
     # Opt-in: four times the noise draw (benchmarks/results/noise_modes.md); the default
     # stays the fast one.
     noise: str = "gaussian"
 
     def __post_init__(self):
-        for name in ("native", "vectorize_recurrent"):
+        for name in ("native", "vectorize_recurrent", "norms_in_backward"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"EngineOptions.{name} must be True or False, got "
                                  f"{getattr(self, name)!r}.")

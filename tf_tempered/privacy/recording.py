@@ -91,7 +91,7 @@ class Recorder:
         self.graph, self._start = None, 0
         self.forward_ops = ()
         # clipped_sum.NormHooks, or None: computes each layer's norms inside the
-        # backward pass (EngineOptions(clipped_sum="second_pass")).
+        # backward pass (EngineOptions.norms_in_backward, clipped_sum="second_pass"...).
         self.norm_hooks = norm_hooks
         # {id(layer): (layer, regularizer)} of the activity regularizers Keras does not
         # apply in this forward pass; each call's outputs are kept in activity_outputs

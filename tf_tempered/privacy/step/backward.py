@@ -39,7 +39,7 @@ def backward(model, forward, plan, batch_size):
     # per-example sum of its calls' contributions.
     groups = layer_grads.multi_call.group_calls(records)
     hooks = forward.recorder.norm_hooks
-    if hooks is not None:  # second pass: norms inside this backward pass
+    if hooks is not None:  # norms inside this backward pass (norm_hooks.py)
         hooks.layout, hooks.collecting = layout, True
         hooks.skip = {id(call) for _, calls in groups if len(calls) > 1 for call in calls}
     outputs = [r.output for r in records]

@@ -17,7 +17,9 @@
 
 * :class:`BookKeeping` ("bookkeeping", the default): each layer's handler forms its
   part from what its norm used (its input and output gradient, or its per-microbatch
-  gradients): one backward pass, every layer's tensors kept until the last norm;
+  gradients): one backward pass, every layer's tensors kept until the last norm
+  (computed inside the backward pass, as below, unless
+  ``EngineOptions.norms_in_backward`` is False);
 * :class:`SecondPass` ("second_pass") and :class:`Recompute` ("recompute"): a second
   backward pass, below.
 
@@ -79,10 +81,26 @@ class ClippedSum:
 
 
 class BookKeeping(ClippedSum):
-    """Each layer's clipped sum from its handler (no second pass)."""
+    """Each layer's clipped sum from its handler (no second pass).
+
+    With ``norms_in_backward`` each layer's norms are computed inside the backward pass
+    (NormHooks), but for the recurrent layers that run their own time loop: what a layer
+    keeps for its part of the sum is the same, but a layer that materializes its
+    per-microbatch gradients frees its input and output gradient at once, and the
+    executor cannot run the input-gradient chain ahead of the norms.
+    """
+
+    def __init__(self, norms_in_backward=True):
+        self.norms_in_backward = norms_in_backward
 
     def new_hooks(self):
-        return None
+        if not self.norms_in_backward:
+            return None
+        # A recurrent layer that runs its own time loop keeps the same tensors either way,
+        # and its costly norms inside the backward pass would hold up the gradient of the
+        # layers below it: measured slower on the LSTM classifier, no less memory
+        # (benchmarks/results/norms_in_backward_time_keras3.md).
+        return NormHooks(inside=lambda record: not record.handler.records_own_forward)
 
     def check_forward(self, forward_ops):
         del forward_ops
@@ -143,10 +161,10 @@ class Recompute(ClippedSum):
                                     variables)
 
 
-def strategy_for(name, model):
+def strategy_for(name, model, *, norms_in_backward=True):
     """The strategy of ``EngineOptions.clipped_sum`` ``name``."""
     if name == "bookkeeping":
-        return BookKeeping()
+        return BookKeeping(norms_in_backward)
     if name == "second_pass":
         return SecondPass()
     return Recompute(model)

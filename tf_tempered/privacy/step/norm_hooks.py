@@ -12,7 +12,7 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """The first backward pass's per-layer norms, computed inside it (clipped_sum="second_pass",
-"recompute").
+"recompute", and "bookkeeping" with EngineOptions.norms_in_backward, the default).
 
 Each layer's norms are computed as soon as its output gradient is known, and the gradient
 flows on to the layers below only once they are done, so TensorFlow's executor cannot run
@@ -32,10 +32,13 @@ class NormHooks:
     identity whose gradient, while ``collecting`` (the first backward pass only), sets
     ``record.grad_output``, computes ``record.handler.layer_result(...)`` into ``results`` and
     passes the gradient on only after them. Records of layers called more than once
-    (``skip``: their norms need every call's gradient) pass the gradient straight on.
+    (``skip``: their norms need every call's gradient), and those ``inside(record)`` is
+    False for, pass the gradient straight on (their norms are computed afterwards).
     """
 
-    def __init__(self):
+    def __init__(self, inside=None):
+        # record -> whether its norms are computed inside the backward pass (None: all).
+        self.inside = inside
         self.layout = None  # layer_grads.MicrobatchLayout, set before the first backward pass
         self.skip = set()  # ids of records whose norms are computed afterwards
         self.collecting = False
@@ -48,7 +51,8 @@ class NormHooks:
         @tf.custom_gradient
         def hook(x):
             def grad(dy):
-                if not self.collecting or id(record) in self.skip:
+                if (not self.collecting or id(record) in self.skip
+                        or self.inside is not None and not self.inside(record)):
                     return dy
                 record.grad_output = clip.widen(dy)
                 record.inputs = tf.nest.map_structure(clip.widen, record.inputs)

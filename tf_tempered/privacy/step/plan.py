@@ -85,7 +85,8 @@ def plan_step(model, state, *, check_optimizer=True):
             "make_private without augmentation_multiplicity.")
     xla = keras_bridge.jit_compiled(model)
     options = _xla_options(state.options) if xla else state.options
-    strategy = clipped_sums.strategy_for(options.clipped_sum, model)
+    strategy = clipped_sums.strategy_for(options.clipped_sum, model,
+                                         norms_in_backward=options.norms_in_backward)
     return StepPlan(config, replicas, options, strategy, multiplicity, xla)
 
 
