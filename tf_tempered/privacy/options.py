@@ -95,11 +95,12 @@ class EngineOptions:
         for models that draw random numbers in their forward pass (Dropout, ...).
       norms_in_backward: with "bookkeeping", each layer's norms (and per-microbatch
         gradients) are computed inside the backward pass, as soon as its output gradient
-        is known, and the gradient flows on to the layers below only once they are done
-        (the other two strategies always do this; recurrent layers that run their own
-        time loop keep theirs after it): TensorFlow's executor then cannot run the cheap
+        is known, and the gradient flows on to the layers below only once they are done,
+        except for recurrent layers that run their own time loop (LSTM, GRU, SimpleRNN,
+        ConvLSTM), whose norms come after it; "second_pass" and "recompute" always compute
+        every layer's inside. TensorFlow's executor then cannot run the cheap
         input-gradient chain ahead and hold every layer's output gradient and activation
-        at once. Less peak memory (CIFAR-10 CNN 1.6× → 1.4× non-private), the
+        at once. Less peak memory (CIFAR-10 CNN 1.69–1.75× → 1.36–1.55× non-private), the
         same time within noise (docs/benchmarks.md); False computes them after it.
       noise: how the N(0, σ²C²) noise is drawn, from the model's secret Philox key either
         way. "gaussian" (default): Box–Muller, one sample per coordinate.
@@ -150,7 +151,7 @@ class EngineOptions:
     # One backward pass, the fastest; the others trade time for memory (measured on
     # the CIFAR-10 CNN: docs/engine.md, "Less memory").
     clipped_sum: str = "bookkeeping"
-    # On: lower peak memory at the same time (measured on seven models: docs/benchmarks.md).
+    # On: lower peak memory at the same time (measured on eight models: docs/benchmarks.md).
     norms_in_backward: bool = True
     # Opt-in: four times the noise draw (benchmarks/results/noise_modes.md); the default
     # stays the fast one.
