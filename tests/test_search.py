@@ -92,6 +92,19 @@ def test_one_at_a_time_is_the_base_and_each_value_alone():
         (0.99, 128, 1, 0.5), (0.999, 128, 1, 0.5), (None, 64, 2, 0.5), (None, 128, 1, 2.0)]
 
 
+def test_one_at_a_time_lets_a_flag_vary_alone_and_jointly():
+    # The Fashion-MNIST round-2 design: lr alone, epochs alone, and both in a joint axis.
+    axes = [search.parse_axis("learning_rate=2,8"), search.parse_axis("epochs=3"),
+            search.parse_axis("batch_size+epochs+learning_rate=64+2+8,128+3+0.5")]
+    trials = search.expand_trials(BASE, axes, search="one_at_a_time")
+    assert [(c.batch_size, c.epochs, c.learning_rate) for _, c in trials] == [
+        (128, 1, 0.5), (128, 1, 2.0), (128, 1, 8.0), (128, 3, 0.5), (64, 2, 8.0)]
+    # 128+3+0.5 equals the epochs=3 trial: trained once.
+    assert trials[-1][0] == {"batch_size+epochs+learning_rate": "64+2+8.0"}
+    with pytest.raises(ConfigError, match="one_at_a_time"):  # combined, it stays refused
+        search.expand_trials(BASE, axes, search="grid")
+
+
 def test_search_refuses_without_validation_or_target_epsilon(tmp_path):
     with pytest.raises(ConfigError, match="--validation_size must be > 0"):
         search.run_search(BASE.replace(validation_size=0), [], output_dir=str(tmp_path))

@@ -140,12 +140,12 @@ def expand_trials(base_config, axes, *, search="grid", num_trials=None, seed=0):
     (random), or the base config and each axis value alone on it (one_at_a_time: an
     ablation design, 1 + Σ (values that differ from the base) configs)."""
     names = [n for n, _ in axes]
-    flags = [f for n in names for f in n.split("+")]
-    if len(set(flags)) != len(flags):
-        raise common.ConfigError(f"--vary names a flag twice ({names}); give each flag once "
-                                 "with all its values.")
-    if search == "one_at_a_time":
+    if search == "one_at_a_time":  # each value alone: a flag may be in two axes
         return _one_at_a_time(base_config, axes)
+    flags = [f for n in names for f in n.split("+")]
+    if len(set(flags)) != len(flags):  # combined, two axes would set one flag twice
+        raise common.ConfigError(f"--vary names a flag twice ({names}); give each flag once "
+                                 "with all its values, or use --search=one_at_a_time.")
     combos = list(itertools.product(*(values for _, values in axes))) or [()]
     if search == "random":
         if num_trials is None or num_trials < 1:
@@ -168,14 +168,18 @@ def _trial(base_config, named_values):
 
 
 def _one_at_a_time(base_config, axes):
-    """The base, then each value of each axis that changes the base, the rest at base."""
+    """The base, then each value of each axis that changes the base, the rest at base.
+
+    A flag may appear alone and in a joint axis (``learning_rate=2`` and
+    ``batch_size+learning_rate=4096+8``); a config already listed is trained once.
+    """
     trials = [({}, common.validate_config(base_config))]
     for name, values in axes:
         for value in values:
-            changes = value if isinstance(value, dict) else {name: value}
-            if all(getattr(base_config, k) == v for k, v in changes.items()):
-                continue  # the base itself, trained once
-            trials.append(_trial(base_config, [(name, value)]))
+            labels, config = _trial(base_config, [(name, value)])
+            if any(config == seen for _, seen in trials):
+                continue  # the base itself, or a value another axis already set
+            trials.append((labels, config))
     return trials
 
 
