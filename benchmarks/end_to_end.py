@@ -25,6 +25,7 @@ per-pair ratios DP / non-private.
     python benchmarks/end_to_end.py                     # MNIST, 2 epochs, 3 pairs
     python benchmarks/end_to_end.py --pairs=5 --json=benchmarks/results/end_to_end_mnist.json
     python benchmarks/end_to_end.py --train_args="--dataset=digits --epochs=20 --batch_size=64"
+    python benchmarks/end_to_end.py --dp_args=--nopoisson_padding   # flags of the DP run only
     python benchmarks/end_to_end.py --render=benchmarks/results/end_to_end_mnist.json
 """
 
@@ -43,11 +44,11 @@ DEFAULT_TRAIN_ARGS = "--dataset=mnist --data_dir=../shared/data --epochs=2 --nos
 KINDS = ("dp", "nonprivate")
 
 
-def run_once(train_args, dp, workdir, timeout):
+def run_once(train_args, dp, workdir, timeout, dp_args=""):
     """Runs the train script once in a fresh process; returns its timings and metrics."""
     out = tempfile.mkdtemp(dir=workdir)
     cmd = [sys.executable, "-m", "tf_tempered.experiments.train", *shlex.split(train_args),
-           f"--output_dir={out}"] + ([] if dp else ["--nodpsgd"])
+           f"--output_dir={out}"] + (shlex.split(dp_args) if dp else ["--nodpsgd"])
     start = time.monotonic()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    timeout=timeout)
@@ -59,13 +60,14 @@ def run_once(train_args, dp, workdir, timeout):
             "steps": metrics.get("steps")}
 
 
-def run_pairs(train_args, pairs, timeout):
+def run_pairs(train_args, pairs, timeout, dp_args=""):
     """``pairs`` back-to-back (DP, non-private) runs, the order alternating."""
     results = []
     with tempfile.TemporaryDirectory() as workdir:
         for i in range(pairs):
             order = KINDS if i % 2 == 0 else KINDS[::-1]
-            pair = {kind: run_once(train_args, kind == "dp", workdir, timeout) for kind in order}
+            pair = {kind: run_once(train_args, kind == "dp", workdir, timeout, dp_args)
+                    for kind in order}
             pair["first"] = order[0]
             results.append(pair)
             print(f"pair {i + 1}/{pairs}: DP {pair['dp']['process_s']:.1f} s, non-private "
@@ -87,8 +89,9 @@ def summarize(pairs):
 def render(result):
     """The markdown table of a result (as written by --json)."""
     s = summarize(result["pairs"])
+    dp_args = f" {result['dp_args']}" if result.get("dp_args") else ""
     lines = [f"End to end: `python -m tf_tempered.experiments.train {result['train_args']}` with "
-             f"DP-SGD vs `--nodpsgd`, {len(result['pairs'])} pairs of fresh processes "
+             f"DP-SGD{dp_args} vs `--nodpsgd`, {len(result['pairs'])} pairs of fresh processes "
              f"({result['environment']}); load average before {result['load_before']}, "
              f"after {result['load_after']}", "",
              "| time | DP-SGD (s, median) | --nodpsgd (s, median) | DP / non-private (median of pairs) |",
@@ -114,6 +117,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train_args", default=DEFAULT_TRAIN_ARGS,
                         help="the train script's flags (without --output_dir and --nodpsgd)")
+    parser.add_argument("--dp_args", default="", help="flags of the DP run only, e.g. "
+                        "--nopoisson_padding")
     parser.add_argument("--pairs", type=int, default=3, help="(DP, non-private) process pairs")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per process")
     parser.add_argument("--json", help="also write the raw results here")
@@ -126,8 +131,9 @@ def main():
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
     load_before = _load_average()
-    pairs = run_pairs(args.train_args, args.pairs, args.timeout)
-    result = {"train_args": args.train_args, "pairs": pairs, "load_before": load_before,
+    pairs = run_pairs(args.train_args, args.pairs, args.timeout, args.dp_args)
+    result = {"train_args": args.train_args, "dp_args": args.dp_args, "pairs": pairs,
+              "load_before": load_before,
               "load_after": _load_average(),
               "environment": f"Python {platform.python_version()}, {platform.machine()}, "
                              f"{os.cpu_count()} CPUs, TF_USE_LEGACY_KERAS="

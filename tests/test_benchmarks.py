@@ -187,6 +187,22 @@ def test_end_to_end_ratios_are_medians_of_pairs():
     assert "| 2 | nonprivate | 30.0 | 20.0 | 1.50 | 0.9000 | 0.9500 | 1 |" in report
 
 
+def test_train_step_times_splits_padding_from_engine():
+    step_times = _load_module("train_step_times")
+    def run(ms, rows):
+        return {"median_step_ms": ms, "first_batch_s": 1.0, "batch_rows": rows}
+    runs = {"dp_poisson": [run(18.0, 380), run(17.0, 380)],
+            "dp_shuffle": [run(12.0, 256), run(11.0, 256)],
+            "dp_poisson_unpadded": [run(11.5, 256), run(11.5, 256)],
+            "nonprivate": [run(10.0, 256), run(11.0, 256)]}
+    report = step_times.render({"train_args": "--dataset=mnist", "runs": runs,
+                                "environment": "env", "load_before": "1", "load_after": "2"})
+    assert "| dp_poisson | 17.50 (18.00, 17.00) | 1.67 | 1.00, 1.00 | 380 |" in report
+    assert "Padding (dp_poisson / dp_shuffle): 1.52; engine at the same batch " \
+        "(dp_shuffle / nonprivate): 1.10. Unpadded Poisson batches (dp_poisson_unpadded / " \
+        "nonprivate): 1.10." in report
+
+
 @pytest.mark.parametrize("script,package", [("opacus_step.py", "torch"), ("jax_step.py", "jax")])
 def test_peer_scripts_skip_without_their_framework(script, package):
     if importlib.util.find_spec(package) is not None:

@@ -19,6 +19,8 @@ is not installed (Python 3.12+), the comparisons skip (tests/test_conformance_*.
 and tests/test_optimizers.py compare with references written out).
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -472,6 +474,60 @@ def test_poisson_padding_rows_do_not_change_the_update():
     reference, _ = _update(_cnn, opt, False, x[:8], y[:8])
     for r, ours in zip(reference, real):
         np.testing.assert_allclose(ours * 10, r * 8, atol=1e-5)
+
+
+def test_unpadded_poisson_batches_train_as_the_padded_ones(recwarn):
+    # poisson_batches(fixed_size=False): the same examples per step without padding rows;
+    # the same update (σ = 0, the same insecure key for the membership), traced once.
+    x, y = _data(_cnn(), seed=1)
+    x, y = np.concatenate([x] * 4), np.concatenate([y] * 4)
+
+    loss_calls = []  # Python runs the loss only while tracing: a count of traces
+
+    def loss(labels, logits):
+        loss_calls.append(1)
+        return LOSS(labels, logits)
+
+    def run(fixed_size):
+        model = make_private(_fresh(_cnn))
+        model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0,
+                                                    learning_rate=1.0), loss=loss)
+        before = model.get_weights()
+        ds = tf_tempered.privacy.poisson_batches(x, y, expected_batch_size=8, steps=6,
+                                                 insecure_dp_seed=5, fixed_size=fixed_size)
+        after_first = keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: batch or traced.append(len(loss_calls)))
+        traced = []
+        history = model.fit(ds, epochs=2, verbose=0, callbacks=[after_first]).history
+        sizes = {int(tf.reduce_sum(info["mask"])) for _, _, info in ds}
+        return [a - b for a, b in zip(model.get_weights(), before)], history, traced, sizes
+
+    padded, padded_history, _, _ = run(True)
+    unpadded, unpadded_history, traced, sizes = run(False)
+    for p, u in zip(padded, unpadded):
+        assert np.abs(p).max() > 0
+        np.testing.assert_allclose(u, p, atol=1e-5)
+    # Poisson-accounted alike (the amplified ε); batches of several sizes traced once.
+    assert unpadded_history["epsilon"] == padded_history["epsilon"]
+    assert len(sizes) > 1 and 0 < traced[0] == traced[1] == len(loss_calls)
+
+
+def test_unpadded_poisson_batches_under_xla_warn_with_the_fix():
+    x, y = _data(_cnn())
+    for fixed_size, warns in ((True, False), (False, True)):
+        model = make_private(_fresh(_cnn))
+        model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                    learning_rate=0.1),
+                      loss=LOSS, jit_compile=True)
+        ds = tf_tempered.privacy.poisson_batches(x, y, expected_batch_size=8, steps=1,
+                                                 fixed_size=fixed_size)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.fit(ds, verbose=0)
+        said = [str(w.message) for w in caught if "XLA compiles" in str(w.message)]
+        assert bool(said) == warns
+        if warns:
+            assert "fixed_size=True" in said[0] and "jit_compile=False" in said[0]
 
 
 def test_a_loss_function_reducing_over_the_batch_is_refused():

@@ -217,3 +217,34 @@ def test_misaligned_labels():
     x, y = _data()
     with pytest.raises(ValueError, match="y must have one row per example"):
         poisson_batches(x, y[:-1], expected_batch_size=4, steps=5)
+
+
+def test_unpadded_batches_hold_the_same_examples_as_padded_ones(fresh_warning):
+    # The same insecure key: the same membership, padded to max_batch_size or not.
+    x, y = _data()
+    kwargs = dict(sampling_probability=Q, steps=50, insecure_dp_seed=3)
+    padded = list(poisson_batches(x, y, **kwargs))
+    unpadded_ds = poisson_batches(x, y, fixed_size=False, **kwargs)
+    assert unpadded_ds.element_spec[0].shape.as_list() == [None, 2]
+    assert unpadded_ds.element_spec[2]["mask"].shape.as_list() == [None]
+    unpadded = list(unpadded_ds)
+    assert len(unpadded) == len(padded) == 50
+    sizes = set()
+    for (px, py, pinfo), (ux, uy, uinfo) in zip(padded, unpadded):
+        count = int(tf.reduce_sum(pinfo["mask"]))
+        sizes.add(count)
+        assert ux.shape[0] == count and uy.shape[0] == count
+        np.testing.assert_array_equal(ux.numpy(), px.numpy()[:count])
+        np.testing.assert_array_equal(uy.numpy(), py.numpy()[:count])
+        np.testing.assert_array_equal(uinfo["mask"].numpy(), np.ones(count, np.float32))
+        assert float(uinfo["expected_batch_size"]) == pytest.approx(Q * N)
+    assert len(sizes) > 3  # the sizes vary: really unpadded
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(fixed_size=False, max_batch_size=20), "does not pad"),
+    (dict(fixed_size=False, num_shards=2, shard_index=0), "several shards"),
+    (dict(fixed_size="no"), "fixed_size must be True or False")])
+def test_fixed_size_refuses_what_it_cannot_do(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        poisson_batches(*_data(), sampling_probability=Q, steps=2, **kwargs)

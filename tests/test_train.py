@@ -143,11 +143,40 @@ def test_non_private_run_reports_infinite_epsilon(tmp_path):
     (dict(lr_schedule="step"), "--lr_schedule='step' is invalid"),
     (dict(features="scatternet", augmult=2, augment_flip=True),
      "--augment_flip is not supported with --features=scatternet"),
+    (dict(poisson_padding=False, sampling="shuffle"), "--nopoisson_padding applies to DP-SGD"),
+    (dict(poisson_padding=False, dpsgd=False), "--nopoisson_padding applies to DP-SGD"),
 ])
 def test_validation_names_the_flag(changes, message):
     with pytest.raises(ConfigError, match="Fix:|choose one of|must be") as info:
         validate_config(TINY.replace(**changes))
     assert message in str(info.value)
+
+
+def test_unpadded_poisson_batches_train_the_same_model(monkeypatch, tmp_path):
+    # --nopoisson_padding: each step sees only its sampled examples; with the same insecure
+    # key (membership and noise), the same weights and the same ε as the padded run.
+    from tf_tempered.experiments import train_data
+    datasets = []
+    original = train_data.training_batches
+    monkeypatch.setattr(train_data, "training_batches",
+                        lambda *a, **k: datasets.append(original(*a, **k)) or datasets[-1])
+    config = TINY.replace(epochs=2, insecure_dp_seed=4, noise_multiplier=1.0)
+    runs = {}
+    for padding in (True, False):
+        models = []
+        result = train_lib.run_training(
+            config.replace(poisson_padding=padding), verbose=0,
+            extra_callbacks=lambda model, dataset: models.append(model) or [])
+        runs[padding] = result, models[0].get_weights()
+    padded, unpadded = datasets
+    assert padded.element_spec[0].shape[0] is not None  # one fixed size
+    assert unpadded.element_spec[0].shape[0] is None
+    batches = [(len(y), int(info["mask"].numpy().sum())) for _, y, info in unpadded]
+    assert all(rows == sampled for rows, sampled in batches)  # no padding rows
+    assert len({rows for rows, _ in batches}) > 1
+    assert runs[True][0]["epsilon"] == runs[False][0]["epsilon"]
+    for a, b in zip(runs[True][1], runs[False][1]):
+        np.testing.assert_allclose(b, a, atol=1e-5)
 
 
 def test_bad_config_fails_before_loading_data(monkeypatch):

@@ -116,6 +116,11 @@ def _randomness_flags(d):
         ("enum", "sampling", d.sampling, "poisson: Poisson-sampled batches (the ε "
                                          "accounting assumes); shuffle: shuffled fixed-size "
                                          "batches.", SAMPLINGS),
+        ("bool", "poisson_padding", d.poisson_padding,
+         "Pad Poisson batches to one fixed size (the default: a step's time does not "
+         "depend on the secret batch size). --nopoisson_padding: each step computes on the "
+         "sampled examples only (MNIST at batch 256: 256 instead of 380 rows); the same "
+         "update and ε, but timing the steps reveals each batch's size."),
         ("enum", "accountant", d.accountant, "Privacy accountant.", ACCOUNTANTS),
         ("float", "delta", d.delta, "δ of the (ε, δ) guarantee."),
         ("integer", "seed", d.seed, "Seed of what is not privacy-relevant: weight "

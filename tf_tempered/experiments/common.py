@@ -210,6 +210,9 @@ _RULES: Tuple[Rule, ...] = (
                    f"{c.microbatches} with --batch_size={c.batch_size} puts "
                    f"{c.batch_size // c.microbatches} in each (Poisson batches vary in size). "
                    "Fix: drop --microbatches, or use --sampling=shuffle."),
+    Rule(lambda c: not c.poisson_padding and not (c.dpsgd and c.sampling == "poisson"),
+         lambda c: "--nopoisson_padding applies to DP-SGD's Poisson batches only. Fix: drop "
+                   "it, or train with --dpsgd --sampling=poisson."),
 )
 
 

@@ -90,6 +90,7 @@ class TrainConfig:
     epochs: int = 60
     ema_decay: float = None
     sampling: str = accounting.DEFAULT_SAMPLING
+    poisson_padding: bool = True
     accountant: str = accounting.DEFAULT_ACCOUNTANT
     delta: float = accounting.DEFAULT_DELTA
     seed: int = 0

@@ -229,6 +229,11 @@ def _check_strategy(config, strategy):
     """The tf.distribute strategy (a name is made into one); refuses what it cannot run."""
     if isinstance(strategy, str):
         strategy = make_strategy(strategy)
+    if (not config.poisson_padding and strategy is not None
+            and strategy.num_replicas_in_sync > 1):
+        raise common.ConfigError(
+            "--nopoisson_padding is not supported with several replicas (they need batches "
+            "of one shape). Fix: drop --strategy or --nopoisson_padding.")
     if config.augmult > 1 and strategy is not None and strategy.num_replicas_in_sync > 1:
         raise common.ConfigError(
             f"--augmult={config.augmult} is not supported with several replicas yet (a "

@@ -59,18 +59,20 @@ def sampled_batches(config, plan, x, y, strategy=None):
         q = config.batch_size / len(x)
         max_batch = sampling.default_max_batch_size(
             num_examples=len(x), sampling_probability=q, total_steps=plan.total_steps)
+        # --nopoisson_padding: batches of the sampled examples only (no max_batch).
+        size = (dict(max_batch_size=max_batch) if config.poisson_padding
+                else dict(fixed_size=False))
         if not _read_per_batch(x):
             # One epoch's steps; every new iteration (epoch) draws fresh batches.
             return sampling.poisson_batches(x, y, expected_batch_size=config.batch_size,
-                                            steps=plan.steps_per_epoch,
-                                            max_batch_size=max_batch,
+                                            steps=plan.steps_per_epoch, **size,
                                             insecure_dp_seed=config.insecure_dp_seed)
         # A large array (e.g. MNIST's ScatterNet features): sample its row numbers + 1 and
         # read the rows per batch, instead of a TensorFlow copy of the whole array (more
         # resident memory: docs/reproduction.md). Padding (0) reads as zeros, as before.
         batches = sampling.poisson_batches(np.arange(1, len(x) + 1), y,
                                            expected_batch_size=config.batch_size,
-                                           steps=plan.steps_per_epoch, max_batch_size=max_batch,
+                                           steps=plan.steps_per_epoch, **size,
                                            insecure_dp_seed=config.insecure_dp_seed)
         return batches.map(lambda rows, *rest: (_rows_of(x, rows), *rest),
                            num_parallel_calls=tf.data.AUTOTUNE,

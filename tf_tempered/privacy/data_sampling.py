@@ -59,7 +59,8 @@ class SamplingTag:
     kind: "poisson" (each example in each batch with probability q, secret membership)
       or "shuffle" (each example at most once per pass over the dataset).
     num_examples: N; sampling_probability: q (Poisson); batch_size: the (expected)
-    batch size; steps_per_pass: batches in one pass.
+    batch size; steps_per_pass: batches in one pass; fixed_size: False for unpadded
+    Poisson batches (their size varies from step to step).
     """
 
     kind: str
@@ -67,6 +68,7 @@ class SamplingTag:
     batch_size: float
     sampling_probability: Optional[float] = None
     steps_per_pass: Optional[int] = None
+    fixed_size: bool = True
 
 
 def tag_dataset(dataset, tag):

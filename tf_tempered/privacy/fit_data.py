@@ -283,4 +283,19 @@ def plan_fit_data(model, state, config, arguments):
         return _shuffle(config, arguments)
     if arguments.get("class_weight"):
         _checked_weights(np.array(list(arguments["class_weight"].values()), np.float32))
+    _warn_if_xla_meets_varying_batches(model, state, x)
     return _pipeline(state, config, arguments)
+
+
+def _warn_if_xla_meets_varying_batches(model, state, x):
+    """Unpadded Poisson batches under jit_compile=True: one XLA compilation per size met."""
+    tag = data_sampling.sampling_of(x) if hasattr(x, "__dict__") else None
+    if (tag is None or tag.fixed_size or getattr(model, "jit_compile", False) is not True
+            or "xla varying batches" in state.warned):
+        return
+    state.warned.add("xla varying batches")
+    warnings.warn(
+        "fit on poisson_batches(fixed_size=False) with jit_compile=True: XLA compiles the "
+        "step once for every batch size it meets (dozens of sizes; a 2-layer model trained "
+        "about 20x slower over 80 steps). Fix: poisson_batches(fixed_size=True), the default, or "
+        "compile(jit_compile=False).", UserWarning, stacklevel=5)

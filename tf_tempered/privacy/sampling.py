@@ -153,7 +153,8 @@ def _check_positive_int(name, value):
 
 def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
                     sampling_probability=None, epochs=None, steps=None, max_batch_size=None,
-                    seed=None, insecure_dp_seed=None, num_shards=1, shard_index=0):
+                    fixed_size=True, seed=None, insecure_dp_seed=None, num_shards=1,
+                    shard_index=0):
     """tf.data.Dataset of Poisson-sampled, zero-padded batches of (x, y) with a mask.
 
     Each step includes each example independently with probability q (a Bernoulli
@@ -172,6 +173,15 @@ def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
     :func:`distributed_poisson_batches`) samples only the examples ``x[r::R]``, with
     the same q and its own Philox stream; ``expected_batch_size`` stays the global
     q·N, and the default ``max_batch_size`` bounds the overflow of all R shards.
+
+    ``fixed_size=False`` leaves the batches unpadded: each holds exactly the sampled
+    examples (mask all ones), so a step computes on about q·N rows instead of
+    max_batch_size (MNIST, expected 256: 256 against 380 rows). The update and the ε
+    are the same; what changes is that the step's time and memory now follow the
+    batch size, which depends on the secret membership: the ε covers the model and
+    its updates, not someone timing the steps. Batches of varying shape are traced
+    once (batch dimension None); with ``jit_compile=True``, XLA compiles once per
+    batch size met. Not with ``num_shards`` > 1 or ``max_batch_size``.
 
     Membership is secret: the draws come from a key read from the OS's entropy when
     the dataset is built, at a fresh counter for every pass over the dataset (each
@@ -199,21 +209,24 @@ def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
             f"pass insecure_dp_seed={seed!r}.")
     data, num_examples = _as_examples(x, y, sample_weight)
     _check_shards(num_shards, shard_index, num_examples)
+    _check_fixed_size(fixed_size, max_batch_size, num_shards)
     q = poisson_sampling_probability(num_examples=num_examples,
                                      expected_batch_size=expected_batch_size,
                                      sampling_probability=sampling_probability)
     steps = _total_steps(epochs, steps, num_examples=num_examples, sampling_probability=q)
     if num_shards > 1:  # this replica's examples; q and q·N stay global
         data = tf.nest.map_structure(lambda t: t[shard_index::num_shards], data)
-    max_batch_size = _max_batch_size(max_batch_size, data, q=q, steps=steps,
-                                     num_shards=num_shards)
+    if fixed_size:
+        max_batch_size = _max_batch_size(max_batch_size, data, q=q, steps=steps,
+                                         num_shards=num_shards)
     source = randomness.DPRandomness("poisson", insecure_dp_seed=insecure_dp_seed)
     draw = _drawer(data, source, q=q, num_examples=num_examples, shard_index=shard_index,
-                   max_batch_size=max_batch_size)
+                   max_batch_size=max_batch_size if fixed_size else None)
 
     return data_sampling.tag_dataset(
         _padded_batches(source, draw, steps),
-        data_sampling.SamplingTag("poisson", num_examples, q * num_examples, q, steps))
+        data_sampling.SamplingTag("poisson", num_examples, q * num_examples, q, steps,
+                                  fixed_size=fixed_size))
 
 
 def _total_steps(epochs, steps, *, num_examples, sampling_probability):
@@ -279,6 +292,17 @@ def _as_examples(x, y, sample_weight):
     return data, num_examples
 
 
+def _check_fixed_size(fixed_size, max_batch_size, num_shards):
+    if not isinstance(fixed_size, bool):
+        raise ValueError(f"fixed_size must be True or False, got {fixed_size!r}.")
+    if not fixed_size and max_batch_size is not None:
+        raise ValueError(f"max_batch_size={max_batch_size!r} is the size batches are padded "
+                         "to, and fixed_size=False does not pad. Fix: drop one of them.")
+    if not fixed_size and num_shards > 1:
+        raise ValueError("fixed_size=False is not supported with several shards (replicas "
+                         "need batches of one shape). Fix: fixed_size=True.")
+
+
 def _check_shards(num_shards, shard_index, num_examples):
     _check_positive_int("num_shards", num_shards)
     if (isinstance(shard_index, bool) or not isinstance(shard_index, numbers.Integral)
@@ -295,7 +319,8 @@ def _check_shards(num_shards, shard_index, num_examples):
 
 
 def _drawer(data, source, *, q, num_examples, shard_index, max_batch_size):
-    """draw(step, pass) → (x, y, {"mask", "expected_batch_size"[, "sample_weight"]})."""
+    """draw(step, pass) → (x, y, {"mask", "expected_batch_size"[, "sample_weight"]}), padded
+    to ``max_batch_size`` rows, or unpadded if it is None."""
     shard_examples = int(tf.nest.flatten(data)[0].shape[0])
     q64 = tf.constant(q, tf.float64)
     expected = tf.constant(q * num_examples, tf.float32)
@@ -307,6 +332,8 @@ def _drawer(data, source, *, q, num_examples, shard_index, max_batch_size):
         f"probability < {OVERFLOW_PROBABILITY:g} over the run. Sampled count:")
 
     def pad(tensor, count):
+        if max_batch_size is None:  # fixed_size=False
+            return tensor
         paddings = [[0, max_batch_size - count]] + [[0, 0]] * (tensor.shape.rank - 1)
         padded = tf.pad(tensor, paddings)
         return tf.ensure_shape(padded, [max_batch_size] + tensor.shape.as_list()[1:])
@@ -318,9 +345,11 @@ def _drawer(data, source, *, q, num_examples, shard_index, max_batch_size):
                                  dtype=tf.float64)
         index = tf.where(uniform < q64)[:, 0]
         count = tf.size(index)
-        check = tf.debugging.assert_less_equal(count, max_batch_size, message=overflow_message)
-        with tf.control_dependencies([check]):
-            count = tf.identity(count)
+        if max_batch_size is not None:
+            check = tf.debugging.assert_less_equal(count, max_batch_size,
+                                                   message=overflow_message)
+            with tf.control_dependencies([check]):
+                count = tf.identity(count)
         rows = tf.nest.map_structure(lambda t: pad(tf.gather(t, index), count), data)
         info = {"mask": pad(tf.ones([count], tf.float32), count),
                 "expected_batch_size": expected}
