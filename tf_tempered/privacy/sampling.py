@@ -216,12 +216,12 @@ def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
     steps = _total_steps(epochs, steps, num_examples=num_examples, sampling_probability=q)
     if num_shards > 1:  # this replica's examples; q and q·N stay global
         data = tf.nest.map_structure(lambda t: t[shard_index::num_shards], data)
-    if fixed_size:
-        max_batch_size = _max_batch_size(max_batch_size, data, q=q, steps=steps,
-                                         num_shards=num_shards)
+    # Unpadded batches keep the bound too: the sampler draws one uniform per possible member.
+    max_batch_size = _max_batch_size(max_batch_size, data, q=q, steps=steps,
+                                     num_shards=num_shards)
     source = randomness.DPRandomness("poisson", insecure_dp_seed=insecure_dp_seed)
     draw = _drawer(data, source, q=q, num_examples=num_examples, shard_index=shard_index,
-                   max_batch_size=max_batch_size if fixed_size else None)
+                   max_batch_size=max_batch_size, pad=fixed_size)
 
     return data_sampling.tag_dataset(
         _padded_batches(source, draw, steps),
@@ -318,40 +318,62 @@ def _check_shards(num_shards, shard_index, num_examples):
                          f"every shard needs at least one example.")
 
 
-def _drawer(data, source, *, q, num_examples, shard_index, max_batch_size):
+def bernoulli_members(uniform, *, num_examples, sampling_probability):
+    """The sorted indices i < N with a Bernoulli(q) draw of 1, from m uniforms in [0, 1).
+
+    The gaps between consecutive members of a Bernoulli(q) sequence are independent
+    Geometric(q): gap = ⌊ln(1 − u) / ln(1 − q)⌋ has P[gap ≥ k] = (1 − q)^k, and the
+    members are cumsum(gap + 1) − 1. So m uniforms give the members among the first
+    examples, exactly, as long as fewer than m of them fall below N: O(m) draws a step
+    instead of one per example. m members below N means there may be more (overflow):
+    the caller refuses that step.
+
+    >>> u = tf.constant([0.0, 0.5, 0.9, 0.99], tf.float64)
+    >>> bernoulli_members(u, num_examples=3, sampling_probability=1.0).numpy()  # q = 1: all
+    array([0, 1, 2])
+    >>> bernoulli_members(u, num_examples=100, sampling_probability=0.5).numpy()  # gaps 0, 1, 3, 6
+    array([ 0,  2,  6, 13])
+    """
+    log_keep = tf.math.log1p(tf.constant(-sampling_probability, tf.float64))  # −inf at q = 1
+    gaps = tf.floor(tf.math.log1p(-tf.cast(uniform, tf.float64)) / log_keep)
+    positions = tf.cumsum(gaps + 1.0) - 1.0
+    return tf.cast(tf.boolean_mask(positions, positions < num_examples), tf.int64)
+
+
+def _drawer(data, source, *, q, num_examples, shard_index, max_batch_size, pad=True):
     """draw(step, pass) → (x, y, {"mask", "expected_batch_size"[, "sample_weight"]}), padded
-    to ``max_batch_size`` rows, or unpadded if it is None."""
+    to ``max_batch_size`` rows (``pad``), or unpadded."""
     shard_examples = int(tf.nest.flatten(data)[0].shape[0])
-    q64 = tf.constant(q, tf.float64)
+    padded_size = max_batch_size if pad else None
     expected = tf.constant(q * num_examples, tf.float32)
     overflow_message = (
         f"poisson_batches: a step sampled more examples than max_batch_size="
         f"{max_batch_size} (N={shard_examples}, q={q:.6g}, expected "
         f"{q * shard_examples:.6g}); "
         f"pass a larger max_batch_size, or leave it None for a size that overflows with "
-        f"probability < {OVERFLOW_PROBABILITY:g} over the run. Sampled count:")
+        f"probability < {OVERFLOW_PROBABILITY:g} over the run. Sampled count (at least):")
 
-    def pad(tensor, count):
-        if max_batch_size is None:  # fixed_size=False
+    def padded(tensor, count):
+        if padded_size is None:  # fixed_size=False
             return tensor
-        paddings = [[0, max_batch_size - count]] + [[0, 0]] * (tensor.shape.rank - 1)
-        padded = tf.pad(tensor, paddings)
-        return tf.ensure_shape(padded, [max_batch_size] + tensor.shape.as_list()[1:])
+        paddings = [[0, padded_size - count]] + [[0, 0]] * (tensor.shape.rank - 1)
+        return tf.ensure_shape(tf.pad(tensor, paddings),
+                               [padded_size] + tensor.shape.as_list()[1:])
 
     def draw(step, iteration):
-        # A distinct Philox counter per (pass over the dataset, step).
+        # A distinct Philox counter per (pass over the dataset, step); max_batch_size + 1
+        # uniforms: max_batch_size + 1 members is an overflow, refused below.
         counter = tf.bitwise.left_shift(iteration, 32) + step
-        uniform = source.uniform([shard_examples], counter=counter, stream=shard_index,
+        uniform = source.uniform([max_batch_size + 1], counter=counter, stream=shard_index,
                                  dtype=tf.float64)
-        index = tf.where(uniform < q64)[:, 0]
+        index = bernoulli_members(uniform, num_examples=shard_examples,
+                                  sampling_probability=q)
         count = tf.size(index)
-        if max_batch_size is not None:
-            check = tf.debugging.assert_less_equal(count, max_batch_size,
-                                                   message=overflow_message)
-            with tf.control_dependencies([check]):
-                count = tf.identity(count)
-        rows = tf.nest.map_structure(lambda t: pad(tf.gather(t, index), count), data)
-        info = {"mask": pad(tf.ones([count], tf.float32), count),
+        check = tf.debugging.assert_less_equal(count, max_batch_size, message=overflow_message)
+        with tf.control_dependencies([check]):
+            count = tf.identity(count)
+        rows = tf.nest.map_structure(lambda t: padded(tf.gather(t, index), count), data)
+        info = {"mask": padded(tf.ones([count], tf.float32), count),
                 "expected_batch_size": expected}
         if len(rows) == 3:
             info["sample_weight"] = rows[2]
