@@ -32,13 +32,15 @@ per-pair ratios DP / non-private.
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import process_runs  # noqa: E402
 
 DEFAULT_TRAIN_ARGS = "--dataset=mnist --data_dir=../shared/data --epochs=2 --nosave_model"
 KINDS = ("dp", "nonprivate")
@@ -109,10 +111,6 @@ def render(result):
     return "\n".join(lines)
 
 
-def _load_average():
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train_args", default=DEFAULT_TRAIN_ARGS,
@@ -120,28 +118,17 @@ def main():
     parser.add_argument("--dp_args", default="", help="flags of the DP run only, e.g. "
                         "--nopoisson_padding")
     parser.add_argument("--pairs", type=int, default=3, help="(DP, non-private) process pairs")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per process")
-    parser.add_argument("--json", help="also write the raw results here")
-    parser.add_argument("--render", metavar="JSON", help="only print the table of a --json file")
+    process_runs.add_output_arguments(parser)
     args = parser.parse_args()
     if args.render:
-        with open(args.render) as f:
-            print(render(json.load(f)))
-        return
+        return process_runs.render_file(args.render, render)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
-    load_before = _load_average()
+    load_before = process_runs.load_average()
     pairs = run_pairs(args.train_args, args.pairs, args.timeout, args.dp_args)
-    result = {"train_args": args.train_args, "dp_args": args.dp_args, "pairs": pairs,
-              "load_before": load_before,
-              "load_after": _load_average(),
-              "environment": f"Python {platform.python_version()}, {platform.machine()}, "
-                             f"{os.cpu_count()} CPUs, TF_USE_LEGACY_KERAS="
-                             f"{os.environ.get('TF_USE_LEGACY_KERAS', 'unset')}"}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    print(render(result))
+    return process_runs.finish(
+        {"train_args": args.train_args, "dp_args": args.dp_args, "pairs": pairs},
+        load_before=load_before, json_path=args.json, render=render)
 
 
 if __name__ == "__main__":

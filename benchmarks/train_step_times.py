@@ -36,12 +36,14 @@ that of the engine at the same batch.
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import process_runs  # noqa: E402
 
 DEFAULT_TRAIN_ARGS = "--dataset=mnist --data_dir=../shared/data --epochs=2 --nosave_model"
 RUNS = {"dp_poisson": [], "dp_shuffle": ["--sampling=shuffle"],
@@ -129,43 +131,27 @@ def render(result):
     return "\n".join(lines)
 
 
-def _load_average():
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train_args", default=DEFAULT_TRAIN_ARGS,
                         help="the train script's flags (without --sampling and --nodpsgd)")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of the three runs")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per process")
-    parser.add_argument("--json", help="also write the raw results here")
-    parser.add_argument("--render", metavar="JSON", help="only print the table of a --json file")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of the four runs")
+    process_runs.add_output_arguments(parser)
     parser.add_argument("--one", metavar="TRAIN_ARGS", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
         return _one_run(args.one)
     if args.render:
-        with open(args.render) as f:
-            print(render(json.load(f)))
-        return None
+        return process_runs.render_file(args.render, render)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     for flag in ("--sampling", "--nodpsgd", "--dpsgd", "poisson_padding"):
         if flag in args.train_args:
             parser.error(f"--train_args must not set {flag}: the script sets it per run")
-    load_before = _load_average()
+    load_before = process_runs.load_average()
     runs = run_rounds(args.train_args, args.rounds, args.timeout)
-    result = {"train_args": args.train_args, "runs": runs, "load_before": load_before,
-              "load_after": _load_average(),
-              "environment": f"Python {platform.python_version()}, {platform.machine()}, "
-                             f"{os.cpu_count()} CPUs, TF_USE_LEGACY_KERAS="
-                             f"{os.environ.get('TF_USE_LEGACY_KERAS', 'unset')}"}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    print(render(result))
-    return None
+    return process_runs.finish({"train_args": args.train_args, "runs": runs},
+                               load_before=load_before, json_path=args.json, render=render)
 
 
 if __name__ == "__main__":
