@@ -65,6 +65,10 @@ $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=non
 } 2>/dev/null | tee $out/memory_alone_keras3.txt
 # The train script end to end: DP-SGD vs --nodpsgd, paired fresh processes (issue 30).
 $PY benchmarks/end_to_end.py --pairs=3 --json=$out/end_to_end_mnist.json | tee $out/end_to_end_mnist.md
+$PY benchmarks/end_to_end.py --pairs=3 --dp_args=--nopoisson_padding --json=$out/end_to_end_mnist_unpadded.json | tee $out/end_to_end_mnist_unpadded.md
+# Where its step time goes: Poisson padding against the engine (issue 30), and the Poisson draw alone.
+$PY benchmarks/train_step_times.py --rounds=3 --json=$out/train_step_times_mnist.json | tee $out/train_step_times_mnist.md
+$PY benchmarks/poisson_sampler.py | tee $out/poisson_sampler.md
 # Peers on the same machine in the same run, each against its own non-private step.
 if [ -n "${PEERS_PYTHON:-}" ]; then
   for peer in opacus jax; do
