@@ -101,9 +101,10 @@ def test_arguments_are_validated():
     with pytest.raises(ValueError, match="call fit"):
         ExponentialMovingAverage().shadow_weights()
     assert tf_tempered.ExponentialMovingAverage is ExponentialMovingAverage
-    for bad in (0.0, 1.0, -1.0):
-        with pytest.raises(ConfigError, match=f"--ema_decay={bad}"):
+    for bad in (1.0, -1.0, 1.5):
+        with pytest.raises(ConfigError, match=f"--ema_decay={bad}.*or 0 \\(no averaging\\)"):
             validate_config(TrainConfig(ema_decay=bad))
+    validate_config(TrainConfig(ema_decay=0.0))  # 0: no averaging (turns a recipe's off)
 
 
 def test_train_flag_averages_and_the_saved_model_holds_the_average(tmp_path):
@@ -119,3 +120,12 @@ def test_train_flag_averages_and_the_saved_model_holds_the_average(tmp_path):
     _, val_acc = model.evaluate(x[-300:], y[-300:], verbose=0)
     assert val_acc == pytest.approx(metrics["validation_accuracy"], abs=1e-6)
     assert metrics["history"][-1]["validation_accuracy"] == pytest.approx(val_acc, abs=1e-6)
+
+
+def test_train_script_averages_only_for_a_positive_decay():
+    report = keras.callbacks.Callback()
+    for decay, averaged in ((None, False), (0.0, False), (0.99, True)):
+        callbacks, _ = train_lib._callbacks(TrainConfig(dpsgd=False, ema_decay=decay),
+                                            None, 0, report, None)
+        emas = [c for c in callbacks if isinstance(c, ExponentialMovingAverage)]
+        assert len(emas) == averaged and (not emas or emas[0].decay == decay), decay

@@ -63,6 +63,18 @@ def test_config_from_flags_applies_the_recipe():
     assert config.batch_size == 256 and config.l2_norm_clip == 1.0
 
 
+def test_fashion_mnist_best_averages_the_weights_and_zero_turns_it_off():
+    # The second round's selection (results/records_cv/stage1_interim.md): EMA 0.99.
+    config = command_line.config_from_flags(_flags("--recipe=best", "--dataset=fashion_mnist"))
+    assert config.ema_decay == 0.99 and config.head == "linear"
+    validate_config(config)
+    off = command_line.config_from_flags(_flags("--recipe=best", "--dataset=fashion_mnist",
+                                                "--ema_decay=0"))
+    assert off.ema_decay == 0.0
+    validate_config(off)
+    assert command_line.config_from_flags(_flags("--recipe=best")).ema_decay is None  # MNIST
+
+
 def test_unknown_recipe_is_refused_naming_the_choices():
     with pytest.raises(ConfigError, match="--recipe='bestest' is unknown: choose one of best, paper"):
         command_line.config_from_flags(_flags("--recipe=bestest"))

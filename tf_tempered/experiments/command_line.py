@@ -106,7 +106,8 @@ def _optimizer_flags(d):
         ("integer", "epochs", d.epochs, "Epochs."),
         ("float", "ema_decay", None, "Average the weights: shadow <- d*shadow + (1-d)*w after "
                                      "each step; evaluate and save the average (no privacy "
-                                     "cost: post-processing). Default: off."),
+                                     "cost: post-processing). Default: off; 0 turns off a "
+                                     "recipe's."),
     ]
 
 

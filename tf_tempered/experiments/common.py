@@ -170,8 +170,8 @@ _RULES: Tuple[Rule, ...] = (
          lambda c: f"--validation_fold={c.validation_fold} needs --validation_size (the size of "
                    "each fold). Fix: e.g. --validation_size=12000 for 5 folds of MNIST's 60,000."),
     _positive("noise_multiplier", optional=True), _positive("target_epsilon", optional=True),
-    _between("ema_decay", 0, 1, optional=True,
-             fix="e.g. --ema_decay=0.999, or drop it (no averaging)."),
+    _between("ema_decay", 0, 1, closed_low=True, optional=True,
+             fix="e.g. --ema_decay=0.999, or 0 (no averaging)."),
     Rule(lambda c: c.activation == "tempered_sigmoid" and not (
         _is_number(c.scale) and c.scale > 0),
         lambda c: f"--scale={c.scale!r} is invalid: it must be a positive finite number. "

@@ -282,7 +282,7 @@ def _callbacks(config, plan, verbose, report, backup_dir):
     progbar = (keras.callbacks.ProgbarLogger(count_mode="steps") if KERAS_MAJOR == 2
                else keras.callbacks.ProgbarLogger())
     callbacks = [progbar] if verbose == 1 else []
-    if config.ema_decay is not None:
+    if config.ema_decay:  # None or 0: no averaging (a decay of 0 keeps the weights themselves)
         # Validation sees the average; at the end the model keeps it (evaluated, saved).
         callbacks.append(ExponentialMovingAverage(decay=config.ema_decay))
     ledger = None
