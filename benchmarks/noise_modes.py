@@ -13,7 +13,9 @@
 # limitations under the License.
 """The noise samplers side by side (EngineOptions(noise=...)): the draw alone, and one DP step.
 
-Part 1 draws the noise of a model of P parameters (one traced gaussian_noise_like call
+Each sampler runs twice: by the native Box–Muller op (layer_grads/cc/box_muller.cc, the
+default on CPU) and by TF's ops ("(TF ops)": what XLA, a GPU, or EngineOptions(native=False)
+runs). Part 1 draws the noise of a model of P parameters (one traced gaussian_noise_like call
 at a fresh counter, as the DP step does); part 2 times `fit` steps of a model made
 private with each sampler (benchmarks/dp_step.py's models and synthetic batch). Rounds
 interleave the samplers so that the load of the (shared) machine hits them alike; the
@@ -49,7 +51,21 @@ import warnings
 import dp_step
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private, randomness
+from tf_tempered.privacy.layer_grads import native
 from tf_tempered.privacy.options import NOISE_MODES
+from tf_tempered.privacy.step import noise as noise_stage
+
+TF_OPS = " (TF ops)"
+
+
+def _variants(modes, with_native):
+    """[(label, mode, native?)]: each mode by the native op (if built) and by TF's ops."""
+    out = []
+    for mode in modes:
+        if with_native:
+            out.append((mode, mode, True))
+        out.append((mode + TF_OPS if with_native else mode, mode, False))
+    return out
 
 
 def _peak():
@@ -79,16 +95,19 @@ def interleaved(runs, rounds, repeats):
             for name in runs}
 
 
-def draw_runs(size, modes=NOISE_MODES):
-    """{mode: run(repeats)}: ``repeats`` noise draws for one variable of ``size`` values."""
+def draw_runs(size, modes=NOISE_MODES, with_native=True):
+    """{label: run(repeats)}: ``repeats`` noise draws for one variable of ``size`` values."""
     variable = tf.Variable(tf.zeros([size]), trainable=False)
     source = randomness.DPRandomness("noise")
 
-    def make(mode):
+    def make(mode, use_native):
+        pair_op = native.box_muller if use_native else None
+
         @tf.function
         def draw():
             (noise,) = randomness.gaussian_noise_like([variable], 1.1, source,
-                                                      source.next_counter(), mode=mode)
+                                                      source.next_counter(), mode=mode,
+                                                      pair_op=pair_op)
             return noise
 
         def run(repeats):
@@ -96,22 +115,32 @@ def draw_runs(size, modes=NOISE_MODES):
                 draw()
         return run
 
-    return {mode: make(mode) for mode in modes}
+    return {label: make(mode, use) for label, mode, use in _variants(modes, with_native)}
 
 
-def step_runs(kind, batch_size, modes=NOISE_MODES):
-    """{mode: run(steps)}: ``steps`` DP `fit` steps of dp_step.py's ``kind`` model."""
+def step_runs(kind, batch_size, modes=NOISE_MODES, with_native=True):
+    """{label: run(steps)}: ``steps`` DP `fit` steps of dp_step.py's ``kind`` model.
+
+    The TF-ops variants are traced with the native noise op switched off for the noise
+    stage only (every other layer path is the default's, native Conv2D op included)."""
     data = dp_step._dataset(kind, batch_size)  # pylint: disable=protected-access
     per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
-    def make(mode):
+    def make(mode, use_native):
         model = make_private(dp_step._model(kind),  # pylint: disable=protected-access
                              options=EngineOptions(noise=mode))
         model.compile(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1,
                                           learning_rate=0.15), loss=per_example)
-        return lambda steps: model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+        run = lambda steps: model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
+        supports = noise_stage.native.supports_noise
+        noise_stage.native.supports_noise = (supports if use_native else lambda: False)
+        try:
+            run(1)  # traced now, with or without the op
+        finally:
+            noise_stage.native.supports_noise = supports
+        return run
 
-    return {mode: make(mode) for mode in modes}
+    return {label: make(mode, use) for label, mode, use in _variants(modes, with_native)}
 
 
 def _table(title, results):
@@ -130,6 +159,8 @@ def main():
                         help="comma-separated numbers of noise values for part 1 ('' skips it)")
     parser.add_argument("--model", default="mnist", help="dp_step.py's --model for part 2 "
                         "('' skips it): mnist, cifar10, text, conv1d, mobilenet, lstm")
+    parser.add_argument("--modes", default=",".join(NOISE_MODES),
+                        help="comma-separated EngineOptions.noise samplers")
     parser.add_argument("--batch_size", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--draws", type=int, default=20, help="timed draws per round")
@@ -146,13 +177,20 @@ def main():
     print(f"Keras {env['keras_version']} ({env['keras_module']}), TF {env['tensorflow']}, "
           f"Python {env['python']}, {env['cpus']} CPUs; load average before "
           f"{dp_step._loads(env['load_average'])}")  # pylint: disable=protected-access
-    results = {"environment": env, "draws": {}, "steps": {}}
+    with_native = native.supports_noise()
+    print(f"native noise op: {'built and used' if with_native else 'not available'}")
+    results = {"environment": env, "native_noise_op": with_native, "draws": {}, "steps": {}}
+    modes = [m for m in args.modes.split(",") if m]
+    if "gaussian" not in modes or not set(modes) <= set(NOISE_MODES):
+        raise SystemExit(f"--modes: a subset of {','.join(NOISE_MODES)} with gaussian "
+                         f"(the ratios' base); got {args.modes!r}")
     for size in [int(p) for p in args.params.split(",") if p]:
-        results["draws"][size] = interleaved(draw_runs(size), args.rounds, args.draws)
+        results["draws"][size] = interleaved(draw_runs(size, modes, with_native=with_native),
+                                             args.rounds, args.draws)
         _table(f"Noise draw alone, {size:,} values (median of {args.rounds} rounds of "
                f"{args.draws} draws)", results["draws"][size])
     if args.model:
-        runs = step_runs(args.model, args.batch_size)
+        runs = step_runs(args.model, args.batch_size, modes, with_native=with_native)
         results["steps"][args.model] = interleaved(runs, args.rounds, args.steps)
         _table(f"One DP step, {args.model} model, batch {args.batch_size} (median of "
                f"{args.rounds} rounds of {args.steps} steps)", results["steps"][args.model])

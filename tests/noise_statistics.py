@@ -21,12 +21,13 @@ _LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="
 _BATCH = 16
 
 
-def zero_gradient_model(noise="gaussian", insecure_dp_seed=None):
-    """Two bias-free Dense layers (50→40→30, 3200 weights), private with sampler ``noise``:
-    on all-zero inputs every gradient is 0, so an update is noise."""
+def zero_gradient_model(noise="gaussian", insecure_dp_seed=None, native=True):
+    """Two bias-free Dense layers (50→40→30, 3200 weights), private with sampler ``noise``
+    (drawn by the native op if ``native`` and built, else TF's ops): on all-zero inputs every
+    gradient is 0, so an update is noise."""
     model = keras.Sequential([keras.Input((50,)), keras.layers.Dense(40, use_bias=False),
                               keras.layers.Dense(30, use_bias=False)])
-    return make_private(model, options=EngineOptions(noise=noise),
+    return make_private(model, options=EngineOptions(noise=noise, native=native),
                         insecure_dp_seed=insecure_dp_seed)
 
 

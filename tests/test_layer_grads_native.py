@@ -164,7 +164,7 @@ def test_library_path_follows_cache_dir(monkeypatch, tmp_path):
     monkeypatch.setenv("TF_TEMPERED_CACHE_DIR", str(tmp_path / "a"))
     first = native.library_path()
     assert first.parent == tmp_path / "a"
-    assert first.name.startswith("conv_kernel_grads-") and first.suffix == ".so"
+    assert first.name.startswith("native_ops-") and first.suffix == ".so"
     monkeypatch.setenv("TF_TEMPERED_CACHE_DIR", str(tmp_path / "b"))
     assert native.library_path() == tmp_path / "b" / first.name
     monkeypatch.delenv("TF_TEMPERED_CACHE_DIR")
@@ -176,7 +176,7 @@ def test_library_path_follows_cache_dir(monkeypatch, tmp_path):
 @pytest.fixture
 def failing_build(monkeypatch, tmp_path):
     """No compiler and no cached library: build() must fail."""
-    missing = tmp_path / "cache" / "conv_kernel_grads-missing.so"
+    missing = tmp_path / "cache" / "native_ops-missing.so"
     monkeypatch.setattr(native, "_compiler", lambda: None)
     monkeypatch.setattr(native, "library_path", lambda: missing)
     return missing

@@ -42,7 +42,8 @@ from tf_tempered._compat import tf
 __all__ = ["sum_of_gaussians"]
 
 
-def sum_of_gaussians(source, shape, *, stddev, counter, stream=0, dtype=tf.float32):
+def sum_of_gaussians(source, shape, *, stddev, counter, stream=0, dtype=tf.float32,
+                     pair_op=None):
     """N(0, stddev²) of ``shape`` as the sum of 4 independent N(0, (stddev/2)²).
 
     One Philox draw at ``(stream, counter)`` of ``source`` (a
@@ -52,7 +53,7 @@ def sum_of_gaussians(source, shape, *, stddev, counter, stream=0, dtype=tf.float
 
         c_i + c_{m+i} + s_{i+1} + s_{m+i+1},
 
-    four different pairs as m ≥ 2. Four contiguous slices: faster than summing the
+    four different pairs as m ≥ 2 (``pair_op``: box_muller's kernel). Four contiguous slices: faster than summing the
     rows of an [m, 4] matrix of values (docs/randomness.md, "Measured cost").
 
     >>> from tf_tempered.privacy.randomness import DPRandomness
@@ -64,6 +65,6 @@ def sum_of_gaussians(source, shape, *, stddev, counter, stream=0, dtype=tf.float
     size = int(np.prod(shape))
     m = max(size, 2)
     cos, sin = source.box_muller(2 * m + 1, stddev=tf.cast(stddev, dtype) / 2.0,
-                                 counter=counter, stream=stream, dtype=dtype)
+                                 counter=counter, stream=stream, dtype=dtype, pair_op=pair_op)
     total = cos[:m] + cos[m:2 * m] + sin[1:m + 1] + sin[m + 1:]
     return tf.reshape(total[:size], shape)

@@ -191,7 +191,7 @@ class DPRandomness:
         low = tf.bitwise.left_shift(tf.cast(stream, tf.int64), _STREAM_SHIFT) + block_offset
         return key, tf.bitcast(tf.stack([low, counter]), tf.uint64)
 
-    def normal(self, shape, *, stddev, counter, stream=0, dtype=tf.float32):
+    def normal(self, shape, *, stddev, counter, stream=0, dtype=tf.float32, pair_op=None):
         """N(0, stddev²) of ``shape``: Philox draws at ``(stream, counter)`` (_key_counter).
 
         ``stream`` (default 0) separates independent sub-streams of one key, e.g. the
@@ -212,10 +212,11 @@ class DPRandomness:
         """
         num_values = tf.reduce_prod(tf.cast(shape, tf.int64))
         cos, sin = self.box_muller((num_values + 1) // 2, stddev=stddev, counter=counter,
-                                   stream=stream, dtype=dtype)
+                                   stream=stream, dtype=dtype, pair_op=pair_op)
         return tf.reshape(tf.concat([cos, sin], axis=0)[:num_values], shape)
 
-    def normal_pieces(self, sizes, *, stddev, counter, stream=0, dtype=tf.float32):
+    def normal_pieces(self, sizes, *, stddev, counter, stream=0, dtype=tf.float32,
+                      pair_op=None):
         """``normal([sum(sizes)])`` cut into consecutive pieces of ``sizes``, without that vector.
 
         The same values: the draw is the two halves r·cos θ and r·sin θ one after the other,
@@ -234,7 +235,7 @@ class DPRandomness:
         """
         num_pairs = (sum(sizes) + 1) // 2
         cos, sin = self.box_muller(num_pairs, stddev=stddev, counter=counter, stream=stream,
-                                   dtype=dtype)
+                                   dtype=dtype, pair_op=pair_op)
         pieces, start = [], 0
         for size in sizes:
             end = start + size
@@ -247,13 +248,22 @@ class DPRandomness:
             start = end
         return pieces
 
-    def box_muller(self, num_pairs, *, stddev, counter, stream=0, dtype=tf.float32):
+    def box_muller(self, num_pairs, *, stddev, counter, stream=0, dtype=tf.float32,
+                   pair_op=None):
         """(r·cos θ, r·sin θ): two [num_pairs] N(0, stddev²) vectors, pair j at index j of both.
 
         From :meth:`box_muller_uniforms` at ``(stream, counter)``: the draw of :meth:`normal`, which
         returns the two halves one after the other; a sampler that combines values
         (:mod:`~tf_tempered.privacy.hardened_noise`) must not add up the two of one pair.
+        ``pair_op(key, radius_counter, angle_counter, num_pairs, stddev)``, if given, computes
+        the same pairs from the same Philox bits in one kernel, for float32 (the native op:
+        ``layer_grads.native.box_muller``, equal to these TF ops to float32 rounding).
         """
+        if pair_op is not None and tf.as_dtype(dtype) == tf.float32:
+            key, radius_counter = self._key_counter(counter, stream)
+            _, angle_counter = self._key_counter(counter, stream,
+                                                 block_offset=_ANGLE_BLOCK_OFFSET)
+            return pair_op(key, radius_counter, angle_counter, num_pairs, stddev)
         radius_uniform, angle_uniform = self.box_muller_uniforms(num_pairs, counter=counter,
                                                                  stream=stream, dtype=dtype)
         radius = tf.cast(tf.sqrt(-2.0 * tf.math.log(radius_uniform)), dtype)
@@ -299,7 +309,7 @@ SAMPLERS = {
 }
 
 
-def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian"):
+def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian", pair_op=None):
     """Independent N(0, stddev²) noise shaped like each variable, from ``source``.
 
     One Philox draw for all coordinates at a fresh counter of the model's secret
@@ -307,14 +317,15 @@ def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian"):
     tf.random.normal per variable, same distribution. ``mode`` (``EngineOptions.noise``):
     "gaussian", Box–Muller (:meth:`DPRandomness.normal`); "sum_of_gaussians", the sum
     of 4 draws of std stddev/2 (:mod:`~tf_tempered.privacy.hardened_noise`), 4× the cost.
+    ``pair_op``: the Box–Muller kernel of :meth:`DPRandomness.box_muller` (None: TF ops).
     """
     if mode not in SAMPLERS:
         raise ValueError(f"gaussian_noise_like: mode must be one of {', '.join(SAMPLERS)} "
                          f"(EngineOptions.noise), got {mode!r}.")
     sizes = [int(np.prod(v.shape)) for v in variables]
     if mode == "gaussian":  # DPRandomness.normal's values, without the whole vector
-        pieces = source.normal_pieces(sizes, stddev=stddev, counter=counter)
+        pieces = source.normal_pieces(sizes, stddev=stddev, counter=counter, pair_op=pair_op)
     else:
-        pieces = tf.split(SAMPLERS[mode](source, [sum(sizes)], stddev=stddev, counter=counter),
-                          sizes)
+        pieces = tf.split(SAMPLERS[mode](source, [sum(sizes)], stddev=stddev, counter=counter,
+                                         pair_op=pair_op), sizes)
     return [tf.reshape(n, v.shape) for n, v in zip(pieces, variables)]

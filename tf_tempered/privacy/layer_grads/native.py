@@ -11,16 +11,19 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A native (C++) TensorFlow op for per-microbatch Conv2D kernel gradients.
+"""Native (C++) TensorFlow ops: per-microbatch Conv2D kernel gradients, and the DP noise.
 
-For each microbatch m it computes G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ (a_r the input patch
+For each microbatch m the Conv2D op computes G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ (a_r the input patch
 under output pixel r, g_r the output gradient there) and ‖G_m‖², reading the
 patches straight from the image: see cc/conv_kernel_grads.cc. On CPU it is several
 times faster per layer than the best TF-ops formulation, about the cost of the batch's
 ordinary filter gradient (measurements: docs/benchmarks.md, "Measurements behind the
-engine's defaults").
+engine's defaults"). The noise op (cc/box_muller.cc) draws DPRandomness.box_muller's
+normals from the same Philox bits in one pass over memory instead of eight, 2-3 times
+faster on CPU (benchmarks/results/noise_native.md); its values equal TF's ops' to the
+rounding of their log, sin and cos (one or two float32 ulps).
 
-The op is compiled with the machine's C++ compiler against the installed
+The ops are compiled with the machine's C++ compiler against the installed
 TensorFlow the first time it is needed (once per machine and TensorFlow version;
 how long it takes: docs/install.md, "The native Conv2D op") and cached under
 ``$TF_TEMPERED_CACHE_DIR`` (default ``~/.cache/tf_tempered``).
@@ -51,10 +54,11 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import NativeBuildError
 from tf_tempered.privacy.layer_grads import conv_grads
 
-__all__ = ["available", "build", "conv2d_kernel_grads", "library_path",
-           "supports"]
+__all__ = ["available", "box_muller", "build", "conv2d_kernel_grads", "library_path",
+           "supports", "supports_noise"]
 
-_SOURCE = pathlib.Path(__file__).with_name("cc") / "conv_kernel_grads.cc"
+_SOURCES = tuple(pathlib.Path(__file__).with_name("cc") / name
+                 for name in ("conv_kernel_grads.cc", "box_muller.cc"))
 _ENV_SWITCH = "TF_TEMPERED_NATIVE"
 _ENV_CACHE = "TF_TEMPERED_CACHE_DIR"
 _LOG = logging.getLogger(__name__)
@@ -89,13 +93,13 @@ def library_path():
     """Where the compiled op for this source, TensorFlow, compiler and CPU is cached."""
     compile_flags, link_flags = _flags()
     key = hashlib.sha256("\n".join([
-        _SOURCE.read_text(encoding="utf-8"), tf.__version__, sys.platform, platform.machine(),
+        *(source.read_text(encoding="utf-8") for source in _SOURCES), tf.__version__, sys.platform, platform.machine(),
         " ".join(compile_flags + link_flags), _cpu_signature(),
     ]).encode()).hexdigest()[:16]
     root = os.environ.get(_ENV_CACHE) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "tf_tempered")
-    return pathlib.Path(root) / f"conv_kernel_grads-{key}.so"
+    return pathlib.Path(root) / f"native_ops-{key}.so"
 
 
 def build():
@@ -117,15 +121,17 @@ def build():
         if path.exists():  # another process built it while we waited
             return path
         compile_flags, link_flags = _flags()
-        _LOG.warning("tf_tempered: compiling its native per-example conv gradient op "
-                     "(once per machine and TensorFlow version, up to a minute) into %s", path)
+        _LOG.warning("tf_tempered: compiling its native ops (per-example conv gradients, "
+                     "DP noise; once per machine and TensorFlow version, up to a minute) "
+                     "into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
-            command = [compiler, *compile_flags, str(_SOURCE), "-o", str(out), *link_flags]
+            command = [compiler, *compile_flags, *map(str, _SOURCES), "-o", str(out),
+                       *link_flags]
             result = subprocess.run(command, capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise NativeBuildError(
-                    f"compiling {_SOURCE.name} failed (exit {result.returncode}):\n"
+                    f"compiling {', '.join(s.name for s in _SOURCES)} failed (exit {result.returncode}):\n"
                     f"{' '.join(command)}\n{result.stderr[-4000:]}")
             os.replace(out, path)  # atomic: readers never see a partial library
     return path
@@ -191,6 +197,27 @@ def supports(record):
     return (record.grad_output.dtype in (tf.float32, tf.float64)
             and None not in record.inputs.shape[1:]
             and not tf.config.list_logical_devices("GPU") and available())
+
+
+def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
+    """(r·cos θ, r·sin θ), two float32 [num_pairs] vectors: DPRandomness.box_muller by the native op.
+
+    The same Philox bits as TF's StatelessRandomUniformFullIntV2 (uint64, the radius) and
+    StatelessRandomUniformV2 (float32, the angle) at these counters and key; see
+    cc/box_muller.cc. For `DPRandomness.box_muller(..., pair_op=box_muller)`.
+    """
+    shape = tf.reshape(tf.cast(num_pairs, tf.int64), [1])
+    return _load().tf_tempered_box_muller(key, radius_counter, angle_counter, shape,
+                                          tf.cast(stddev, tf.float32))
+
+
+def supports_noise():
+    """Whether the DP noise can be drawn by the native op: it builds and loads, and no GPU.
+
+    On a GPU machine TF's kernels draw the noise where the gradients are (the op has a
+    CPU kernel only).
+    """
+    return not tf.config.list_logical_devices("GPU") and available()
 
 
 def main():

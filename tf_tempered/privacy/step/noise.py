@@ -24,6 +24,7 @@ The optimizer then applies ĝ (:mod:`.update`).
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
+from tf_tempered.privacy.layer_grads import native
 
 __all__ = ["noised_mean"]
 
@@ -43,11 +44,15 @@ def noised_mean(model, state, plan, batch, forward, summed, stats):
     as TF Privacy gives it: the noise still goes to every coordinate)."""
     normalizer = _normalizer(plan, batch, forward, stats)
     variables = model.trainable_variables
+    # The native op draws the same normals (to float32 rounding) 2-3x faster on CPU; off
+    # under XLA (plan.options) and on GPU machines, where TF's kernels draw them.
+    pair_op = native.box_muller if plan.options.native and native.supports_noise() else None
     with tf.control_dependencies([forward.total]):  # no core taken from the forward pass
         counter = state.noise.next_counter()  # on every replica: a synchronised step
         noises = plan.replicas.noise(
             lambda c: randomness.gaussian_noise_like(
-                variables, plan.config.noise_stddev, state.noise, c, mode=plan.options.noise),
+                variables, plan.config.noise_stddev, state.noise, c, mode=plan.options.noise,
+                pair_op=pair_op),
             variables, counter)
     if state.audit_hook is not None:  # only in a model a privacy audit trains
         summed = state.audit_hook(dict(summed), variables, counter)

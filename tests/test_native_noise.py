@@ -1,0 +1,156 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The native Box–Muller op (layer_grads/cc/box_muller.cc) against TF's ops, and its use.
+
+The reference is DPRandomness.box_muller's TF ops on the same key and counters: the same
+Philox bits, so the values agree to the float32 rounding of log, sin and cos; a wrong bit,
+block or word would give unrelated normals.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import noise_statistics
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import EngineOptions, hardened_noise, make_private, randomness
+from tf_tempered.privacy.layer_grads import native
+
+needs_op = pytest.mark.skipif(native._compiler() is None,
+                              reason="no C++ compiler ($CXX, c++, g++, clang++) to build the op")
+
+
+def _source(seed=3):
+    with warnings.catch_warnings():  # public seeds: tests only
+        warnings.simplefilter("ignore")
+        return randomness.DPRandomness("native noise test", insecure_dp_seed=seed)
+
+
+def _assert_same_normals(got, want, stddev):
+    # Equal to float32 rounding: a few ulps of r for r·cos θ (cos θ near 0 has an absolute,
+    # not relative, error), so the bound is relative to the pair's radius.
+    (cos_g, sin_g), (cos_w, sin_w) = [(a.numpy(), b.numpy()) for a, b in (got, want)]
+    radius = np.hypot(cos_w, sin_w)
+    for g, w in ((cos_g, cos_w), (sin_g, sin_w)):
+        assert g.shape == w.shape and g.dtype == np.float32
+        assert np.all(np.abs(g - w) <= 1e-6 * radius + 1e-6 * stddev * 1e-3), \
+            np.max(np.abs(g - w) / radius)
+
+
+@needs_op
+@pytest.mark.parametrize("num_pairs", [0, 1, 2, 3, 37, 2048, 2049, 100_003])
+@pytest.mark.parametrize("stream, counter", [(0, 0), (2, 5), (7, 2**40 + 3)])
+def test_native_pairs_equal_tf_ops(num_pairs, stream, counter):
+    source = _source()
+    want = source.box_muller(num_pairs, stddev=1.7, counter=counter, stream=stream)
+    got = source.box_muller(num_pairs, stddev=1.7, counter=counter, stream=stream,
+                            pair_op=native.box_muller)
+    _assert_same_normals(got, want, 1.7)
+
+
+def _tf_pairs(key, radius_counter, angle_counter, num_pairs, stddev):
+    """box_muller's TF ops at explicit counters (the reference for any counter)."""
+    shape = tf.constant([num_pairs], tf.int64)
+    bits = tf.raw_ops.StatelessRandomUniformFullIntV2(shape=shape, key=key,
+                                                      counter=radius_counter, alg=1,
+                                                      dtype=tf.uint64)
+    u1 = (tf.cast(bits, tf.float32) + 0.5) * (2.0 ** -64)
+    u2 = tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=angle_counter,
+                                             alg=1, dtype=tf.float32)
+    radius = tf.sqrt(-2.0 * tf.math.log(u1)) * stddev
+    angle = tf.cast(2.0 * np.pi, tf.float32) * u2
+    return radius * tf.cos(angle), radius * tf.sin(angle)
+
+
+@needs_op
+@pytest.mark.parametrize("low", [2**64 - 5, 2**64 - 1, 2**32 - 3])
+def test_counter_carries_into_the_high_word_as_tfs_philox(low):
+    # Blocks past 2^64 - 1 in the low word carry into the high one (TF's Philox Skip).
+    key = tf.constant([0x0123456789ABCDEF], tf.uint64)
+    counters = [tf.constant([low, 9], tf.uint64), tf.constant([low - 1000, 2**63 + 1], tf.uint64)]
+    got = native.box_muller(key, counters[0], counters[1], 257, 0.5)
+    _assert_same_normals(got, _tf_pairs(key, counters[0], counters[1], 257, 0.5), 0.5)
+
+
+@needs_op
+def test_hardened_noise_takes_the_op_too():
+    source = _source(5)
+    want = hardened_noise.sum_of_gaussians(source, [999], stddev=2.0, counter=4)
+    got = hardened_noise.sum_of_gaussians(source, [999], stddev=2.0, counter=4,
+                                          pair_op=native.box_muller)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=4e-6 * 2.0 * 9.5)
+
+
+@needs_op
+def test_float64_draws_keep_tfs_ops():
+    def refuse(*args):
+        raise AssertionError("the float32 op was used for float64")
+    source = _source()
+    want = source.box_muller(11, stddev=1.0, counter=1, dtype=tf.float64)
+    got = source.box_muller(11, stddev=1.0, counter=1, dtype=tf.float64, pair_op=refuse)
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+
+
+def _noise_update(options, monkeypatch, calls):
+    real = native.box_muller
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+    monkeypatch.setattr(native, "box_muller", counted)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((50,)), keras.layers.Dense(40, use_bias=False),
+                              keras.layers.Dense(30, use_bias=False)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = make_private(model, options=options, insecure_dp_seed=7)
+    return noise_statistics.noise_updates(model, clip=1.0, sigma=1.3, steps=2)
+
+
+@needs_op
+def test_engine_draws_its_noise_with_the_op_and_the_same_values(monkeypatch):
+    native_calls, tf_calls = [], []
+    with_op = _noise_update(EngineOptions(), monkeypatch, native_calls)
+    without = _noise_update(EngineOptions(native=False), monkeypatch, tf_calls)
+    assert native_calls and not tf_calls  # traced once per fit call with the op
+    for step_a, step_b in zip(with_op, without):
+        for a, b in zip(step_a, step_b):
+            assert np.abs(a).max() > 0.05  # noise / expected batch 10, σC = 1.3
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max())
+
+
+@needs_op
+def test_native_noise_is_gaussian_with_the_right_scale():
+    source = randomness.DPRandomness("native noise statistics")  # secret key
+    draw = source.normal([200_001], stddev=2.5, counter=0, pair_op=native.box_muller)
+    noise_statistics.assert_gaussian_draw(draw.numpy(), 2.5)  # pairs (cos_i, sin_i) too
+
+
+def test_no_op_under_xla_or_when_switched_off(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("native noise op used")
+    monkeypatch.setattr(native, "box_muller", refuse)
+    for jit_compile, options in ((True, EngineOptions()), (False, EngineOptions(native=False))):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0,
+                                 options=options, insecure_dp_seed=1)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), jit_compile=jit_compile,
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        before = model.get_weights()
+        model.fit(np.ones([8, 4], np.float32), np.zeros([8]), batch_size=8, verbose=0)
+        assert not np.allclose(before[0], model.get_weights()[0])  # it trained, with TF's noise
