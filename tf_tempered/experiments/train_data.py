@@ -56,12 +56,12 @@ def sampled_batches(config, plan, x, y, strategy=None):
             strategy, x, y, expected_batch_size=config.batch_size,
             steps=plan.steps_per_epoch, insecure_dp_seed=config.insecure_dp_seed)
     if config.dpsgd and config.sampling == "poisson":
-        q = config.batch_size / len(x)
-        max_batch = sampling.default_max_batch_size(
-            num_examples=len(x), sampling_probability=q, total_steps=plan.total_steps)
-        # --nopoisson_padding: batches of the sampled examples only (no max_batch).
-        size = (dict(max_batch_size=max_batch) if config.poisson_padding
-                else dict(fixed_size=False))
+        if config.poisson_padding:  # padded to the size no step of the whole run exceeds
+            size = dict(max_batch_size=sampling.default_max_batch_size(
+                num_examples=len(x), sampling_probability=config.batch_size / len(x),
+                total_steps=plan.total_steps))
+        else:  # --nopoisson_padding: batches of the sampled examples only
+            size = dict(fixed_size=False)
         if not _read_per_batch(x):
             # One epoch's steps; every new iteration (epoch) draws fresh batches.
             return sampling.poisson_batches(x, y, expected_batch_size=config.batch_size,

@@ -234,12 +234,12 @@ def _shuffle(config, arguments):
                                         -(-rows // batch))
 
 
-def _pipeline(state, config, arguments):
+def _pipeline(state, config, arguments, tag):
+    """fit on a pipeline: its batches as they are, accounted by ``tag`` (its SamplingTag)."""
     x = arguments.get("x")
     if isinstance(x, tf.data.Dataset):
         arguments = dict(arguments, shuffle=False)  # Keras ignores it for a dataset (and
         # Keras 3 warns when it is True, its default)
-    tag = data_sampling.sampling_of(x) if hasattr(x, "__dict__") else None
     if tag is not None and tag.kind == "poisson":
         if config.num_microbatches is not None:
             raise ValueError(
@@ -283,14 +283,14 @@ def plan_fit_data(model, state, config, arguments):
         return _shuffle(config, arguments)
     if arguments.get("class_weight"):
         _checked_weights(np.array(list(arguments["class_weight"].values()), np.float32))
-    _warn_if_xla_meets_varying_batches(model, state, x)
-    return _pipeline(state, config, arguments)
-
-
-def _warn_if_xla_meets_varying_batches(model, state, x):
-    """Unpadded Poisson batches under jit_compile=True: one XLA compilation per size met."""
     tag = data_sampling.sampling_of(x) if hasattr(x, "__dict__") else None
-    if (tag is None or tag.fixed_size or getattr(model, "jit_compile", False) is not True
+    _warn_if_xla_meets_varying_batches(model, state, tag)
+    return _pipeline(state, config, arguments, tag)
+
+
+def _warn_if_xla_meets_varying_batches(model, state, tag):
+    """Unpadded Poisson batches under jit_compile=True: one XLA compilation per size met."""
+    if (tag is None or tag.fixed_size or not keras_bridge.jit_compiled(model)
             or "xla varying batches" in state.warned):
         return
     state.warned.add("xla varying batches")
