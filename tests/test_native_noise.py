@@ -25,7 +25,7 @@ import pytest
 
 import noise_statistics
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import EngineOptions, hardened_noise, make_private, randomness
+from tf_tempered.privacy import EngineOptions, errors, hardened_noise, make_private, randomness
 from tf_tempered.privacy.layer_grads import native
 
 needs_op = pytest.mark.skipif(native._compiler() is None,
@@ -154,3 +154,27 @@ def test_no_op_under_xla_or_when_switched_off(monkeypatch):
         before = model.get_weights()
         model.fit(np.ones([8, 4], np.float32), np.zeros([8]), batch_size=8, verbose=0)
         assert not np.allclose(before[0], model.get_weights()[0])  # it trained, with TF's noise
+
+
+def test_small_models_do_not_build_the_library_for_their_noise(monkeypatch, tmp_path):
+    monkeypatch.setitem(native._state, "loaded", False)
+    monkeypatch.setitem(native._state, "module", None)
+    monkeypatch.setattr(native, "library_path", lambda: tmp_path / "native_ops-missing.so")
+    monkeypatch.delenv("TF_TEMPERED_NATIVE", raising=False)
+    builds = []
+
+    def failing_build():
+        builds.append(1)
+        raise errors.NativeBuildError("no compiler here")
+    monkeypatch.setattr(native, "build", failing_build)
+    assert not native.supports_noise(native.NOISE_BUILD_MIN_VALUES - 1) and not builds
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert not native.supports_noise(native.NOISE_BUILD_MIN_VALUES)  # tried: TF ops
+    assert builds == [1]
+
+
+@needs_op
+def test_a_built_library_draws_small_models_noise_too():
+    native.build()
+    assert native.supports_noise(10)

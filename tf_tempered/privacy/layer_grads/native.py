@@ -211,13 +211,26 @@ def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
                                           tf.cast(stddev, tf.float32))
 
 
-def supports_noise():
-    """Whether the DP noise can be drawn by the native op: it builds and loads, and no GPU.
+# Below this many noise values the op is used only if the library is built already: its
+# saving (≈ 4 ms a step at 10⁶ values, ≈ 0.4 ms at 10⁵; benchmarks/results/noise_native.md)
+# would not repay a first compilation (≈ 15–60 s) in a short run of a small model.
+NOISE_BUILD_MIN_VALUES = 1_000_000
+
+
+def supports_noise(num_values=None):
+    """Whether the DP noise of ``num_values`` values is drawn by the native op: no GPU, and
+    the library loads (built now only for at least NOISE_BUILD_MIN_VALUES values, or for
+    ``num_values=None``; a Conv2D may have built it already).
 
     On a GPU machine TF's kernels draw the noise where the gradients are (the op has a
     CPU kernel only).
     """
-    return not tf.config.list_logical_devices("GPU") and available()
+    if tf.config.list_logical_devices("GPU"):
+        return False
+    if (num_values is not None and num_values < NOISE_BUILD_MIN_VALUES
+            and not _state["loaded"] and not library_path().exists()):
+        return False
+    return available()
 
 
 def main():

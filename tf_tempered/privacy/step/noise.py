@@ -21,6 +21,8 @@ the global number of microbatches, or the expected batch size q·N of Poisson ba
 The optimizer then applies ĝ (:mod:`.update`).
 """
 
+import numpy as np
+
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
@@ -46,7 +48,9 @@ def noised_mean(model, state, plan, batch, forward, summed, stats):
     variables = model.trainable_variables
     # The native op draws the same normals (to float32 rounding) 2-3x faster on CPU; off
     # under XLA (plan.options) and on GPU machines, where TF's kernels draw them.
-    pair_op = native.box_muller if plan.options.native and native.supports_noise() else None
+    num_values = sum(int(np.prod(v.shape)) for v in variables)
+    pair_op = (native.box_muller if plan.options.native and native.supports_noise(num_values)
+               else None)
     with tf.control_dependencies([forward.total]):  # no core taken from the forward pass
         counter = state.noise.next_counter()  # on every replica: a synchronised step
         noises = plan.replicas.noise(
