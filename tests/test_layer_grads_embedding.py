@@ -30,11 +30,22 @@ import pytest
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy.layer_grads import clip_weights as clip_lib
 from tf_tempered.privacy.layer_grads import embedding as emb_grads
+from tf_tempered.privacy.layer_grads import native
+
+_NORMS = {"tf_ops": emb_grads.embedding_sq_norms, "native": emb_grads.native_embedding_sq_norms}
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 6
 VOCAB = 7  # small, so that ids repeat within examples and across a microbatch
 DIM = 3
+
+
+@pytest.fixture(params=sorted(_NORMS))
+def norms(request):
+    """Each norm implementation: the TF-ops form and the native op (CPU, built if needed)."""
+    if request.param == "native" and native._compiler() is None:
+        pytest.skip("no C++ compiler to build the native op")
+    return _NORMS[request.param]
 
 
 def _ids_shape(rank):
@@ -107,23 +118,23 @@ def _assert_clipped_sum(ids, g, reference, layer, static=True):
 @pytest.mark.parametrize("rank", [1, 2, 3])
 @pytest.mark.parametrize("microbatches", ["per-example", "divisor", "one"])
 @pytest.mark.parametrize("batch", ["static", "unknown"])
-def test_matches_per_example_tapes(rank, microbatches, batch):
+def test_matches_per_example_tapes(rank, microbatches, batch, norms):
     layer = _make_layer()
     ids, g = _random_case(rank, seed=rank)
     m = _num_microbatches(microbatches)
     reference = _reference_per_microbatch(layer, ids, g, m)
     ref_sq = np.sum(reference.reshape(m, -1) ** 2, 1)
     if batch == "static":
-        sq = emb_grads.embedding_sq_norms(ids, g, m)
+        sq = norms(ids, g, m)
     else:
         # The batch size is unknown while tracing; M static, or a tensor (per-example).
         spec = [tf.TensorSpec([None] + ids.shape[1:].as_list(), ids.dtype),
                 tf.TensorSpec([None] + g.shape[1:].as_list(), g.dtype)]
         if microbatches == "per-example":
-            fn = tf.function(lambda i, gg: emb_grads.embedding_sq_norms(i, gg, tf.shape(i)[0]),
+            fn = tf.function(lambda i, gg: norms(i, gg, tf.shape(i)[0]),
                              input_signature=spec)
         else:
-            fn = tf.function(lambda i, gg: emb_grads.embedding_sq_norms(i, gg, m),
+            fn = tf.function(lambda i, gg: norms(i, gg, m),
                              input_signature=spec)
         assert fn.get_concrete_function().structured_outputs.shape.rank == 1
         sq = fn(ids, g)
@@ -139,14 +150,14 @@ def test_matches_per_example_tapes(rank, microbatches, batch):
     _assert_clipped_sum(ids, g, reference, layer, static=batch == "static")
 
 
-def test_duplicates_within_and_across_examples():
+def test_duplicates_within_and_across_examples(norms):
     layer = _make_layer()
     # Example 0 looks up row 2 three times, example 1 once more (same microbatch
     # of 2), example 2 uses row 2 too but in another microbatch.
     ids = tf.constant([[2, 2, 2, 5], [2, 0, 6, 6], [2, 1, 1, 1], [4, 3, 3, 0]])
     g = tf.constant(np.random.default_rng(3).normal(size=(4, 4, DIM)))
     reference = _reference_per_microbatch(layer, ids, g, 2)
-    sq = emb_grads.embedding_sq_norms(ids, g, 2)
+    sq = norms(ids, g, 2)
     np.testing.assert_allclose(sq.numpy(), np.sum(reference.reshape(2, -1) ** 2, 1), rtol=1e-12)
     # By hand for microbatch 0: row 2 gets four g's, row 5 one, row 0 one, row 6 two.
     gn = g.numpy()
@@ -157,24 +168,24 @@ def test_duplicates_within_and_across_examples():
 
 
 @pytest.mark.parametrize("num_microbatches", [4, 2, 1])
-def test_all_positions_one_id(num_microbatches):
+def test_all_positions_one_id(num_microbatches, norms):
     """Every microbatch uses the same one row: groups must not run across microbatches."""
     layer = _make_layer()
     ids = tf.fill([4, 5], 3)
     g = tf.constant(np.random.default_rng(4).normal(size=(4, 5, DIM)))
     m = num_microbatches
-    sq = emb_grads.embedding_sq_norms(ids, g, m)
+    sq = norms(ids, g, m)
     reference = _reference_per_microbatch(layer, ids, g, m)
     np.testing.assert_allclose(sq.numpy(), np.sum(reference.reshape(m, -1) ** 2, 1), rtol=1e-12)
     np.testing.assert_allclose(
         sq.numpy(), np.sum(np.sum(g.numpy().reshape(m, -1, DIM), 1) ** 2, 1), rtol=1e-12)
 
 
-def test_float32():
+def test_float32(norms):
     layer = _make_layer("float32")
     ids, g = _random_case(2, dtype="float32", seed=5)
     reference = _reference_per_microbatch(layer, ids, g, 3)
-    sq = emb_grads.embedding_sq_norms(ids, g, 3)
+    sq = norms(ids, g, 3)
     assert sq.dtype == tf.float32
     np.testing.assert_allclose(sq.numpy(), np.sum(reference.reshape(3, -1) ** 2, 1), rtol=1e-5)
     norms = np.sqrt(np.sum(reference.reshape(3, -1) ** 2, 1))
@@ -229,42 +240,42 @@ def test_mask_zero_through_a_real_model():
                                np.sum(reference2.reshape(3, -1) ** 2, 1), rtol=1e-12)
 
 
-def test_non_integer_ids_cast_like_keras():
+def test_non_integer_ids_cast_like_keras(norms):
     """Keras casts float ids to int32 (truncation) before the lookup; so do the functions."""
     layer = _make_layer()
     float_ids = tf.constant([[1.7, 2.2, 2.9], [0.4, 6.99, 1.0]], tf.float64)
     g = tf.constant(np.random.default_rng(7).normal(size=(2, 3, DIM)))
     reference = _reference_per_microbatch(layer, float_ids, g, 1)
-    sq = emb_grads.embedding_sq_norms(float_ids, g, 1)
+    sq = norms(float_ids, g, 1)
     np.testing.assert_allclose(sq.numpy(), np.sum(reference.reshape(1, -1) ** 2, 1), rtol=1e-12)
     np.testing.assert_allclose(
-        sq.numpy(), emb_grads.embedding_sq_norms(tf.cast(float_ids, tf.int32), g, 1).numpy())
+        sq.numpy(), norms(tf.cast(float_ids, tf.int32), g, 1).numpy())
     _assert_clipped_sum(float_ids, g, reference, layer)
     # int64 ids are used as they are.
     ids64 = tf.constant([[1, 2, 2], [0, 6, 1]], tf.int64)
-    np.testing.assert_allclose(emb_grads.embedding_sq_norms(ids64, g, 1).numpy(), sq.numpy())
+    np.testing.assert_allclose(norms(ids64, g, 1).numpy(), sq.numpy())
     assert emb_grads.embedding_clipped_sum(ids64, g, _clip_weights([1.0], 1.0), VOCAB
                                            ).indices.dtype == tf.int64
 
 
-def test_negative_ids_wrap_like_keras3_with_vocab_size():
+def test_negative_ids_wrap_like_keras3_with_vocab_size(norms):
     """Keras 3's lookup reads -1 as row V-1; with vocab_size so do the functions."""
     ids = tf.constant([[-1, VOCAB - 1], [2, -5]])
     g = tf.constant(np.random.default_rng(8).normal(size=(2, 2, DIM)))
     wrapped = tf.constant([[VOCAB - 1, VOCAB - 1], [2, VOCAB - 5]])
-    np.testing.assert_allclose(emb_grads.embedding_sq_norms(ids, g, 2, vocab_size=VOCAB).numpy(),
-                               emb_grads.embedding_sq_norms(wrapped, g, 2).numpy())
+    np.testing.assert_allclose(norms(ids, g, 2, vocab_size=VOCAB).numpy(),
+                               norms(wrapped, g, 2).numpy())
     slices = emb_grads.embedding_clipped_sum(ids, g, _clip_weights([1.0, 1.0], 10.0), VOCAB)
     np.testing.assert_array_equal(slices.indices.numpy(), wrapped.numpy().ravel())
 
 
-def test_nan_row_contributes_zero():
+def test_nan_row_contributes_zero(norms):
     layer = _make_layer()
     ids, g = _random_case(2, seed=9)
     g_np = g.numpy().copy()
     g_np[3, 2, 1] = np.nan  # example 3 is in microbatch 1 of 3
     g_nan = tf.constant(g_np)
-    sq = emb_grads.embedding_sq_norms(ids, g_nan, 3).numpy()
+    sq = norms(ids, g_nan, 3).numpy()
     reference = _reference_per_microbatch(layer, ids, g, 3)
     ref_sq = np.sum(reference.reshape(3, -1) ** 2, 1)
     assert np.isnan(sq[1])
@@ -298,11 +309,11 @@ def test_deduplicate_and_optimizer():
     np.testing.assert_allclose(layer.embeddings.numpy(), before - _densify(slices), rtol=1e-12)
 
 
-def test_values_dtype_for_mixed_precision():
+def test_values_dtype_for_mixed_precision(norms):
     ids, g = _random_case(2, dtype="float16", seed=11)
-    sq = emb_grads.embedding_sq_norms(ids, g, 3)
+    sq = norms(ids, g, 3)
     assert sq.dtype == tf.float32  # accumulated in float32
-    expected = emb_grads.embedding_sq_norms(ids, tf.cast(g, tf.float32), 3)
+    expected = norms(ids, tf.cast(g, tf.float32), 3)
     np.testing.assert_allclose(sq.numpy(), expected.numpy(), rtol=1e-6)
     slices = emb_grads.embedding_clipped_sum(ids, g, _clip_weights([1.0, 2.0, 3.0], 1.5), VOCAB,
                                              dtype="float32")

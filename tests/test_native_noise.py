@@ -167,10 +167,10 @@ def test_small_models_do_not_build_the_library_for_their_noise(monkeypatch, tmp_
         builds.append(1)
         raise errors.NativeBuildError("no compiler here")
     monkeypatch.setattr(native, "build", failing_build)
-    assert not native.supports_noise(native.NOISE_BUILD_MIN_VALUES - 1) and not builds
+    assert not native.supports_noise(native.BUILD_MIN_VALUES - 1) and not builds
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert not native.supports_noise(native.NOISE_BUILD_MIN_VALUES)  # tried: TF ops
+        assert not native.supports_noise(native.BUILD_MIN_VALUES)  # tried: TF ops
     assert builds == [1]
 
 

@@ -55,10 +55,12 @@ import dataclasses
 
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy.layer_grads import native
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult, NamedPath
 from tf_tempered.privacy.layer_grads.registry import register
 
-__all__ = ["EmbeddingHandler", "embedding_sq_norms", "embedding_clipped_sum",
+__all__ = ["EmbeddingHandler", "embedding_sq_norms", "native_embedding_sq_norms",
+           "embedding_clipped_sum",
            "embedding_hyperparameters", "EmbeddingHyperparameters"]
 
 
@@ -94,6 +96,18 @@ def _check_shapes(ids, grad_output):
                 f"axis; got ids {ids.shape} and grad_output {grad_output.shape}.")
 
 
+def _norm_inputs(ids, grad_output, num_microbatches, vocab_size):
+    """(the looked-up ids, g in its accumulation dtype, d, M as an int or int32 tensor)."""
+    ids = _as_ids(ids, vocab_size)
+    g = tf.convert_to_tensor(grad_output)
+    _check_shapes(ids, g)
+    g = tf.cast(g, _accumulation_dtype(g.dtype))
+    d = g.shape[-1] if g.shape[-1] is not None else tf.shape(g)[-1]
+    num_microbatches = tf.cast(num_microbatches, tf.int32) if isinstance(
+        num_microbatches, tf.Tensor) else int(num_microbatches)
+    return ids, g, d, num_microbatches
+
+
 def embedding_sq_norms(ids, grad_output, num_microbatches, *, vocab_size=None):
     """Squared L2 norm of each microbatch's gradient of the embedding matrix: [M].
 
@@ -115,13 +129,7 @@ def embedding_sq_norms(ids, grad_output, num_microbatches, *, vocab_size=None):
     unknown while tracing. Ops: sort (top_k), scatter_nd, unsorted_segment_sum
     with a static-shape upper bound of segments, so it also compiles with XLA.
     """
-    ids = _as_ids(ids, vocab_size)
-    g = tf.convert_to_tensor(grad_output)
-    _check_shapes(ids, g)
-    g = tf.cast(g, _accumulation_dtype(g.dtype))
-    d = g.shape[-1] if g.shape[-1] is not None else tf.shape(g)[-1]
-    num_microbatches = tf.cast(num_microbatches, tf.int32) if isinstance(
-        num_microbatches, tf.Tensor) else int(num_microbatches)
+    ids, g, d, num_microbatches = _norm_inputs(ids, grad_output, num_microbatches, vocab_size)
 
     # Positions of each microbatch in one row: [M, N], N = E·T (E examples of T positions).
     ids_mb = tf.reshape(ids, [num_microbatches, -1])
@@ -150,6 +158,18 @@ def embedding_sq_norms(ids, grad_output, num_microbatches, *, vocab_size=None):
     # its squared norm there, and sum per microbatch.
     per_start = tf.where(starts, tf.gather(sq, group_sorted), tf.zeros([], sq.dtype))
     return tf.reduce_sum(tf.reshape(per_start, [num_microbatches, -1]), 1)
+
+
+def native_embedding_sq_norms(ids, grad_output, num_microbatches, *, vocab_size=None):
+    """:func:`embedding_sq_norms` by the native op (CPU; float32/64 sums in double).
+
+    Each microbatch sorts its own ids and sums its groups, microbatches in parallel; the
+    TF-ops form's unsorted segment sum over all B·T positions runs on one thread (text
+    classifier, batch 256 × 64 tokens × 64 dims: 1.0 against 3.9 ms).
+    """
+    ids, g, d, num_microbatches = _norm_inputs(ids, grad_output, num_microbatches, vocab_size)
+    ids_mb = tf.reshape(tf.cast(ids, tf.int64), [num_microbatches, -1])
+    return native.embedding_sq_norms(ids_mb, tf.reshape(g, [num_microbatches, -1, d]))
 
 
 def embedding_clipped_sum(ids, grad_output, weights, vocab_size, *, dtype=None,
@@ -239,7 +259,8 @@ class EmbeddingHandler(Handler):
     """
 
     name = "embedding"
-    summary = ("ghost norms from the token ids (equal ids grouped per example; memory independent "
+    summary = ("ghost norms from the token ids (equal ids grouped per example, by a native op "
+               "on CPU; memory independent "
                "of the vocabulary size); the clipped sum as a sparse update")
     records_pre_activation = False  # no activation: the output is the lookup itself
 
@@ -254,8 +275,11 @@ class EmbeddingHandler(Handler):
 
     def layer_result(self, call, hparams, layout):
         vocab = hparams.vocab_size
-        sq = embedding_sq_norms(call.inputs, call.grad_output, layout.num_microbatches,
-                                vocab_size=vocab)
+        # The native op on CPU (not under XLA: layout.options.native is then off).
+        use_native = (layout.options.native and not layout.xla
+                      and native.supports_embedding(vocab * hparams.output_dim))
+        norms = native_embedding_sq_norms if use_native else embedding_sq_norms
+        sq = norms(call.inputs, call.grad_output, layout.num_microbatches, vocab_size=vocab)
         return LayerResult(sq, lambda weights: [embedding_clipped_sum(
             call.inputs, call.grad_output, weights, vocab, dtype=hparams.dtype)],
-                           NamedPath("sparse"))
+                           NamedPath("sparse_native" if use_native else "sparse"))

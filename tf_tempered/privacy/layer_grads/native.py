@@ -21,7 +21,9 @@ ordinary filter gradient (measurements: docs/benchmarks.md, "Measurements behind
 engine's defaults"). The noise op (cc/box_muller.cc) draws DPRandomness.box_muller's
 normals from the same Philox bits in one pass over memory instead of eight, 2-3 times
 faster on CPU (benchmarks/results/noise_native.md); its values equal TF's ops' to the
-rounding of their log, sin and cos (one or two float32 ulps).
+rounding of their log, sin and cos (one or two float32 ulps). The Embedding op
+(cc/embedding_sq_norms.cc) gives each microbatch's squared gradient norm from its ids and
+output gradients, microbatches in parallel (TF's segment sum runs on one thread).
 
 The ops are compiled with the machine's C++ compiler against the installed
 TensorFlow the first time it is needed (once per machine and TensorFlow version;
@@ -54,11 +56,12 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import NativeBuildError
 from tf_tempered.privacy.layer_grads import conv_grads
 
-__all__ = ["available", "box_muller", "build", "conv2d_kernel_grads", "library_path",
-           "supports", "supports_noise"]
+__all__ = ["available", "box_muller", "build", "conv2d_kernel_grads", "embedding_sq_norms",
+           "library_path", "supports", "supports_embedding", "supports_noise",
+           "BUILD_MIN_VALUES"]
 
 _SOURCES = tuple(pathlib.Path(__file__).with_name("cc") / name
-                 for name in ("conv_kernel_grads.cc", "box_muller.cc"))
+                 for name in ("conv_kernel_grads.cc", "box_muller.cc", "embedding_sq_norms.cc"))
 _ENV_SWITCH = "TF_TEMPERED_NATIVE"
 _ENV_CACHE = "TF_TEMPERED_CACHE_DIR"
 _LOG = logging.getLogger(__name__)
@@ -211,26 +214,42 @@ def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
                                           tf.cast(stddev, tf.float32))
 
 
-# Below this many noise values the op is used only if the library is built already: its
-# saving (≈ 4 ms a step at 10⁶ values, ≈ 0.4 ms at 10⁵; benchmarks/results/noise_native.md)
-# would not repay a first compilation (≈ 15–60 s) in a short run of a small model.
-NOISE_BUILD_MIN_VALUES = 1_000_000
+# For the noise or an Embedding of fewer values than this the ops are used only if the
+# library is built already: their saving (the noise: ≈ 4 ms a step at 10⁶ values, ≈ 0.4 ms at
+# 10⁵; benchmarks/results/noise_native.md) would not repay a first compilation (≈ 15–60 s)
+# in a short run of a small model.
+BUILD_MIN_VALUES = 1_000_000
+
+
+def _usable(num_values):
+    # CPU-only ops: on a GPU machine TF's kernels run where the tensors are.
+    if tf.config.list_logical_devices("GPU"):
+        return False
+    if (num_values is not None and num_values < BUILD_MIN_VALUES
+            and not _state["loaded"] and not library_path().exists()):
+        return False
+    return available()
 
 
 def supports_noise(num_values=None):
     """Whether the DP noise of ``num_values`` values is drawn by the native op: no GPU, and
-    the library loads (built now only for at least NOISE_BUILD_MIN_VALUES values, or for
-    ``num_values=None``; a Conv2D may have built it already).
+    the library loads (built now only for at least BUILD_MIN_VALUES values, or for
+    ``num_values=None``; a Conv2D may have built it already)."""
+    return _usable(num_values)
 
-    On a GPU machine TF's kernels draw the noise where the gradients are (the op has a
-    CPU kernel only).
+
+def supports_embedding(num_values):
+    """Whether an Embedding of ``num_values`` weights takes the native norm op (as
+    :func:`supports_noise`: the model's noise builds the library from BUILD_MIN_VALUES)."""
+    return _usable(num_values)
+
+
+def embedding_sq_norms(ids, grads):
+    """[M] Σ_v ‖Σ_{p: ids_mp = v} g_mp‖² of ids [M, N] (int64) and grads [M, N, d] (float32/64).
+
+    See cc/embedding_sq_norms.cc and layer_grads/embedding.py (the TF-ops form).
     """
-    if tf.config.list_logical_devices("GPU"):
-        return False
-    if (num_values is not None and num_values < NOISE_BUILD_MIN_VALUES
-            and not _state["loaded"] and not library_path().exists()):
-        return False
-    return available()
+    return tf.ensure_shape(_load().tf_tempered_embedding_sq_norms(ids, grads), [None])
 
 
 def main():
