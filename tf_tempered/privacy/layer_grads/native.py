@@ -125,8 +125,8 @@ def build():
             return path
         compile_flags, link_flags = _flags()
         _LOG.warning("tf_tempered: compiling its native ops (per-example conv gradients, "
-                     "DP noise; once per machine and TensorFlow version, up to a minute) "
-                     "into %s", path)
+                     "Embedding norms, DP noise; once per machine and TensorFlow version, up "
+                     "to a minute) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
             command = [compiler, *compile_flags, *map(str, _SOURCES), "-o", str(out),
