@@ -53,8 +53,9 @@ def sum_of_gaussians(source, shape, *, stddev, counter, stream=0, dtype=tf.float
 
         c_i + c_{m+i} + s_{i+1} + s_{m+i+1},
 
-    four different pairs as m ≥ 2 (``pair_op``: box_muller's kernel). Four contiguous slices: faster than summing the
-    rows of an [m, 4] matrix of values (docs/randomness.md, "Measured cost").
+    four different pairs as m ≥ 2 (``pair_op``: box_muller's kernel). Four contiguous
+    slices: faster than summing the rows of an [m, 4] matrix of values
+    (docs/randomness.md, "Measured cost").
 
     >>> from tf_tempered.privacy.randomness import DPRandomness
     >>> source = DPRandomness("noise")

@@ -96,7 +96,8 @@ def library_path():
     """Where the compiled op for this source, TensorFlow, compiler and CPU is cached."""
     compile_flags, link_flags = _flags()
     key = hashlib.sha256("\n".join([
-        *(source.read_text(encoding="utf-8") for source in _SOURCES), tf.__version__, sys.platform, platform.machine(),
+        *(source.read_text(encoding="utf-8") for source in _SOURCES),
+        tf.__version__, sys.platform, platform.machine(),
         " ".join(compile_flags + link_flags), _cpu_signature(),
     ]).encode()).hexdigest()[:16]
     root = os.environ.get(_ENV_CACHE) or os.path.join(
@@ -134,7 +135,8 @@ def build():
             result = subprocess.run(command, capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise NativeBuildError(
-                    f"compiling {', '.join(s.name for s in _SOURCES)} failed (exit {result.returncode}):\n"
+                    f"compiling {', '.join(s.name for s in _SOURCES)} failed "
+                    f"(exit {result.returncode}):\n"
                     f"{' '.join(command)}\n{result.stderr[-4000:]}")
             os.replace(out, path)  # atomic: readers never see a partial library
     return path
@@ -203,7 +205,7 @@ def supports(record):
 
 
 def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
-    """(r·cos θ, r·sin θ), two float32 [num_pairs] vectors: DPRandomness.box_muller by the native op.
+    """(r·cos θ, r·sin θ), two float32 [num_pairs] vectors: DPRandomness.box_muller, natively.
 
     The same Philox bits as TF's StatelessRandomUniformFullIntV2 (uint64, the radius) and
     StatelessRandomUniformV2 (float32, the angle) at these counters and key; see
