@@ -13,7 +13,7 @@
 # limitations under the License.
 """The noise samplers side by side (EngineOptions(noise=...)): the draw alone, and one DP step.
 
-Each sampler runs twice: by the native Box–Muller op (layer_grads/cc/box_muller.cc, the
+Each sampler runs twice: by the native Box–Muller op (privacy/native/cc/box_muller.cc, the
 default on CPU) and by TF's ops ("(TF ops)": what XLA, a GPU, or EngineOptions(native=False)
 runs). Part 1 draws the noise of a model of P parameters (one traced gaussian_noise_like call
 at a fresh counter, as the DP step does); part 2 times `fit` steps of a model made
@@ -51,7 +51,7 @@ import warnings
 import dp_step
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private, randomness
-from tf_tempered.privacy.layer_grads import native
+from tf_tempered.privacy import native
 from tf_tempered.privacy.options import NOISE_MODES
 from tf_tempered.privacy.step import noise as noise_stage
 
@@ -132,12 +132,14 @@ def step_runs(kind, batch_size, modes=NOISE_MODES, with_native=True):
         model.compile(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1,
                                           learning_rate=0.15), loss=per_example)
         run = lambda steps: model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0)
-        supports = noise_stage.native.supports_noise
-        noise_stage.native.supports_noise = (supports if use_native else lambda: False)
+        draw = noise_stage.randomness.gaussian_noise_like
+        if not use_native:  # the noise stage's draw by TF ops; every other op as by default
+            noise_stage.randomness.gaussian_noise_like = (
+                lambda *args, **kwargs: draw(*args, **{**kwargs, "native": False}))
         try:
             run(1)  # traced now, with or without the op
         finally:
-            noise_stage.native.supports_noise = supports
+            noise_stage.randomness.gaussian_noise_like = draw
         return run
 
     return {label: make(mode, use) for label, mode, use in _variants(modes, with_native)}
@@ -177,7 +179,7 @@ def main():
     print(f"Keras {env['keras_version']} ({env['keras_module']}), TF {env['tensorflow']}, "
           f"Python {env['python']}, {env['cpus']} CPUs; load average before "
           f"{dp_step._loads(env['load_average'])}")  # pylint: disable=protected-access
-    with_native = native.supports_noise()
+    with_native = native.usable()
     print(f"native noise op: {'built and used' if with_native else 'not available'}")
     results = {"environment": env, "native_noise_op": with_native, "draws": {}, "steps": {}}
     modes = [m for m in args.modes.split(",") if m]

@@ -54,7 +54,7 @@ from dp_reference import skip_without_onednn_conv_gradients
 from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import EngineOptions, layer_grads, recording
-from tf_tempered.privacy.layer_grads import native
+from tf_tempered.privacy import native
 
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 

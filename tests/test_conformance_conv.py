@@ -30,7 +30,7 @@ from dp_reference import assert_engine_matches_reference, seeded
 from tf_tempered._compat import keras
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered.privacy import EngineOptions
-from tf_tempered.privacy.layer_grads import native
+from tf_tempered.privacy import native
 
 FAMILY = "conv"
 

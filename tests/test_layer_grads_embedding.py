@@ -30,7 +30,7 @@ import pytest
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy.layer_grads import clip_weights as clip_lib
 from tf_tempered.privacy.layer_grads import embedding as emb_grads
-from tf_tempered.privacy.layer_grads import native
+from tf_tempered.privacy import native
 
 _NORMS = {"tf_ops": emb_grads.embedding_sq_norms, "native": emb_grads.native_embedding_sq_norms}
 
@@ -43,7 +43,7 @@ DIM = 3
 @pytest.fixture(params=sorted(_NORMS))
 def norms(request):
     """Each norm implementation: the TF-ops form and the native op (CPU, built if needed)."""
-    if request.param == "native" and native._compiler() is None:
+    if request.param == "native" and native.library._compiler() is None:
         pytest.skip("no C++ compiler to build the native op")
     return _NORMS[request.param]
 

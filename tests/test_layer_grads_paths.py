@@ -18,7 +18,7 @@ import pytest
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import EngineOptions
-from tf_tempered.privacy.layer_grads import native
+from tf_tempered.privacy import native
 from tf_tempered.privacy import layer_grads
 from tf_tempered.privacy.layer_grads import conv, dense, depthwise, rows
 
@@ -228,7 +228,7 @@ def test_layer_paths_report_each_layers_handler_and_path():
     # The shared Dense: its two calls of one shape as one call of 2 rows per example
     # (multi_call.rows_of_calls), on the Dense handler's own path.
     # The native norm op where its library is built (a 200-weight table builds nothing).
-    sparse = "sparse_native" if native.supports_embedding(50 * 4) else "sparse"
+    sparse = "sparse_native" if native.usable(50 * 4) else "sparse"
     assert layer_paths(model) == [
         {"layer": embedding.name, "class": "Embedding", "handler": "embedding", "path": sparse},
         {"layer": shared.name, "class": "Dense", "handler": "multi_call",

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The native Box–Muller op (layer_grads/cc/box_muller.cc) against TF's ops, and its use.
+"""The native Box–Muller op (privacy/native/cc/box_muller.cc) against TF's ops, and its use.
 
 The reference is DPRandomness.box_muller's TF ops on the same key and counters: the same
 Philox bits, so the values agree to the float32 rounding of log, sin and cos; a wrong bit,
@@ -26,9 +26,10 @@ import pytest
 import noise_statistics
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import EngineOptions, errors, hardened_noise, make_private, randomness
-from tf_tempered.privacy.layer_grads import native
+from tf_tempered.privacy import native
+from tf_tempered.privacy.native import library
 
-needs_op = pytest.mark.skipif(native._compiler() is None,
+needs_op = pytest.mark.skipif(library._compiler() is None,
                               reason="no C++ compiler ($CXX, c++, g++, clang++) to build the op")
 
 
@@ -157,24 +158,24 @@ def test_no_op_under_xla_or_when_switched_off(monkeypatch):
 
 
 def test_small_models_do_not_build_the_library_for_their_noise(monkeypatch, tmp_path):
-    monkeypatch.setitem(native._state, "loaded", False)
-    monkeypatch.setitem(native._state, "module", None)
-    monkeypatch.setattr(native, "library_path", lambda: tmp_path / "native_ops-missing.so")
+    monkeypatch.setitem(library._state, "loaded", False)
+    monkeypatch.setitem(library._state, "module", None)
+    monkeypatch.setattr(library, "library_path", lambda: tmp_path / "native_ops-missing.so")
     monkeypatch.delenv("TF_TEMPERED_NATIVE", raising=False)
     builds = []
 
     def failing_build():
         builds.append(1)
         raise errors.NativeBuildError("no compiler here")
-    monkeypatch.setattr(native, "build", failing_build)
-    assert not native.supports_noise(native.BUILD_MIN_VALUES - 1) and not builds
+    monkeypatch.setattr(library, "build", failing_build)
+    assert not native.usable(native.BUILD_MIN_VALUES - 1) and not builds
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert not native.supports_noise(native.BUILD_MIN_VALUES)  # tried: TF ops
+        assert not native.usable(native.BUILD_MIN_VALUES)  # tried: TF ops
     assert builds == [1]
 
 
 @needs_op
 def test_a_built_library_draws_small_models_noise_too():
     native.build()
-    assert native.supports_noise(10)
+    assert native.usable(10)

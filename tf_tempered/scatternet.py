@@ -89,7 +89,7 @@ __all__ = ["num_channels", "scattering_features", "shifted_scattering_features",
 
 INSTALL_HINT = ('ScatterNet features need kymatio: pip install "kymatio>=0.3" '
                 '(a dependency of tf_tempered: pip install -e . installs it).')
-CACHE_DIR_ENV = "TF_TEMPERED_CACHE_DIR"  # shared with tf_tempered.privacy.layer_grads.native
+CACHE_DIR_ENV = "TF_TEMPERED_CACHE_DIR"  # shared with tf_tempered.privacy.native
 _OLD_CACHE_ENV = "TF_TEMPERED_CACHE"  # read before; deprecated
 _CHUNK = 256  # images per transform call: bounds its memory (≈ 0.1 GB per thread)
 _PROGRESS_MIN = 10_000  # transforms from which progress is printed by default

@@ -58,6 +58,7 @@ import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import hardened_noise
+from tf_tempered.privacy import native as native_ops
 from tf_tempered.privacy.errors import InsecureDPRandomnessWarning
 
 __all__ = ["DPRandomness", "check_insecure_dp_seed",
@@ -257,7 +258,7 @@ class DPRandomness:
         (:mod:`~tf_tempered.privacy.hardened_noise`) must not add up the two of one pair.
         ``pair_op(key, radius_counter, angle_counter, num_pairs, stddev)``, if given, computes
         the same pairs from the same Philox bits in one kernel, for float32 (the native op:
-        ``layer_grads.native.box_muller``, equal to these TF ops to float32 rounding).
+        ``tf_tempered.privacy.native.box_muller``, equal to these TF ops to float32 rounding).
         """
         if pair_op is not None and tf.as_dtype(dtype) == tf.float32:
             key, radius_counter = self._key_counter(counter, stream)
@@ -309,7 +310,8 @@ SAMPLERS = {
 }
 
 
-def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian", pair_op=None):
+def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian", pair_op=None,
+                        native=False):
     """Independent N(0, stddev²) noise shaped like each variable, from ``source``.
 
     One Philox draw for all coordinates at a fresh counter of the model's secret
@@ -317,12 +319,16 @@ def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian", 
     tf.random.normal per variable, same distribution. ``mode`` (``EngineOptions.noise``):
     "gaussian", Box–Muller (:meth:`DPRandomness.normal`); "sum_of_gaussians", the sum
     of 4 draws of std stddev/2 (:mod:`~tf_tempered.privacy.hardened_noise`), 4× the cost.
-    ``pair_op``: the Box–Muller kernel of :meth:`DPRandomness.box_muller` (None: TF ops).
+    ``pair_op``: the Box–Muller kernel of :meth:`DPRandomness.box_muller` (None: TF ops);
+    ``native=True`` (EngineOptions.native: off under XLA) takes the native op's when it is
+    usable for this many values (CPU; the same normals to float32 rounding, 2-3x faster).
     """
     if mode not in SAMPLERS:
         raise ValueError(f"gaussian_noise_like: mode must be one of {', '.join(SAMPLERS)} "
                          f"(EngineOptions.noise), got {mode!r}.")
     sizes = [int(np.prod(v.shape)) for v in variables]
+    if pair_op is None and native and native_ops.usable(sum(sizes)):
+        pair_op = native_ops.box_muller
     if mode == "gaussian":  # DPRandomness.normal's values, without the whole vector
         pieces = source.normal_pieces(sizes, stddev=stddev, counter=counter, pair_op=pair_op)
     else:

@@ -15,7 +15,7 @@
 
 The row a_r is the input patch under output pixel r. A layer's path (`ConvPath`):
 
-* native: the native op (CPU, native.py) gives G_m and ‖G_m‖² straight from
+* native: the native op (CPU, privacy/native) gives G_m and ‖G_m‖² straight from
   the image, no patch tensor; with many output pixels G_m is kept for a
   matrix-vector clipped sum, else only the norms (book-keeping sum);
 * depthwise (TF ops, few channel pairs, undilated): per-example kernel
@@ -34,7 +34,8 @@ from typing import Any, Tuple
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
-from tf_tempered.privacy.layer_grads import conv_grads, native
+from tf_tempered.privacy import native
+from tf_tempered.privacy.layer_grads import conv_grads
 from tf_tempered.privacy.layer_grads import grouped, rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath
 from tf_tempered.privacy.layer_grads.registry import register
@@ -144,12 +145,20 @@ def choose_path(src, hparams, num_microbatches, examples_per_microbatch):
                                                           examples_per_microbatch))
 
 
+def _native_applies(record):
+    """The native op takes a float32/64 Conv2D of static spatial size on a machine without
+    a GPU (a CPU op would copy every layer's activations off the GPU), if it loads."""
+    return (record.grad_output.dtype in (tf.float32, tf.float64)
+            and None not in record.inputs.shape[1:]
+            and not tf.config.list_logical_devices("GPU") and native.available())
+
+
 def _use_native(src, hparams, g_rows):
     """Whether the native op gives this Conv2D's norms (and maybe its gradients)."""
     options = src.options
     if not options.native or options.forced in ("ghost", "materialize", "depthwise"):
         return False
-    if not native.supports(src):
+    if not _native_applies(src):
         return False
     if options.forced == "native":
         return True
@@ -160,8 +169,10 @@ def _use_native(src, hparams, g_rows):
 
 def _native_kernel(src, hparams, path, num_microbatches):
     def native_grads(output_grads):
-        return native.conv2d_kernel_grads(hparams, src.inputs, src.grad_output,
-                                          num_microbatches, output_grads)
+        return native.conv2d_group_kernel_grads(
+            src.inputs, src.grad_output, num_microbatches, kernel_size=hparams.kernel_size,
+            strides=hparams.strides, dilations=hparams.dilation_rate,
+            pads=conv_grads.padding_before(hparams, src.inputs), output_grads=output_grads)
 
     materialize = path.materialize
     if isinstance(materialize, bool):

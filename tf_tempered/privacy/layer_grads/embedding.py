@@ -55,7 +55,7 @@ import dataclasses
 
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy.layer_grads import native
+from tf_tempered.privacy import native
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult, NamedPath
 from tf_tempered.privacy.layer_grads.registry import register
 
@@ -277,7 +277,7 @@ class EmbeddingHandler(Handler):
         vocab = hparams.vocab_size
         # The native op on CPU (not under XLA: layout.options.native is then off).
         use_native = (layout.options.native and not layout.xla
-                      and native.supports_embedding(vocab * hparams.output_dim))
+                      and native.usable(vocab * hparams.output_dim))
         norms = native_embedding_sq_norms if use_native else embedding_sq_norms
         sq = norms(call.inputs, call.grad_output, layout.num_microbatches, vocab_size=vocab)
         return LayerResult(sq, lambda weights: [embedding_clipped_sum(

@@ -21,12 +21,9 @@ the global number of microbatches, or the expected batch size q·N of Poisson ba
 The optimizer then applies ĝ (:mod:`.update`).
 """
 
-import numpy as np
-
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
-from tf_tempered.privacy.layer_grads import native
 
 __all__ = ["noised_mean"]
 
@@ -46,17 +43,12 @@ def noised_mean(model, state, plan, batch, forward, summed, stats):
     as TF Privacy gives it: the noise still goes to every coordinate)."""
     normalizer = _normalizer(plan, batch, forward, stats)
     variables = model.trainable_variables
-    # The native op draws the same normals (to float32 rounding) 2-3x faster on CPU; off
-    # under XLA (plan.options) and on GPU machines, where TF's kernels draw them.
-    num_values = sum(int(np.prod(v.shape)) for v in variables)
-    pair_op = (native.box_muller if plan.options.native and native.supports_noise(num_values)
-               else None)
     with tf.control_dependencies([forward.total]):  # no core taken from the forward pass
         counter = state.noise.next_counter()  # on every replica: a synchronised step
         noises = plan.replicas.noise(
             lambda c: randomness.gaussian_noise_like(
                 variables, plan.config.noise_stddev, state.noise, c, mode=plan.options.noise,
-                pair_op=pair_op),
+                native=plan.options.native),
             variables, counter)
     if state.audit_hook is not None:  # only in a model a privacy audit trains
         summed = state.audit_hook(dict(summed), variables, counter)

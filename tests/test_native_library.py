@@ -17,14 +17,21 @@ The reference is the gradient of Σ conv(x_e)·g_e w.r.t. a real Conv2D's kernel
 one tape per example e, summed over each group of consecutive examples.
 """
 
+import ast
 import logging
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from tf_tempered.privacy import errors
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy.layer_grads import native
+from tf_tempered.privacy import native as native_ops
+from tf_tempered.privacy.layer_grads import conv_grads
+from tf_tempered.privacy.native import library as native
 
 # Without a compiler the op cannot exist: skip. With one, a failed build fails.
 needs_op = pytest.mark.skipif(native._compiler() is None,
@@ -80,6 +87,13 @@ def _reference(layer, x, g, groups):
     return per_example.reshape(groups, -1, per_example.shape[-1]).sum(axis=1)
 
 
+def _kernel_grads(layer, x, g, num_groups, output_grads):
+    return native_ops.conv2d_group_kernel_grads(
+        x, g, num_groups, kernel_size=layer.kernel_size, strides=layer.strides,
+        dilations=layer.dilation_rate, pads=conv_grads.padding_before(layer, x),
+        output_grads=output_grads)
+
+
 @pytest.fixture
 def op(monkeypatch):
     """A fresh load of the op; with TF_TEMPERED_NATIVE=1 a failed build raises, not falls back."""
@@ -95,7 +109,7 @@ def op(monkeypatch):
 @pytest.mark.parametrize("case", _CASES, ids=_case_id)
 def test_group_kernel_grads_equal_per_example_tapes(op, case, dtype, output_grads):
     layer, x, g, groups = _setup(case, dtype)
-    sq_norms, grads = native.conv2d_kernel_grads(layer, x, g, groups, output_grads)
+    sq_norms, grads = _kernel_grads(layer, x, g, groups, output_grads)
     reference = _reference(layer, x, g, groups)
     size = int(np.prod(layer.kernel.shape))
     assert reference.shape == (groups, size)
@@ -117,7 +131,7 @@ def test_group_kernel_grads_equal_per_example_tapes(op, case, dtype, output_grad
 def test_group_kernel_grads_in_tf_function(op):
     layer, x, g, groups = _setup(_CASES[3], "float32", seed=1)
     size = int(np.prod(layer.kernel.shape))
-    fn = tf.function(lambda x, g: native.conv2d_kernel_grads(layer, x, g, groups, True))
+    fn = tf.function(lambda x, g: _kernel_grads(layer, x, g, groups, True))
     sq_norms, grads = fn(x, g)
     reference = _reference(layer, x, g, groups)
     graph_out = fn.get_concrete_function(x, g).structured_outputs
@@ -130,7 +144,7 @@ def test_group_kernel_grads_in_tf_function(op):
 def test_float32_layer_takes_float64_input(op):
     # x is cast to g's dtype: a float64 input with a float32 output gradient computes in float32.
     layer, x, g, groups = _setup(_CASES[1], "float32", seed=2)
-    sq_norms, grads = native.conv2d_kernel_grads(layer, tf.cast(x, tf.float64), g, groups, True)
+    sq_norms, grads = _kernel_grads(layer, tf.cast(x, tf.float64), g, groups, True)
     reference = _reference(layer, x, g, groups)
     assert grads.dtype == tf.float32
     assert np.abs(grads.numpy() - reference).max() <= 1e-5 * np.abs(reference).max()
@@ -141,14 +155,14 @@ def test_float32_layer_takes_float64_input(op):
 def test_batch_not_divisible_by_num_groups_is_rejected(op, batch, num_groups):
     layer, x, g, _ = _setup(("same", 3, 1, 1, (5, 5), 2, 4, batch, 1), "float32")
     with pytest.raises(tf.errors.InvalidArgumentError, match="num_groups"):
-        native.conv2d_kernel_grads(layer, x, g, num_groups, True)
+        _kernel_grads(layer, x, g, num_groups, True)
 
 
 @needs_op
 def test_non_scalar_num_groups_is_rejected(op):
     layer, x, g, _ = _setup(("same", 3, 1, 1, (5, 5), 2, 4, 4, 1), "float32")
     with pytest.raises(tf.errors.InvalidArgumentError, match="num_groups must be a scalar"):
-        native._load().tf_tempered_conv2d_group_kernel_grads(
+        native.load().tf_tempered_conv2d_group_kernel_grads(
             x, g, tf.constant([2, 2]), kernel_size=[3, 3], strides=[1, 1], dilations=[1, 1],
             pads=[1, 1], output_grads=False)
 
@@ -227,3 +241,28 @@ def test_main_builds_and_reports(capsys):
     assert native.main() == 0
     out = capsys.readouterr().out
     assert "native op ready" in out and str(native.build()) in out
+
+
+def test_the_package_imports_nothing_of_the_engine():
+    """privacy/native is the engine's lowest layer: the handlers and the noise stage import
+    it, it imports only the Keras selection and the error types."""
+    package = pathlib.Path(native.__file__).parent
+    imported = set()
+    for source in package.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    ours = {name for name in imported if name.split(".")[0] == "tf_tempered"
+            and not name.startswith("tf_tempered.privacy.native")}
+    assert ours == {"tf_tempered._compat", "tf_tempered.privacy.errors"}, ours
+
+
+def test_module_command_runs(tmp_path):
+    """``python -m tf_tempered.privacy.native`` (docs/install.md) reports either way."""
+    env = {**os.environ, "TF_TEMPERED_NATIVE": "0"}
+    result = subprocess.run([sys.executable, "-m", "tf_tempered.privacy.native"], env=env,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    assert ("native op ready" in result.stdout) == (result.returncode == 0), result.stdout

@@ -11,28 +11,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Native (C++) TensorFlow ops: per-microbatch Conv2D kernel gradients, and the DP noise.
+"""Building and loading the native ops' library (see the package's docstring).
 
-For each microbatch m the Conv2D op computes G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ (a_r the input patch
-under output pixel r, g_r the output gradient there) and ‖G_m‖², reading the
-patches straight from the image: see cc/conv_kernel_grads.cc. On CPU it is several
-times faster per layer than the best TF-ops formulation, about the cost of the batch's
-ordinary filter gradient (measurements: docs/benchmarks.md, "Measurements behind the
-engine's defaults"). The noise op (cc/box_muller.cc) draws DPRandomness.box_muller's
-normals from the same Philox bits in one pass over memory instead of eight, 2-3 times
-faster on CPU (benchmarks/results/noise_native.md); its values equal TF's ops' to the
-rounding of their log, sin and cos (one or two float32 ulps). The Embedding op
-(cc/embedding_sq_norms.cc) gives each microbatch's squared gradient norm from its ids and
-output gradients, microbatches in parallel (TF's segment sum runs on one thread).
-
-The ops are compiled with the machine's C++ compiler against the installed
-TensorFlow the first time it is needed (once per machine and TensorFlow version;
-how long it takes: docs/install.md, "The native Conv2D op") and cached under
-``$TF_TEMPERED_CACHE_DIR`` (default ``~/.cache/tf_tempered``).
-``python -m tf_tempered.privacy.layer_grads.native`` builds it ahead of time and says
-where it is. Without a compiler the engine falls back to TF ops with a warning (same
-results, slower); ``TF_TEMPERED_NATIVE=0`` chooses that fallback silently,
-``TF_TEMPERED_NATIVE=1`` makes a failed build an error.
+The C++ sources in cc/ are compiled with the machine's C++ compiler against the installed
+TensorFlow the first time an op is needed (once per machine and TensorFlow version) and
+cached under ``$TF_TEMPERED_CACHE_DIR`` (default ``~/.cache/tf_tempered``). Without a
+compiler the engine falls back to TF ops with a warning (same results, slower);
+``TF_TEMPERED_NATIVE=0`` chooses that fallback silently, ``TF_TEMPERED_NATIVE=1`` makes a
+failed build an error.
 """
 
 import contextlib
@@ -54,11 +40,8 @@ except ImportError:  # pragma: no cover - Windows: builds are not locked against
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import NativeBuildError
-from tf_tempered.privacy.layer_grads import conv_grads
 
-__all__ = ["available", "box_muller", "build", "conv2d_kernel_grads", "embedding_sq_norms",
-           "library_path", "supports", "supports_embedding", "supports_noise",
-           "BUILD_MIN_VALUES"]
+__all__ = ["available", "build", "library_path", "load", "usable", "BUILD_MIN_VALUES"]
 
 _SOURCES = tuple(pathlib.Path(__file__).with_name("cc") / name
                  for name in ("conv_kernel_grads.cc", "box_muller.cc", "embedding_sq_norms.cc"))
@@ -155,7 +138,8 @@ def _file_lock(path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _load():
+def load():
+    """The loaded library's op module, or None (switched off, or it would not build)."""
     with _lock:
         if _state["loaded"]:
             return _state["module"]
@@ -168,52 +152,16 @@ def _load():
                 if switch in ("1", "true", "on", "yes"):
                     raise NativeBuildError(f"{_ENV_SWITCH}={switch} but the native op is not "
                                            f"usable: {error}") from error
-                _LOG.warning("tf_tempered: native op unavailable, using TF ops for per-example "
-                             "conv gradients (exact, slower): %s", error)
+                _LOG.warning("tf_tempered: native ops unavailable, using TF ops for per-example "
+                             "conv gradients, Embedding norms and the noise (exact, slower): "
+                             "%s", error)
         _state.update(loaded=True, module=module)
         return module
 
 
 def available():
     """True when the native op is built (or builds now) and loads."""
-    return _load() is not None
-
-
-def conv2d_kernel_grads(layer, x, g, num_groups, output_grads):
-    """(‖G_m‖² [M], G_m as [M, kh·kw·cin·cout] or [0, ...]) for a Conv2D's input and output gradient.
-
-    Needs static spatial sizes (they fix the padding); see `supports`.
-    """
-    (kh, kw), (sh, sw), (dh, dw) = layer.kernel_size, layer.strides, layer.dilation_rate
-    sq_norms, grads = _load().tf_tempered_conv2d_group_kernel_grads(
-        tf.cast(x, g.dtype), g, tf.cast(num_groups, tf.int32), kernel_size=[kh, kw],
-        strides=[sh, sw], dilations=[dh, dw], pads=list(conv_grads.padding_before(layer, x)),
-        output_grads=output_grads)
-    size = kh * kw * x.shape[-1] * g.shape[-1]
-    return tf.ensure_shape(sq_norms, [None]), tf.ensure_shape(grads, [None, size])
-
-
-def supports(record):
-    """Whether the op applies to this recorded Conv2D: float32/64, static spatial size, no GPU.
-
-    The op has a CPU kernel only; on a GPU machine TF's own kernels are used (a
-    CPU op would copy every layer's activations off the GPU).
-    """
-    return (record.grad_output.dtype in (tf.float32, tf.float64)
-            and None not in record.inputs.shape[1:]
-            and not tf.config.list_logical_devices("GPU") and available())
-
-
-def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
-    """(r·cos θ, r·sin θ), two float32 [num_pairs] vectors: DPRandomness.box_muller, natively.
-
-    The same Philox bits as TF's StatelessRandomUniformFullIntV2 (uint64, the radius) and
-    StatelessRandomUniformV2 (float32, the angle) at these counters and key; see
-    cc/box_muller.cc. For `DPRandomness.box_muller(..., pair_op=box_muller)`.
-    """
-    shape = tf.reshape(tf.cast(num_pairs, tf.int64), [1])
-    return _load().tf_tempered_box_muller(key, radius_counter, angle_counter, shape,
-                                          tf.cast(stddev, tf.float32))
+    return load() is not None
 
 
 # For the noise or an Embedding of fewer values than this the ops are used only if the
@@ -223,8 +171,13 @@ def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
 BUILD_MIN_VALUES = 1_000_000
 
 
-def _usable(num_values):
-    # CPU-only ops: on a GPU machine TF's kernels run where the tensors are.
+def usable(num_values=None):
+    """Whether an op over ``num_values`` values (the noise's, an Embedding's) runs natively.
+
+    No GPU (the ops are CPU-only: on a GPU machine TF's kernels run where the tensors
+    are), and the library loads: built now only for ``num_values=None`` or at least
+    BUILD_MIN_VALUES values, else only if it is built already (a Conv2D may have built it).
+    """
     if tf.config.list_logical_devices("GPU"):
         return False
     if (num_values is not None and num_values < BUILD_MIN_VALUES
@@ -233,29 +186,9 @@ def _usable(num_values):
     return available()
 
 
-def supports_noise(num_values=None):
-    """Whether the DP noise of ``num_values`` values is drawn by the native op: no GPU, and
-    the library loads (built now only for at least BUILD_MIN_VALUES values, or for
-    ``num_values=None``; a Conv2D may have built it already)."""
-    return _usable(num_values)
-
-
-def supports_embedding(num_values):
-    """Whether an Embedding of ``num_values`` weights takes the native norm op (as
-    :func:`supports_noise`: the model's noise builds the library from BUILD_MIN_VALUES)."""
-    return _usable(num_values)
-
-
-def embedding_sq_norms(ids, grads):
-    """[M] Σ_v ‖Σ_{p: ids_mp = v} g_mp‖² of ids [M, N] (int64) and grads [M, N, d] (float32/64).
-
-    See cc/embedding_sq_norms.cc and layer_grads/embedding.py (the TF-ops form).
-    """
-    return tf.ensure_shape(_load().tf_tempered_embedding_sq_norms(ids, grads), [None])
-
-
 def main():
-    """Builds the op now and prints where it is (or why it cannot be built)."""
+    """``python -m tf_tempered.privacy.native``: builds the library now and prints where it
+    is (or why it cannot be built)."""
     try:
         path = build()
         tf.load_op_library(str(path))
@@ -264,7 +197,3 @@ def main():
         return 1
     print(f"native op ready: {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,38 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Native (C++) TensorFlow ops for the CPU: the lowest layer of the engine (imports nothing of it).
+
+* ``conv2d_group_kernel_grads``: each microbatch's Conv2D kernel gradient
+  G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ and ‖G_m‖², the patches read straight from the image
+  (cc/conv_kernel_grads.cc): several times faster per layer than the best TF-ops form,
+  about the cost of the batch's ordinary filter gradient (docs/benchmarks.md).
+* ``box_muller``: the DP noise of DPRandomness.box_muller from the same Philox bits in one
+  pass over memory instead of eight, 2-3 times faster (cc/box_muller.cc,
+  benchmarks/results/noise_native.md); equal to TF's ops to float32 rounding.
+* ``embedding_sq_norms``: each microbatch's Embedding gradient norm from its ids and output
+  gradients, microbatches in parallel (cc/embedding_sq_norms.cc; TF's segment sum runs on
+  one thread).
+
+Built at first use (:mod:`.library`; how long: docs/install.md), or ahead of time by
+``python -m tf_tempered.privacy.native``. CPU only: on a GPU machine the handlers use TF
+ops, as under XLA and with ``TF_TEMPERED_NATIVE=0``.
+"""
+
+from tf_tempered.privacy.native.library import (BUILD_MIN_VALUES, available, build,
+                                                library_path, load, usable)
+from tf_tempered.privacy.native.ops import (box_muller, conv2d_group_kernel_grads,
+                                            embedding_sq_norms)
+
+__all__ = ["BUILD_MIN_VALUES", "available", "box_muller", "build", "conv2d_group_kernel_grads",
+           "embedding_sq_norms", "library_path", "load", "usable"]

@@ -1,0 +1,60 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The native ops, as TF functions of tensors (no layer knowledge: the handlers decide).
+
+Each needs :func:`~tf_tempered.privacy.native.library.load` to have returned the library;
+callers ask :func:`~tf_tempered.privacy.native.library.usable` (or ``available``) first.
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy.native import library
+
+__all__ = ["box_muller", "conv2d_group_kernel_grads", "embedding_sq_norms"]
+
+
+def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilations, pads,
+                              output_grads):
+    """(‖G_m‖² [M], G_m as [M, kh·kw·cin·cout] or [0, ...]): G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ.
+
+    x [B, H, W, cin] the Conv2D's input, g [B, H', W', cout] its output gradient, the M
+    microbatches consecutive rows of B; a_r the input patch under output pixel r, read
+    straight from x (cc/conv_kernel_grads.cc). ``pads``: (top, left) padding. Static
+    spatial sizes needed (they fix the padding).
+    """
+    (kh, kw), size = kernel_size, kernel_size[0] * kernel_size[1] * x.shape[-1] * g.shape[-1]
+    sq_norms, grads = library.load().tf_tempered_conv2d_group_kernel_grads(
+        tf.cast(x, g.dtype), g, tf.cast(num_groups, tf.int32), kernel_size=[kh, kw],
+        strides=list(strides), dilations=list(dilations), pads=list(pads),
+        output_grads=output_grads)
+    return tf.ensure_shape(sq_norms, [None]), tf.ensure_shape(grads, [None, size])
+
+
+def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
+    """(r·cos θ, r·sin θ), two float32 [num_pairs] vectors: DPRandomness.box_muller, natively.
+
+    The same Philox bits as TF's StatelessRandomUniformFullIntV2 (uint64, the radius) and
+    StatelessRandomUniformV2 (float32, the angle) at these counters and key; see
+    cc/box_muller.cc. For `DPRandomness.box_muller(..., pair_op=box_muller)`.
+    """
+    shape = tf.reshape(tf.cast(num_pairs, tf.int64), [1])
+    return library.load().tf_tempered_box_muller(key, radius_counter, angle_counter, shape,
+                                                 tf.cast(stddev, tf.float32))
+
+
+def embedding_sq_norms(ids, grads):
+    """[M] Σ_v ‖Σ_{p: ids_mp = v} g_mp‖² of ids [M, N] (int64) and grads [M, N, d] (float32/64).
+
+    See cc/embedding_sq_norms.cc and layer_grads/embedding.py (the TF-ops form).
+    """
+    return tf.ensure_shape(library.load().tf_tempered_embedding_sq_norms(ids, grads), [None])
