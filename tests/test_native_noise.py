@@ -76,13 +76,16 @@ def _tf_pairs(key, radius_counter, angle_counter, num_pairs, stddev):
 
 
 @needs_op
-@pytest.mark.parametrize("low", [2**64 - 5, 2**64 - 1, 2**32 - 3])
-def test_counter_carries_into_the_high_word_as_tfs_philox(low):
-    # Blocks past 2^64 - 1 in the low word carry into the high one (TF's Philox Skip).
+@pytest.mark.parametrize("num_pairs", [257, 3 * 2048 + 5], ids=["part-chunk", "full-chunks"])
+@pytest.mark.parametrize("low", [2**64 - 5, 2**64 - 1, 2**32 - 3, 2**32 - 2000])
+def test_counter_carries_into_the_high_word_as_tfs_philox(low, num_pairs):
+    # Blocks past 2^64 - 1 in the low word carry into the high one (TF's Philox Skip); past
+    # 2^32 - 1 into the low word's upper half. Full chunks of 2048 pairs take the vector
+    # path (AVX-512), their counters set up in registers: both cross the carries here.
     key = tf.constant([0x0123456789ABCDEF], tf.uint64)
     counters = [tf.constant([low, 9], tf.uint64), tf.constant([low - 1000, 2**63 + 1], tf.uint64)]
-    got = native.box_muller(key, counters[0], counters[1], 257, 0.5)
-    _assert_same_normals(got, _tf_pairs(key, counters[0], counters[1], 257, 0.5), 0.5)
+    got = native.box_muller(key, counters[0], counters[1], num_pairs, 0.5)
+    _assert_same_normals(got, _tf_pairs(key, counters[0], counters[1], num_pairs, 0.5), 0.5)
 
 
 @needs_op

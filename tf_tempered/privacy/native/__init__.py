@@ -23,6 +23,8 @@
 * ``embedding_sq_norms``: each microbatch's Embedding gradient norm from its ids and output
   gradients, microbatches in parallel (cc/embedding_sq_norms.cc; TF's segment sum runs on
   one thread).
+* ``scatter_rows``: an Embedding's clipped sum made dense, rows in parallel, tf.scatter_nd's
+  values bit for bit (cc/scatter_rows.cc; TF's kernel runs on one thread).
 
 Built at first use (:mod:`.library`; how long: docs/install.md), or ahead of time by
 ``python -m tf_tempered.privacy.native``. CPU only: on a GPU machine the handlers use TF
@@ -32,7 +34,7 @@ ops, as under XLA and with ``TF_TEMPERED_NATIVE=0``.
 from tf_tempered.privacy.native.library import (BUILD_MIN_VALUES, available, build,
                                                 library_path, load, usable)
 from tf_tempered.privacy.native.ops import (box_muller, conv2d_group_kernel_grads,
-                                            embedding_sq_norms)
+                                            embedding_sq_norms, scatter_rows)
 
 __all__ = ["BUILD_MIN_VALUES", "available", "box_muller", "build", "conv2d_group_kernel_grads",
-           "embedding_sq_norms", "library_path", "load", "usable"]
+           "embedding_sq_norms", "library_path", "load", "scatter_rows", "usable"]

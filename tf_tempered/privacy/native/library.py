@@ -44,7 +44,8 @@ from tf_tempered.privacy.errors import NativeBuildError
 __all__ = ["available", "build", "library_path", "load", "usable", "BUILD_MIN_VALUES"]
 
 _SOURCES = tuple(pathlib.Path(__file__).with_name("cc") / name
-                 for name in ("conv_kernel_grads.cc", "box_muller.cc", "embedding_sq_norms.cc"))
+                 for name in ("conv_kernel_grads.cc", "box_muller.cc", "embedding_sq_norms.cc",
+                              "scatter_rows.cc"))
 _ENV_SWITCH = "TF_TEMPERED_NATIVE"
 _ENV_CACHE = "TF_TEMPERED_CACHE_DIR"
 _LOG = logging.getLogger(__name__)

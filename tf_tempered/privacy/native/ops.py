@@ -20,7 +20,7 @@ callers ask :func:`~tf_tempered.privacy.native.library.usable` (or ``available``
 from tf_tempered._compat import tf
 from tf_tempered.privacy.native import library
 
-__all__ = ["box_muller", "conv2d_group_kernel_grads", "embedding_sq_norms"]
+__all__ = ["box_muller", "conv2d_group_kernel_grads", "embedding_sq_norms", "scatter_rows"]
 
 
 def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilations, pads,
@@ -58,3 +58,13 @@ def embedding_sq_norms(ids, grads):
     See cc/embedding_sq_norms.cc and layer_grads/embedding.py (the TF-ops form).
     """
     return tf.ensure_shape(library.load().tf_tempered_embedding_sq_norms(ids, grads), [None])
+
+
+def scatter_rows(indices, values, num_rows):
+    """[num_rows, d]: out[v] = Σ_{p: indices_p = v} values[p], tf.scatter_nd's sum bit for bit.
+
+    indices [P] (int32/64, in [0, num_rows)), values [P, d] (float32/64); rows in parallel
+    (TF's scatter_nd adds on one thread; cc/scatter_rows.cc).
+    """
+    return library.load().tf_tempered_scatter_rows(indices, values,
+                                                   tf.cast(num_rows, tf.int64))

@@ -86,7 +86,8 @@ def plan_step(model, state, *, check_optimizer=True):
     xla = keras_bridge.jit_compiled(model)
     options = _xla_options(state.options) if xla else state.options
     strategy = clipped_sums.strategy_for(options.clipped_sum, model,
-                                         norms_in_backward=options.norms_in_backward)
+                                         norms_in_backward=options.norms_in_backward,
+                                         native=options.native)
     return StepPlan(config, replicas, options, strategy, multiplicity, xla)
 
 
