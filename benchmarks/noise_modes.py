@@ -101,13 +101,11 @@ def draw_runs(size, modes=NOISE_MODES, with_native=True):
     source = randomness.DPRandomness("noise")
 
     def make(mode, use_native):
-        pair_op = native.box_muller if use_native else None
-
         @tf.function
-        def draw():
+        def draw():  # the engine's draw: by the native ops when usable, else TF's
             (noise,) = randomness.gaussian_noise_like([variable], 1.1, source,
                                                       source.next_counter(), mode=mode,
-                                                      pair_op=pair_op)
+                                                      native=use_native)
             return noise
 
         def run(repeats):

@@ -89,6 +89,38 @@ def test_counter_carries_into_the_high_word_as_tfs_philox(low, num_pairs):
 
 
 @needs_op
+@pytest.mark.parametrize("sizes", [[1], [3, 2, 4], [9], [2, 0, 5, 0], [0, 7], [5, 6],
+                                   [6, 5], [40_000, 3 * 2048 + 7, 1], [1, 100_003, 64]])
+def test_pieces_equal_the_halves_cut_up(sizes):
+    """The pieces op: the same bits as the pair op's halves [cos; sin] cut at ``sizes`` (the
+    pieces across the middle, odd totals, empty pieces), and TF's ops to float32 rounding."""
+    source = _source(4)
+    got = source.normal_pieces(sizes, stddev=1.3, counter=6, stream=1,
+                               pieces_op=native.box_muller_pieces)
+    by_pairs = source.normal_pieces(sizes, stddev=1.3, counter=6, stream=1,
+                                    pair_op=native.box_muller)
+    by_tf = source.normal_pieces(sizes, stddev=1.3, counter=6, stream=1)
+    assert [int(p.shape[0]) for p in got] == sizes
+    for piece, pair_piece, tf_piece in zip(got, by_pairs, by_tf):
+        assert piece.dtype == tf.float32
+        np.testing.assert_array_equal(piece.numpy(), pair_piece.numpy())
+        np.testing.assert_allclose(piece.numpy(), tf_piece.numpy(), rtol=0, atol=1e-6 * 1.3 * 10)
+
+
+@needs_op
+def test_pieces_in_a_function_keep_static_sizes():
+    source = _source(5)
+    fn = tf.function(lambda c: source.normal_pieces([4, 7], stddev=1.0, counter=c,
+                                                    pieces_op=native.box_muller_pieces))
+    shapes = [o.shape.as_list() for o in
+              fn.get_concrete_function(tf.TensorSpec([], tf.int64)).structured_outputs]
+    assert shapes == [[4], [7]]
+    first, second = fn(tf.constant(2, tf.int64))
+    assert not np.array_equal(first.numpy(), fn(tf.constant(3, tf.int64))[0].numpy())
+    assert second.shape == (7,)
+
+
+@needs_op
 def test_hardened_noise_takes_the_op_too():
     source = _source(5)
     want = hardened_noise.sum_of_gaussians(source, [999], stddev=2.0, counter=4)
@@ -108,12 +140,13 @@ def test_float64_draws_keep_tfs_ops():
 
 
 def _noise_update(options, monkeypatch, calls):
-    real = native.box_muller
+    for name in ("box_muller", "box_muller_pieces"):
+        real = getattr(native, name)
 
-    def counted(*args):
-        calls.append(1)
-        return real(*args)
-    monkeypatch.setattr(native, "box_muller", counted)
+        def counted(*args, real=real, name=name):
+            calls.append(name)
+            return real(*args)
+        monkeypatch.setattr(native, name, counted)
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((50,)), keras.layers.Dense(40, use_bias=False),
                               keras.layers.Dense(30, use_bias=False)])
@@ -128,7 +161,8 @@ def test_engine_draws_its_noise_with_the_op_and_the_same_values(monkeypatch):
     native_calls, tf_calls = [], []
     with_op = _noise_update(EngineOptions(), monkeypatch, native_calls)
     without = _noise_update(EngineOptions(native=False), monkeypatch, tf_calls)
-    assert native_calls and not tf_calls  # traced once per fit call with the op
+    # Traced once per fit call with the op: the engine's noise is drawn in its pieces.
+    assert native_calls and set(native_calls) == {"box_muller_pieces"} and not tf_calls
     for step_a, step_b in zip(with_op, without):
         for a, b in zip(step_a, step_b):
             assert np.abs(a).max() > 0.05  # noise / expected batch 10, σC = 1.3
@@ -146,6 +180,7 @@ def test_no_op_under_xla_or_when_switched_off(monkeypatch):
     def refuse(*args):
         raise AssertionError("native noise op used")
     monkeypatch.setattr(native, "box_muller", refuse)
+    monkeypatch.setattr(native, "box_muller_pieces", refuse)
     for jit_compile, options in ((True, EngineOptions()), (False, EngineOptions(native=False))):
         keras.utils.set_random_seed(0)
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])

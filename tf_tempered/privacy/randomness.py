@@ -217,13 +217,16 @@ class DPRandomness:
         return tf.reshape(tf.concat([cos, sin], axis=0)[:num_values], shape)
 
     def normal_pieces(self, sizes, *, stddev, counter, stream=0, dtype=tf.float32,
-                      pair_op=None):
+                      pair_op=None, pieces_op=None):
         """``normal([sum(sizes)])`` cut into consecutive pieces of ``sizes``, without that vector.
 
         The same values: the draw is the two halves r·cos θ and r·sin θ one after the other,
         so each piece is a slice of one half (two slices for the piece across the middle).
         Forming the whole vector and splitting it would copy every value twice more (a
-        50 000 × 64 embedding: 2 × 12.8 MB, held at the step's peak).
+        50 000 × 64 embedding: 2 × 12.8 MB, held at the step's peak). ``pieces_op(key,
+        radius_counter, angle_counter, sizes, stddev)``, if given (float32), writes the same
+        values straight into the pieces (the native op: no halves, and no copy for the piece
+        across the middle, in a text model its largest).
 
         >>> import warnings
         >>> with warnings.catch_warnings():  # a public seed, for the example only
@@ -234,6 +237,11 @@ class DPRandomness:
         >>> bool(tf.reduce_all(tf.concat(pieces, 0) == whole)), [int(p.shape[0]) for p in pieces]
         (True, [3, 2, 4])
         """
+        if pieces_op is not None and tf.as_dtype(dtype) == tf.float32 and sizes:
+            key, radius_counter = self._key_counter(counter, stream)
+            _, angle_counter = self._key_counter(counter, stream,
+                                                 block_offset=_ANGLE_BLOCK_OFFSET)
+            return pieces_op(key, radius_counter, angle_counter, sizes, stddev)
         num_pairs = (sum(sizes) + 1) // 2
         cos, sin = self.box_muller(num_pairs, stddev=stddev, counter=counter, stream=stream,
                                    dtype=dtype, pair_op=pair_op)
@@ -327,10 +335,12 @@ def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian", 
         raise ValueError(f"gaussian_noise_like: mode must be one of {', '.join(SAMPLERS)} "
                          f"(EngineOptions.noise), got {mode!r}.")
     sizes = [int(np.prod(v.shape)) for v in variables]
+    pieces_op = None
     if pair_op is None and native and native_ops.usable(sum(sizes)):
-        pair_op = native_ops.box_muller
+        pair_op, pieces_op = native_ops.box_muller, native_ops.box_muller_pieces
     if mode == "gaussian":  # DPRandomness.normal's values, without the whole vector
-        pieces = source.normal_pieces(sizes, stddev=stddev, counter=counter, pair_op=pair_op)
+        pieces = source.normal_pieces(sizes, stddev=stddev, counter=counter, pair_op=pair_op,
+                                      pieces_op=pieces_op)
     else:
         pieces = tf.split(SAMPLERS[mode](source, [sum(sizes)], stddev=stddev, counter=counter,
                                          pair_op=pair_op), sizes)

@@ -20,6 +20,7 @@
 * ``box_muller``: the DP noise of DPRandomness.box_muller from the same Philox bits in one
   pass over memory instead of eight, 2-3 times faster (cc/box_muller.cc,
   benchmarks/results/noise_native.md); equal to TF's ops to float32 rounding.
+  ``box_muller_pieces`` writes the same values straight into each variable's noise.
 * ``embedding_sq_norms``: each microbatch's Embedding gradient norm from its ids and output
   gradients, microbatches in parallel (cc/embedding_sq_norms.cc; TF's segment sum runs on
   one thread).
@@ -33,8 +34,10 @@ ops, as under XLA and with ``TF_TEMPERED_NATIVE=0``.
 
 from tf_tempered.privacy.native.library import (BUILD_MIN_VALUES, available, build,
                                                 library_path, load, usable)
-from tf_tempered.privacy.native.ops import (box_muller, conv2d_group_kernel_grads,
-                                            embedding_sq_norms, scatter_rows)
+from tf_tempered.privacy.native.ops import (box_muller, box_muller_pieces,
+                                            conv2d_group_kernel_grads, embedding_sq_norms,
+                                            scatter_rows)
 
-__all__ = ["BUILD_MIN_VALUES", "available", "box_muller", "build", "conv2d_group_kernel_grads",
+__all__ = ["BUILD_MIN_VALUES", "available", "box_muller", "box_muller_pieces", "build",
+           "conv2d_group_kernel_grads",
            "embedding_sq_norms", "library_path", "load", "scatter_rows", "usable"]

@@ -20,7 +20,8 @@ callers ask :func:`~tf_tempered.privacy.native.library.usable` (or ``available``
 from tf_tempered._compat import tf
 from tf_tempered.privacy.native import library
 
-__all__ = ["box_muller", "conv2d_group_kernel_grads", "embedding_sq_norms", "scatter_rows"]
+__all__ = ["box_muller", "box_muller_pieces", "conv2d_group_kernel_grads", "embedding_sq_norms",
+           "scatter_rows"]
 
 
 def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilations, pads,
@@ -50,6 +51,18 @@ def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
     shape = tf.reshape(tf.cast(num_pairs, tf.int64), [1])
     return library.load().tf_tempered_box_muller(key, radius_counter, angle_counter, shape,
                                                  tf.cast(stddev, tf.float32))
+
+
+def box_muller_pieces(key, radius_counter, angle_counter, sizes, stddev):
+    """[piece_i of sizes[i] values]: :func:`box_muller`'s vector [cos half; sin half] of
+    (Σ sizes + 1) // 2 pairs cut into consecutive pieces, each written straight into its own
+    tensor (no halves, slices or concatenation). For ``DPRandomness.normal_pieces(...,
+    pieces_op=box_muller_pieces)``.
+    """
+    sizes = [int(size) for size in sizes]
+    return library.load().tf_tempered_box_muller_pieces(
+        key, radius_counter, angle_counter, tf.constant(sizes, tf.int64),
+        tf.cast(stddev, tf.float32), N=len(sizes))
 
 
 def embedding_sq_norms(ids, grads):

@@ -25,11 +25,15 @@
 // cos, sin, products), eight passes over memory; here each chunk of pairs stays in cache,
 // the Philox rounds vectorise across blocks, and the functions are Eigen's vectorised
 // ones (the ones TF's kernels use). The values equal TF's to float32 rounding of those
-// functions (tests/test_noise_native.py).
+// functions (tests/test_native_noise.py).
+//
+// TfTemperedBoxMullerPieces: the same values as the vector [cos half; sin half], written
+// straight into consecutive pieces of given sizes (the noise of each variable).
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -62,6 +66,23 @@ REGISTER_OP("TfTemperedBoxMuller")
       TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(3, &out));
       c->set_output(0, out);
       c->set_output(1, out);
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("TfTemperedBoxMullerPieces")
+    .Attr("N: int >= 1")
+    .Input("key: uint64")             // [1]
+    .Input("radius_counter: uint64")  // [2]
+    .Input("angle_counter: uint64")   // [2]
+    .Input("sizes: int64")            // [N]
+    .Input("stddev: float")           // scalar
+    .Output("pieces: N * float")
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
+      const ::tensorflow::Tensor* sizes = c->input_tensor(3);
+      if (sizes != nullptr && sizes->NumElements() != c->num_outputs()) sizes = nullptr;
+      for (int i = 0; i < c->num_outputs(); ++i)
+        c->set_output(i, c->Vector(sizes != nullptr ? c->MakeDim(sizes->flat<int64_t>()(i))
+                                                    : c->UnknownDim()));
       return absl::OkStatus();
     });
 
@@ -299,71 +320,157 @@ inline void AngleChunk(uint64_t key, uint64_t low, uint64_t high, float* u2) {
 }
 #endif
 
+// The key and counters of one draw, and its scale.
+struct Draw {
+  uint64_t key, radius_low, radius_high, angle_low, angle_high;
+  float stddev;
+};
+
+// Reads inputs 0-2 (key, radius and angle counters) and 4 (stddev) of either op.
+bool ReadDraw(OpKernelContext* ctx, Draw* draw) {
+  const Tensor& key_t = ctx->input(0);
+  const Tensor& radius_t = ctx->input(1);
+  const Tensor& angle_t = ctx->input(2);
+  if (key_t.NumElements() != 1 || radius_t.NumElements() != 2 || angle_t.NumElements() != 2) {
+    ctx->SetStatus(::tensorflow::errors::InvalidArgument(
+        "TfTemperedBoxMuller: key [1] and counters [2] expected"));
+    return false;
+  }
+  *draw = {key_t.flat<uint64_t>()(0),    radius_t.flat<uint64_t>()(0),
+           radius_t.flat<uint64_t>()(1), angle_t.flat<uint64_t>()(0),
+           angle_t.flat<uint64_t>()(1),  ctx->input(4).scalar<float>()()};
+  return true;
+}
+
+// Pairs first .. first + count - 1 (count ≤ kChunk, first a multiple of kChunk) into
+// cos_vals and sin_vals; u1 and u2 are kChunk floats of scratch, 64-byte aligned.
+inline void DrawChunk(const Draw& d, int64_t first, int64_t count, float* u1, float* u2,
+                      float* cos_vals, float* sin_vals) {
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+  if (count == kChunk) {
+    for (int64_t j = 0; j < count; j += 2 * kLanes) {
+      uint64_t low, high;
+      Advance(d.radius_low, d.radius_high, static_cast<uint64_t>((first + j) / 2), &low, &high);
+      RadiusChunk(d.key, low, high, u1 + j);
+    }
+    for (int64_t j = 0; j < count; j += 4 * kLanes) {
+      uint64_t low, high;
+      Advance(d.angle_low, d.angle_high, static_cast<uint64_t>((first + j) / 4), &low, &high);
+      AngleChunk(d.key, low, high, u2 + j);
+    }
+  } else {
+    UnpackedChunk(d.key, d.radius_low, d.radius_high, d.angle_low, d.angle_high, first, count,
+                  u1, u2);
+  }
+#else
+  UnpackedChunk(d.key, d.radius_low, d.radius_high, d.angle_low, d.angle_high, first, count, u1,
+                u2);
+#endif
+  const float two_pi = static_cast<float>(2.0 * 3.14159265358979323846);
+  Eigen::Map<Eigen::ArrayXf> radius(u1, count), angle(u2, count);
+  Eigen::Map<Eigen::ArrayXf> out_cos(cos_vals, count), out_sin(sin_vals, count);
+  radius = (-2.0f * radius.log()).sqrt() * d.stddev;
+  angle = two_pi * angle;
+  out_cos = radius * angle.cos();
+  out_sin = radius * angle.sin();
+}
+
+// Runs work(first_chunk, end_chunk) over the chunks of num_pairs pairs on TF's CPU threads.
+template <typename Work>
+void ShardChunks(OpKernelContext* ctx, int64_t num_pairs, Work work) {
+  const int64_t num_chunks = (num_pairs + kChunk - 1) / kChunk;
+  auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+  ::tensorflow::Shard(threads->num_threads, threads->workers, num_chunks, kChunk * 400, work);
+}
+
+// TfTemperedBoxMuller: the two halves, cos_half[j] = r_j·cos θ_j and sin_half[j] = r_j·sin θ_j.
 class BoxMullerOp : public OpKernel {
  public:
   explicit BoxMullerOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
 
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& key_t = ctx->input(0);
-    const Tensor& radius_t = ctx->input(1);
-    const Tensor& angle_t = ctx->input(2);
+    Draw draw;
+    if (!ReadDraw(ctx, &draw)) return;
     const Tensor& shape_t = ctx->input(3);
-    OP_REQUIRES(ctx, key_t.NumElements() == 1 && radius_t.NumElements() == 2 &&
-                         angle_t.NumElements() == 2 && shape_t.NumElements() == 1,
-                ::tensorflow::errors::InvalidArgument(
-                    "TfTemperedBoxMuller: key [1], counters [2] and shape [1] expected"));
+    OP_REQUIRES(ctx, shape_t.NumElements() == 1,
+                ::tensorflow::errors::InvalidArgument("TfTemperedBoxMuller: shape [1] expected"));
     const int64_t num_pairs = shape_t.flat<int64_t>()(0);
     OP_REQUIRES(ctx, num_pairs >= 0,
                 ::tensorflow::errors::InvalidArgument("TfTemperedBoxMuller: shape < 0"));
-    const uint64_t key = key_t.flat<uint64_t>()(0);
-    const uint64_t radius_low = radius_t.flat<uint64_t>()(0);
-    const uint64_t radius_high = radius_t.flat<uint64_t>()(1);
-    const uint64_t angle_low = angle_t.flat<uint64_t>()(0);
-    const uint64_t angle_high = angle_t.flat<uint64_t>()(1);
-    const float stddev = ctx->input(4).scalar<float>()();
     Tensor* cos_t = nullptr;
     Tensor* sin_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({num_pairs}), &cos_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({num_pairs}), &sin_t));
     float* cos_out = cos_t->flat<float>().data();
     float* sin_out = sin_t->flat<float>().data();
-    const float two_pi = static_cast<float>(2.0 * 3.14159265358979323846);
-
-    auto work = [&](int64_t begin_chunk, int64_t end_chunk) {
+    ShardChunks(ctx, num_pairs, [&](int64_t begin_chunk, int64_t end_chunk) {
       alignas(64) float u1[kChunk];
       alignas(64) float u2[kChunk];
       for (int64_t chunk = begin_chunk; chunk < end_chunk; ++chunk) {
-        const int64_t first = chunk * kChunk;  // a multiple of 4 · kLanes
+        const int64_t first = chunk * kChunk;
         const int64_t count = std::min<int64_t>(kChunk, num_pairs - first);
-#if defined(__AVX512F__) && defined(__AVX512DQ__)
-        if (count == kChunk) {
-          for (int64_t j = 0; j < count; j += 2 * kLanes) {
-            uint64_t low, high;
-            Advance(radius_low, radius_high, static_cast<uint64_t>((first + j) / 2), &low, &high);
-            RadiusChunk(key, low, high, u1 + j);
-          }
-          for (int64_t j = 0; j < count; j += 4 * kLanes) {
-            uint64_t low, high;
-            Advance(angle_low, angle_high, static_cast<uint64_t>((first + j) / 4), &low, &high);
-            AngleChunk(key, low, high, u2 + j);
-          }
-        } else {
-          UnpackedChunk(key, radius_low, radius_high, angle_low, angle_high, first, count, u1, u2);
-        }
-#else
-        UnpackedChunk(key, radius_low, radius_high, angle_low, angle_high, first, count, u1, u2);
-#endif
-        Eigen::Map<Eigen::ArrayXf> radius(u1, count), angle(u2, count);
-        Eigen::Map<Eigen::ArrayXf> out_cos(cos_out + first, count), out_sin(sin_out + first, count);
-        radius = (-2.0f * radius.log()).sqrt() * stddev;
-        angle = two_pi * angle;
-        out_cos = radius * angle.cos();
-        out_sin = radius * angle.sin();
+        DrawChunk(draw, first, count, u1, u2, cos_out + first, sin_out + first);
+      }
+    });
+  }
+};
+
+// TfTemperedBoxMullerPieces: the vector [cos_half; sin_half] of (Σ sizes + 1) / 2 pairs (its
+// last value dropped when Σ sizes is odd) cut into consecutive pieces of `sizes`, written
+// straight into them: DPRandomness.normal_pieces without the halves, their slices and the
+// concatenation of the piece that straddles them (a copy of the largest variable's noise).
+class BoxMullerPiecesOp : public OpKernel {
+ public:
+  explicit BoxMullerPiecesOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    Draw draw;
+    if (!ReadDraw(ctx, &draw)) return;
+    const auto sizes = ctx->input(3).flat<int64_t>();
+    const int num_pieces = static_cast<int>(sizes.size());
+    OP_REQUIRES(ctx, num_pieces == num_outputs(),
+                ::tensorflow::errors::InvalidArgument(
+                    "TfTemperedBoxMullerPieces: ", num_outputs(), " sizes expected, got ",
+                    num_pieces));
+    std::vector<int64_t> offsets(num_pieces + 1, 0);  // piece i holds [offsets[i], offsets[i+1])
+    std::vector<float*> pieces(num_pieces);
+    for (int i = 0; i < num_pieces; ++i) {
+      OP_REQUIRES(ctx, sizes(i) >= 0,
+                  ::tensorflow::errors::InvalidArgument("TfTemperedBoxMullerPieces: size < 0"));
+      offsets[i + 1] = offsets[i] + sizes(i);
+      Tensor* piece = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, TensorShape({sizes(i)}), &piece));
+      pieces[i] = piece->flat<float>().data();
+    }
+    const int64_t total = offsets[num_pieces];
+    const int64_t num_pairs = (total + 1) / 2;
+    // Copies values of the whole vector's positions [at, at + count) into their pieces.
+    auto place = [&](int64_t at, const float* values, int64_t count) {
+      count = std::min(count, total - at);
+      int i = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), at) -
+                               offsets.begin()) - 1;
+      while (count > 0) {
+        while (offsets[i + 1] <= at) ++i;  // skip empty pieces
+        const int64_t n = std::min(count, offsets[i + 1] - at);
+        std::memcpy(pieces[i] + (at - offsets[i]), values, sizeof(float) * n);
+        at += n;
+        values += n;
+        count -= n;
       }
     };
-    const int64_t num_chunks = (num_pairs + kChunk - 1) / kChunk;
-    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
-    ::tensorflow::Shard(threads->num_threads, threads->workers, num_chunks, kChunk * 400, work);
+    ShardChunks(ctx, num_pairs, [&](int64_t begin_chunk, int64_t end_chunk) {
+      alignas(64) float u1[kChunk];
+      alignas(64) float u2[kChunk];
+      alignas(64) float cos_vals[kChunk];
+      alignas(64) float sin_vals[kChunk];
+      for (int64_t chunk = begin_chunk; chunk < end_chunk; ++chunk) {
+        const int64_t first = chunk * kChunk;
+        const int64_t count = std::min<int64_t>(kChunk, num_pairs - first);
+        DrawChunk(draw, first, count, u1, u2, cos_vals, sin_vals);
+        place(first, cos_vals, count);
+        place(num_pairs + first, sin_vals, count);
+      }
+    });
   }
 };
 
@@ -372,6 +479,11 @@ REGISTER_KERNEL_BUILDER(Name("TfTemperedBoxMuller")
                             .HostMemory("shape")
                             .HostMemory("stddev"),
                         BoxMullerOp);
+REGISTER_KERNEL_BUILDER(Name("TfTemperedBoxMullerPieces")
+                            .Device(::tensorflow::DEVICE_CPU)
+                            .HostMemory("sizes")
+                            .HostMemory("stddev"),
+                        BoxMullerPiecesOp);
 
 }  // namespace
 }  // namespace tf_tempered
