@@ -266,3 +266,22 @@ def test_module_command_runs(tmp_path):
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode in (0, 1), result.stderr[-2000:]
     assert ("native op ready" in result.stdout) == (result.returncode == 0), result.stdout
+
+
+def test_library_path_follows_the_headers_too(monkeypatch, tmp_path):
+    """An edit of cc/philox.h (included by box_muller.cc) must rebuild, as one of a source."""
+    header = tmp_path / "philox.h"
+    header.write_text("// one", encoding="utf-8")
+    monkeypatch.setattr(native, "_HEADERS", (header,))
+    first = native.library_path()
+    header.write_text("// two", encoding="utf-8")
+    assert native.library_path() != first
+
+
+def test_every_source_and_header_ships():
+    """setup.cfg's package data and the build's inputs cover every file in cc/."""
+    cc = pathlib.Path(native.__file__).with_name("cc")
+    assert {p.name for p in cc.iterdir() if p.suffix in (".cc", ".h")} == \
+        {p.name for p in native._SOURCES + native._HEADERS}  # pylint: disable=protected-access
+    setup_cfg = (pathlib.Path(__file__).resolve().parents[1] / "setup.cfg").read_text()
+    assert "tf_tempered.privacy.native = cc/*.cc, cc/*.h" in setup_cfg

@@ -43,9 +43,10 @@ from tf_tempered.privacy.errors import NativeBuildError
 
 __all__ = ["available", "build", "library_path", "load", "usable", "BUILD_MIN_VALUES"]
 
-_SOURCES = tuple(pathlib.Path(__file__).with_name("cc") / name
-                 for name in ("conv_kernel_grads.cc", "box_muller.cc", "embedding_sq_norms.cc",
-                              "scatter_rows.cc"))
+_CC = pathlib.Path(__file__).with_name("cc")
+_SOURCES = tuple(_CC / name for name in ("conv_kernel_grads.cc", "box_muller.cc",
+                                         "embedding_sq_norms.cc", "scatter_rows.cc"))
+_HEADERS = (_CC / "philox.h",)  # in the cache key with the sources: an edit rebuilds
 _ENV_SWITCH = "TF_TEMPERED_NATIVE"
 _ENV_CACHE = "TF_TEMPERED_CACHE_DIR"
 _LOG = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ def library_path():
     """Where the compiled op for this source, TensorFlow, compiler and CPU is cached."""
     compile_flags, link_flags = _flags()
     key = hashlib.sha256("\n".join([
-        *(source.read_text(encoding="utf-8") for source in _SOURCES),
+        *(source.read_text(encoding="utf-8") for source in _SOURCES + _HEADERS),
         tf.__version__, sys.platform, platform.machine(),
         " ".join(compile_flags + link_flags), _cpu_signature(),
     ]).encode()).hexdigest()[:16]
