@@ -39,10 +39,18 @@ def test_defaults_are_the_measured_thresholds(monkeypatch):
     assert options.vectorize_recurrent is True
 
 
-def test_environment_switch_turns_native_off_by_default(monkeypatch):
-    monkeypatch.setenv("TF_TEMPERED_NATIVE", "0")
+@pytest.mark.parametrize("value", ["0", "false", "OFF", " no "])
+def test_environment_switch_turns_native_off_by_default(monkeypatch, value):
+    # Every spelling the library's loader reads as off (it then builds nothing).
+    monkeypatch.setenv("TF_TEMPERED_NATIVE", value)
     assert EngineOptions().native is False
     assert EngineOptions(native=True).native is True
+
+
+@pytest.mark.parametrize("value", ["1", "on", ""])
+def test_environment_switch_on_or_unset_keeps_native(monkeypatch, value):
+    monkeypatch.setenv("TF_TEMPERED_NATIVE", value)
+    assert EngineOptions().native is True
 
 
 def test_frozen():

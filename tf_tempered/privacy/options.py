@@ -24,8 +24,9 @@ N(0, σ²C²) noise (same distribution, same ε; a hardened sampler costs more).
 """
 
 import dataclasses
-import os
 from typing import Optional
+
+from tf_tempered.privacy.native import library as native_library
 
 __all__ = ["EngineOptions", "NORM_PATHS", "CLIPPED_SUMS", "NOISE_MODES"]
 
@@ -45,9 +46,9 @@ ONEDNN_DEPTHWISE_MAX_CHANNEL_PAIRS = 64
 
 
 def _native_default():
-    # TF_TEMPERED_NATIVE=0 turns the native op off for every model (native.py
-    # reads the same switch before building it).
-    return os.environ.get("TF_TEMPERED_NATIVE", "") != "0"
+    # TF_TEMPERED_NATIVE=0 (or false, off, no) turns the native ops off for every model, as
+    # it keeps privacy/native from building them.
+    return not native_library.switched_off()
 
 
 @dataclasses.dataclass(frozen=True)

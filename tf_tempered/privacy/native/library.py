@@ -41,7 +41,8 @@ except ImportError:  # pragma: no cover - Windows: builds are not locked against
 from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import NativeBuildError
 
-__all__ = ["available", "build", "library_path", "load", "usable", "BUILD_MIN_VALUES"]
+__all__ = ["available", "build", "library_path", "load", "switched_off", "usable",
+           "BUILD_MIN_VALUES"]
 
 _CC = pathlib.Path(__file__).with_name("cc")
 _SOURCES = tuple(_CC / name for name in ("conv_kernel_grads.cc", "box_muller.cc",
@@ -140,14 +141,23 @@ def _file_lock(path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _switch():
+    return os.environ.get(_ENV_SWITCH, "").strip().lower()
+
+
+def switched_off():
+    """Whether ``TF_TEMPERED_NATIVE`` turns the native ops off (0, false, off or no)."""
+    return _switch() in ("0", "false", "off", "no")
+
+
 def load():
     """The loaded library's op module, or None (switched off, or it would not build)."""
     with _lock:
         if _state["loaded"]:
             return _state["module"]
-        switch = os.environ.get(_ENV_SWITCH, "").strip().lower()
+        switch = _switch()
         module = None
-        if switch not in ("0", "false", "off", "no"):
+        if not switched_off():
             try:
                 module = tf.load_op_library(str(build()))
             except (NativeBuildError, tf.errors.NotFoundError, OSError) as error:
