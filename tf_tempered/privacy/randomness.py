@@ -328,8 +328,9 @@ def gaussian_noise_like(variables, stddev, source, counter, *, mode="gaussian", 
     "gaussian", Box–Muller (:meth:`DPRandomness.normal`); "sum_of_gaussians", the sum
     of 4 draws of std stddev/2 (:mod:`~tf_tempered.privacy.hardened_noise`), 4× the cost.
     ``pair_op``: the Box–Muller kernel of :meth:`DPRandomness.box_muller` (None: TF ops);
-    ``native=True`` (EngineOptions.native: off under XLA) takes the native op's when it is
-    usable for this many values (CPU; the same normals to float32 rounding, 2-3x faster).
+    ``native=True`` (EngineOptions.native: off under XLA) takes the native ops when they are
+    usable for this many values (CPU; the same normals to float32 rounding, 3.5x faster
+    on the AVX-512 host, benchmarks/results/noise_native.md).
     """
     if mode not in SAMPLERS:
         raise ValueError(f"gaussian_noise_like: mode must be one of {', '.join(SAMPLERS)} "
