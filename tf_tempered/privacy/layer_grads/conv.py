@@ -146,11 +146,10 @@ def choose_path(src, hparams, num_microbatches, examples_per_microbatch):
 
 
 def _native_applies(record):
-    """The native op takes a float32/64 Conv2D of static spatial size on a machine without
-    a GPU (a CPU op would copy every layer's activations off the GPU), if it loads."""
+    """The native op takes a float32/64 Conv2D of static spatial size, where native.usable
+    says the ops run (no GPU: a CPU op would copy every layer's activations off it)."""
     return (record.grad_output.dtype in (tf.float32, tf.float64)
-            and None not in record.inputs.shape[1:]
-            and not tf.config.list_logical_devices("GPU") and native.available())
+            and None not in record.inputs.shape[1:] and native.usable())
 
 
 def _use_native(src, hparams, g_rows):
