@@ -121,10 +121,22 @@ def _embedding_update(options, monkeypatch):
 
 
 @needs_op
-def test_the_engine_densifies_an_embedding_by_the_op_with_tfs_values(monkeypatch):
-    with_op, calls = _embedding_update(EngineOptions(), monkeypatch)
-    assert calls, "the book-keeping sum did not take the native scatter"
-    without, calls_off = _embedding_update(EngineOptions(native=False), monkeypatch)
+@pytest.mark.parametrize("clipped_sum_mode", ["bookkeeping", "second_pass", "recompute"])
+def test_the_engine_densifies_an_embedding_by_the_op_with_tfs_values(monkeypatch,
+                                                                     clipped_sum_mode):
+    with_op, calls = _embedding_update(EngineOptions(clipped_sum=clipped_sum_mode), monkeypatch)
+    assert calls, f"the {clipped_sum_mode} sum did not take the native scatter"
+    without, calls_off = _embedding_update(
+        EngineOptions(clipped_sum=clipped_sum_mode, native=False), monkeypatch)
     assert not calls_off
     assert np.count_nonzero(with_op)
     np.testing.assert_array_equal(with_op, without)
+
+
+@needs_op
+@pytest.mark.parametrize("clipped_sum_mode", ["second_pass", "recompute"])
+def test_two_pass_sums_update_an_embedding_as_the_book_keeping_sum(monkeypatch,
+                                                                   clipped_sum_mode):
+    two_pass, _ = _embedding_update(EngineOptions(clipped_sum=clipped_sum_mode), monkeypatch)
+    book_keeping, _ = _embedding_update(EngineOptions(), monkeypatch)
+    np.testing.assert_allclose(two_pass, book_keeping, rtol=1e-5, atol=1e-7)

@@ -125,6 +125,9 @@ class SecondPass(ClippedSum):
 
     persistent_tape = True
 
+    def __init__(self, native=False):
+        self.native = native  # EngineOptions.native: how an Embedding's sum is made dense
+
     def new_hooks(self):
         return NormHooks()
 
@@ -134,14 +137,15 @@ class SecondPass(ClippedSum):
     def sum(self, forward, layers, weights, variables):
         del layers
         return reweighted_gradients(forward.tape, forward.microbatch_losses, weights.scale,
-                                    weights.finite, variables)
+                                    weights.finite, variables, native=self.native)
 
 
 class Recompute(ClippedSum):
     """As SecondPass, with a second forward pass instead of keeping the first's activations."""
 
-    def __init__(self, model):
+    def __init__(self, model, native=False):
         refuse_random_layers(model)
+        self.native = native
 
     def new_hooks(self):
         return NormHooks()
@@ -156,7 +160,7 @@ class Recompute(ClippedSum):
         with tf.GradientTape() as tape:
             microbatch_losses = forward.recompute(after=weights.scale)
         return reweighted_gradients(tape, microbatch_losses, weights.scale, weights.finite,
-                                    variables)
+                                    variables, native=self.native)
 
 
 def dense_rows(slices, shape, *, native=False):
@@ -180,12 +184,14 @@ def strategy_for(name, model, *, norms_in_backward=True, native=False):
     if name == "bookkeeping":
         return BookKeeping(norms_in_backward, native)
     if name == "second_pass":
-        return SecondPass()
-    return Recompute(model)
+        return SecondPass(native)
+    return Recompute(model, native)
 
 
-def reweighted_gradients(tape, microbatch_losses, scale, finite, variables):
-    """``{variable_key: Σ_m c_m ∇ loss_m}`` from a persistent ``tape`` of the forward pass."""
+def reweighted_gradients(tape, microbatch_losses, scale, finite, variables, *, native=False):
+    """``{variable_key: Σ_m c_m ∇ loss_m}`` from a persistent ``tape`` of the forward pass
+    (an Embedding's sparse gradient made dense by :func:`dense_rows`, as the book-keeping
+    sum does)."""
     with tape:  # record the reweighting on the same (persistent) tape
         weighted = tf.reduce_sum(tf.stop_gradient(tf.cast(scale, microbatch_losses.dtype))
                                  * microbatch_losses)
@@ -195,8 +201,8 @@ def reweighted_gradients(tape, microbatch_losses, scale, finite, variables):
     for var, grad in zip(variables, grads):
         if grad is None:  # not used in this forward pass
             continue
-        if isinstance(grad, tf.IndexedSlices):  # e.g. Embedding: densify as the other path
-            grad = tf.convert_to_tensor(grad)
+        if isinstance(grad, tf.IndexedSlices):  # e.g. Embedding: the dense noise goes everywhere
+            grad = dense_rows(grad, var.shape, native=native)
         # A scalar zero: a zeros_like(grad) would become a constant the step holds.
         summed[keras_bridge.variable_key(var)] = tf.where(all_finite, grad, tf.zeros([], grad.dtype))
     return summed
