@@ -55,11 +55,11 @@ CONV_PATHS = {
 # ConvLSTM1D/2D/3D (conv_lstm.py): the convolution handlers' paths, the automatic choice first.
 _CONV_LSTM_PATHS = {"auto": {}, **{k: v for k, v in CONV_PATHS.items() if k != "native-auto"}}
 
-# Paths of the depthwise part (DepthwiseConv2D, SeparableConv2D): the folded
-# backprop in one call or in chunks of 3 examples (padded chunks with a dynamic
-# batch), image patches; no native op there.
-_DEPTHWISE_PATHS = {"auto": {}, "patches": {"norm_path": "materialize"},
-                    "chunks": {"depthwise_chunk": 3, "materialize_max_bytes": 0}}
+# Paths of the depthwise part (DepthwiseConv2D, SeparableConv2D): the native op (the
+# automatic choice where it builds), the folded backprop in one call or in chunks of 3
+# examples (padded chunks with a dynamic batch), image patches.
+_DEPTHWISE_PATHS = {"auto": {}, "folded": _TF_OPS, "patches": {"norm_path": "materialize"},
+                    "chunks": {**_TF_OPS, "depthwise_chunk": 3, "materialize_max_bytes": 0}}
 
 
 def _dense(dtype):
@@ -633,7 +633,8 @@ _FAMILIES = {
               {**_DEPTHWISE_PATHS, "ghost": {"norm_path": "ghost"}},
               {"SeparableConv2D": "separable_conv2d", "Dense": "dense"}),
         _Case("conv1d_family", _conv1d_family, lambda s: _floats((12, 4), s),
-              {"auto": {}, "tf-materialize": CONV_PATHS["tf-materialize"]},
+              {"auto": {}, "tf-auto": CONV_PATHS["tf-auto"],
+               "tf-materialize": CONV_PATHS["tf-materialize"]},
               {"DepthwiseConv1D": "depthwise_conv1d", "SeparableConv1D": "separable_conv1d",
                "Conv1DTranspose": "conv1d_transpose", "Dense": "dense"}),
     ),

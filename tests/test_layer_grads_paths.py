@@ -181,6 +181,33 @@ def test_depthwise_path(layer, options, method):
     assert depthwise.choose_path(params, EngineOptions(**options)).method == method
 
 
+@pytest.mark.parametrize("options,dtype,static,method", [
+    ({}, "float32", True, "native"),
+    ({}, "float64", True, "native"),
+    ({"norm_path": "native"}, "float32", True, "native"),
+    # TF ops asked for, a path forced, half precision, or sizes unknown while tracing.
+    ({"native": False}, "float32", True, "folded"),
+    ({"norm_path": "depthwise"}, "float32", True, "folded"),
+    ({"norm_path": "materialize"}, "float32", True, "patches"),
+    ({}, "float16", True, "folded"),
+    ({}, "float32", False, "folded"),
+])
+def test_depthwise_path_with_the_native_op(options, dtype, static, method):
+    if method == "native" and not native.usable():
+        pytest.skip("the native ops cannot be built here")
+    layer = keras.layers.DepthwiseConv2D(3, depth_multiplier=2)
+    layer.build((None, 9, 9, 3))
+    _, params = layer_grads.lookup(layer)
+    size = 9 if static else None
+    chosen = []
+    # Chosen while tracing, where an image size may be unknown.
+    tf.function(lambda x, g: chosen.append(
+        depthwise.choose_path(params, EngineOptions(**options), x, g)) or 0.0
+                ).get_concrete_function(tf.TensorSpec([None, size, size, 3], dtype),
+                                        tf.TensorSpec([None, size and 7, size and 7, 6], dtype))
+    assert chosen[0].method == method
+
+
 def test_separable_conv2d_takes_its_handler_unless_channels_first():
     layer = keras.layers.SeparableConv2D(4, 3, depth_multiplier=2)
     layer.build((None, 9, 9, 3))

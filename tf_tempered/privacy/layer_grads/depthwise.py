@@ -21,16 +21,20 @@ b's kernel gradient is, per channel c and kernel tap k,
 — at most kh·kw·cin·dm values per example, small enough to keep for every
 microbatch (a matrix-vector clipped sum). A layer's path (`DepthwisePath`):
 
-* folded (undilated): one depthwise-conv backprop with the batch folded into
+* native (CPU, float32/64, static image size; EngineOptions.native): the native op
+  computes the sums above straight from x and g, examples in parallel
+  (native/cc/depthwise_kernel_grads.cc);
+* folded (TF ops, undilated): one depthwise-conv backprop with the batch folded into
   the channels (input channel (b, c) has output channels (b, c, o)): the
   backprop filter of [1, H, W, B·cin] is the per-example gradients;
-* patches (dilated layers, or forced by norm_path="materialize"): image
-  patches (conv_grads.patches) contracted with the output gradients per
+* patches (dilated layers without the native op, or forced by norm_path="materialize"):
+  image patches (conv_grads.patches) contracted with the output gradients per
   channel, an einsum.
 
-The batch goes through either in chunks of EngineOptions.depthwise_chunk examples.
-On CPU the folded backprop is several times faster than the patches path
-(measurements: docs/benchmarks.md, "Measurements behind the engine's defaults").
+The TF-ops paths take the batch in chunks of EngineOptions.depthwise_chunk examples.
+On CPU the folded backprop is several times faster than the patches path, and the native
+op 1.3–11x faster than the folded one (oneDNN's depthwise backprop-filter is slow on a
+batch folded into thousands of channels; benchmarks/results/depthwise_native_ab_keras3.md).
 """
 
 import dataclasses
@@ -38,6 +42,7 @@ from typing import Tuple
 
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy import native
 from tf_tempered.privacy.layer_grads import conv_grads
 from tf_tempered.privacy.layer_grads import rows
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath
@@ -62,7 +67,8 @@ class DepthwiseHyperparameters:
 
 @dataclasses.dataclass(frozen=True)
 class DepthwisePath(LayerPath):
-    """method: "folded" (depthwise backprop, batch folded into channels) or "patches"."""
+    """method: "native" (the native op), "folded" (depthwise backprop, batch folded into
+    channels) or "patches"."""
     method: str
     materialize: bool = True  # always: rows.linear_norms reads it
 
@@ -88,8 +94,9 @@ class DepthwiseConv2DHandler(Handler):
 
     name = "depthwise_conv2d"
     summary = ("channels_last, any depth_multiplier, strides, dilations and padding: "
-               "per-microbatch kernel gradients from one depthwise-conv backprop with the batch "
-               "folded into channels (or image patches), kept for a matrix-vector clipped sum")
+               "per-microbatch kernel gradients from the native op on CPU, else one "
+               "depthwise-conv backprop with the batch folded into channels (or image "
+               "patches), kept for a matrix-vector clipped sum")
     records_pre_activation = True
     sums_rows_per_example = True
 
@@ -105,8 +112,10 @@ class DepthwiseConv2DHandler(Handler):
         return depthwise_norms(call.inputs, call.grad_output, hparams, layout)
 
 
-def choose_path(hparams, options):
-    """The DepthwisePath of a layer (chosen while tracing)."""
+def choose_path(hparams, options, x=None, g=None):
+    """The DepthwisePath of a layer (chosen while tracing) for its input x and output gradient g."""
+    if x is not None and _native_applies(options, x, g):
+        return DepthwisePath("native")
     # Not folded when dilated: TF 2.21's CPU depthwise backprop-filter ignores
     # `dilations` eagerly (wrong gradients) and fails in graphs, and
     # tf.nn.depthwise_conv2d's space-to-batch needs a static channel count,
@@ -119,9 +128,18 @@ def choose_path(hparams, options):
     return DepthwisePath("folded")
 
 
+def _native_applies(options, x, g):
+    """The native op: asked for (not forced off), float32/64, static image sizes, and where
+    native.usable says the ops run (no GPU)."""
+    if not options.native or options.forced in ("ghost", "materialize", "depthwise"):
+        return False
+    return (g.dtype in (tf.float32, tf.float64) and None not in x.shape[1:]
+            and None not in g.shape[1:] and native.usable())
+
+
 def depthwise_norms(x, g, hparams, layout):
     """Norms (kernel, bias) of a depthwise convolution from its input x and output gradient g."""
-    path = choose_path(hparams, layout.options)
+    path = choose_path(hparams, layout.options, x, g)
     num_microbatches = layout.num_microbatches
     per_row = per_example_kernel_grads(hparams, x, g, path, layout.options.depthwise_chunk)
     # Summed per microbatch even with one example each: an example may have
@@ -141,8 +159,12 @@ def depthwise_norms(x, g, hparams, layout):
 
 def per_example_kernel_grads(hparams, x, g, path, chunk):
     """Per-example ∂ℓ_b/∂W as [kh·kw, B, cin·dm] (examples on the middle axis, as folded gives)."""
-    fn = _folded if path.method == "folded" else _from_patches
     x = tf.cast(x, g.dtype)
+    if path.method == "native":  # the whole batch at once, examples in parallel
+        return native.depthwise_kernel_grads(
+            x, g, kernel_size=hparams.kernel_size, strides=hparams.strides,
+            dilations=hparams.dilation_rate, pads=conv_grads.padding_before(hparams, x))
+    fn = _folded if path.method == "folded" else _from_patches
     batch = x.shape[0]
     if batch is not None:
         return tf.concat([fn(hparams, x[i:i + chunk], g[i:i + chunk])

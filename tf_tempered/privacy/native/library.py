@@ -45,8 +45,9 @@ __all__ = ["available", "build", "library_path", "load", "switched_off", "usable
            "BUILD_MIN_VALUES"]
 
 _CC = pathlib.Path(__file__).with_name("cc")
-_SOURCES = tuple(_CC / name for name in ("conv_kernel_grads.cc", "box_muller.cc",
-                                         "embedding_sq_norms.cc", "scatter_rows.cc"))
+_SOURCES = tuple(_CC / name for name in ("conv_kernel_grads.cc", "depthwise_kernel_grads.cc",
+                                         "box_muller.cc", "embedding_sq_norms.cc",
+                                         "scatter_rows.cc"))
 _HEADERS = (_CC / "philox.h",)  # in the cache key with the sources: an edit rebuilds
 _ENV_SWITCH = "TF_TEMPERED_NATIVE"
 _ENV_CACHE = "TF_TEMPERED_CACHE_DIR"

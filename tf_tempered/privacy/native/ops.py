@@ -20,8 +20,8 @@ callers ask :func:`~tf_tempered.privacy.native.library.usable` (or ``available``
 from tf_tempered._compat import tf
 from tf_tempered.privacy.native import library
 
-__all__ = ["box_muller", "box_muller_pieces", "conv2d_group_kernel_grads", "embedding_sq_norms",
-           "scatter_rows"]
+__all__ = ["box_muller", "box_muller_pieces", "conv2d_group_kernel_grads",
+           "depthwise_kernel_grads", "embedding_sq_norms", "scatter_rows"]
 
 
 def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilations, pads,
@@ -39,6 +39,18 @@ def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilatio
         strides=list(strides), dilations=list(dilations), pads=list(pads),
         output_grads=output_grads)
     return tf.ensure_shape(sq_norms, [None]), tf.ensure_shape(grads, [None, size])
+
+
+def depthwise_kernel_grads(x, g, *, kernel_size, strides, dilations, pads):
+    """Per-example ∂ℓ_e/∂W of a depthwise convolution as [kh·kw, B, cin·dm].
+
+    x [B, H, W, cin] its input, g [B, H', W', cin·dm] its output gradient (depth
+    multiplier dm); G[i·kw + j, e, k] = Σ_r x_e[tap (i, j) of pixel r, k // dm]·g_e[r, k],
+    read straight from x (cc/depthwise_kernel_grads.cc). ``pads``: (top, left) padding.
+    """
+    return library.load().tf_tempered_depthwise_kernel_grads(
+        tf.cast(x, g.dtype), g, kernel_size=list(kernel_size), strides=list(strides),
+        dilations=list(dilations), pads=list(pads))
 
 
 def box_muller(key, radius_counter, angle_counter, num_pairs, stddev):
