@@ -13,9 +13,6 @@
 # limitations under the License.
 """The Dense/Conv2D handlers' path choice, on the layer shapes the thresholds were measured on."""
 
-import types
-
-import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tf
@@ -23,7 +20,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import EngineOptions
 from tf_tempered.privacy import native
 from tf_tempered.privacy import layer_grads
-from tf_tempered.privacy.layer_grads import clip_weights, conv, dense, depthwise, rows
+from tf_tempered.privacy.layer_grads import conv, dense, depthwise, rows
 
 BATCH = 256
 
@@ -279,36 +276,3 @@ def test_layer_paths_report_each_layers_handler_and_path():
                                    "handler": "multi_call", "path": "multi_call[2]"}]
     with pytest.raises(ValueError, match="make_private"):
         layer_paths(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
-
-
-def _block_layout(num_microbatches, examples_per_microbatch, **options):
-    return types.SimpleNamespace(options=EngineOptions(**options),
-                                 num_microbatches=num_microbatches,
-                                 examples_per_microbatch=examples_per_microbatch)
-
-
-@pytest.mark.parametrize("materialize", [True, False])
-@pytest.mark.parametrize("num_microbatches", [6, 2])
-def test_column_blocks_equal_their_concatenation(materialize, num_microbatches):
-    # rows.RowSource(inputs=(x, h)): the norms and clipped sums of the rows [x_r, h_r],
-    # without making them (an LSTM's stacked kernel, rnn_norms.py).
-    rng = np.random.default_rng(0)
-    x, h, g = (tf.constant(rng.normal(size=(6, 5, d)), tf.float64) for d in (3, 4, 7))
-    scale = tf.constant(rng.uniform(0.1, 1.0, num_microbatches), tf.float64)
-    weights = clip_weights.ClipWeights(scale, tf.ones_like(scale))
-    layout = _block_layout(num_microbatches, 6 // num_microbatches)
-    results = [rows.linear_norms(rows.RowSource(inputs, g, 7, layout.options),
-                                 rows.RowsPath(materialize), layout, kernel_shape=(7, 7),
-                                 use_bias=True)
-               for inputs in ((x, h), tf.concat([x, h], -1))]
-    blocks, concatenated = results
-    np.testing.assert_allclose(blocks.sq_norms.numpy(), concatenated.sq_norms.numpy(), rtol=1e-12)
-    for got, want in zip(blocks.clipped_sum(weights), concatenated.clipped_sum(weights)):
-        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
-    # And the norms are the per-microbatch gradients' own.
-    per_example = tf.einsum("btd,bte->bde", tf.concat([x, h], -1), g)
-    grouped = tf.reshape(per_example, [num_microbatches, -1, 7, 7])
-    bias = tf.reshape(tf.reduce_sum(g, 1), [num_microbatches, -1, 7])
-    expected = (tf.reduce_sum(tf.square(tf.reduce_sum(grouped, 1)), [1, 2])
-                + tf.reduce_sum(tf.square(tf.reduce_sum(bias, 1)), 1))
-    np.testing.assert_allclose(blocks.sq_norms.numpy(), expected.numpy(), rtol=1e-12)

@@ -95,12 +95,11 @@ def _rows_part(inputs, grad, kernel_shape, use_bias, layout, kernel_sq_norms=Non
     """rows.linear_norms of one kernel over the time steps' rows (inputs, grad); with
     kernel_sq_norms, those are the kernel's norms and the clipped sum is the book-keeping one."""
     options = layout.options
-    d_in = sum(part.shape[-1] for part in tf.nest.flatten(inputs))
-    src = rows.RowSource(inputs, grad, d_in, options)
+    src = rows.RowSource(inputs, grad, inputs.shape[-1], options)
     kernel = None
     if kernel_sq_norms is not None:
         path, kernel = rows.RowsPath(False), rows.KernelGrads(kernel_sq_norms, None)
-    elif grad.shape[1] is None:  # unknown length: the ghost norm's cost is unbounded
+    elif inputs.shape[1] is None:  # unknown length: the ghost norm's cost is unbounded
         path = rows.RowsPath(options.forced != "ghost" and rows.fits(src, layout.num_microbatches))
     else:
         path = rows.RowsPath(rows.choose_materialize(src, layout.num_microbatches,
@@ -110,11 +109,11 @@ def _rows_part(inputs, grad, kernel_shape, use_bias, layout, kernel_sq_norms=Non
 
 
 def _stacked_result(x, h_prev, grad_a, hparams, layout):
-    """SimpleRNN/LSTM: one row layer [x_t, h_{t-1}] of the stacked kernel [W; U] (its rows as
-    two column blocks, never concatenated); its clipped sum splits back into W's and U's."""
+    """SimpleRNN/LSTM: one row layer [x_t, h_{t-1}] of the stacked kernel [W; U]; its clipped
+    sum splits back into W's and U's."""
     d_x = hparams.kernel_shape[0]
     stacked_shape = (d_x + hparams.recurrent_kernel_shape[0], hparams.kernel_shape[1])
-    part = _rows_part((x, tf.cast(h_prev, x.dtype)), grad_a, stacked_shape,
+    part = _rows_part(tf.concat([x, tf.cast(h_prev, x.dtype)], -1), grad_a, stacked_shape,
                       hparams.use_bias, layout)
 
     def clipped_sum(weights):

@@ -67,11 +67,6 @@ class RowSource:
     (identity for Dense; patches for Conv2D); d_in: the width of a row a_r;
     chunked: whether to_rows makes a larger tensor (patches), which is then
     made and used in chunks of patch_chunk_bytes.
-
-    inputs may also be a tuple of column blocks [B, ..., d_k] of the same rows, a_r
-    their concatenation (d_in = Σ d_k; to_rows and chunks do not apply): the norms
-    and sums then work block by block, and the concatenated rows are never made
-    (an LSTM's [x_t, h_{t-1}] of its stacked kernel: rnn_norms.py).
     """
     inputs: Any
     grad_output: Any
@@ -156,30 +151,22 @@ def choose_materialize(src, num_microbatches, examples_per_microbatch):
 
 
 def _input_rows(src, x, num_microbatches):
-    """A for examples x, grouped as column blocks [microbatches, rows, d_k] (a tuple: one
-    block unless src.inputs is a tuple of them)."""
-    dtype = src.grad_output.dtype
-    if isinstance(x, tuple):
-        return tuple(clip.group_rows(tf.cast(part, dtype), num_microbatches) for part in x)
-    return (clip.group_rows(tf.cast(src.to_rows(x), dtype), num_microbatches),)
+    """A for examples x, grouped as [microbatches, rows, d_in]."""
+    return clip.group_rows(tf.cast(src.to_rows(x), src.grad_output.dtype), num_microbatches)
 
 
 def _materialized_kernel_grads(src, x, g, num_microbatches):
-    blocks, g = _input_rows(src, x, num_microbatches), clip.group_rows(g, num_microbatches)
-    grads = [tf.matmul(a, g, transpose_a=True) for a in blocks]  # [M, d_k, d_out] each
-    grads = grads[0] if len(grads) == 1 else tf.concat(grads, 1)
-    return tf.reshape(grads, [-1, src.d_in * g.shape[-1]])
+    a, g = _input_rows(src, x, num_microbatches), clip.group_rows(g, num_microbatches)
+    return tf.reshape(tf.matmul(a, g, transpose_a=True), [-1, a.shape[-1] * g.shape[-1]])
 
 
 def _ghost_sq_norms(src, x, g, num_microbatches, with_bias=False):
-    """Σ_{r,s} (a_r·a_s + [bias])(g_r·g_s) per microbatch: kernel (and bias) squared norms.
-    Column blocks add up: a_r·a_s = Σ_k a_{r,k}·a_{s,k}."""
-    blocks, g = _input_rows(src, x, num_microbatches), clip.group_rows(g, num_microbatches)
+    """Σ_{r,s} (a_r·a_s + [bias])(g_r·g_s) per microbatch: kernel (and bias) squared norms."""
+    a, g = _input_rows(src, x, num_microbatches), clip.group_rows(g, num_microbatches)
     ones = 1.0 if with_bias else 0.0
-    if blocks[0].shape[1] == 1:
-        a_sq = tf.add_n([tf.reduce_sum(tf.square(a), [1, 2]) for a in blocks])
-        return (a_sq + ones) * tf.reduce_sum(tf.square(g), [1, 2])
-    a_gram = tf.add_n([tf.matmul(a, a, transpose_b=True) for a in blocks])
+    if a.shape[1] == 1:
+        return (tf.reduce_sum(tf.square(a), [1, 2]) + ones) * tf.reduce_sum(tf.square(g), [1, 2])
+    a_gram = tf.matmul(a, a, transpose_b=True)
     if with_bias:
         a_gram += 1.0
     return tf.reduce_sum(a_gram * tf.matmul(g, g, transpose_b=True), [1, 2])
@@ -193,12 +180,11 @@ def _over_chunks(fn, src, num_microbatches, examples_per_microbatch):
     [B·T, ...], example-major), so a microbatch has rows / M of them.
     """
     x, g = src.inputs, src.grad_output
-    if not src.chunked or examples_per_microbatch is None:
-        return fn(src, x, g, num_microbatches)
     rows = x.shape[0]
     chunk_bytes = src.options.patch_chunk_bytes  # patches of a whole batch never at once
     per_row = int(np.prod(g.shape[1:-1])) * src.d_in * g.dtype.size
-    if rows is not None and rows * per_row <= chunk_bytes:
+    if (not src.chunked or examples_per_microbatch is None
+            or (rows is not None and rows * per_row <= chunk_bytes)):
         return fn(src, x, g, num_microbatches)
     if rows is None or not isinstance(num_microbatches, int):
         # Then one example per microbatch (a static count would fix the batch);
@@ -242,12 +228,11 @@ def _sq_row_norms(rows):
 def row_book_keeping(src, weights):
     """(Σ_r a_r (c_{m(r)} g_r)ᵀ, the rescaled c·g as [M, rows, d_out]) from the rows themselves."""
     num_microbatches = tf.shape(weights.scale)[0]
-    blocks = [weights.zero_nonfinite(a) for a in _input_rows(src, src.inputs, num_microbatches)]
+    a = weights.zero_nonfinite(_input_rows(src, src.inputs, num_microbatches))
     g = weights.zero_nonfinite(clip.group_rows(src.grad_output, num_microbatches))
     g *= tf.cast(weights.scale, g.dtype)[:, None, None]
-    rows_g = tf.reshape(g, [-1, g.shape[-1]])
-    sums = [tf.matmul(tf.reshape(a, [-1, a.shape[-1]]), rows_g, transpose_a=True) for a in blocks]
-    return (sums[0] if len(sums) == 1 else tf.concat(sums, 0)), g
+    return tf.matmul(tf.reshape(a, [-1, a.shape[-1]]), tf.reshape(g, [-1, g.shape[-1]]),
+                     transpose_a=True), g
 
 
 def linear_norms(src, path, layout, *, kernel_shape, use_bias, book_keeping=None,

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "Eigen/Core"  // aligned_allocator
+#include "conv_geometry.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -123,29 +124,17 @@ template <typename T>
 class Conv2DGroupKernelGradsOp : public OpKernel {
  public:
   explicit Conv2DGroupKernelGradsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::vector<int32_t> k, s, d, p;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("kernel_size", &k));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("strides", &s));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dilations", &d));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("pads", &p));
+    OP_REQUIRES_OK(ctx, ConvGeometry::Read(ctx, &geo_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_grads", &output_grads_));
-    OP_REQUIRES(ctx, k.size() == 2 && s.size() == 2 && d.size() == 2 && p.size() == 2,
-                absl::InvalidArgumentError("kernel_size, strides, dilations, pads need 2 values"));
-    kh_ = k[0]; kw_ = k[1]; sh_ = s[0]; sw_ = s[1]; dh_ = d[0]; dw_ = d[1]; pt_ = p[0]; pl_ = p[1];
-    OP_REQUIRES(ctx, kh_ > 0 && kw_ > 0 && sh_ > 0 && sw_ > 0 && dh_ > 0 && dw_ > 0 && pt_ >= 0 && pl_ >= 0,
-                absl::InvalidArgumentError("kernel_size, strides, dilations must be positive, pads >= 0"));
   }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& g = ctx->input(1);
-    OP_REQUIRES(ctx, x.dims() == 4 && g.dims() == 4,
-                absl::InvalidArgumentError("input and out_grad must be 4-D (NHWC)"));
+    OP_REQUIRES_OK(ctx, CheckNhwcPair(x, g));
     const int64_t batch = x.dim_size(0), height = x.dim_size(1), width = x.dim_size(2),
                   cin = x.dim_size(3);
     const int64_t oh = g.dim_size(1), ow = g.dim_size(2), cout = g.dim_size(3);
-    OP_REQUIRES(ctx, g.dim_size(0) == batch,
-                absl::InvalidArgumentError("input and out_grad batch sizes differ"));
     OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(ctx->input(2).shape()),
                 absl::InvalidArgumentError("num_groups must be a scalar"));
     const int32_t num_groups = ctx->input(2).scalar<int32_t>()();
@@ -153,12 +142,12 @@ class Conv2DGroupKernelGradsOp : public OpKernel {
                 absl::InvalidArgumentError(absl::StrCat(
                     "batch size ", batch, " is not a multiple of num_groups ", num_groups)));
     const int64_t per_group = batch / num_groups;
-    const int64_t span = int64_t{kw_} * cin;  // one kernel row i: kw·cin values
+    const int64_t span = int64_t{geo_.kw} * cin;  // one kernel row i: kw·cin values
     Tensor* sq = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({num_groups}), &sq));
     Tensor* grads = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
-        1, TensorShape({output_grads_ ? num_groups : 0, kh_ * span * cout}), &grads));
+        1, TensorShape({output_grads_ ? num_groups : 0, geo_.kh * span * cout}), &grads));
     if (batch == 0 || oh == 0 || ow == 0) {
       sq->flat<T>().setZero();
       grads->flat<T>().setZero();
@@ -170,17 +159,17 @@ class Conv2DGroupKernelGradsOp : public OpKernel {
     const int64_t span_pad = (span + kRowTile - 1) / kRowTile * kRowTile;
     // Rows of each kernel row i's values for all output columns, contiguous:
     // the zero-padded image itself when dw == 1, else a [rows][ow][span] copy.
-    const int64_t src_rows = (oh - 1) * sh_ + (kh_ - 1) * dh_ + 1;
-    const int64_t src_cols = (ow - 1) * sw_ + (kw_ - 1) * dw_ + 1;
-    const bool direct = dw_ == 1;
+    const int64_t src_rows = (oh - 1) * geo_.sh + (geo_.kh - 1) * geo_.dh + 1;
+    const int64_t src_cols = (ow - 1) * geo_.sw + (geo_.kw - 1) * geo_.dw + 1;
+    const bool direct = geo_.dw == 1;
     const int64_t row_stride = direct ? src_cols * cin : ow * span;
-    const int64_t col_stride = direct ? sw_ * cin : span;
+    const int64_t col_stride = direct ? geo_.sw * cin : span;
     const int64_t src_size = src_rows * row_stride + span_pad;  // slack for the last tile
     // Units of work: (group, block of kernel rows i), for parallelism with few groups.
-    const int64_t row_blocks = std::min<int64_t>(kh_, std::max<int64_t>(
+    const int64_t row_blocks = std::min<int64_t>(geo_.kh, std::max<int64_t>(
         1, 2 * ctx->device()->tensorflow_cpu_worker_threads()->num_threads / num_groups));
-    const int64_t rows_per_block = (kh_ + row_blocks - 1) / row_blocks;
-    const int64_t num_blocks = (kh_ + rows_per_block - 1) / rows_per_block;
+    const int64_t rows_per_block = (geo_.kh + row_blocks - 1) / row_blocks;
+    const int64_t num_blocks = (geo_.kh + rows_per_block - 1) / rows_per_block;
     std::vector<double> partial(num_groups * num_blocks, 0.0);
     const T* xp = x.flat<T>().data();
     const T* gp = g.flat<T>().data();
@@ -192,7 +181,7 @@ class Conv2DGroupKernelGradsOp : public OpKernel {
       AlignedVector<T> acc(rows_per_block * span_pad * cout_pad);
       for (int64_t unit = begin; unit < end; ++unit) {
         const int64_t group = unit / num_blocks, blk = unit % num_blocks;
-        const int64_t i0 = blk * rows_per_block, i1 = std::min<int64_t>(kh_, i0 + rows_per_block);
+        const int64_t i0 = blk * rows_per_block, i1 = std::min<int64_t>(geo_.kh, i0 + rows_per_block);
         std::fill(acc.begin(), acc.end(), T(0));
         for (int64_t e = group * per_group; e < (group + 1) * per_group; ++e) {
           FillSource(xp + e * height * width * cin, height, width, cin, src_rows, src_cols,
@@ -206,15 +195,15 @@ class Conv2DGroupKernelGradsOp : public OpKernel {
             g_stride = cout_pad;
           }
           for (int64_t i = i0; i < i1; ++i) {
-            const T* base = src.data() + i * dh_ * row_stride;
+            const T* base = src.data() + i * geo_.dh * row_stride;
             T* acc_i = acc.data() + (i - i0) * span_pad * cout_pad;
             for (int64_t k0 = 0; k0 < span_pad; k0 += kRowTile) {
               int64_t c0 = 0;
               for (; c0 + 2 * L <= cout_pad; c0 += 2 * L)
-                Tile<T, 2>(base + k0, oh, ow, sh_ * row_stride, col_stride, ge + c0, g_stride,
+                Tile<T, 2>(base + k0, oh, ow, geo_.sh * row_stride, col_stride, ge + c0, g_stride,
                            acc_i + k0 * cout_pad + c0, cout_pad);
               for (; c0 < cout_pad; c0 += L)
-                Tile<T, 1>(base + k0, oh, ow, sh_ * row_stride, col_stride, ge + c0, g_stride,
+                Tile<T, 1>(base + k0, oh, ow, geo_.sh * row_stride, col_stride, ge + c0, g_stride,
                            acc_i + k0 * cout_pad + c0, cout_pad);
             }
           }
@@ -232,7 +221,7 @@ class Conv2DGroupKernelGradsOp : public OpKernel {
               lanes += v * v;
             }
             if (grads_p != nullptr)
-              std::copy(row, row + cout, grads_p + ((group * kh_ + i) * span + k) * cout);
+              std::copy(row, row + cout, grads_p + ((group * geo_.kh + i) * span + k) * cout);
           }
         }
         double total = 0;
@@ -257,15 +246,15 @@ class Conv2DGroupKernelGradsOp : public OpKernel {
   void FillSource(const T* xe, int64_t height, int64_t width, int64_t cin, int64_t src_rows,
                   int64_t src_cols, bool direct, int64_t ow, int64_t span, T* src) const {
     for (int64_t r = 0; r < src_rows; ++r) {
-      const int64_t ih = r - pt_;
+      const int64_t ih = r - geo_.pt;
       const bool row_in = ih >= 0 && ih < height;
       if (direct) {
         // [zeros | the image row | zeros], in at most three runs.
         T* out = src + r * src_cols * cin;
         T* const out_end = out + src_cols * cin;
         if (row_in) {
-          const int64_t first = std::min<int64_t>(pl_, src_cols);
-          const int64_t count = std::max<int64_t>(0, std::min<int64_t>(width, src_cols - pl_));
+          const int64_t first = std::min<int64_t>(geo_.pl, src_cols);
+          const int64_t count = std::max<int64_t>(0, std::min<int64_t>(width, src_cols - geo_.pl));
           std::fill(out, out + first * cin, T(0));
           const T* in = xe + ih * width * cin;
           std::copy(in, in + count * cin, out + first * cin);
@@ -275,8 +264,8 @@ class Conv2DGroupKernelGradsOp : public OpKernel {
       } else {
         T* out = src + r * ow * span;
         for (int64_t c = 0; c < ow; ++c) {
-          for (int64_t j = 0; j < kw_; ++j) {
-            const int64_t iw = c * sw_ + j * dw_ - pl_;
+          for (int64_t j = 0; j < geo_.kw; ++j) {
+            const int64_t iw = c * geo_.sw + j * geo_.dw - geo_.pl;
             T* to = out + c * span + j * cin;
             if (row_in && iw >= 0 && iw < width) {
               std::copy(xe + (ih * width + iw) * cin, xe + (ih * width + iw + 1) * cin, to);
@@ -289,7 +278,7 @@ class Conv2DGroupKernelGradsOp : public OpKernel {
     }
   }
 
-  int kh_, kw_, sh_, sw_, dh_, dw_, pt_, pl_;
+  ConvGeometry geo_;
   bool output_grads_;
 };
 

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "conv_geometry.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -73,38 +74,26 @@ template <typename T>
 class DepthwiseKernelGradsOp : public OpKernel {
  public:
   explicit DepthwiseKernelGradsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    std::vector<int32_t> k, s, d, p;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("kernel_size", &k));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("strides", &s));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dilations", &d));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("pads", &p));
-    OP_REQUIRES(ctx, k.size() == 2 && s.size() == 2 && d.size() == 2 && p.size() == 2,
-                absl::InvalidArgumentError("kernel_size, strides, dilations, pads need 2 values"));
-    kh_ = k[0]; kw_ = k[1]; sh_ = s[0]; sw_ = s[1]; dh_ = d[0]; dw_ = d[1]; pt_ = p[0]; pl_ = p[1];
-    OP_REQUIRES(ctx, kh_ > 0 && kw_ > 0 && sh_ > 0 && sw_ > 0 && dh_ > 0 && dw_ > 0 && pt_ >= 0 && pl_ >= 0,
-                absl::InvalidArgumentError("kernel_size, strides, dilations must be positive, pads >= 0"));
+    OP_REQUIRES_OK(ctx, ConvGeometry::Read(ctx, &geo_));
   }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& g = ctx->input(1);
-    OP_REQUIRES(ctx, x.dims() == 4 && g.dims() == 4,
-                absl::InvalidArgumentError("input and out_grad must be 4-D (NHWC)"));
+    OP_REQUIRES_OK(ctx, CheckNhwcPair(x, g));
     const int64_t batch = x.dim_size(0), height = x.dim_size(1), width = x.dim_size(2),
                   cin = x.dim_size(3);
     const int64_t oh = g.dim_size(1), ow = g.dim_size(2), channels = g.dim_size(3);
-    OP_REQUIRES(ctx, g.dim_size(0) == batch,
-                absl::InvalidArgumentError("input and out_grad batch sizes differ"));
     OP_REQUIRES(ctx, cin > 0 && channels % cin == 0,
                 absl::InvalidArgumentError(absl::StrCat(
                     "out_grad's ", channels, " channels are not a multiple of the input's ", cin)));
-    const int64_t dm = channels / cin, taps = int64_t{kh_} * kw_;
+    const int64_t dm = channels / cin, taps = int64_t{geo_.kh} * geo_.kw;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({taps, batch, channels}), &out));
     if (out->NumElements() == 0) return;
     // The zero-padded image the output pixels read: rows and columns up to the last tap.
-    const int64_t src_rows = (oh - 1) * sh_ + (kh_ - 1) * dh_ + 1;
-    const int64_t src_cols = (ow - 1) * sw_ + (kw_ - 1) * dw_ + 1;
+    const int64_t src_rows = (oh - 1) * geo_.sh + (geo_.kh - 1) * geo_.dh + 1;
+    const int64_t src_cols = (ow - 1) * geo_.sw + (geo_.kw - 1) * geo_.dw + 1;
     const T* xp = x.flat<T>().data();
     const T* gp = g.flat<T>().data();
     T* outp = out->flat<T>().data();
@@ -120,11 +109,12 @@ class DepthwiseKernelGradsOp : public OpKernel {
         for (int64_t r = 0; r < oh; ++r) {
           for (int64_t c = 0; c < ow; ++c) {
             const T* g_rc = ge + (r * ow + c) * channels;
-            for (int64_t i = 0; i < kh_; ++i) {
-              const T* row = src.data() + ((r * sh_ + i * dh_) * src_cols + c * sw_) * channels;
-              for (int64_t j = 0; j < kw_; ++j)
-                MultiplyAdd(row + j * dw_ * channels, g_rc, acc.data() + (i * kw_ + j) * channels,
-                            channels);
+            for (int64_t i = 0; i < geo_.kh; ++i) {
+              const T* row =
+                  src.data() + ((r * geo_.sh + i * geo_.dh) * src_cols + c * geo_.sw) * channels;
+              T* acc_i = acc.data() + i * geo_.kw * channels;
+              for (int64_t j = 0; j < geo_.kw; ++j)
+                MultiplyAdd(row + j * geo_.dw * channels, g_rc, acc_i + j * channels, channels);
             }
           }
         }
@@ -146,10 +136,10 @@ class DepthwiseKernelGradsOp : public OpKernel {
     const int64_t channels = cin * dm;
     std::fill(src, src + src_rows * src_cols * channels, T(0));
     for (int64_t r = 0; r < src_rows; ++r) {
-      const int64_t ih = r - pt_;
+      const int64_t ih = r - geo_.pt;
       if (ih < 0 || ih >= height) continue;
       for (int64_t iw = 0; iw < width; ++iw) {
-        const int64_t col = iw + pl_;
+        const int64_t col = iw + geo_.pl;
         if (col >= src_cols) break;
         const T* in = xe + (ih * width + iw) * cin;
         T* to = src + (r * src_cols + col) * channels;
@@ -162,7 +152,7 @@ class DepthwiseKernelGradsOp : public OpKernel {
     }
   }
 
-  int kh_, kw_, sh_, sw_, dh_, dw_, pt_, pl_;
+  ConvGeometry geo_;
 };
 
 #define TF_TEMPERED_REGISTER(T)                                                      \
