@@ -28,6 +28,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STAGE1 = ROOT / "results/records_cv/fashion_mnist_linear_stage1/runs"
 STAGE2 = ROOT / "results/records_cv/fashion_mnist_linear_stage2"
+ROUND = 2  # names stage 3's runs; run_fmnist_round3_stage2_3.py sets these for round 3
 DATA = "../shared/data"
 THRESHOLD = 0.10  # points of validation accuracy
 SEARCH = [sys.executable, "-m", "tf_tempered.experiments.search", "--recipe=best",
@@ -97,7 +98,7 @@ def select():
 
 def stage3(selected):
     for seed in (0, 1, 2):
-        out = ROOT / f"results/runs/fashion_mnist_best_round2_seed{seed}"
+        out = ROOT / f"results/runs/fashion_mnist_best_round{ROUND}_seed{seed}"
         if (out / "metrics.json").exists():
             print(f"seed {seed}: done")
             continue
@@ -105,7 +106,7 @@ def stage3(selected):
                "--recipe=best", "--dataset=fashion_mnist", f"--data_dir={DATA}",
                *as_flags(selected), f"--seed={seed}", f"--output_dir={out}", "--nosave_model"]
         print(" ".join(cmd[2:]), flush=True)
-        timing = ROOT / f"results/records_cv/stage3_fmnist_round2_seed{seed}.time"
+        timing = ROOT / f"results/records_cv/stage3_fmnist_round{ROUND}_seed{seed}.time"
         with open(timing, "w") as err:
             subprocess.run(cmd, check=True, cwd=ROOT, stderr=err)
 

@@ -57,8 +57,9 @@ class EngineOptions:
 
     Attributes:
       native: use the native ops (CPU, built at first use): the Conv2D op where it
-        applies, the Embedding norm op, and the Box–Muller op for the noise (the same normals to float32
-        rounding, 2.4x faster; compiled for the noise alone only from 10⁶ parameters).
+        applies, the depthwise layers' op, the Embedding norm and row-scatter ops, and the
+        Box–Muller op for the noise (the same normals to float32 rounding, 3.5x faster;
+        compiled for the noise alone only from 10⁶ parameters).
         Default: True unless TF_TEMPERED_NATIVE=0; where the ops cannot be built (no
         compiler), on GPU machines and under XLA, TF ops are used.
       norm_path: "auto" (per-layer cost rules), or one path forced for every
