@@ -113,9 +113,9 @@ def build():
         if path.exists():  # another process built it while we waited
             return path
         compile_flags, link_flags = _flags()
-        _LOG.warning("tf_tempered: compiling its native ops (per-example conv gradients, "
-                     "Embedding norms, DP noise; once per machine and TensorFlow version, up "
-                     "to a minute) into %s", path)
+        _LOG.warning("tf_tempered: compiling its native ops (per-example convolution and "
+                     "depthwise gradients, Embedding norms and sums, DP noise; once per machine "
+                     "and TensorFlow version, up to a minute) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
             command = [compiler, *compile_flags, *map(str, _SOURCES), "-o", str(out),
