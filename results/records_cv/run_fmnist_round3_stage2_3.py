@@ -19,4 +19,4 @@ rounds.STAGE2 = rounds.ROOT / "results/records_cv/fashion_mnist_round3_stage2"
 rounds.ROUND = 3
 
 if __name__ == "__main__":
-    rounds.stage3(rounds.select())
+    rounds.main()
