@@ -33,7 +33,7 @@ microbatch (a matrix-vector clipped sum). A layer's path (`DepthwisePath`):
 
 The TF-ops paths take the batch in chunks of EngineOptions.depthwise_chunk examples.
 On CPU the folded backprop is several times faster than the patches path, and the native
-op 1.3–11x faster than the folded one (oneDNN's depthwise backprop-filter is slow on a
+op 1.2–11x faster than the folded one (oneDNN's depthwise backprop-filter is slow on a
 batch folded into thousands of channels; benchmarks/results/depthwise_native_ab.md).
 """
 
