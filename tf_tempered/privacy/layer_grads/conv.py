@@ -145,19 +145,12 @@ def choose_path(src, hparams, num_microbatches, examples_per_microbatch):
                                                           examples_per_microbatch))
 
 
-def _native_applies(record):
-    """The native op takes a float32/64 Conv2D of static spatial size, where native.usable
-    says the ops run (no GPU: a CPU op would copy every layer's activations off it)."""
-    return (record.grad_output.dtype in (tf.float32, tf.float64)
-            and None not in record.inputs.shape[1:] and native.usable())
-
-
 def _use_native(src, hparams, g_rows):
     """Whether the native op gives this Conv2D's norms (and maybe its gradients)."""
     options = src.options
     if not options.native or options.forced in ("ghost", "materialize", "depthwise"):
         return False
-    if not _native_applies(src):
+    if not conv_grads.native_op_applies(src.inputs, src.grad_output):
         return False
     if options.forced == "native":
         return True

@@ -23,8 +23,18 @@ from one depthwise-conv backprop, without patches.
 import numpy as np
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy import native
 
-__all__ = ["map_padded_chunks", "padding_before", "patches", "per_example_kernel_grads"]
+__all__ = ["map_padded_chunks", "native_op_applies", "padding_before", "patches",
+           "per_example_kernel_grads"]
+
+
+def native_op_applies(x, g):
+    """Whether a native per-example convolution op (Conv2D's, the depthwise layers') can take
+    input x and output gradient g: float32/64, static spatial size (it fixes the padding),
+    where native.usable says the ops run (no GPU: a CPU op would copy every layer's
+    activations off it)."""
+    return g.dtype in (tf.float32, tf.float64) and None not in x.shape[1:] and native.usable()
 
 
 def patches(layer, x):

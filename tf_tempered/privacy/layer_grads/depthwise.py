@@ -129,12 +129,10 @@ def choose_path(hparams, options, x=None, g=None):
 
 
 def _native_applies(options, x, g):
-    """The native op: asked for (not forced off), float32/64, static image sizes, and where
-    native.usable says the ops run (no GPU)."""
+    """The native op: asked for (not forced off) and able to take x and g (conv_grads)."""
     if not options.native or options.forced in ("ghost", "materialize", "depthwise"):
         return False
-    return (g.dtype in (tf.float32, tf.float64) and None not in x.shape[1:]
-            and None not in g.shape[1:] and native.usable())
+    return conv_grads.native_op_applies(x, g)
 
 
 def depthwise_norms(x, g, hparams, layout):
