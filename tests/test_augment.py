@@ -233,6 +233,43 @@ def test_train_script_augments_scatternet_features_with_shifted_images():
     assert 0.0 <= result["test_accuracy"] <= 1.0
 
 
+def test_train_script_mirrors_scatternet_features_with_augment_flip(monkeypatch):
+    """--augment_flip with --features=scatternet: the copies pick among the features of the
+    plain and the mirrored images (here without shifts), at no privacy cost."""
+    pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
+    from tf_tempered import data, scatternet  # pylint: disable=g-import-not-at-top
+    from tf_tempered.experiments import common, train, train_data  # pylint: disable=g-import-not-at-top
+    base = common.TrainConfig(dataset="digits", features="scatternet", activation="tanh",
+                              num_train=128, num_test=32, batch_size=32, epochs=1,
+                              learning_rate=0.5, l2_norm_clip=0.1, seed=0, insecure_dp_seed=1)
+    config = common.validate_config(base.replace(augmult=2, augment_shift=0, augment_flip=True))
+    seen = {}
+    real = train_data.training_batches
+
+    def spy(config, plan, x, y, strategy):
+        seen["x"] = x
+        batches = real(config, plan, x, y, strategy)
+        seen["batch"] = next(iter(batches))
+        return batches
+
+    monkeypatch.setattr(train_data, "training_batches", spy)
+    result = train.run_training(config, verbose=0)
+    x = seen["x"]
+    assert isinstance(x, scatternet.ShiftedFeatures) and x.shape[1] == 2
+    images = data.load("digits", num_train=128, num_test=32).x_train
+    mirrored = scatternet.scattering_features(np.ascontiguousarray(images[:, :, ::-1]))
+    np.testing.assert_allclose(np.asarray(x[:, 1]), mirrored.astype(np.float16), rtol=0, atol=0)
+    batch_x, batch_y, info = seen["batch"]
+    variants = np.asarray(x).astype(np.float32)  # [128, 2, ...]
+    keep = info["mask"].numpy() > 0
+    assert keep.sum() > 0 and len(batch_y) % 2 == 0
+    for features in batch_x.numpy()[keep]:
+        assert any(np.array_equal(features, v) for v in variants.reshape(-1, *variants.shape[2:]))
+    plain = train.run_training(base, verbose=0)
+    assert result["epsilon"] == pytest.approx(plain["epsilon"], rel=1e-12)  # no privacy cost
+    assert 0.0 <= result["test_accuracy"] <= 1.0
+
+
 def test_shifted_scatternet_features_follow_a_middle_validation_fold(monkeypatch):
     """--validation_fold: the augmented features of training example i are those of its image."""
     pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")

@@ -203,6 +203,60 @@ def test_shifted_features_are_the_features_of_the_shifted_images():
         scatternet.shifted_scattering_features(images, max_shift=-1, cache=False)
 
 
+def test_flip_adds_the_features_of_every_shifted_image_mirrored():
+    """flip=True: variant V + v (V = (2s+1)²) is variant v's shifted image mirrored left-right
+    (shift, then mirror: random_shift_flip's order), so a uniform variant is its augmentation."""
+    from tf_tempered import augment  # pylint: disable=g-import-not-at-top
+    images = np.random.default_rng(1).random((3, 8, 8)).astype("float32")
+    variants = scatternet.shifted_scattering_features(images, max_shift=1, flip=True, J=1, L=2,
+                                                      cache=False)
+    assert variants.shape == (3, 18, 4, 4, 3)
+    padded = np.pad(images, [(0, 0), (1, 1), (1, 1)])
+    crops = [padded[:, a:a + 8, b:b + 8] for a in range(3) for b in range(3)]
+    for v, crop in enumerate(crops):
+        for mirrored, image in ((0, crop), (1, crop[:, :, ::-1])):
+            expected = scatternet.scattering_features(np.ascontiguousarray(image), J=1, L=2,
+                                                      cache=False)
+            np.testing.assert_allclose(variants[:, 9 * mirrored + v], expected, rtol=1e-3,
+                                       atol=1e-3)
+    # The features of a mirrored image are not a rearrangement of the plain ones' values
+    # (why they are computed): e.g. variant 13 (unshifted, mirrored) differs from variant 4.
+    assert np.abs(variants[:, 13].astype("float32") - variants[:, 4]).max() > 1e-2
+    # Every image random_shift_flip makes is one of these 18.
+    augmented = augment.random_shift_flip(images[..., None], max_shift=1, flip=True,
+                                          seed=[3, 4]).numpy()[..., 0]
+    images_of = crops + [crop[:, :, ::-1] for crop in crops]
+    for i in range(3):
+        assert any(np.array_equal(augmented[i], image[i]) for image in images_of)
+    only_mirror = scatternet.shifted_scattering_features(images, max_shift=0, flip=True, J=1,
+                                                         L=2, cache=False)
+    np.testing.assert_array_equal(only_mirror, variants[:, [4, 13]])
+    with pytest.raises(ValueError, match="flip='yes' is invalid"):
+        scatternet.shifted_scattering_features(images, max_shift=0, flip="yes", cache=False)
+
+
+def test_cached_mirrored_features(tmp_path):
+    """One float16 file per variant but the plain one, the mirrored ones named _mirror_shift."""
+    images = _images(4, 8, seed=2)
+    in_memory = scatternet.shifted_scattering_features(images, max_shift=0, flip=True, J=1,
+                                                       L=2, cache=False)
+    cached = scatternet.shifted_scattering_features(images, max_shift=0, flip=True, J=1, L=2,
+                                                    cache_dir=tmp_path)
+    assert cached.shape == (4, 2, 4, 4, 3) and cached.shifts == ((0, 0, False), (0, 0, True))
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 2 and sum(f.endswith("_mirror_shift+0+0_float16.npy") for f in files) == 1
+    np.testing.assert_array_equal(np.asarray(cached), in_memory)
+    # The shifts-only files of the same images are shared (not recomputed) with flip=True.
+    scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2, cache_dir=tmp_path)
+    stamps = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    both = scatternet.shifted_scattering_features(images, max_shift=1, flip=True, J=1, L=2,
+                                                  cache_dir=tmp_path)
+    assert len(list(tmp_path.iterdir())) == 18
+    assert all(p.stat().st_mtime_ns == stamps[p.name] for p in tmp_path.iterdir()
+               if p.name in stamps)
+    np.testing.assert_array_equal(np.asarray(both)[:, [4, 13]], in_memory)
+
+
 def test_missing_kymatio_names_the_pip_command(monkeypatch):
     import sys  # pylint: disable=g-import-not-at-top
     monkeypatch.setitem(sys.modules, "kymatio", None)  # what Python does when it is absent

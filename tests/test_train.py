@@ -141,8 +141,6 @@ def test_non_private_run_reports_infinite_epsilon(tmp_path):
     (dict(head="linear", features="scatternet", learnable=True),
      "--learnable has nothing to learn with --head=linear"),
     (dict(lr_schedule="step"), "--lr_schedule='step' is invalid"),
-    (dict(features="scatternet", augmult=2, augment_flip=True),
-     "--augment_flip is not supported with --features=scatternet"),
     (dict(poisson_padding=False, sampling="shuffle"), "--nopoisson_padding applies to DP-SGD"),
     (dict(poisson_padding=False, dpsgd=False), "--nopoisson_padding applies to DP-SGD"),
 ])
@@ -444,10 +442,12 @@ def test_cli_keeps_the_progress_bar_on_a_terminal(tmp_path):
     _check_epoch_lines(epoch_lines)
 
 
-def test_augmult_shifts_scatternet_features():
-    # Shifted images' features, precomputed; flips are refused (above).
+def test_augmult_shifts_and_flips_scatternet_features():
+    # Shifted (and mirrored) images' features, precomputed: tests/test_augment.py trains on them.
     validate_config(TINY.replace(dataset="mnist", features="scatternet", augmult=4,
                                  augment_shift=1))
+    validate_config(TINY.replace(dataset="mnist", features="scatternet", augmult=2,
+                                 augment_shift=0, augment_flip=True))
 
 
 def test_cosine_schedule_decays_the_learning_rate_to_zero_over_the_run():

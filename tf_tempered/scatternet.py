@@ -40,17 +40,20 @@ then S1 by (j1, θ1), then S2 by (j1, θ1, j2, θ2)).
 
 Shifted copies (augmentation multiplicity, ``--augmult``):
 :func:`shifted_scattering_features` caches the features of the images shifted by
-every (dy, dx) within ±s pixels (zero fill), one float16 ``.npy`` file per shift,
-written chunk by chunk; it returns a :class:`ShiftedFeatures`, which reads the rows
+every (dy, dx) within ±s pixels (zero fill), and with ``flip`` of those shifted
+images mirrored left-right too, one float16 ``.npy`` file per variant, written chunk
+by chunk; it returns a :class:`ShiftedFeatures`, which reads the rows
 a training batch needs from those files (memory-mapped, the pages released after
 each read) instead of holding them in memory. A shift cannot be applied to the
 features exactly (they are subsampled by 2^J = 4, and kymatio pads by reflection),
-so every shift is transformed from the shifted images themselves.
+nor can a mirror (the oriented wavelets' channels and the subsampling grid would
+move), so every variant is transformed from the shifted (mirrored) images themselves.
 
 Cache (``$TF_TEMPERED_CACHE_DIR/scatternet``, default
 ``~/.cache/tf_tempered/scatternet``; its size for ``--recipe=best``:
 docs/reproduction.md, "What a run takes"): the features of each image array, float32,
-and of each shifted copy, float16 (the unshifted copy is read from the float32 file).
+and of each shifted or mirrored copy, float16 (the plain copy is read from the float32
+file).
 Files can be deleted at any time; they are recomputed when needed.
 
 :func:`scatternet_cnn` is Tramèr & Boneh's CNN for MNIST / Fashion-MNIST on these
@@ -447,7 +450,8 @@ def _as_rows(array):
 
 
 class ShiftedFeatures:
-    """Scattering features of N images under V shifts, on disk: :func:`shifted_scattering_features`.
+    """Scattering features of N images under V variants (shifts, mirrors), on disk:
+    :func:`shifted_scattering_features`.
 
     Array-like, of shape [n, V, h, w, K] and dtype float16 (``x[i]``, ``x[a:b]``,
     ``x[:, v]`` and ``np.asarray(x)`` read the files), where row i is example
@@ -458,6 +462,7 @@ class ShiftedFeatures:
     """
 
     def __init__(self, paths, shifts, rows, feature_shape, dtype=np.float16):
+        # shifts[v]: variant v's (dy, dx, mirrored).
         self.paths, self.shifts = tuple(map(str, paths)), tuple(shifts)
         self.rows = np.asarray(rows, np.int64)
         self.feature_shape, self.dtype = tuple(feature_shape), np.dtype(dtype)
@@ -539,24 +544,29 @@ class ShiftedFeatures:
         return tf.cast(features, tf.float32)
 
 
-def _shifted_path(plain, dy, dx, dtype):
-    return plain.with_name(f"{plain.stem}_shift{dy:+d}{dx:+d}_{np.dtype(dtype).name}.npy")
+def _shifted_path(plain, dy, dx, mirrored, dtype):
+    mirror = "_mirror" if mirrored else ""
+    return plain.with_name(f"{plain.stem}{mirror}_shift{dy:+d}{dx:+d}_{np.dtype(dtype).name}.npy")
 
 
-def shifted_scattering_features(images, *, max_shift, J=2, L=8, cache_dir=None, cache=True,
-                                dtype=np.float16, progress=None):
-    """Scattering features of ``images`` under every integer shift within ±``max_shift`` pixels.
+def shifted_scattering_features(images, *, max_shift, flip=False, J=2, L=8, cache_dir=None,
+                                cache=True, dtype=np.float16, progress=None):
+    """Scattering features of ``images`` under every integer shift within ±``max_shift`` pixels
+    (and, with ``flip``, of each shifted image mirrored left-right).
 
     Variant v = a·(2s+1) + b (s = max_shift) holds the features of the images
     zero-padded by s and cropped back to H × W at offset (a, b), i.e. shifted by
-    (s − a, s − b) as :func:`tf_tempered.augment.random_shift_flip` shifts them. A
-    uniformly random variant per augmented copy is thus exactly random-shift
-    augmentation of the images, with the transform computed once per shift instead
-    of once per copy.
+    (s − a, s − b) as :func:`tf_tempered.augment.random_shift_flip` shifts them; with
+    ``flip``, variant (2s+1)² + v holds those of variant v's images mirrored (shift
+    first, then mirror, as random_shift_flip does). A uniformly random variant per
+    augmented copy is thus exactly random_shift_flip's augmentation of the images (a
+    uniform shift, mirrored with probability 1/2), with the transform computed once
+    per variant instead of once per copy.
 
     Returns, with ``cache`` (the default), a :class:`ShiftedFeatures` of shape
-    [N, V, H / 2^J, W / 2^J, K], V = (2s+1)², that reads the cache files when asked
-    (nothing is held in memory): one ``dtype`` file per shift other than (0, 0), about
+    [N, V, H / 2^J, W / 2^J, K], V = (2s+1)² (twice that with ``flip``), that reads the
+    cache files when asked (nothing is held in memory): one ``dtype`` file per variant
+    other than the plain images, about
     N·K·(H/2^J)·(W/2^J)·2 bytes each for float16, computed chunk by chunk the first
     time; the unshifted variant is :func:`scattering_features`' float32 file, rounded
     to ``dtype`` when read. With ``cache=False``, the array itself (in memory).
@@ -565,6 +575,9 @@ def shifted_scattering_features(images, *, max_shift, J=2, L=8, cache_dir=None, 
     >>> shifted_scattering_features(np.zeros((2, 8, 8)), max_shift=1, J=1, L=2,
     ...                             cache=False).shape
     (2, 9, 4, 4, 3)
+    >>> shifted_scattering_features(np.zeros((2, 8, 8)), max_shift=0, flip=True, J=1, L=2,
+    ...                             cache=False).shape
+    (2, 2, 4, 4, 3)
     """
     x = _as_nhwc(images)
     if isinstance(max_shift, bool) or not isinstance(max_shift, (int, np.integer)) \
@@ -573,30 +586,34 @@ def shifted_scattering_features(images, *, max_shift, J=2, L=8, cache_dir=None, 
                          "(pixels).")
     _check_transform(J, L, x.shape[1:3])
     _kymatio()
+    if not isinstance(flip, (bool, np.bool_)):
+        raise ValueError(f"flip={flip!r} is invalid: it must be True or False.")
     s, (n, h, w, c) = int(max_shift), x.shape
-    shifts = [(s - a, s - b) for a in range(2 * s + 1) for b in range(2 * s + 1)]
+    shifts = [(s - a, s - b, mirrored) for mirrored in ((False, True) if flip else (False,))
+              for a in range(2 * s + 1) for b in range(2 * s + 1)]
     feature_shape = (h // 2 ** J, w // 2 ** J, c * num_channels(J, L))
+    plain_variant = (0, 0, False)
     if cache:
         folder = pathlib.Path(cache_dir) if cache_dir is not None else default_cache_dir()
         plain = _plain_path(folder, x, J, L, _digest(x))
-        paths = [plain if shift == (0, 0) else _shifted_path(plain, *shift, dtype)
+        paths = [plain if shift == plain_variant else _shifted_path(plain, *shift, dtype)
                  for shift in shifts]
         if not _valid(plain, (n,) + feature_shape, np.float32):
             scattering_features(x, J=J, L=L, cache_dir=folder, progress=progress)
         todo = [i for i, (p, shift) in enumerate(zip(paths, shifts))
-                if shift != (0, 0) and not _valid(p, (n,) + feature_shape, dtype)]
+                if shift != plain_variant and not _valid(p, (n,) + feature_shape, dtype)]
     else:
         todo = [i for i, shift in enumerate(shifts)]
     show = _show(progress, n * c * (len(todo) or len(shifts)))  # all cached: says so
-    label = (f"ScatterNet features (J={J}, L={L}) of {len(todo)} shifted copies of {n} "
-             f"images")
+    label = (f"ScatterNet features (J={J}, L={L}) of {len(todo)} shifted "
+             f"{'or mirrored ' if flip else ''}copies of {n} images")
     if show and todo and cache:
         print(f"{label}: not cached yet, writing {len(todo)} files of "
               f"{_size(n * np.prod(feature_shape) * np.dtype(dtype).itemsize)} in {folder}",
               flush=True)
     elif show and cache:
-        print(f"ScatterNet features of {len(shifts)} shifts of {n} images: cached in {folder} "
-              "(read per batch)", flush=True)
+        print(f"ScatterNet features of {len(shifts)} {'shifts and mirrors' if flip else 'shifts'}"
+              f" of {n} images: cached in {folder} (read per batch)", flush=True)
     progress_bar = _Progress(label, n * c * len(todo), show)
     if not cache:
         out = np.empty((n, len(shifts)) + feature_shape, dtype)
@@ -622,16 +639,19 @@ def _valid(path, shape, dtype):
 
 
 def _shifted_chunks(x, shifts, J, L, progress):
-    """Yields (shift index, (start, features)) for every chunk of x under every shift."""
+    """Yields (variant index, (start, features)) for every chunk of x under every
+    (dy, dx, mirrored) variant: shifted, then mirrored left-right if ``mirrored``."""
     n, h, w, c = x.shape
-    s = max([max(abs(dy), abs(dx)) for dy, dx in shifts] + [0])
+    s = max([max(abs(dy), abs(dx)) for dy, dx, _ in shifts] + [0])
     size = max(1, _CHUNK // c)
 
     def tasks():
         for start in range(0, n, size):
             padded = np.pad(x[start:start + size], [(0, 0), (s, s), (s, s), (0, 0)])
-            for dy, dx in shifts:
+            for dy, dx, mirrored in shifts:
                 crop = padded[:, s - dy:s - dy + h, s - dx:s - dx + w]
+                if mirrored:
+                    crop = crop[:, :, ::-1]
                 yield np.ascontiguousarray(np.moveaxis(crop, -1, 1)).reshape(-1, h, w)
 
     keys = ((v, start) for start in range(0, n, size) for v in range(len(shifts)))

@@ -149,7 +149,9 @@ def _augmentation_and_output_flags(d):
          "once ((2s+1)^2 times the features, kept in float16) and each copy takes a random "
          "one."),
         ("bool", "augment_flip", d.augment_flip,
-         "With --augmult > 1: also flip copies left-right at random (not for digits)."),
+         "With --augmult > 1: also flip copies left-right at random (not for digits). With "
+         "--features=scatternet the features of every mirrored (shifted) image are computed "
+         "once too (twice the files)."),
         ("string", "output_dir", None, "Where to write results (default: write nothing)."),
         ("bool", "save_model", d.save_model, "Also save model.keras into --output_dir."),
         ("string", "recipe", None, "Named bundle of flag defaults (experiments/recipes.py, "

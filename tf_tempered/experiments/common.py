@@ -151,11 +151,6 @@ _RULES: Tuple[Rule, ...] = (
     Rule(lambda c: c.augment_flip and c.augmult == 1,
          lambda c: "--augment_flip has no effect without augmentation: give --augmult=K (K > 1), "
                    "or drop --augment_flip."),
-    # The oriented wavelets' channels would have to be permuted too.
-    Rule(lambda c: c.augment_flip and c.features == "scatternet",
-         lambda c: "--augment_flip is not supported with --features=scatternet (its copies are "
-                   "precomputed features of shifted images). Fix: drop --augment_flip, or use "
-                   "--features=pixels."),
     Rule(lambda c: c.momentum and c.optimizer != "sgd",
          lambda c: f"--momentum only applies to --optimizer=sgd, not --optimizer={c.optimizer}. "
                    "Fix: drop --momentum."),

@@ -212,10 +212,12 @@ def _prepare_data(config, backup_dir):
                                                         fold=config.validation_fold)
     train_x = dataset.x_train
     if config.features == "scatternet" and config.augmult > 1:
-        # The features of every shifted image, once (for all images, so one cache
-        # serves every split): augmentation copies pick among them.
+        # The features of every shifted (and with --augment_flip mirrored) image, once
+        # (for all images, so one cache serves every split): augmentation copies pick
+        # among them.
         train_x = data_lib.without_block(
-            scatternet.shifted_scattering_features(images, max_shift=config.augment_shift),
+            scatternet.shifted_scattering_features(images, max_shift=config.augment_shift,
+                                                   flip=config.augment_flip),
             *held_out)
     plan = plan_privacy(config, len(dataset.y_train))
     # --feature_norm=dp_stats: released once, from the training part only (plan accounts it);
