@@ -23,7 +23,7 @@ __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn
            "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
-           "is_functional_model", "register_activation_name"]
+           "is_functional_model", "layer_normalized_input", "register_activation_name"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -138,6 +138,24 @@ def lora_factors(layer):
     if base is None or a is None or b is None:
         return None
     return base, a, b, float(layer.lora_alpha) / float(layer.lora_rank)
+
+
+def layer_normalized_input(layer, x):
+    """x̂ = ∂y/∂γ · 1 of a Keras 3 LayerNormalization (not rms_scaling) on input x: its own op
+    with no γ or β, ``keras.ops.layer_normalization(x, None, None, axis, epsilon)``, cast to
+    its compute dtype as its call casts y. None for anything else (tf-keras, rms_scaling, a
+    subclass with its own call): the caller differentiates the layer's call instead.
+
+    Keras 3 computes y = x·(inv·γ) + (β − mean·inv·γ), inv = rsqrt(var + ε), so
+    ∂y/∂γ · 1 = x·inv − mean·inv, which is what the op returns without γ and β.
+    """
+    if not IS_KERAS3 or type(layer).call is not keras.layers.LayerNormalization.call:
+        return None
+    if getattr(layer, "rms_scaling", True) or not hasattr(keras.ops, "layer_normalization"):
+        return None
+    normalized = keras.ops.layer_normalization(x, None, None, axis=layer.axis,
+                                               epsilon=layer.epsilon)
+    return keras.ops.cast(normalized, layer.compute_dtype)
 
 
 def variable_key(variable):

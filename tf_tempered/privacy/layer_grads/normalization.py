@@ -23,7 +23,9 @@ gradients are
 summed over the positions p that share a γ entry (g: the output gradient). x̂ is
 ∂y/∂γ in the direction of ones, taken by forward-mode differentiation of the layer's
 own call: no re-implementation of Keras' variants (fused kernels, RMS scaling, dtype
-casts), one extra layer forward. β enters additively in both Kerases (they create it
+casts), one extra layer forward. Keras 3's plain LayerNormalization instead gives x̂
+from its own op called without γ and β (keras_bridge.layer_normalized_input): one
+normalization, not a forward and its tangent (a third of the elementwise passes). β enters additively in both Kerases (they create it
 only then), so its direction is 1 and its gradient Σ_p g[b, p] needs no forward pass.
 """
 
@@ -74,11 +76,18 @@ class AffineNormalizationHandler(Handler):
         variables = self.variables(call.layer, hparams)
         beta = getattr(call.layer, "beta", None)
         additive = {keras_bridge.variable_key(beta): 1.0} if beta is not None else {}
+        gamma = getattr(call.layer, "gamma", None)
+        directions = {}
+        if gamma is not None:
+            normalized = keras_bridge.layer_normalized_input(call.layer, call.inputs)
+            if normalized is not None:
+                directions[keras_bridge.variable_key(gamma)] = normalized
         return norms_from_per_example(variables, broadcast_weight_grads(
-            call, variables, hparams.axes, additive=additive), layout, "closed_form")
+            call, variables, hparams.axes, additive=additive, directions=directions),
+            layout, "closed_form")
 
 
-def broadcast_weight_grads(call, variables, axes, additive=None):
+def broadcast_weight_grads(call, variables, axes, additive=None, directions=None):
     """Per-example gradients [B, *var.shape] of weights broadcast over the input's other axes.
 
     For a layer whose output element y[b, p] depends on one entry of each variable (the
@@ -89,18 +98,24 @@ def broadcast_weight_grads(call, variables, axes, additive=None):
     variable keys (keras_bridge.variable_key) of weights that enter y as ± w to that
     sign: their direction is the constant sign, so Σ_p sign·g[b, p] needs no forward
     pass (and leaves Grappler no constant [B, ...] direction to fold and hold).
+    ``directions`` maps variable keys to ∂y/∂w · ones already at hand (the output's
+    shape), used instead of the forward-mode pass.
     """
     x = call.inputs
     rank = x.shape.rank
     spanned = {a % rank for a in axes}
     summed_axes = [a for a in range(1, rank) if a not in spanned]
-    additive = additive or {}
+    additive, directions = additive or {}, directions or {}
     per_example = []
     for var in variables:
         sign = additive.get(keras_bridge.variable_key(var))
+        given = directions.get(keras_bridge.variable_key(var))
         if sign is not None:
             g = tf.cast(call.grad_output, var.dtype)
             direction = tf.constant(sign, var.dtype)  # a scalar: broadcast, not folded
+        elif given is not None:
+            direction = tf.convert_to_tensor(given)
+            g = tf.cast(call.grad_output, direction.dtype)
         else:
             # ∂y/∂var · ones (x̂ for γ).
             watched = keras_bridge.watchable(var)
