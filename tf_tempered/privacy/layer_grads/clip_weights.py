@@ -19,9 +19,10 @@ form Σ_m c_m·g_m from a `ClipWeights`.
 """
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy import native
 
-__all__ = ["ClipWeights", "group_rows", "per_example", "sum_microbatches", "weighted_sum",
-           "widen"]
+__all__ = ["ClipWeights", "group_rows", "per_example", "row_sq_norms", "sum_microbatches",
+           "weighted_sum", "widen"]
 
 _HALF = (tf.float16, tf.bfloat16)
 
@@ -63,6 +64,21 @@ class ClipWeights:
             return tf.where(keep > 0, t, tf.zeros([], t.dtype))
 
         return tf.cond(self.all_finite, lambda: tf.identity(t), zeroed)
+
+
+def row_sq_norms(rows, options=None):
+    """Σ_k rows[m, k]² of each row of [M, K] (e.g. materialized per-microbatch gradients): [M].
+
+    By the native op (one read, no [M, K] square held) where ``options.native`` allows it,
+    the rows are float32/64 and native.usable() (CPU); else TF's square-then-sum.
+
+    >>> row_sq_norms(tf.constant([[3.0, 4.0], [1.0, 0.0]])).numpy().tolist()
+    [25.0, 1.0]
+    """
+    if (options is not None and options.native and rows.dtype in (tf.float32, tf.float64)
+            and rows.shape.rank == 2 and native.usable()):
+        return native.row_sq_norms(rows)
+    return tf.reduce_sum(tf.square(rows), 1)
 
 
 def group_rows(t, num_microbatches):

@@ -55,7 +55,7 @@ def norms_from_per_example(variables, per_example, layout, path_name):
     microbatch), its path ``NamedPath(path_name)``."""
     num_microbatches = layout.num_microbatches
     grouped = [clip.sum_microbatches(p, num_microbatches) for p in per_example]
-    sq = tf.add_n([tf.reduce_sum(tf.square(tf.reshape(p, [num_microbatches, -1])), 1)
+    sq = tf.add_n([clip.row_sq_norms(tf.reshape(p, [num_microbatches, -1]), layout.options)
                    for p in grouped])
 
     def clipped_sum(weights):

@@ -307,7 +307,7 @@ def _kernel_sq_norms(src, materialize, kernel, layout, *, with_bias):
     if materialize is True:
         per_microbatch = _over_chunks(_materialized_kernel_grads, src, num_microbatches,
                                       examples)
-        return _sq_row_norms(per_microbatch), _kept_sum(per_microbatch)
+        return clip.row_sq_norms(per_microbatch, src.options), _kept_sum(per_microbatch)
     if materialize is False:
         return _over_chunks(functools.partial(_ghost_sq_norms, with_bias=with_bias),
                             src, num_microbatches, examples), None
@@ -315,7 +315,7 @@ def _kernel_sq_norms(src, materialize, kernel, layout, *, with_bias):
     def materialized():
         per_microbatch = _over_chunks(_materialized_kernel_grads, src, num_microbatches,
                                       examples)
-        return _sq_row_norms(per_microbatch), per_microbatch
+        return clip.row_sq_norms(per_microbatch, src.options), per_microbatch
 
     def ghost():  # an empty stand-in keeps both branches' outputs alike
         return (_over_chunks(_ghost_sq_norms, src, num_microbatches, examples),

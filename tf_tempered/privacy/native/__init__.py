@@ -29,6 +29,9 @@
   one thread).
 * ``scatter_rows``: an Embedding's clipped sum made dense, rows in parallel, tf.scatter_nd's
   values bit for bit (cc/scatter_rows.cc; TF's kernel runs on one thread).
+* ``row_sq_norms``: the squared norm of each row of a matrix (materialized per-microbatch
+  gradients) in one read and without the squared copy TF's square-then-sum holds
+  (cc/row_sq_norms.cc).
 
 Built at first use (:mod:`.library`; how long: docs/install.md), or ahead of time by
 ``python -m tf_tempered.privacy.native``. CPU only: on a GPU machine the handlers use TF
@@ -39,8 +42,9 @@ from tf_tempered.privacy.native.library import (BUILD_MIN_VALUES, available, bui
                                                 library_path, load, usable)
 from tf_tempered.privacy.native.ops import (box_muller, box_muller_pieces,
                                             conv2d_group_kernel_grads, depthwise_kernel_grads,
-                                            embedding_sq_norms, scatter_rows)
+                                            embedding_sq_norms, row_sq_norms, scatter_rows)
 
 __all__ = ["BUILD_MIN_VALUES", "available", "box_muller", "box_muller_pieces", "build",
            "conv2d_group_kernel_grads", "depthwise_kernel_grads",
-           "embedding_sq_norms", "library_path", "load", "scatter_rows", "usable"]
+           "embedding_sq_norms", "library_path", "load", "row_sq_norms", "scatter_rows",
+           "usable"]

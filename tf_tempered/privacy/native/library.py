@@ -47,7 +47,7 @@ __all__ = ["available", "build", "library_path", "load", "switched_off", "usable
 _CC = pathlib.Path(__file__).with_name("cc")
 _SOURCES = tuple(_CC / name for name in ("conv_kernel_grads.cc", "depthwise_kernel_grads.cc",
                                          "box_muller.cc", "embedding_sq_norms.cc",
-                                         "scatter_rows.cc"))
+                                         "scatter_rows.cc", "row_sq_norms.cc"))
 # In the cache key with the sources: an edit rebuilds.
 _HEADERS = (_CC / "conv_geometry.h", _CC / "philox.h")
 _ENV_SWITCH = "TF_TEMPERED_NATIVE"

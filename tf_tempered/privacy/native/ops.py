@@ -21,7 +21,7 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy.native import library
 
 __all__ = ["box_muller", "box_muller_pieces", "conv2d_group_kernel_grads",
-           "depthwise_kernel_grads", "embedding_sq_norms", "scatter_rows"]
+           "depthwise_kernel_grads", "embedding_sq_norms", "row_sq_norms", "scatter_rows"]
 
 
 def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilations, pads,
@@ -93,3 +93,9 @@ def scatter_rows(indices, values, num_rows):
     """
     return library.load().tf_tempered_scatter_rows(indices, values,
                                                    tf.cast(num_rows, tf.int64))
+
+
+def row_sq_norms(x):
+    """Σ_k x[r, k]² of each row of a matrix x [R, K] (float32/64): [R], one read of x and no
+    [R, K] square (cc/row_sq_norms.cc); tf.reduce_sum(tf.square(x), 1) up to rounding."""
+    return library.load().tf_tempered_row_sq_norms(x)
