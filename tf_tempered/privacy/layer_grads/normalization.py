@@ -55,8 +55,9 @@ class AffineNormalizationHandler(Handler):
 
     name = "normalization"
     summary = ("LayerNormalization, GroupNormalization: per-example γ gradients Σ g·x̂ and β "
-               "gradients Σ g in closed form, x̂ by forward-mode differentiation of the layer's "
-               "own call; materialized per microbatch ([M, channels]), matrix-vector clipped sum")
+               "gradients Σ g in closed form, x̂ from Keras 3's layer-normalization op without "
+               "γ and β, else by forward-mode differentiation of the layer's own call; "
+               "materialized per microbatch ([M, channels]), matrix-vector clipped sum")
 
     def hyperparameters(self, layer):
         axis = layer.axis
