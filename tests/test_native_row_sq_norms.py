@@ -64,6 +64,7 @@ def _count_calls(monkeypatch):
 @needs_op
 @pytest.mark.parametrize("native_allowed", [True, False])
 def test_row_sq_norms_takes_the_op_only_when_allowed(monkeypatch, native_allowed):
+    native.load()  # built: a small matrix alone does not build it (next test)
     calls = _count_calls(monkeypatch)
     x = tf.constant(np.random.default_rng(0).standard_normal((6, 40)), tf.float32)
     got = clip_weights.row_sq_norms(x, EngineOptions(native=native_allowed))
@@ -74,6 +75,20 @@ def test_row_sq_norms_takes_the_op_only_when_allowed(monkeypatch, native_allowed
     clip_weights.row_sq_norms(tf.cast(x, tf.float16), EngineOptions())
     clip_weights.row_sq_norms(x)
     assert not calls
+
+
+@needs_op
+def test_small_rows_do_not_build_the_library(monkeypatch, tmp_path):
+    """A first build (15-60 s) only for BUILD_MIN_VALUES values: a small model's norms would
+    not repay it."""
+    monkeypatch.setattr(library, "_state", {**library._state, "loaded": False})  # pylint: disable=protected-access
+    monkeypatch.setattr(library, "library_path", lambda: tmp_path / "absent.so")
+    built = []
+    monkeypatch.setattr(library, "available", lambda: built.append(1) or True)
+    calls = _count_calls(monkeypatch)
+    clip_weights.row_sq_norms(tf.ones([6, 40]), EngineOptions())
+    assert not calls and not built
+    assert library.usable(library.BUILD_MIN_VALUES) and built  # a large one would
 
 
 def _dense_update(options, monkeypatch):
@@ -97,6 +112,7 @@ def _dense_update(options, monkeypatch):
 @needs_op
 def test_the_engine_takes_the_op_for_materialized_gradients_with_tfs_update(monkeypatch):
     """Binding clipping (C = 0.05): the norms decide every update; the op's and TF's agree."""
+    native.load()
     with_op, calls = _dense_update(EngineOptions(norm_path="materialize"), monkeypatch)
     assert calls, "the materialized gradients' norms did not take the native op"
     without, calls_off = _dense_update(EngineOptions(norm_path="materialize", native=False),

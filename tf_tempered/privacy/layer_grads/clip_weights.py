@@ -70,14 +70,19 @@ def row_sq_norms(rows, options=None):
     """Σ_k rows[m, k]² of each row of [M, K] (e.g. materialized per-microbatch gradients): [M].
 
     By the native op (one read, no [M, K] square held) where ``options.native`` allows it,
-    the rows are float32/64 and native.usable() (CPU); else TF's square-then-sum.
+    the rows are float32/64 and native.usable() (CPU: a first build of the library only
+    for BUILD_MIN_VALUES values, the saving of a small model's norms would not repay it);
+    else TF's square-then-sum.
 
     >>> row_sq_norms(tf.constant([[3.0, 4.0], [1.0, 0.0]])).numpy().tolist()
     [25.0, 1.0]
     """
     if (options is not None and options.native and rows.dtype in (tf.float32, tf.float64)
-            and rows.shape.rank == 2 and native.usable()):
-        return native.row_sq_norms(rows)
+            and rows.shape.rank == 2):
+        # Counted per row when the number of rows is unknown while tracing.
+        size = rows.shape.num_elements() or rows.shape[-1] or 0
+        if native.usable(size):
+            return native.row_sq_norms(rows)
     return tf.reduce_sum(tf.square(rows), 1)
 
 

@@ -25,8 +25,9 @@ summed over the positions p that share a γ entry (g: the output gradient). x̂ 
 own call: no re-implementation of Keras' variants (fused kernels, RMS scaling, dtype
 casts), one extra layer forward. Keras 3's plain LayerNormalization instead gives x̂
 from its own op called without γ and β (keras_bridge.layer_normalized_input): one
-normalization, not a forward and its tangent (a third of the elementwise passes). β enters additively in both Kerases (they create it
-only then), so its direction is 1 and its gradient Σ_p g[b, p] needs no forward pass.
+normalization, not a forward pass and its tangent (a third of the elementwise passes).
+β enters additively in both Kerases (they create it only then), so its direction is 1
+and its gradient Σ_p g[b, p] needs no forward pass.
 """
 
 import dataclasses
