@@ -61,6 +61,7 @@ def test_mixed_precision_direction_has_the_compute_dtype():
     np.testing.assert_allclose(direct.numpy(), expected.numpy(), rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.filterwarnings("ignore:You passed `rms_scaling=True`")  # Keras 3's deprecation
 def test_variants_it_does_not_know_are_left_to_forward_mode():
     x = tf.ones([2, 4])
 
