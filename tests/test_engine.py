@@ -26,6 +26,7 @@ import pytest
 
 import tf_tempered
 import noise_statistics
+from native_calls import record_calls
 from dp_reference import _microbatch_grads
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 from tf_tempered.layers import TemperedSigmoid
@@ -229,15 +230,8 @@ def test_depthwise_path_in_chunks_equals_tf_privacy(static_batch):
 
 
 def _count_native_calls(monkeypatch):
-    calls = []
-    op = native.conv2d_group_kernel_grads
-
-    def counting(*args, **kwargs):
-        calls.append(kwargs["output_grads"])
-        return op(*args, **kwargs)
-
-    monkeypatch.setattr(native, "conv2d_group_kernel_grads", counting)
-    return calls
+    return record_calls(monkeypatch, "conv2d_group_kernel_grads",
+                        lambda args, kwargs: kwargs["output_grads"])
 
 
 @pytest.mark.cover_each()

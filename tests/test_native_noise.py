@@ -22,6 +22,7 @@ import warnings
 
 import numpy as np
 import pytest
+from native_calls import record_calls
 
 import noise_statistics
 from tf_tempered._compat import keras, tf
@@ -141,12 +142,7 @@ def test_float64_draws_keep_tfs_ops():
 
 def _noise_update(options, monkeypatch, calls):
     for name in ("box_muller", "box_muller_pieces"):
-        real = getattr(native, name)
-
-        def counted(*args, real=real, name=name):
-            calls.append(name)
-            return real(*args)
-        monkeypatch.setattr(native, name, counted)
+        record_calls(monkeypatch, name, lambda args, kwargs, name=name: name, calls=calls)
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((50,)), keras.layers.Dense(40, use_bias=False),
                               keras.layers.Dense(30, use_bias=False)])

@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 import pytest
+from native_calls import record_calls
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import EngineOptions, make_private, native
@@ -50,22 +51,11 @@ def test_in_a_function_with_unknown_sizes_and_refuses_other_ranks():
         tf.function(native.row_sq_norms).get_concrete_function(tf.TensorSpec([2, 3, 4]))
 
 
-def _count_calls(monkeypatch):
-    calls = []
-    op = native.row_sq_norms
-
-    def counted(*args):
-        calls.append(1)
-        return op(*args)
-    monkeypatch.setattr(native, "row_sq_norms", counted)
-    return calls
-
-
 @needs_op
 @pytest.mark.parametrize("native_allowed", [True, False])
 def test_row_sq_norms_takes_the_op_only_when_allowed(monkeypatch, native_allowed):
     native.load()  # built: a small matrix alone does not build it (next test)
-    calls = _count_calls(monkeypatch)
+    calls = record_calls(monkeypatch, "row_sq_norms")
     x = tf.constant(np.random.default_rng(0).standard_normal((6, 40)), tf.float32)
     got = clip_weights.row_sq_norms(x, EngineOptions(native=native_allowed))
     assert calls == ([1] if native_allowed else [])
@@ -85,14 +75,14 @@ def test_small_rows_do_not_build_the_library(monkeypatch, tmp_path):
     monkeypatch.setattr(library, "library_path", lambda: tmp_path / "absent.so")
     built = []
     monkeypatch.setattr(library, "available", lambda: built.append(1) or True)
-    calls = _count_calls(monkeypatch)
+    calls = record_calls(monkeypatch, "row_sq_norms")
     clip_weights.row_sq_norms(tf.ones([6, 40]), EngineOptions())
     assert not calls and not built
     assert library.usable(library.BUILD_MIN_VALUES) and built  # a large one would
 
 
 def _dense_update(options, monkeypatch):
-    calls = _count_calls(monkeypatch)
+    calls = record_calls(monkeypatch, "row_sq_norms")
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input([5, 12]), keras.layers.Dense(8, activation="tanh"),
                               keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])

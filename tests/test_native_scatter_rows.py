@@ -18,6 +18,7 @@ import warnings
 
 import numpy as np
 import pytest
+from native_calls import record_calls
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import EngineOptions, make_private, native
@@ -69,21 +70,10 @@ def test_an_index_out_of_range_is_an_error(bad):
         native.scatter_rows(ids, tf.ones([3, 2]), 10)
 
 
-def _count_calls(monkeypatch):
-    calls = []
-    op = native.scatter_rows
-
-    def counted(*args):
-        calls.append(1)
-        return op(*args)
-    monkeypatch.setattr(native, "scatter_rows", counted)
-    return calls
-
-
 @needs_op
 @pytest.mark.parametrize("use_native", [True, False])
 def test_dense_rows_takes_the_op_only_when_asked(monkeypatch, use_native):
-    calls = _count_calls(monkeypatch)
+    calls = record_calls(monkeypatch, "scatter_rows")
     ids, values = _rows(20, 30, 4, "float32", "int64", seed=2)
     slices = tf.IndexedSlices(values, ids, tf.constant([20, 4], tf.int64))
     got = clipped_sum.dense_rows(slices, (20, 4), native=use_native)
@@ -95,7 +85,7 @@ def test_dense_rows_takes_the_op_only_when_asked(monkeypatch, use_native):
 
 @needs_op
 def test_dense_rows_keeps_tf_for_half_precision(monkeypatch):
-    calls = _count_calls(monkeypatch)
+    calls = record_calls(monkeypatch, "scatter_rows")
     ids, values = _rows(20, 30, 4, "float16", "int64", seed=3)
     slices = tf.IndexedSlices(values, ids, tf.constant([20, 4], tf.int64))
     got = clipped_sum.dense_rows(slices, (20, 4), native=True)
@@ -103,7 +93,7 @@ def test_dense_rows_keeps_tf_for_half_precision(monkeypatch):
 
 
 def _embedding_update(options, monkeypatch):
-    calls = _count_calls(monkeypatch)
+    calls = record_calls(monkeypatch, "scatter_rows")
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input([6], dtype="int32"), keras.layers.Embedding(40, 5),
                               keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
