@@ -114,8 +114,8 @@ def build():
             return path
         compile_flags, link_flags = _flags()
         _LOG.warning("tf_tempered: compiling its native ops (per-example convolution and "
-                     "depthwise gradients, Embedding norms and sums, DP noise; once per machine "
-                     "and TensorFlow version, up to a minute) into %s", path)
+                     "depthwise gradients, gradient norms, Embedding norms and sums, DP noise; "
+                     "once per machine and TensorFlow version, up to a minute) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
             command = [compiler, *compile_flags, *map(str, _SOURCES), "-o", str(out),
