@@ -238,7 +238,8 @@ def test_train_script_mirrors_scatternet_features_with_augment_flip(monkeypatch)
     plain and the mirrored images (here without shifts), at no privacy cost."""
     pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
     from tf_tempered import data, scatternet  # pylint: disable=g-import-not-at-top
-    from tf_tempered.experiments import common, train, train_data  # pylint: disable=g-import-not-at-top
+    from tf_tempered.experiments import (  # pylint: disable=g-import-not-at-top
+        common, train, train_data)
     base = common.TrainConfig(dataset="digits", features="scatternet", activation="tanh",
                               num_train=128, num_test=32, batch_size=32, epochs=1,
                               learning_rate=0.5, l2_norm_clip=0.1, seed=0, insecure_dp_seed=1)

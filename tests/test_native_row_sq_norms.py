@@ -71,7 +71,8 @@ def test_row_sq_norms_takes_the_op_only_when_allowed(monkeypatch, native_allowed
 def test_small_rows_do_not_build_the_library(monkeypatch, tmp_path):
     """A first build (15-60 s) only for BUILD_MIN_VALUES values: a small model's norms would
     not repay it."""
-    monkeypatch.setattr(library, "_state", {**library._state, "loaded": False})  # pylint: disable=protected-access
+    state = library._state  # pylint: disable=protected-access
+    monkeypatch.setattr(library, "_state", {**state, "loaded": False})
     monkeypatch.setattr(library, "library_path", lambda: tmp_path / "absent.so")
     built = []
     monkeypatch.setattr(library, "available", lambda: built.append(1) or True)

@@ -52,7 +52,7 @@ class AffineNormalizationHyperparameters:
 
 @register(keras.layers.LayerNormalization, keras.layers.GroupNormalization)
 class AffineNormalizationHandler(Handler):
-    """Per-example γ and β gradients from x̂ = ∂y/∂γ·1 (forward mode) and the output gradient."""
+    """Per-example γ and β gradients from x̂ = ∂y/∂γ·1 and the output gradient."""
 
     name = "normalization"
     summary = ("LayerNormalization, GroupNormalization: per-example γ gradients Σ g·x̂ and β "
