@@ -580,17 +580,10 @@ def shifted_scattering_features(images, *, max_shift, flip=False, J=2, L=8, cach
     (2, 2, 4, 4, 3)
     """
     x = _as_nhwc(images)
-    if isinstance(max_shift, bool) or not isinstance(max_shift, (int, np.integer)) \
-            or max_shift < 0:
-        raise ValueError(f"max_shift={max_shift!r} is invalid: it must be an integer >= 0 "
-                         "(pixels).")
+    shifts = _variants(max_shift, flip)
     _check_transform(J, L, x.shape[1:3])
     _kymatio()
-    if not isinstance(flip, (bool, np.bool_)):
-        raise ValueError(f"flip={flip!r} is invalid: it must be True or False.")
-    s, (n, h, w, c) = int(max_shift), x.shape
-    shifts = [(s - a, s - b, mirrored) for mirrored in ((False, True) if flip else (False,))
-              for a in range(2 * s + 1) for b in range(2 * s + 1)]
+    n, h, w, c = x.shape
     feature_shape = (h // 2 ** J, w // 2 ** J, c * num_channels(J, L))
     plain_variant = (0, 0, False)
     if cache:
@@ -625,6 +618,19 @@ def shifted_scattering_features(images, *, max_shift, flip=False, J=2, L=8, cach
         _write_shifted(x, [shifts[i] for i in todo], [paths[i] for i in todo], J, L,
                        feature_shape, dtype, progress_bar)
     return ShiftedFeatures(paths, shifts, np.arange(n), feature_shape, dtype)
+
+
+def _variants(max_shift, flip):
+    """[(dy, dx, mirrored)] of shifted_scattering_features, in its variant order."""
+    if isinstance(max_shift, bool) or not isinstance(max_shift, (int, np.integer)) \
+            or max_shift < 0:
+        raise ValueError(f"max_shift={max_shift!r} is invalid: it must be an integer >= 0 "
+                         "(pixels).")
+    if not isinstance(flip, (bool, np.bool_)):
+        raise ValueError(f"flip={flip!r} is invalid: it must be True or False.")
+    s = int(max_shift)
+    return [(s - a, s - b, mirrored) for mirrored in ((False, True) if flip else (False,))
+            for a in range(2 * s + 1) for b in range(2 * s + 1)]
 
 
 def _valid(path, shape, dtype):
