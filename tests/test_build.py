@@ -412,7 +412,7 @@ INDIRECT_REQUIREMENTS = {
 # Imports of optional features: {distribution: the setup.cfg extra that must declare it}.
 # The importing module raises ImportError with the pip command when it is missing.
 OPTIONAL_REQUIREMENTS = {
-    "kymatio": "scatternet",  # tf_tempered/scatternet.py, the ScatterNet features only
+    "kymatio": "scatternet",  # tf_tempered/scatternet/, the ScatterNet features only
 }
 
 
