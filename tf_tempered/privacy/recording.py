@@ -86,13 +86,14 @@ class Recorder:
     layer's calls (tied weights), whose gradient no handler would see.
     """
 
-    def __init__(self, norm_hooks=None, activity_regularizers=None):
+    def __init__(self, norm_hooks=None, activity_regularizers=None, options=None):
         self.records = []
         self.graph, self._start = None, 0
         self.forward_ops = ()
         # clipped_sum.NormHooks, or None: computes each layer's norms inside the
         # backward pass (EngineOptions.norms_in_backward, clipped_sum="second_pass"...).
         self.norm_hooks = norm_hooks
+        self.options = options  # the step's EngineOptions (None: the defaults)
         # {id(layer): (layer, regularizer)} of the activity regularizers Keras does not
         # apply in this forward pass; each call's outputs are kept in activity_outputs
         # as (layer, regularizer, outputs), for a penalty per example.
@@ -251,7 +252,8 @@ def _own_forward(recorder, layer, handler, hparams, call_fn, inputs, args, kwarg
     record = LayerRecord(layer, handler, hparams, None, None, args, kwargs, call_fn)
     hooks = recorder.norm_hooks
     wrap = (lambda t: hooks.wrap(record, t)) if hooks is not None else (lambda t: t)
-    own = handler.recorded_call(layer, hparams, call_fn, inputs, args, kwargs, wrap)
+    own = handler.recorded_call(layer, hparams, call_fn, inputs, args, kwargs, wrap,
+                                options=recorder.options)
     if own is None:
         return None, None
     outputs, record.inputs, record.output = own

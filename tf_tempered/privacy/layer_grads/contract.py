@@ -134,10 +134,11 @@ class Handler:
         """The LayerResult of one recorded call (`call.inputs`, `call.grad_output`)."""
         raise NotImplementedError
 
-    def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap):
+    def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap, options=None):
         """(outputs, recorded inputs, recorded output) of a call the handler runs itself,
         with `wrap` applied to the recorded output before it is used; or None to leave
-        the call to the next handler (only if records_own_forward)."""
+        the call to the next handler (only if records_own_forward). ``options``: the
+        step's EngineOptions (None: the defaults), e.g. whether native ops may run."""
         raise NotImplementedError
 
     def merge_calls(self, calls):

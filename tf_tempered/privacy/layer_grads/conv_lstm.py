@@ -135,7 +135,7 @@ class ConvLSTMHandler(Handler):
         cell = layer.cell
         return [cell.kernel, cell.recurrent_kernel] + ([cell.bias] if hparams.use_bias else [])
 
-    def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap):
+    def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap, options=None):
         """The layer's output(s) by its own math, or None to leave the call to rnn.py.
 
         Returns (outputs, recorded inputs (X, H_prev), recorded output A = conv(X, W) + b);

@@ -26,7 +26,7 @@ import dataclasses
 
 from tf_tempered._compat import keras, tf
 
-__all__ = ["cell_math"]
+__all__ = ["cell_math", "LSTM_MATH_TYPE"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +135,9 @@ class _GRUResetBeforeMath:
         return (tf.concat([h_prev, reset * h_prev], 1),
                 tf.concat([tf.concat([g_z, g_r, zeros], -1),
                            tf.concat([zeros, zeros, g_h], -1)], 1))
+
+
+LSTM_MATH_TYPE = _LSTMMath  # the LSTM's step math (rnn_rows.py's native loop takes it)
 
 
 def _cells():

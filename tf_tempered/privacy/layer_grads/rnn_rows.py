@@ -60,7 +60,8 @@ from typing import Any
 
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy.layer_grads import rnn_norms
+from tf_tempered.privacy import native
+from tf_tempered.privacy.layer_grads import rnn_cell_math, rnn_norms
 from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.rnn_cell_math import cell_math
@@ -119,11 +120,13 @@ class RNNRowsHandler(Handler):
         cell = layer.cell
         return [cell.kernel, cell.recurrent_kernel] + ([cell.bias] if hparams.use_bias else [])
 
-    def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap):
+    def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap, options=None):
         """The layer's output(s) by its own math, or None to leave the call to rnn.py.
 
         Returns (outputs, recorded inputs (X, H_prev[, reset gates]), recorded output A);
-        `wrap` is applied to A before the time loop uses it (second_pass's norm hook).
+        `wrap` is applied to A before the time loop uses it (second_pass's norm hook). An
+        LSTM's loop is the native op where ``options`` (EngineOptions; None: the defaults)
+        allow it (:func:`_native_lstm_applies`), else TF's while loop.
         """
         call = bind_call(call_fn, inputs, args, kwargs)
         if call is None:
@@ -148,10 +151,13 @@ class RNNRowsHandler(Handler):
         states = (list(initial_state) if initial_state is not None else
                   [tf.zeros([batch, hparams.units], dtype)] * math.num_states)
         step_kwargs = {"recurrent_bias": recurrent_bias} if math.split_recurrent_bias else {}
-        sequence, h_prev, rest, final_states, last_output = time_loop(
-            lambda a_t, step_states: math.step(cell, a_t, step_states, u, **step_kwargs),
-            a, states, mask, zero_output_for_mask=hparams.zero_output_for_mask,
-            num_extras=int(math.has_extras))
+        if _native_lstm_applies(cell, math, a, states, mask, options):
+            sequence, h_prev, rest, final_states, last_output = _native_lstm_loop(a, u, states)
+        else:
+            sequence, h_prev, rest, final_states, last_output = time_loop(
+                lambda a_t, step_states: math.step(cell, a_t, step_states, u, **step_kwargs),
+                a, states, mask, zero_output_for_mask=hparams.zero_output_for_mask,
+                num_extras=int(math.has_extras))
         recorded = (x, h_prev) + tuple(rest)
         output = sequence if hparams.return_sequences else last_output
         if hparams.return_state:
@@ -190,6 +196,32 @@ def _matmul_rows(x, kernel):
     rows = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel)
     shape = tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], 0)
     return tf.ensure_shape(tf.reshape(rows, shape), x.shape[:-1].concatenate(kernel.shape[-1:]))
+
+
+def _native_lstm_applies(cell, math, a, states, mask, options):
+    """Whether the LSTM's time loop runs as the native op (privacy/native, CPU): an LSTM
+    cell with Keras' sigmoid gates and tanh, float32, no mask, where the step's options
+    allow native ops (not under XLA, TF_TEMPERED_NATIVE not off) and native.usable says
+    they run (no GPU; a small layer does not build the library)."""
+    if not isinstance(math, rnn_cell_math.LSTM_MATH_TYPE) or mask is not None:
+        return False
+    if (cell.activation is not keras.activations.tanh
+            or cell.recurrent_activation is not keras.activations.sigmoid):
+        return False
+    if a.dtype != tf.float32 or any(s.dtype != tf.float32 for s in states):
+        return False
+    if options is not None and not options.native:
+        return False
+    return native.usable(a.shape.num_elements())
+
+
+def _native_lstm_loop(a, u, states):
+    """time_loop's results for an LSTM from the native op (no mask, no extras)."""
+    h0, c0 = states
+    h_seq, c_seq = native.lstm_sequence(a, u, h0, c0)
+    h_prev = tf.concat([h0[:, None], h_seq[:, :-1]], 1)
+    final_states = [h_seq[:, -1], c_seq[:, -1]]
+    return h_seq, h_prev, [], final_states, final_states[0]
 
 
 def _compute_dtype(layer):

@@ -47,7 +47,8 @@ __all__ = ["available", "build", "library_path", "load", "switched_off", "usable
 _CC = pathlib.Path(__file__).with_name("cc")
 _SOURCES = tuple(_CC / name for name in ("conv_kernel_grads.cc", "depthwise_kernel_grads.cc",
                                          "box_muller.cc", "embedding_sq_norms.cc",
-                                         "scatter_rows.cc", "row_sq_norms.cc"))
+                                         "scatter_rows.cc", "row_sq_norms.cc",
+                                         "lstm_sequence.cc"))
 # In the cache key with the sources: an edit rebuilds.
 _HEADERS = (_CC / "conv_geometry.h", _CC / "philox.h")
 _ENV_SWITCH = "TF_TEMPERED_NATIVE"
@@ -114,8 +115,9 @@ def build():
             return path
         compile_flags, link_flags = _flags()
         _LOG.warning("tf_tempered: compiling its native ops (per-example convolution and "
-                     "depthwise gradients, gradient norms, Embedding norms and sums, DP noise; "
-                     "once per machine and TensorFlow version, up to a minute) into %s", path)
+                     "depthwise gradients, gradient norms, Embedding norms and sums, DP noise, "
+                     "the LSTM's time loop; once per machine and TensorFlow version, up to a "
+                     "minute or two) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
             command = [compiler, *compile_flags, *map(str, _SOURCES), "-o", str(out),

@@ -21,7 +21,8 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy.native import library
 
 __all__ = ["box_muller", "box_muller_pieces", "conv2d_group_kernel_grads",
-           "depthwise_kernel_grads", "embedding_sq_norms", "row_sq_norms", "scatter_rows"]
+           "depthwise_kernel_grads", "embedding_sq_norms", "lstm_sequence", "row_sq_norms",
+           "scatter_rows"]
 
 
 def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilations, pads,
@@ -99,3 +100,31 @@ def row_sq_norms(x):
     """Σ_k x[r, k]² of each row of a matrix x [R, K] (float32/64): [R], one read of x and no
     [R, K] square (cc/row_sq_norms.cc); tf.reduce_sum(tf.square(x), 1) up to rounding."""
     return library.load().tf_tempered_row_sq_norms(x)
+
+
+def lstm_sequence(a, u, h0, c0):
+    """(h [B, T, H], c [B, T, H]) of a Keras LSTM (sigmoid gates, tanh) over its time steps.
+
+    a [B, T, 4H] = x·W + b (gates i, f, g, o), u [H, 4H] the recurrent kernel, h0 and c0
+    [B, H] the initial states, all float32 (cc/lstm_sequence.cc). Each example's recurrence
+    runs in one task, examples in parallel; differentiable in a, u, h0 and c0 (the backward
+    recurrence is its own op; ∂ℓ/∂U = Σ_t h_{t-1}ᵀ δa_t is a TF matmul, pruned if unused).
+    """
+    h, c, _ = library.load().tf_tempered_lstm_sequence(a, u, h0, c0)
+    return h, c
+
+
+@tf.RegisterGradient("TfTemperedLstmSequence")
+def _lstm_sequence_grad(op, grad_h, grad_c, _):
+    # The gates output feeds only this gradient: no gradient arrives through it.
+    _, u, h0, c0 = op.inputs
+    h, c, gates = op.outputs
+    grad_h = tf.zeros_like(h) if grad_h is None else grad_h
+    grad_c = tf.zeros_like(c) if grad_c is None else grad_c
+    grad_a, grad_h0, grad_c0 = library.load().tf_tempered_lstm_sequence_grad(
+        gates, c, c0, u, grad_h, grad_c)
+    h_prev = tf.concat([h0[:, None], h[:, :-1]], 1)
+    units = u.shape[0] if u.shape[0] is not None else tf.shape(u)[0]
+    grad_u = tf.matmul(tf.reshape(h_prev, [-1, units]), tf.reshape(grad_a, [-1, 4 * units]),
+                       transpose_a=True)
+    return grad_a, grad_u, grad_h0, grad_c0

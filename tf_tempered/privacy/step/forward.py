@@ -131,7 +131,7 @@ def record_forward(model, batch, plan, *, losses=None):
     """
     container = losses
     recording.instrument(model)  # layers unfrozen or added since make_private too
-    recorder = recording.Recorder(norm_hooks=plan.clipped_sum.new_hooks())
+    recorder = recording.Recorder(norm_hooks=plan.clipped_sum.new_hooks(), options=plan.options)
     forward_ops = ForwardOps(traced_only=plan.options.clipped_sum == "recompute")
     with tf.GradientTape(persistent=plan.clipped_sum.persistent_tape) as tape:
         losses, output_losses, y_pred = _losses(model, batch, plan, recorder, container)
@@ -146,7 +146,8 @@ def record_forward(model, batch, plan, *, losses=None):
     def recompute(after):
         x = tf.nest.map_structure(_after(after), batch.x)
         again = dataclasses.replace(batch, x=x)
-        losses, _, _ = _losses(model, again, plan, recording.Recorder(), container)
+        losses, _, _ = _losses(model, again, plan, recording.Recorder(options=plan.options),
+                               container)
         return tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
 
     return Forward(tape, recorder, y_pred, losses, output_losses, num_microbatches,

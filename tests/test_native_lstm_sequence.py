@@ -1,0 +1,172 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The native LSTM time loop (privacy/native/cc/lstm_sequence.cc) against TF ops, forward and
+backward, and when the rnn_rows handler takes it."""
+
+import warnings
+
+import numpy as np
+import pytest
+from native_calls import record_calls
+
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import EngineOptions, make_private, native
+from tf_tempered.privacy.native import library
+
+needs_op = pytest.mark.skipif(library._compiler() is None,  # pylint: disable=protected-access
+                              reason="no C++ compiler ($CXX, c++, g++, clang++) to build the op")
+
+
+def _tf_loop(a, u, h0, c0):
+    """(h, c) [B, T, H] by Keras' LSTM step in TF ops (gates i, f, g, o)."""
+    h, c, hs, cs = h0, c0, [], []
+    for t in range(a.shape[1]):
+        i, f, g, o = tf.split(a[:, t] + tf.matmul(h, u), 4, axis=-1)
+        c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+        h = tf.sigmoid(o) * tf.tanh(c)
+        hs.append(h)
+        cs.append(c)
+    return tf.stack(hs, 1), tf.stack(cs, 1)
+
+
+def _values_and_grads(loop, inputs, weights):
+    """(h, c, ∂L/∂(a, u, h0, c0)) for L = Σ w_h·h + Σ w_c·c (every output's gradient used)."""
+    inputs = [tf.constant(v) for v in inputs]
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        h, c = loop(*inputs)
+        loss = tf.reduce_sum(weights[0] * h) + tf.reduce_sum(weights[1] * c)
+    return h, c, tape.gradient(loss, inputs)
+
+
+@needs_op
+@pytest.mark.parametrize("batch, steps, units", [(3, 5, 4), (17, 1, 3), (33, 7, 8), (1, 2, 1)])
+def test_equals_tf_ops_forward_and_backward(batch, steps, units):
+    rng = np.random.default_rng(batch * 100 + steps)
+    a = rng.standard_normal((batch, steps, 4 * units)).astype("float32")
+    u = (rng.standard_normal((units, 4 * units)) / np.sqrt(units)).astype("float32")
+    h0, c0 = (rng.standard_normal((batch, units)).astype("float32") for _ in range(2))
+    weights = [rng.standard_normal((batch, steps, units)).astype("float32") for _ in range(2)]
+    got = _values_and_grads(native.lstm_sequence, [a, u, h0, c0], weights)
+    want = _values_and_grads(_tf_loop, [a, u, h0, c0], weights)
+    for name, g, w in zip(("h", "c"), got[:2], want[:2]):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6, err_msg=name)
+    for name, g, w in zip(("a", "u", "h0", "c0"), got[2], want[2]):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-5,
+                                   err_msg=f"gradient of {name}")
+
+
+@needs_op
+def test_unused_outputs_and_unknown_sizes():
+    """Only h used (c's gradient None); traced with unknown batch and steps."""
+    rng = np.random.default_rng(0)
+    a = tf.constant(rng.standard_normal((4, 3, 8)), tf.float32)
+    u = tf.constant(rng.standard_normal((2, 8)), tf.float32)
+    zeros = tf.zeros([4, 2])
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, 8])])
+    def last_h_grad(a):
+        with tf.GradientTape() as tape:
+            tape.watch(a)
+            h, _ = native.lstm_sequence(a, u, tf.zeros([tf.shape(a)[0], 2]),
+                                        tf.zeros([tf.shape(a)[0], 2]))
+            loss = tf.reduce_sum(h[:, -1])
+        return h, tape.gradient(loss, a)
+
+    h, grad = last_h_grad(a)
+    with tf.GradientTape() as tape:
+        tape.watch(a)
+        want_h, _ = _tf_loop(a, u, zeros, zeros)
+        loss = tf.reduce_sum(want_h[:, -1])
+    np.testing.assert_allclose(h.numpy(), want_h.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad.numpy(), tape.gradient(loss, a).numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+@needs_op
+def test_refuses_mismatched_shapes():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="shapes do not match"):
+        native.lstm_sequence(tf.ones([2, 3, 8]), tf.ones([2, 6]), tf.ones([2, 2]),
+                             tf.ones([2, 2]))
+
+
+def _lstm_update(monkeypatch, layer_fn, *, options=None, jit_compile=False, mask_zero=False):
+    """(weight changes of one DP step, native calls) of Embedding + layer_fn() + Dense."""
+    calls = record_calls(monkeypatch, "lstm_sequence")
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input([6], dtype="int32"),
+                              keras.layers.Embedding(20, 5, mask_zero=mask_zero), layer_fn(),
+                              keras.layers.Dense(3)])
+    with warnings.catch_warnings():  # noise_multiplier=0: exact updates to compare
+        warnings.simplefilter("ignore")
+        model = make_private(model, l2_norm_clip=0.01, noise_multiplier=0.0, options=options)
+    model.compile(optimizer=keras.optimizers.SGD(1.0), jit_compile=jit_compile,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = model.get_weights()
+    x = np.random.default_rng(1).integers(1, 20, (16, 6)).astype("int32")
+    x[:4, 4:] = 0  # padding, masked with mask_zero
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(x, np.arange(16) % 3, batch_size=16, shuffle=False, verbose=0)
+    return [w - b for w, b in zip(model.get_weights(), before)], calls
+
+
+LAYERS = {
+    "lstm": lambda: keras.layers.LSTM(4),
+    "sequences_and_states": lambda: _LastOf(keras.layers.LSTM(4, return_sequences=True,
+                                                              return_state=True)),
+    "go_backwards": lambda: keras.layers.LSTM(4, go_backwards=True),
+    "rnn_lstm_cell": lambda: keras.layers.RNN(keras.layers.LSTMCell(4)),
+}
+
+
+class _LastOf(keras.layers.Layer):
+    """The sequence's mean plus both final states: every output of the LSTM in the loss."""
+
+    def __init__(self, inner, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = inner
+
+    def call(self, x):
+        sequence, h, c = self.inner(x)
+        return tf.reduce_mean(sequence, 1) + h + 2 * c
+
+
+@needs_op
+@pytest.mark.parametrize("kind", list(LAYERS))
+def test_the_engine_takes_the_op_with_tf_loops_update(monkeypatch, kind):
+    """Binding clipping (C = 0.01): the norms decide every update; the op's and TF's agree."""
+    native.load()
+    with_op, calls = _lstm_update(monkeypatch, LAYERS[kind])
+    assert calls, "the LSTM's time loop did not take the native op"
+    without, calls_off = _lstm_update(monkeypatch, LAYERS[kind],
+                                      options=EngineOptions(native=False))
+    assert not calls_off
+    for a, b in zip(with_op, without):
+        assert np.count_nonzero(a)
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-8)
+
+
+@needs_op
+@pytest.mark.parametrize("case", ["mask", "relu", "hard_sigmoid", "xla"])
+def test_other_lstms_keep_tfs_loop(monkeypatch, case):
+    """Masks, other activations and XLA-compiled steps keep TF's while loop (still exact)."""
+    native.load()
+    layer_fn = {"relu": lambda: keras.layers.LSTM(4, activation="relu"),
+                "hard_sigmoid": lambda: keras.layers.LSTM(4, recurrent_activation="hard_sigmoid")
+                }.get(case, lambda: keras.layers.LSTM(4))
+    update, calls = _lstm_update(monkeypatch, layer_fn, mask_zero=case == "mask",
+                                 jit_compile=case == "xla")
+    assert not calls
+    assert all(np.isfinite(w).all() for w in update)
