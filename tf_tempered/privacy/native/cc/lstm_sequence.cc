@@ -145,7 +145,9 @@ class LstmSequenceOp : public OpKernel {
     const TensorShape states({s.batch, s.steps, s.units});
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, states, &h_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, states, &c_t));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, a_t.shape(), &gates_t));
+    // The gates take a's buffer when nothing else holds a (each step copies its block of a
+    // before writing the gates there): 4·B·T·H floats less at the step's peak.
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 2, a_t.shape(), &gates_t));
     if (s.batch == 0 || s.steps == 0) return;
     const int64_t n = s.units, n4 = 4 * n, T = s.steps;
     const float* a = a_t.flat<float>().data();
@@ -193,7 +195,9 @@ class LstmSequenceGradOp : public OpKernel {
                 InvalidArgument("TfTemperedLstmSequenceGrad: c, dh and dc must be ",
                                 states.DebugString()));
     Tensor *da_t, *dh0_t, *dc0_t;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, gates_t.shape(), &da_t));
+    // δa takes the gates' buffer when only this op holds them (each step copies its gates
+    // before writing δa there).
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, gates_t.shape(), &da_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, c0_t.shape(), &dh0_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, c0_t.shape(), &dc0_t));
     const int64_t n = s.units, n4 = 4 * n, T = s.steps;
@@ -211,10 +215,10 @@ class LstmSequenceGradOp : public OpKernel {
     float* dc0 = dc0_t->flat<float>().data();
     ForEachBlock(ctx, s, [&](int64_t row, int64_t rows) {
       Matrix dh_carry = Matrix::Zero(rows, n), dc_carry = Matrix::Zero(rows, n);
-      Matrix tanh_c(rows, n), dc_total(rows, n), dh_total(rows, n);
+      Matrix tanh_c(rows, n), dc_total(rows, n), dh_total(rows, n), g(rows, n4);
       for (int64_t t = T - 1; t >= 0; --t) {
         const auto stride4 = Eigen::OuterStride<>(T * n4), stride = Eigen::OuterStride<>(T * n);
-        ConstStrided g(gates + (row * T + t) * n4, rows, n4, stride4);
+        g = ConstStrided(gates + (row * T + t) * n4, rows, n4, stride4);
         ConstStrided c_now(c + (row * T + t) * n, rows, n, stride);
         ConstStrided c_prev = t == 0 ? ConstStrided(c0 + row * n, rows, n, Eigen::OuterStride<>(n))
                                      : ConstStrided(c + (row * T + t - 1) * n, rows, n, stride);
