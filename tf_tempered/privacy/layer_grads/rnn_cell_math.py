@@ -26,7 +26,7 @@ import dataclasses
 
 from tf_tempered._compat import keras, tf
 
-__all__ = ["cell_math", "LSTM_MATH_TYPE"]
+__all__ = ["cell_math", "GRU_MATH_TYPE", "LSTM_MATH_TYPE"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +137,9 @@ class _GRUResetBeforeMath:
                            tf.concat([zeros, zeros, g_h], -1)], 1))
 
 
-LSTM_MATH_TYPE = _LSTMMath  # the LSTM's step math (rnn_rows.py's native loop takes it)
+# The step maths rnn_rows.py's native loops take (GRU: reset_after=True only).
+LSTM_MATH_TYPE = _LSTMMath
+GRU_MATH_TYPE = _GRUMath
 
 
 def _cells():

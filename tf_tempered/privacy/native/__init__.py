@@ -42,10 +42,10 @@ from tf_tempered.privacy.native.library import (BUILD_MIN_VALUES, available, bui
                                                 library_path, load, usable)
 from tf_tempered.privacy.native.ops import (box_muller, box_muller_pieces,
                                             conv2d_group_kernel_grads, depthwise_kernel_grads,
-                                            embedding_sq_norms, lstm_sequence, row_sq_norms,
-                                            scatter_rows)
+                                            embedding_sq_norms, gru_sequence, lstm_sequence,
+                                            row_sq_norms, scatter_rows)
 
 __all__ = ["BUILD_MIN_VALUES", "available", "box_muller", "box_muller_pieces", "build",
            "conv2d_group_kernel_grads", "depthwise_kernel_grads",
-           "embedding_sq_norms", "library_path", "load", "lstm_sequence", "row_sq_norms",
-           "scatter_rows", "usable"]
+           "embedding_sq_norms", "gru_sequence", "library_path", "load", "lstm_sequence",
+           "row_sq_norms", "scatter_rows", "usable"]

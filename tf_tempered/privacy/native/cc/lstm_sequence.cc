@@ -29,15 +29,12 @@
 // time loop in parallel: no per-step op dispatch or thread hand-off (TF's while loop pays
 // both ~15 ops a step, serially), and no per-step tensors kept for the backward pass.
 
-#include <algorithm>
 #include <cstdint>
-#include <functional>
 
-#include "Eigen/Core"
+#include "recurrent_blocks.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/util/work_sharder.h"
 
 namespace tf_tempered {
 namespace {
@@ -47,16 +44,9 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 using ::tensorflow::errors::InvalidArgument;
-using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
-
-using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using Strided = Eigen::Map<Matrix, 0, Eigen::OuterStride<>>;
-using ConstStrided = Eigen::Map<const Matrix, 0, Eigen::OuterStride<>>;
-using ConstMap = Eigen::Map<const Matrix>;
-
-constexpr int64_t kBlockRows = 16;  // rows whose recurrence one task runs
+using namespace ::tf_tempered::recurrent;  // NOLINT: Matrix, StepOf, ... (recurrent_blocks.h)
 
 REGISTER_OP("TfTemperedLstmSequence")
     .Input("a: float")   // [B, T, 4H]: x·W + b
@@ -94,41 +84,6 @@ REGISTER_OP("TfTemperedLstmSequenceGrad")
       return absl::OkStatus();
     });
 
-struct Sizes {
-  int64_t batch, steps, units;
-};
-
-absl::Status CheckSizes(const Tensor& a, const Tensor& u, const Tensor& state, Sizes* sizes) {
-  if (a.dims() != 3 || u.dims() != 2 || state.dims() != 2) {
-    return InvalidArgument("TfTemperedLstmSequence: ranks 3, 2, 2 expected, got ",
-                           a.shape().DebugString(), ", ", u.shape().DebugString(), ", ",
-                           state.shape().DebugString());
-  }
-  const int64_t units = u.dim_size(0);
-  if (u.dim_size(1) != 4 * units || a.dim_size(2) != 4 * units ||
-      state.dim_size(0) != a.dim_size(0) || state.dim_size(1) != units) {
-    return InvalidArgument("TfTemperedLstmSequence: shapes do not match: a ",
-                           a.shape().DebugString(), ", u ", u.shape().DebugString(), ", state ",
-                           state.shape().DebugString());
-  }
-  *sizes = Sizes{a.dim_size(0), a.dim_size(1), units};
-  return absl::OkStatus();
-}
-
-void ForEachBlock(OpKernelContext* ctx, const Sizes& s,
-                  const std::function<void(int64_t, int64_t)>& work) {
-  const int64_t blocks = (s.batch + kBlockRows - 1) / kBlockRows;
-  const int64_t cost = kBlockRows * s.steps * s.units * s.units * 8;  // ~multiply-adds
-  auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
-  ::tensorflow::Shard(threads->num_threads, threads->workers, blocks, cost,
-                      [&](int64_t begin, int64_t end) {
-                        for (int64_t blk = begin; blk < end; ++blk) {
-                          const int64_t row = blk * kBlockRows;
-                          work(row, std::min(kBlockRows, s.batch - row));
-                        }
-                      });
-}
-
 class LstmSequenceOp : public OpKernel {
  public:
   explicit LstmSequenceOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
@@ -137,7 +92,7 @@ class LstmSequenceOp : public OpKernel {
     const Tensor &a_t = ctx->input(0), &u_t = ctx->input(1);
     const Tensor &h0_t = ctx->input(2), &c0_t = ctx->input(3);
     Sizes s;
-    OP_REQUIRES_OK(ctx, CheckSizes(a_t, u_t, h0_t, &s));
+    OP_REQUIRES_OK(ctx, CheckSizes("TfTemperedLstmSequence", 4, a_t, u_t, h0_t, &s));
     OP_REQUIRES(ctx, c0_t.shape() == h0_t.shape(),
                 InvalidArgument("TfTemperedLstmSequence: c0 ", c0_t.shape().DebugString(),
                                 " differs from h0 ", h0_t.shape().DebugString()));
@@ -149,27 +104,22 @@ class LstmSequenceOp : public OpKernel {
     // before writing the gates there): 4·B·T·H floats less at the step's peak.
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 2, a_t.shape(), &gates_t));
     if (s.batch == 0 || s.steps == 0) return;
-    const int64_t n = s.units, n4 = 4 * n, T = s.steps;
+    const int64_t n = s.units, n4 = 4 * n;
     const float* a = a_t.flat<float>().data();
     ConstMap u(u_t.flat<float>().data(), n, n4);
     const float *h0 = h0_t.flat<float>().data(), *c0 = c0_t.flat<float>().data();
     float *h = h_t->flat<float>().data(), *c = c_t->flat<float>().data();
     float* gates = gates_t->flat<float>().data();
-    ForEachBlock(ctx, s, [&](int64_t row, int64_t rows) {
+    ForEachBlock(ctx, s, 4, [&](int64_t row, int64_t rows) {
       Matrix z(rows, n4);
-      for (int64_t t = 0; t < T; ++t) {
-        // Row r of this step's tensors sits at [(row + r)·T + t]: rows T·width apart.
-        ConstStrided h_prev = t == 0 ? ConstStrided(h0 + row * n, rows, n, Eigen::OuterStride<>(n))
-                                     : ConstStrided(h + (row * T + t - 1) * n, rows, n,
-                                                    Eigen::OuterStride<>(T * n));
-        ConstStrided c_prev = t == 0 ? ConstStrided(c0 + row * n, rows, n, Eigen::OuterStride<>(n))
-                                     : ConstStrided(c + (row * T + t - 1) * n, rows, n,
-                                                    Eigen::OuterStride<>(T * n));
-        z = ConstStrided(a + (row * T + t) * n4, rows, n4, Eigen::OuterStride<>(T * n4));
+      for (int64_t t = 0; t < s.steps; ++t) {
+        const float *h_in = h, *c_in = c;  // this step reads the previous step's outputs
+        ConstStrided h_prev = t == 0 ? RowsOf(h0, row, rows, n) : StepOf(h_in, row, rows, t - 1, s, n);
+        ConstStrided c_prev = t == 0 ? RowsOf(c0, row, rows, n) : StepOf(c_in, row, rows, t - 1, s, n);
+        z = StepOf(a, row, rows, t, s, n4);
         z.noalias() += h_prev * u;
-        Strided g_out(gates + (row * T + t) * n4, rows, n4, Eigen::OuterStride<>(T * n4));
-        Strided c_out(c + (row * T + t) * n, rows, n, Eigen::OuterStride<>(T * n));
-        Strided h_out(h + (row * T + t) * n, rows, n, Eigen::OuterStride<>(T * n));
+        Strided g_out = StepOf(gates, row, rows, t, s, n4);
+        Strided c_out = StepOf(c, row, rows, t, s, n), h_out = StepOf(h, row, rows, t, s, n);
         g_out.leftCols(2 * n).array() = z.leftCols(2 * n).array().logistic();
         g_out.middleCols(2 * n, n).array() = z.middleCols(2 * n, n).array().tanh();
         g_out.rightCols(n).array() = z.rightCols(n).array().logistic();
@@ -189,7 +139,7 @@ class LstmSequenceGradOp : public OpKernel {
     const Tensor &gates_t = ctx->input(0), &c_t = ctx->input(1), &c0_t = ctx->input(2);
     const Tensor &u_t = ctx->input(3), &dh_t = ctx->input(4), &dc_t = ctx->input(5);
     Sizes s;
-    OP_REQUIRES_OK(ctx, CheckSizes(gates_t, u_t, c0_t, &s));
+    OP_REQUIRES_OK(ctx, CheckSizes("TfTemperedLstmSequenceGrad", 4, gates_t, u_t, c0_t, &s));
     const TensorShape states({s.batch, s.steps, s.units});
     OP_REQUIRES(ctx, c_t.shape() == states && dh_t.shape() == states && dc_t.shape() == states,
                 InvalidArgument("TfTemperedLstmSequenceGrad: c, dh and dc must be ",
@@ -200,9 +150,9 @@ class LstmSequenceGradOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, gates_t.shape(), &da_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, c0_t.shape(), &dh0_t));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, c0_t.shape(), &dc0_t));
-    const int64_t n = s.units, n4 = 4 * n, T = s.steps;
+    const int64_t n = s.units, n4 = 4 * n;
     if (s.batch == 0) return;
-    if (T == 0) {
+    if (s.steps == 0) {
       dh0_t->flat<float>().setZero();
       dc0_t->flat<float>().setZero();
       return;
@@ -213,23 +163,18 @@ class LstmSequenceGradOp : public OpKernel {
     const Matrix u_transposed = ConstMap(u_t.flat<float>().data(), n, n4).transpose();
     float *da = da_t->flat<float>().data(), *dh0 = dh0_t->flat<float>().data();
     float* dc0 = dc0_t->flat<float>().data();
-    ForEachBlock(ctx, s, [&](int64_t row, int64_t rows) {
+    ForEachBlock(ctx, s, 4, [&](int64_t row, int64_t rows) {
       Matrix dh_carry = Matrix::Zero(rows, n), dc_carry = Matrix::Zero(rows, n);
       Matrix tanh_c(rows, n), dc_total(rows, n), dh_total(rows, n), g(rows, n4);
-      for (int64_t t = T - 1; t >= 0; --t) {
-        const auto stride4 = Eigen::OuterStride<>(T * n4), stride = Eigen::OuterStride<>(T * n);
-        g = ConstStrided(gates + (row * T + t) * n4, rows, n4, stride4);
-        ConstStrided c_now(c + (row * T + t) * n, rows, n, stride);
-        ConstStrided c_prev = t == 0 ? ConstStrided(c0 + row * n, rows, n, Eigen::OuterStride<>(n))
-                                     : ConstStrided(c + (row * T + t - 1) * n, rows, n, stride);
+      for (int64_t t = s.steps - 1; t >= 0; --t) {
+        g = StepOf(gates, row, rows, t, s, n4);  // a copy: δa overwrites them below
+        ConstStrided c_prev = t == 0 ? RowsOf(c0, row, rows, n) : StepOf(c, row, rows, t - 1, s, n);
         const auto i = g.leftCols(n).array(), f = g.middleCols(n, n).array();
         const auto gg = g.middleCols(2 * n, n).array(), o = g.rightCols(n).array();
-        Strided dz(da + (row * T + t) * n4, rows, n4, stride4);
-        tanh_c.array() = c_now.array().tanh();
-        dh_total.array() =
-            ConstStrided(dh + (row * T + t) * n, rows, n, stride).array() + dh_carry.array();
-        dc_total.array() = ConstStrided(dc + (row * T + t) * n, rows, n, stride).array() +
-                           dc_carry.array() +
+        Strided dz = StepOf(da, row, rows, t, s, n4);
+        tanh_c.array() = StepOf(c, row, rows, t, s, n).array().tanh();
+        dh_total.array() = StepOf(dh, row, rows, t, s, n).array() + dh_carry.array();
+        dc_total.array() = StepOf(dc, row, rows, t, s, n).array() + dc_carry.array() +
                            dh_total.array() * o * (1.0f - tanh_c.array().square());
         dz.leftCols(n).array() = dc_total.array() * gg * i * (1.0f - i);
         dz.middleCols(n, n).array() = dc_total.array() * c_prev.array() * f * (1.0f - f);

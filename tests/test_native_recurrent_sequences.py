@@ -11,8 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The native LSTM time loop (privacy/native/cc/lstm_sequence.cc) against TF ops, forward and
-backward, and when the rnn_rows handler takes it."""
+"""The native LSTM and GRU time loops (privacy/native/cc/lstm_sequence.cc, gru_sequence.cc)
+against TF ops, forward and backward, and when the rnn_rows handler takes them."""
 
 import warnings
 
@@ -40,6 +40,19 @@ def _tf_loop(a, u, h0, c0):
     return tf.stack(hs, 1), tf.stack(cs, 1)
 
 
+def _tf_gru_loop(a, u, recurrent_bias, h0):
+    """(h [B, T, H], reset gates) by Keras' GRU step (reset_after=True) in TF ops."""
+    h, hs, rs = h0, [], []
+    for t in range(a.shape[1]):
+        x_z, x_r, x_h = tf.split(a[:, t], 3, axis=-1)
+        q_z, q_r, q_h = tf.split(tf.matmul(h, u) + recurrent_bias, 3, axis=-1)
+        z, r = tf.sigmoid(x_z + q_z), tf.sigmoid(x_r + q_r)
+        h = z * h + (1 - z) * tf.tanh(x_h + r * q_h)
+        hs.append(h)
+        rs.append(r)
+    return tf.stack(hs, 1), tf.stack(rs, 1)
+
+
 def _values_and_grads(loop, inputs, weights):
     """(h, c, ∂L/∂(a, u, h0, c0)) for L = Σ w_h·h + Σ w_c·c (every output's gradient used)."""
     inputs = [tf.constant(v) for v in inputs]
@@ -47,7 +60,7 @@ def _values_and_grads(loop, inputs, weights):
         tape.watch(inputs)
         h, c = loop(*inputs)
         loss = tf.reduce_sum(weights[0] * h) + tf.reduce_sum(weights[1] * c)
-    return h, c, tape.gradient(loss, inputs)
+    return h, c, tape.gradient(loss, inputs, unconnected_gradients="zero")
 
 
 @needs_op
@@ -65,6 +78,38 @@ def test_equals_tf_ops_forward_and_backward(batch, steps, units):
     for name, g, w in zip(("a", "u", "h0", "c0"), got[2], want[2]):
         np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-5,
                                    err_msg=f"gradient of {name}")
+
+
+@needs_op
+@pytest.mark.parametrize("batch, steps, units", [(3, 5, 4), (17, 1, 3), (33, 7, 8), (1, 2, 1)])
+def test_gru_equals_tf_ops_forward_and_backward(batch, steps, units):
+    rng = np.random.default_rng(batch * 100 + steps)
+    a = rng.standard_normal((batch, steps, 3 * units)).astype("float32")
+    u = (rng.standard_normal((units, 3 * units)) / np.sqrt(units)).astype("float32")
+    bias = rng.standard_normal(3 * units).astype("float32")
+    h0 = rng.standard_normal((batch, units)).astype("float32")
+    weight = rng.standard_normal((batch, steps, units)).astype("float32")
+    # The reset gates are values (the recurrent kernel's rows), not differentiated.
+    tf_gru = lambda *args: (_tf_gru_loop(*args)[0], tf.stop_gradient(_tf_gru_loop(*args)[1]))
+    got = _values_and_grads(native.gru_sequence, [a, u, bias, h0], [weight, 0.0])
+    want = _values_and_grads(tf_gru, [a, u, bias, h0], [weight, 0.0])
+    for name, g, w in zip(("h", "reset gates"), got[:2], want[:2]):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6, err_msg=name)
+    for name, g, w in zip(("a", "u", "recurrent_bias", "h0"), got[2], want[2]):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-5,
+                                   err_msg=f"gradient of {name}")
+
+
+@needs_op
+def test_gru_reset_gates_carry_no_gradient():
+    """They are values (the recurrent kernel's rows): stopped, as the TF loop's extras are not
+    differentiated either."""
+    a = tf.ones([2, 3, 6])
+    with tf.GradientTape() as tape:
+        tape.watch(a)
+        _, reset = native.gru_sequence(a, tf.ones([2, 6]), tf.zeros([6]), tf.zeros([2, 2]))
+        loss = tf.reduce_sum(reset)
+    assert tape.gradient(loss, a) is None
 
 
 @needs_op
@@ -99,11 +144,16 @@ def test_refuses_mismatched_shapes():
     with pytest.raises(tf.errors.InvalidArgumentError, match="shapes do not match"):
         native.lstm_sequence(tf.ones([2, 3, 8]), tf.ones([2, 6]), tf.ones([2, 2]),
                              tf.ones([2, 2]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="shapes do not match"):
+        native.gru_sequence(tf.ones([2, 3, 6]), tf.ones([2, 8]), tf.zeros([6]), tf.ones([2, 2]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="recurrent_bias must be"):
+        native.gru_sequence(tf.ones([2, 3, 6]), tf.ones([2, 6]), tf.zeros([5]), tf.ones([2, 2]))
 
 
-def _lstm_update(monkeypatch, layer_fn, *, options=None, jit_compile=False, mask_zero=False):
+def _update(monkeypatch, layer_fn, *, options=None, jit_compile=False, mask_zero=False):
     """(weight changes of one DP step, native calls) of Embedding + layer_fn() + Dense."""
     calls = record_calls(monkeypatch, "lstm_sequence")
+    record_calls(monkeypatch, "gru_sequence", calls=calls)
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input([6], dtype="int32"),
                               keras.layers.Embedding(20, 5, mask_zero=mask_zero), layer_fn(),
@@ -128,6 +178,11 @@ LAYERS = {
                                                               return_state=True)),
     "go_backwards": lambda: keras.layers.LSTM(4, go_backwards=True),
     "rnn_lstm_cell": lambda: keras.layers.RNN(keras.layers.LSTMCell(4)),
+    "gru": lambda: keras.layers.GRU(4),
+    "gru_sequences_and_state": lambda: _LastOf(keras.layers.GRU(4, return_sequences=True,
+                                                                return_state=True)),
+    "gru_go_backwards_no_bias": lambda: keras.layers.GRU(4, go_backwards=True, use_bias=False),
+    "rnn_gru_cell": lambda: keras.layers.RNN(keras.layers.GRUCell(4)),
 }
 
 
@@ -139,8 +194,8 @@ class _LastOf(keras.layers.Layer):
         self.inner = inner
 
     def call(self, x):
-        sequence, h, c = self.inner(x)
-        return tf.reduce_mean(sequence, 1) + h + 2 * c
+        sequence, h, *c = self.inner(x)  # an LSTM's c, a GRU's nothing
+        return tf.reduce_mean(sequence, 1) + h + 2 * sum(c)
 
 
 @needs_op
@@ -148,9 +203,9 @@ class _LastOf(keras.layers.Layer):
 def test_the_engine_takes_the_op_with_tf_loops_update(monkeypatch, kind):
     """Binding clipping (C = 0.01): the norms decide every update; the op's and TF's agree."""
     native.load()
-    with_op, calls = _lstm_update(monkeypatch, LAYERS[kind])
-    assert calls, "the LSTM's time loop did not take the native op"
-    without, calls_off = _lstm_update(monkeypatch, LAYERS[kind],
+    with_op, calls = _update(monkeypatch, LAYERS[kind])
+    assert calls, "the recurrent layer's time loop did not take the native op"
+    without, calls_off = _update(monkeypatch, LAYERS[kind],
                                       options=EngineOptions(native=False))
     assert not calls_off
     for a, b in zip(with_op, without):
@@ -159,14 +214,18 @@ def test_the_engine_takes_the_op_with_tf_loops_update(monkeypatch, kind):
 
 
 @needs_op
-@pytest.mark.parametrize("case", ["mask", "relu", "hard_sigmoid", "xla"])
-def test_other_lstms_keep_tfs_loop(monkeypatch, case):
-    """Masks, other activations and XLA-compiled steps keep TF's while loop (still exact)."""
+@pytest.mark.parametrize("case", ["mask", "relu", "hard_sigmoid", "xla", "gru_reset_before",
+                                  "gru_mask"])
+def test_other_recurrent_layers_keep_tfs_loop(monkeypatch, case):
+    """Masks, other activations, a GRU with reset_after=False and XLA-compiled steps keep TF's
+    while loop (still exact)."""
     native.load()
     layer_fn = {"relu": lambda: keras.layers.LSTM(4, activation="relu"),
-                "hard_sigmoid": lambda: keras.layers.LSTM(4, recurrent_activation="hard_sigmoid")
+                "hard_sigmoid": lambda: keras.layers.LSTM(4, recurrent_activation="hard_sigmoid"),
+                "gru_reset_before": lambda: keras.layers.GRU(4, reset_after=False),
+                "gru_mask": lambda: keras.layers.GRU(4),
                 }.get(case, lambda: keras.layers.LSTM(4))
-    update, calls = _lstm_update(monkeypatch, layer_fn, mask_zero=case == "mask",
+    update, calls = _update(monkeypatch, layer_fn, mask_zero=case in ("mask", "gru_mask"),
                                  jit_compile=case == "xla")
     assert not calls
     assert all(np.isfinite(w).all() for w in update)
