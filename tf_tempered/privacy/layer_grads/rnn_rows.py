@@ -30,7 +30,10 @@ part by the reset gate r_t; with reset_after=False the candidate block of U sees
 r_t ⊙ h_{t-1} instead, as T more rows). The handler runs the layer's own forward pass
 itself, with A = X·W + b computed for all steps at once before the time loop:
 the one backward pass then gives δA as the gradient of a recorded tensor, and
-the loop gives the states h_{t-1} (and r_t) entering each step. Norms and the
+the loop gives the states h_{t-1} (and r_t) entering each step. On CPU the loop of an
+LSTM, or of a GRU with reset_after=True, with Keras' sigmoid gates and tanh is a native op
+(native.lstm_sequence, native.gru_sequence: forward and backward, each example's recurrence
+in one task), else TF's while loop (time_loop). Norms and the
 clipped sum are those of rows.py (ghost norm or materialized gradients, the
 book-keeping sum), exact, with no per-example VJP: the generic recurrent path
 (rnn.py) vectorizes the whole time loop over the examples, about 5x the
@@ -125,8 +128,8 @@ class RNNRowsHandler(Handler):
 
         Returns (outputs, recorded inputs (X, H_prev[, reset gates]), recorded output A);
         `wrap` is applied to A before the time loop uses it (second_pass's norm hook). An
-        LSTM's loop is the native op where ``options`` (EngineOptions; None: the defaults)
-        allow it (:func:`_native_lstm_applies`), else TF's while loop.
+        LSTM's or GRU's loop is a native op where ``options`` (EngineOptions; None: the
+        defaults) allow it (:func:`_native_loop`), else TF's while loop.
         """
         call = bind_call(call_fn, inputs, args, kwargs)
         if call is None:
