@@ -60,6 +60,7 @@ $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=non
     $PY benchmarks/memory_alone.py text nonprivate; $PY benchmarks/memory_alone.py text dp
     $PY benchmarks/memory_alone.py cifar10 nonprivate; $PY benchmarks/memory_alone.py cifar10 dp
     $PY benchmarks/memory_alone.py lstm nonprivate; $PY benchmarks/memory_alone.py lstm dp
+    $PY benchmarks/memory_alone.py gru nonprivate; $PY benchmarks/memory_alone.py gru dp
     $PY benchmarks/memory_alone.py cifar10 dp '{"clipped_sum": "recompute", "materialize_max_bytes": 8388608, "patch_chunk_bytes": 4194304}'
   done
 } 2>/dev/null | tee $out/memory_alone_keras3.txt
