@@ -75,6 +75,17 @@ def test_fashion_mnist_best_averages_the_weights_and_zero_turns_it_off():
     assert command_line.config_from_flags(_flags("--recipe=best")).ema_decay is None  # MNIST
 
 
+def test_fashion_mnist_best_calibrates_sigma_with_the_pld_accountant():
+    # The fifth round's selection (results/records_cv/stage1_interim.md): PLD, +0.11.
+    config = command_line.config_from_flags(_flags("--recipe=best", "--dataset=fashion_mnist"))
+    assert config.accountant == "pld"
+    rdp = command_line.config_from_flags(_flags("--recipe=best", "--dataset=fashion_mnist",
+                                                "--accountant=rdp"))
+    assert rdp.accountant == "rdp"
+    validate_config(config)
+    assert command_line.config_from_flags(_flags("--recipe=best")).accountant == "rdp"  # MNIST
+
+
 def test_unknown_recipe_is_refused_naming_the_choices():
     with pytest.raises(ConfigError, match="--recipe='bestest' is unknown: choose one of best, paper"):
         command_line.config_from_flags(_flags("--recipe=bestest"))
