@@ -63,25 +63,34 @@ def _values_and_grads(loop, inputs, weights):
     return h, c, tape.gradient(loss, inputs, unconnected_gradients="zero")
 
 
+def _assert_same_values_and_grads(native_loop, tf_loop, inputs, weights, names):
+    """The op's outputs and input gradients equal the TF loop's (names: outputs, inputs)."""
+    got = _values_and_grads(native_loop, inputs, weights)
+    want = _values_and_grads(tf_loop, inputs, weights)
+    for name, g, w in zip(names[:2], got[:2], want[:2]):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6, err_msg=name)
+    for name, g, w in zip(names[2:], got[2], want[2]):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-5,
+                                   err_msg=f"gradient of {name}")
+
+
+SIZES = [(3, 5, 4), (17, 1, 3), (33, 7, 8), (1, 2, 1)]  # (batch, steps, units)
+
+
 @needs_op
-@pytest.mark.parametrize("batch, steps, units", [(3, 5, 4), (17, 1, 3), (33, 7, 8), (1, 2, 1)])
-def test_equals_tf_ops_forward_and_backward(batch, steps, units):
+@pytest.mark.parametrize("batch, steps, units", SIZES)
+def test_lstm_equals_tf_ops_forward_and_backward(batch, steps, units):
     rng = np.random.default_rng(batch * 100 + steps)
     a = rng.standard_normal((batch, steps, 4 * units)).astype("float32")
     u = (rng.standard_normal((units, 4 * units)) / np.sqrt(units)).astype("float32")
     h0, c0 = (rng.standard_normal((batch, units)).astype("float32") for _ in range(2))
     weights = [rng.standard_normal((batch, steps, units)).astype("float32") for _ in range(2)]
-    got = _values_and_grads(native.lstm_sequence, [a, u, h0, c0], weights)
-    want = _values_and_grads(_tf_loop, [a, u, h0, c0], weights)
-    for name, g, w in zip(("h", "c"), got[:2], want[:2]):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6, err_msg=name)
-    for name, g, w in zip(("a", "u", "h0", "c0"), got[2], want[2]):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-5,
-                                   err_msg=f"gradient of {name}")
+    _assert_same_values_and_grads(native.lstm_sequence, _tf_loop, [a, u, h0, c0], weights,
+                                  ("h", "c", "a", "u", "h0", "c0"))
 
 
 @needs_op
-@pytest.mark.parametrize("batch, steps, units", [(3, 5, 4), (17, 1, 3), (33, 7, 8), (1, 2, 1)])
+@pytest.mark.parametrize("batch, steps, units", SIZES)
 def test_gru_equals_tf_ops_forward_and_backward(batch, steps, units):
     rng = np.random.default_rng(batch * 100 + steps)
     a = rng.standard_normal((batch, steps, 3 * units)).astype("float32")
@@ -91,13 +100,8 @@ def test_gru_equals_tf_ops_forward_and_backward(batch, steps, units):
     weight = rng.standard_normal((batch, steps, units)).astype("float32")
     # The reset gates are values (the recurrent kernel's rows), not differentiated.
     tf_gru = lambda *args: (_tf_gru_loop(*args)[0], tf.stop_gradient(_tf_gru_loop(*args)[1]))
-    got = _values_and_grads(native.gru_sequence, [a, u, bias, h0], [weight, 0.0])
-    want = _values_and_grads(tf_gru, [a, u, bias, h0], [weight, 0.0])
-    for name, g, w in zip(("h", "reset gates"), got[:2], want[:2]):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-6, err_msg=name)
-    for name, g, w in zip(("a", "u", "recurrent_bias", "h0"), got[2], want[2]):
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=2e-5, atol=2e-5,
-                                   err_msg=f"gradient of {name}")
+    _assert_same_values_and_grads(native.gru_sequence, tf_gru, [a, u, bias, h0], [weight, 0.0],
+                                  ("h", "reset gates", "a", "u", "recurrent_bias", "h0"))
 
 
 @needs_op
