@@ -108,8 +108,7 @@ class GruSequenceOp : public OpKernel {
     ForEachBlock(ctx, s, 3, [&](int64_t row, int64_t rows) {
       Matrix x(rows, n3), q(rows, n3);
       for (int64_t t = 0; t < s.steps; ++t) {
-        const float* h_in = h;  // this step reads the previous step's output
-        ConstStrided h_prev = t == 0 ? RowsOf(h0, row, rows, n) : StepOf(h_in, row, rows, t - 1, s, n);
+        ConstStrided h_prev = StateBefore(h, h0, row, rows, t, s, n);  // the previous output
         x = StepOf(a, row, rows, t, s, n3);
         q.noalias() = h_prev * u;
         q.rowwise() += bias;
@@ -158,7 +157,7 @@ class GruSequenceGradOp : public OpKernel {
       Matrix carry = Matrix::Zero(rows, n), dh_total(rows, n), g(rows, n3), dq(rows, n3);
       for (int64_t t = s.steps - 1; t >= 0; --t) {
         g = StepOf(gates, row, rows, t, s, n3);  // a copy: δa overwrites them below
-        ConstStrided h_prev = t == 0 ? RowsOf(h0, row, rows, n) : StepOf(h, row, rows, t - 1, s, n);
+        ConstStrided h_prev = StateBefore(h, h0, row, rows, t, s, n);
         const auto z = g.leftCols(n).array(), r = g.middleCols(n, n).array();
         const auto hh = g.rightCols(n).array();
         dh_total.array() = StepOf(dh, row, rows, t, s, n).array() + carry.array();

@@ -113,9 +113,9 @@ class LstmSequenceOp : public OpKernel {
     ForEachBlock(ctx, s, 4, [&](int64_t row, int64_t rows) {
       Matrix z(rows, n4);
       for (int64_t t = 0; t < s.steps; ++t) {
-        const float *h_in = h, *c_in = c;  // this step reads the previous step's outputs
-        ConstStrided h_prev = t == 0 ? RowsOf(h0, row, rows, n) : StepOf(h_in, row, rows, t - 1, s, n);
-        ConstStrided c_prev = t == 0 ? RowsOf(c0, row, rows, n) : StepOf(c_in, row, rows, t - 1, s, n);
+        // This step reads the previous step's outputs.
+        ConstStrided h_prev = StateBefore(h, h0, row, rows, t, s, n);
+        ConstStrided c_prev = StateBefore(c, c0, row, rows, t, s, n);
         z = StepOf(a, row, rows, t, s, n4);
         z.noalias() += h_prev * u;
         Strided g_out = StepOf(gates, row, rows, t, s, n4);
@@ -168,7 +168,7 @@ class LstmSequenceGradOp : public OpKernel {
       Matrix tanh_c(rows, n), dc_total(rows, n), dh_total(rows, n), g(rows, n4);
       for (int64_t t = s.steps - 1; t >= 0; --t) {
         g = StepOf(gates, row, rows, t, s, n4);  // a copy: δa overwrites them below
-        ConstStrided c_prev = t == 0 ? RowsOf(c0, row, rows, n) : StepOf(c, row, rows, t - 1, s, n);
+        ConstStrided c_prev = StateBefore(c, c0, row, rows, t, s, n);
         const auto i = g.leftCols(n).array(), f = g.middleCols(n, n).array();
         const auto gg = g.middleCols(2 * n, n).array(), o = g.rightCols(n).array();
         Strided dz = StepOf(da, row, rows, t, s, n4);

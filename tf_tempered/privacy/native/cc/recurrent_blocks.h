@@ -61,6 +61,14 @@ inline ConstStrided RowsOf(const float* data, int64_t row, int64_t rows, int64_t
   return ConstStrided(data + row * width, rows, width, Eigen::OuterStride<>(width));
 }
 
+// The state entering step t: rows of the initial state [B, width] at t = 0, else step t − 1 of
+// the sequence [B, T, width].
+inline ConstStrided StateBefore(const float* sequence, const float* initial, int64_t row,
+                                int64_t rows, int64_t t, const Sizes& s, int64_t width) {
+  return t == 0 ? RowsOf(initial, row, rows, width)
+                : StepOf(sequence, row, rows, t - 1, s, width);
+}
+
 // a [B, T, gates·H], u [H, gates·H], state [B, H]: the sizes, or an error naming op.
 inline absl::Status CheckSizes(const char* op, int gates, const ::tensorflow::Tensor& a,
                                const ::tensorflow::Tensor& u, const ::tensorflow::Tensor& state,
