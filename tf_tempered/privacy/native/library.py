@@ -116,7 +116,7 @@ def build():
         compile_flags, link_flags = _flags()
         _LOG.warning("tf_tempered: compiling its native ops (per-example convolution and "
                      "depthwise gradients, gradient norms, Embedding norms and sums, DP noise, "
-                     "the LSTM's time loop; once per machine and TensorFlow version, up to a "
+                     "the LSTM's and GRU's time loops; once per machine and TensorFlow version, up to a "
                      "minute or two) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
@@ -182,7 +182,7 @@ def available():
 
 # For the noise or an Embedding of fewer values than this the ops are used only if the
 # library is built already: their saving (the noise: ≈ 4 ms a step at 10⁶ values, ≈ 0.4 ms at
-# 10⁵; benchmarks/results/noise_native.md) would not repay a first compilation (≈ 15–60 s)
+# 10⁵; benchmarks/results/noise_native.md) would not repay a first compilation (≈ 1–2 min)
 # in a short run of a small model.
 BUILD_MIN_VALUES = 1_000_000
 
