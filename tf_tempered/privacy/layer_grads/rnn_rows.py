@@ -63,8 +63,7 @@ from typing import Any
 
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import native
-from tf_tempered.privacy.layer_grads import rnn_cell_math, rnn_norms
+from tf_tempered.privacy.layer_grads import rnn_native_loops, rnn_norms
 from tf_tempered.privacy.layer_grads.contract import Handler
 from tf_tempered.privacy.layer_grads.registry import register
 from tf_tempered.privacy.layer_grads.rnn_cell_math import cell_math
@@ -129,7 +128,7 @@ class RNNRowsHandler(Handler):
         Returns (outputs, recorded inputs (X, H_prev[, reset gates]), recorded output A);
         `wrap` is applied to A before the time loop uses it (second_pass's norm hook). An
         LSTM's or GRU's loop is a native op where ``options`` (EngineOptions; None: the
-        defaults) allow it (:func:`_native_loop`), else TF's while loop.
+        defaults) allow it (rnn_native_loops.py), else TF's while loop.
         """
         call = bind_call(call_fn, inputs, args, kwargs)
         if call is None:
@@ -154,7 +153,7 @@ class RNNRowsHandler(Handler):
         states = (list(initial_state) if initial_state is not None else
                   [tf.zeros([batch, hparams.units], dtype)] * math.num_states)
         step_kwargs = {"recurrent_bias": recurrent_bias} if math.split_recurrent_bias else {}
-        native_loop = _native_loop(cell, math, a, states, mask, options)
+        native_loop = rnn_native_loops.native_loop(cell, math, a, states, mask, options)
         if native_loop is not None:
             sequence, h_prev, rest, final_states, last_output = native_loop(
                 a, u, states, recurrent_bias)
@@ -201,48 +200,6 @@ def _matmul_rows(x, kernel):
     rows = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), kernel)
     shape = tf.concat([tf.shape(x)[:-1], [kernel.shape[-1]]], 0)
     return tf.ensure_shape(tf.reshape(rows, shape), x.shape[:-1].concatenate(kernel.shape[-1:]))
-
-
-def _native_loop(cell, math, a, states, mask, options):
-    """The native op's time loop for this call (privacy/native, CPU), or None for TF's.
-
-    An LSTM, or a GRU with reset_after=True, with Keras' sigmoid gates and tanh, float32,
-    no mask, where the step's options allow native ops (not under XLA, TF_TEMPERED_NATIVE
-    not off) and native.usable says they run (no GPU; a small layer builds no library).
-    """
-    loop = {rnn_cell_math.LSTM_MATH_TYPE: _native_lstm_loop,
-            rnn_cell_math.GRU_MATH_TYPE: _native_gru_loop}.get(type(math))
-    if loop is None or mask is not None:
-        return None
-    if (cell.activation is not keras.activations.tanh
-            or cell.recurrent_activation is not keras.activations.sigmoid):
-        return None
-    if a.dtype != tf.float32 or any(s.dtype != tf.float32 for s in states):
-        return None
-    if options is not None and not options.native:
-        return None
-    return loop if native.usable(a.shape.num_elements()) else None
-
-
-def _native_lstm_loop(a, u, states, recurrent_bias):
-    """time_loop's results for an LSTM from the native op (no mask, no extras)."""
-    del recurrent_bias  # the LSTM's one bias is in a
-    h0, c0 = states
-    h_seq, c_seq = native.lstm_sequence(a, u, h0, c0)
-    h_prev = tf.concat([h0[:, None], h_seq[:, :-1]], 1)
-    final_states = [h_seq[:, -1], c_seq[:, -1]]
-    return h_seq, h_prev, [], final_states, final_states[0]
-
-
-def _native_gru_loop(a, u, states, recurrent_bias):
-    """time_loop's results for a GRU (reset_after=True) from the native op: the reset gates
-    are its extras (the recurrent kernel's rows)."""
-    (h0,) = states
-    if recurrent_bias is None:
-        recurrent_bias = tf.zeros([u.shape[-1]], u.dtype)
-    h_seq, reset = native.gru_sequence(a, u, recurrent_bias, h0)
-    h_prev = tf.concat([h0[:, None], h_seq[:, :-1]], 1)
-    return h_seq, h_prev, [reset], [h_seq[:, -1]], h_seq[:, -1]
 
 
 def _compute_dtype(layer):
