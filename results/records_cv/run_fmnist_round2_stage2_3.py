@@ -29,11 +29,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 STAGE1 = ROOT / "results/records_cv/fashion_mnist_linear_stage1/runs"
 STAGE2 = ROOT / "results/records_cv/fashion_mnist_linear_stage2"
 ROUND = 2  # names stage 3's runs; run_fmnist_round3_stage2_3.py sets these for round 3
+DATASET, SHORT = "fashion_mnist", "fmnist"  # run_mnist_round2_stage2_3.py: MNIST's
 DATA = "../shared/data"
 THRESHOLD = 0.10  # points of validation accuracy
-SEARCH = [sys.executable, "-m", "tf_tempered.experiments.search", "--recipe=best",
-          "--dataset=fashion_mnist", f"--data_dir={DATA}", "--validation_size=20000",
-          "--validation_folds=3", "--seed=0", "--search=one_at_a_time"]
 # Flags that differ between folds or runs, not between candidates.
 RUN_FLAGS = ("validation_fold", "output_dir", "save_model", "data_dir")
 
@@ -59,11 +57,17 @@ def as_flags(changes):
     return [f"--{k}={v}" for k, v in sorted(changes.items())]
 
 
+def search_command():
+    return [sys.executable, "-m", "tf_tempered.experiments.search", "--recipe=best",
+            f"--dataset={DATASET}", f"--data_dir={DATA}", "--validation_size=20000",
+            "--validation_folds=3", "--seed=0", "--search=one_at_a_time"]
+
+
 def stage2_score(name, changes):
     """Mean validation accuracy of the configuration ``changes`` over the 3 folds (trained
     by the search tool into its own directory, resumable)."""
     out = STAGE2 / name
-    subprocess.run(SEARCH + as_flags(changes) + [f"--output_dir={out}"], check=True, cwd=ROOT)
+    subprocess.run(search_command() + as_flags(changes) + [f"--output_dir={out}"], check=True, cwd=ROOT)
     return mean_accuracy(sorted((out / "runs").glob("trial000_fold*.json")))
 
 
@@ -98,15 +102,15 @@ def select():
 
 def stage3(selected):
     for seed in (0, 1, 2):
-        out = ROOT / f"results/runs/fashion_mnist_best_round{ROUND}_seed{seed}"
+        out = ROOT / f"results/runs/{DATASET}_best_round{ROUND}_seed{seed}"
         if (out / "metrics.json").exists():
             print(f"seed {seed}: done")
             continue
         cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "tf_tempered.experiments.train",
-               "--recipe=best", "--dataset=fashion_mnist", f"--data_dir={DATA}",
+               "--recipe=best", f"--dataset={DATASET}", f"--data_dir={DATA}",
                *as_flags(selected), f"--seed={seed}", f"--output_dir={out}", "--nosave_model"]
         print(" ".join(cmd[2:]), flush=True)
-        timing = ROOT / f"results/records_cv/stage3_fmnist_round{ROUND}_seed{seed}.time"
+        timing = ROOT / f"results/records_cv/stage3_{SHORT}_round{ROUND}_seed{seed}.time"
         with open(timing, "w") as err:
             subprocess.run(cmd, check=True, cwd=ROOT, stderr=err)
 
