@@ -14,7 +14,7 @@
 """CPU time of drawing one Poisson batch: geometric gaps against one uniform per example.
 
 ``poisson_batches`` draws a step's members from max_batch_size + 1 uniforms (the gaps
-between members are geometric: ``sampling.bernoulli_members``); the sampler before it
+between members are geometric: ``poisson_draws.bernoulli_members``); the sampler before it
 drew one uniform per example and kept those below q. Both run here in the same
 tf.data pipeline (draw, gather, pad), side by side in one process, on N examples of
 4 features (the gather is then cheap: what is left is the draw), for every N given.

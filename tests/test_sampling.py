@@ -174,16 +174,6 @@ def test_steps_per_epoch_and_cardinality():
     assert int(ds.cardinality()) == 5
 
 
-def test_default_max_batch_size_is_minimal():
-    for n, q, steps in [(60000, 256 / 60000, 14040), (40, 0.2, 3000), (100, 0.9, 10)]:
-        k = sampling.default_max_batch_size(num_examples=n, sampling_probability=q,
-                                            total_steps=steps)
-        assert steps * stats.binom.sf(k, n, q) < 1e-10
-        assert k == n or steps * stats.binom.sf(k - 1, n, q) >= 1e-10
-    assert sampling.default_max_batch_size(num_examples=5, sampling_probability=1.0,
-                                           total_steps=3) == 5
-
-
 def test_overflow_raises_naming_max_batch_size():
     x, y = _data(20)
     ds = poisson_batches(x, y, sampling_probability=0.5, steps=10, max_batch_size=3)
@@ -248,24 +238,3 @@ def test_unpadded_batches_hold_the_same_examples_as_padded_ones(fresh_warning):
 def test_fixed_size_refuses_what_it_cannot_do(kwargs, match):
     with pytest.raises(ValueError, match=match):
         poisson_batches(*_data(), sampling_probability=Q, steps=2, **kwargs)
-
-
-def test_bernoulli_members_gaps_are_geometric():
-    # The sampler's transform: from m uniforms, members whose gaps are Geometric(q) on
-    # {0, 1, ...}, i.e. a Bernoulli(q) draw per example (fixed NumPy uniforms: this tests
-    # the transform, not the secret key).
-    q, m = 0.3, 200_000
-    uniform = np.random.default_rng(0).random(m)
-    members = sampling.bernoulli_members(tf.constant(uniform), num_examples=10 ** 9,
-                                         sampling_probability=q).numpy()
-    assert len(members) == m and np.all(np.diff(members) >= 1)
-    gaps = np.diff(np.concatenate([[-1], members])) - 1
-    observed = np.bincount(np.minimum(gaps, 15), minlength=16)
-    expected = m * np.append(stats.geom.pmf(np.arange(1, 16), q), stats.geom.sf(15, q))
-    _, p_value = stats.chisquare(observed, expected)
-    assert p_value > FALSE_ALARM
-    # Only members below N are returned, and q = 1 takes every example.
-    assert sampling.bernoulli_members(tf.constant(uniform[:50]), num_examples=7,
-                                      sampling_probability=1.0).numpy().tolist() == list(range(7))
-    assert np.all(sampling.bernoulli_members(tf.constant(uniform), num_examples=1000,
-                                             sampling_probability=q).numpy() < 1000)

@@ -48,14 +48,17 @@ replicas instead would put the padding on the last replicas (and tf.distribute
 cannot split the scalar expected batch size), hence a per-replica sampler.
 """
 
-import math
 import numbers
 
 import numpy as np  # noqa: F401  (used by the doctests)
-from scipy import stats
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import data_sampling, randomness
+# The sizes and the draw of one step (poisson_draws.py), re-exported: this module's API.
+from tf_tempered.privacy.poisson_draws import (OVERFLOW_PROBABILITY, check_positive_int,
+                                               default_max_batch_size, drawer,
+                                               poisson_sampling_probability,
+                                               poisson_steps_per_epoch)
 
 __all__ = [
     "OVERFLOW_PROBABILITY",
@@ -65,91 +68,6 @@ __all__ = [
     "poisson_batches",
     "distributed_poisson_batches",
 ]
-
-# Default bound on the probability that any step of a run samples more than
-# max_batch_size examples.
-OVERFLOW_PROBABILITY = 1e-10
-
-
-def poisson_sampling_probability(*, num_examples, expected_batch_size=None,
-                                 sampling_probability=None):
-    """q from exactly one of ``expected_batch_size`` (q = expected_batch_size / N) and q.
-
-    >>> poisson_sampling_probability(num_examples=60000, expected_batch_size=256)
-    0.004266666666666667
-    """
-    if (isinstance(num_examples, bool) or not isinstance(num_examples, numbers.Integral)
-            or num_examples <= 0):
-        raise ValueError(f"num_examples must be a positive integer, got {num_examples!r}; "
-                         f"the dataset needs at least one example.")
-    if (expected_batch_size is None) == (sampling_probability is None):
-        raise ValueError(
-            f"Give exactly one of expected_batch_size and sampling_probability (got "
-            f"expected_batch_size={expected_batch_size!r}, sampling_probability="
-            f"{sampling_probability!r}); e.g. expected_batch_size=256.")
-    if expected_batch_size is not None:
-        if (isinstance(expected_batch_size, bool)
-                or not isinstance(expected_batch_size, numbers.Real)
-                or not 0 < expected_batch_size <= num_examples):
-            raise ValueError(f"expected_batch_size must be in (0, num_examples={num_examples}]"
-                             f", got {expected_batch_size!r}; use a smaller batch size.")
-        return float(expected_batch_size) / num_examples
-    if (isinstance(sampling_probability, bool)
-            or not isinstance(sampling_probability, numbers.Real)
-            or not 0 < sampling_probability <= 1):
-        raise ValueError(f"sampling_probability must be in (0, 1], got "
-                         f"{sampling_probability!r}; e.g. sampling_probability=0.01.")
-    return float(sampling_probability)
-
-
-def poisson_steps_per_epoch(*, num_examples, expected_batch_size=None,
-                            sampling_probability=None):
-    """Steps of one "epoch" of Poisson sampling: round(N / (q·N)) = round(1/q), at least 1.
-
-    Halves round up. On average an epoch then touches each example about once.
-
-    >>> poisson_steps_per_epoch(num_examples=60000, expected_batch_size=256)
-    234
-    >>> poisson_steps_per_epoch(num_examples=100, sampling_probability=0.4)
-    3
-    """
-    q = poisson_sampling_probability(num_examples=num_examples,
-                                     expected_batch_size=expected_batch_size,
-                                     sampling_probability=sampling_probability)
-    return max(1, int(math.floor(1.0 / q + 0.5)))
-
-
-def default_max_batch_size(*, num_examples, sampling_probability, total_steps,
-                           overflow_probability=OVERFLOW_PROBABILITY):
-    """Smallest k with ``total_steps · P[Binomial(N, q) > k] < overflow_probability``.
-
-    By the union bound, no step of the run overflows k except with probability below
-    ``overflow_probability`` (default 1e-10).
-
-    >>> default_max_batch_size(num_examples=60000, sampling_probability=256 / 60000,
-    ...                        total_steps=14040)
-    388
-    """
-    _check_positive_int("total_steps", total_steps)
-    if not 0 < sampling_probability <= 1:
-        raise ValueError(f"sampling_probability must be in (0, 1], got "
-                         f"{sampling_probability!r}.")
-    if not 0 < overflow_probability < 1:
-        raise ValueError(f"overflow_probability must be in (0, 1), got "
-                         f"{overflow_probability!r}; e.g. 1e-10.")
-    per_step = overflow_probability / total_steps
-    k = int(stats.binom.isf(per_step, num_examples, sampling_probability))
-    k = max(k, 0)
-    while k < num_examples and stats.binom.sf(k, num_examples, sampling_probability) >= per_step:
-        k += 1
-    return max(1, min(k, num_examples))
-
-
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}; pass e.g. "
-                         f"{name}=1 or larger.")
-
 
 def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
                     sampling_probability=None, epochs=None, steps=None, max_batch_size=None,
@@ -220,7 +138,7 @@ def poisson_batches(x, y, *, sample_weight=None, expected_batch_size=None,
     max_batch_size = _max_batch_size(max_batch_size, data, q=q, steps=steps,
                                      num_shards=num_shards)
     source = randomness.DPRandomness("poisson", insecure_dp_seed=insecure_dp_seed)
-    draw = _drawer(data, source, q=q, num_examples=num_examples, shard_index=shard_index,
+    draw = drawer(data, source, q=q, num_examples=num_examples, shard_index=shard_index,
                    max_batch_size=max_batch_size, pad=fixed_size)
 
     return data_sampling.tag_dataset(
@@ -235,10 +153,10 @@ def _total_steps(epochs, steps, *, num_examples, sampling_probability):
         raise ValueError(f"Give exactly one of epochs and steps (got epochs={epochs!r}, "
                          f"steps={steps!r}); e.g. epochs=10.")
     if steps is None:
-        _check_positive_int("epochs", epochs)
+        check_positive_int("epochs", epochs)
         steps = int(epochs) * poisson_steps_per_epoch(num_examples=num_examples,
                                                       sampling_probability=sampling_probability)
-    _check_positive_int("steps", steps)
+    check_positive_int("steps", steps)
     if steps >= 2 ** 32:  # the Philox counter holds (pass, step) as two 32-bit halves
         raise ValueError(f"steps must be below 2**32, got {steps}; split the run.")
     return int(steps)
@@ -251,7 +169,7 @@ def _max_batch_size(max_batch_size, shard_data, *, q, steps, num_shards):
         max_batch_size = default_max_batch_size(num_examples=shard_examples,
                                                 sampling_probability=q,
                                                 total_steps=steps * num_shards)
-    _check_positive_int("max_batch_size", max_batch_size)
+    check_positive_int("max_batch_size", max_batch_size)
     return int(max_batch_size)
 
 
@@ -304,7 +222,7 @@ def _check_fixed_size(fixed_size, max_batch_size, num_shards):
 
 
 def _check_shards(num_shards, shard_index, num_examples):
-    _check_positive_int("num_shards", num_shards)
+    check_positive_int("num_shards", num_shards)
     if (isinstance(shard_index, bool) or not isinstance(shard_index, numbers.Integral)
             or not 0 <= shard_index < num_shards):
         raise ValueError(f"shard_index must be an integer in [0, num_shards={num_shards}), "
@@ -316,70 +234,6 @@ def _check_shards(num_shards, shard_index, num_examples):
     if num_shards > num_examples:
         raise ValueError(f"num_shards={num_shards} exceeds the {num_examples} examples; "
                          f"every shard needs at least one example.")
-
-
-def bernoulli_members(uniform, *, num_examples, sampling_probability):
-    """The sorted indices i < N with a Bernoulli(q) draw of 1, from m uniforms in [0, 1).
-
-    The gaps between consecutive members of a Bernoulli(q) sequence are independent
-    Geometric(q): gap = ⌊ln(1 − u) / ln(1 − q)⌋ has P[gap ≥ k] = (1 − q)^k, and the
-    members are cumsum(gap + 1) − 1. So m uniforms give the members among the first
-    examples, exactly, as long as fewer than m of them fall below N: O(m) draws a step
-    instead of one per example. m members below N means there may be more (overflow):
-    the caller refuses that step.
-
-    >>> u = tf.constant([0.0, 0.5, 0.9, 0.99], tf.float64)
-    >>> bernoulli_members(u, num_examples=3, sampling_probability=1.0).numpy()  # q = 1: all
-    array([0, 1, 2])
-    >>> bernoulli_members(u, num_examples=100, sampling_probability=0.5).numpy()  # gaps 0, 1, 3, 6
-    array([ 0,  2,  6, 13])
-    """
-    log_keep = tf.math.log1p(tf.constant(-sampling_probability, tf.float64))  # −inf at q = 1
-    gaps = tf.floor(tf.math.log1p(-tf.cast(uniform, tf.float64)) / log_keep)
-    positions = tf.cumsum(gaps + 1.0) - 1.0
-    return tf.cast(tf.boolean_mask(positions, positions < num_examples), tf.int64)
-
-
-def _drawer(data, source, *, q, num_examples, shard_index, max_batch_size, pad=True):
-    """draw(step, pass) → (x, y, {"mask", "expected_batch_size"[, "sample_weight"]}), padded
-    to ``max_batch_size`` rows (``pad``), or unpadded."""
-    shard_examples = int(tf.nest.flatten(data)[0].shape[0])
-    padded_size = max_batch_size if pad else None
-    expected = tf.constant(q * num_examples, tf.float32)
-    overflow_message = (
-        f"poisson_batches: a step sampled more examples than max_batch_size="
-        f"{max_batch_size} (N={shard_examples}, q={q:.6g}, expected "
-        f"{q * shard_examples:.6g}); "
-        f"pass a larger max_batch_size, or leave it None for a size that overflows with "
-        f"probability < {OVERFLOW_PROBABILITY:g} over the run. Sampled count (at least):")
-
-    def padded(tensor, count):
-        if padded_size is None:  # fixed_size=False
-            return tensor
-        paddings = [[0, padded_size - count]] + [[0, 0]] * (tensor.shape.rank - 1)
-        return tf.ensure_shape(tf.pad(tensor, paddings),
-                               [padded_size] + tensor.shape.as_list()[1:])
-
-    def draw(step, iteration):
-        # A distinct Philox counter per (pass over the dataset, step); max_batch_size + 1
-        # uniforms: max_batch_size + 1 members is an overflow, refused below.
-        counter = tf.bitwise.left_shift(iteration, 32) + step
-        uniform = source.uniform([max_batch_size + 1], counter=counter, stream=shard_index,
-                                 dtype=tf.float64)
-        index = bernoulli_members(uniform, num_examples=shard_examples,
-                                  sampling_probability=q)
-        count = tf.size(index)
-        check = tf.debugging.assert_less_equal(count, max_batch_size, message=overflow_message)
-        with tf.control_dependencies([check]):
-            count = tf.identity(count)
-        rows = tf.nest.map_structure(lambda t: padded(tf.gather(t, index), count), data)
-        info = {"mask": padded(tf.ones([count], tf.float32), count),
-                "expected_batch_size": expected}
-        if len(rows) == 3:
-            info["sample_weight"] = rows[2]
-        return rows[0], rows[1], info
-
-    return draw
 
 
 def distributed_poisson_batches(strategy, x, y, **kwargs):
