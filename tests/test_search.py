@@ -11,7 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The search script: axes, grid/random trials, validation-only selection, tables, refusals."""
+"""The search script: validation-only selection, tables, refusals (its axes and trials:
+test_search_space.py)."""
 
 import json
 
@@ -25,84 +26,6 @@ pytestmark = pytest.mark.keras3_suite
 
 BASE = TrainConfig(dataset="digits", epochs=1, batch_size=128, learning_rate=0.5,
                    target_epsilon=3.0, validation_size=300)
-
-
-def test_axes_parse_as_the_flag_types():
-    assert search.parse_axis("learning_rate=0.5,2") == ("learning_rate", [0.5, 2.0])
-    assert search.parse_axis("batch_size=64,128") == ("batch_size", [64, 128])
-    assert search.parse_axis("ema_decay=none,0.99") == ("ema_decay", [None, 0.99])
-    name, values = search.parse_axis("activation=tanh,ts:1/4/0.5,ts_learnable:2/2/1")
-    assert values[0]["activation"] == "tanh" and values[0]["scale"] == 2.0
-    assert values[1] == {"activation": "tempered_sigmoid", "scale": 1.0,
-                         "inverse_temperature": 4.0, "offset": 0.5, "learnable": False}
-    assert values[2]["learnable"] is True
-    labels = [c for c, _ in search.expand_trials(BASE, [(name, values)])]
-    assert labels == [{"activation": "tanh"}, {"activation": "ts:1/4/0.5"},
-                      {"activation": "ts_learnable:2/2/1"}]
-    for bad, match in (("learning_rate", "FLAG=V1"), ("noise_multiplier=1", "cannot be searched"),
-                       ("target_epsilon=1,2", "cannot be searched"),
-                       ("activation=ts:1/2", "ts:S/T/O"), ("batch_size=abc", "not a valid int")):
-        with pytest.raises(ConfigError, match=match):
-            search.parse_axis(bad)
-
-
-def test_grid_and_random_trials():
-    axes = [search.parse_axis("learning_rate=0.5,1,2"), search.parse_axis("l2_norm_clip=0.1,1")]
-    grid = search.expand_trials(BASE, axes)
-    assert [(c.learning_rate, c.l2_norm_clip) for _, c in grid] == [
-        (0.5, 0.1), (0.5, 1.0), (1.0, 0.1), (1.0, 1.0), (2.0, 0.1), (2.0, 1.0)]
-    picked = search.expand_trials(BASE, axes, search="random", num_trials=4, seed=3)
-    again = search.expand_trials(BASE, axes, search="random", num_trials=4, seed=3)
-    assert len(picked) == 4 and [c for _, c in picked] == [c for _, c in again]
-    assert len({(c.learning_rate, c.l2_norm_clip) for _, c in picked}) == 4  # no repeats
-    with pytest.raises(ConfigError, match="num_trials"):
-        search.expand_trials(BASE, axes, search="random")
-
-
-def test_joint_axes_set_their_flags_together():
-    name, values = search.parse_axis("batch_size+epochs+learning_rate=128+1+0.5,64+3+2")
-    assert name == "batch_size+epochs+learning_rate"
-    assert values == [{"batch_size": 128, "epochs": 1, "learning_rate": 0.5},
-                      {"batch_size": 64, "epochs": 3, "learning_rate": 2.0}]
-    trials = search.expand_trials(BASE, [(name, values)])
-    assert [(c.batch_size, c.epochs, c.learning_rate) for _, c in trials] == [
-        (128, 1, 0.5), (64, 3, 2.0)]
-    assert trials[1][0] == {name: "64+3+2.0"}
-    for bad, match in (("batch_size+epochs=64", "1 part"),
-                       ("batch_size+activation=64+tanh", "joint axis"),
-                       ("batch_size+delta=64+1e-6", "cannot be searched")):
-        with pytest.raises(ConfigError, match=match):
-            search.parse_axis(bad)
-    with pytest.raises(ConfigError, match="twice"):
-        search.expand_trials(BASE, [search.parse_axis("batch_size+epochs=64+1"),
-                                    search.parse_axis("epochs=2")])
-
-
-def test_one_at_a_time_is_the_base_and_each_value_alone():
-    axes = [search.parse_axis("ema_decay=none,0.99,0.999"),  # none is the base's: not repeated
-            search.parse_axis("batch_size+epochs=128+1,64+2"),  # 128+1 is the base too
-            search.parse_axis("learning_rate=2")]
-    trials = search.expand_trials(BASE, axes, search="one_at_a_time")
-    assert [labels for labels, _ in trials] == [
-        {}, {"ema_decay": 0.99}, {"ema_decay": 0.999}, {"batch_size+epochs": "64+2"},
-        {"learning_rate": 2.0}]
-    configs = [c for _, c in trials]
-    assert configs[0] == BASE
-    assert [(c.ema_decay, c.batch_size, c.epochs, c.learning_rate) for c in configs[1:]] == [
-        (0.99, 128, 1, 0.5), (0.999, 128, 1, 0.5), (None, 64, 2, 0.5), (None, 128, 1, 2.0)]
-
-
-def test_one_at_a_time_lets_a_flag_vary_alone_and_jointly():
-    # The Fashion-MNIST round-2 design: lr alone, epochs alone, and both in a joint axis.
-    axes = [search.parse_axis("learning_rate=2,8"), search.parse_axis("epochs=3"),
-            search.parse_axis("batch_size+epochs+learning_rate=64+2+8,128+3+0.5")]
-    trials = search.expand_trials(BASE, axes, search="one_at_a_time")
-    assert [(c.batch_size, c.epochs, c.learning_rate) for _, c in trials] == [
-        (128, 1, 0.5), (128, 1, 2.0), (128, 1, 8.0), (128, 3, 0.5), (64, 2, 8.0)]
-    # 128+3+0.5 equals the epochs=3 trial: trained once.
-    assert trials[-1][0] == {"batch_size+epochs+learning_rate": "64+2+8.0"}
-    with pytest.raises(ConfigError, match="one_at_a_time"):  # combined, it stays refused
-        search.expand_trials(BASE, axes, search="grid")
 
 
 def test_search_refuses_without_validation_or_target_epsilon(tmp_path):
