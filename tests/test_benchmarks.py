@@ -22,9 +22,10 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy
+from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
 
 # The code under test does not depend on the Keras version (tests/conftest.py).
 pytestmark = pytest.mark.keras3_suite
@@ -212,3 +213,19 @@ def test_peer_scripts_skip_without_their_framework(script, package):
                             check=False)
     assert result.returncode == 0, result.stderr
     assert f"skipped: {package} not installed (pip install -e .[peers])" in result.stdout
+
+
+def test_conv1_tf_ops_formulations_give_the_engines_norms():
+    """benchmarks/conv1_tf_ops.py times formulations of the same per-example norms: they must
+    agree with the engine's (and with a per-example filter gradient), or the timing compares
+    different work."""
+    bench = _load_module("conv1_tf_ops")
+    layer = bench._layer()
+    x = tf.random.normal([bench.BATCH, bench.SIZE, bench.SIZE, 1], seed=3)
+    g = tf.random.normal([bench.BATCH, bench.OUT, bench.OUT, bench.FILTERS], seed=4)
+    first = [tf.compat.v1.nn.conv2d_backprop_filter(
+        x[i:i + 1], [8, 8, 1, 16], g[i:i + 1], strides=[1, 2, 2, 1], padding="SAME")
+        for i in range(3)]
+    direct = np.array([float(tf.reduce_sum(tf.square(f))) for f in first])
+    for name, fn in bench.formulations(layer).items():
+        np.testing.assert_allclose(fn(x, g).numpy()[:3], direct, rtol=1e-4, err_msg=name)
