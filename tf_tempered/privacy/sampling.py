@@ -54,7 +54,7 @@ import numpy as np  # noqa: F401  (used by the doctests)
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import data_sampling, randomness
-# The sizes and the draw of one step (poisson_draws.py), re-exported: this module's API.
+# One step's sizes (re-exported: part of this module's API) and its draw (poisson_draws.py).
 from tf_tempered.privacy.poisson_draws import (OVERFLOW_PROBABILITY, check_positive_int,
                                                default_max_batch_size, drawer,
                                                poisson_sampling_probability,
