@@ -13,6 +13,8 @@
 # limitations under the License.
 """ScatterNet features (layout, values, cache) and the ScatterNet CNN under DP-SGD."""
 
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,21 @@ def test_cache_is_keyed_by_content(tmp_path):
     assert len(list(tmp_path.iterdir())) == 2
     np.testing.assert_array_equal(other[0], first[0])
     assert not np.array_equal(other[1], first[1])
+
+
+def test_memory_mapped_features_read_the_cache_file(tmp_path):
+    x = _images(3, 16)
+    in_memory = scatternet.scattering_features(x, J=2, L=4, cache=False)
+    computed = scatternet.scattering_features(x, J=2, L=4, cache_dir=tmp_path, mmap_mode="r")
+    cached = scatternet.scattering_features(x, J=2, L=4, cache_dir=tmp_path, mmap_mode="r")
+    for mapped in (computed, cached):  # written then mapped; mapped from the cache
+        assert isinstance(mapped, np.memmap) and not mapped.flags.writeable
+        assert pathlib.Path(mapped.filename).parent == tmp_path
+        np.testing.assert_array_equal(mapped, in_memory)
+    with pytest.raises(ValueError, match="mmap_mode='w' is invalid"):
+        scatternet.scattering_features(x, J=2, L=4, cache_dir=tmp_path, mmap_mode="w")
+    with pytest.raises(ValueError, match="needs cache=True"):
+        scatternet.scattering_features(x, J=2, L=4, cache=False, mmap_mode="r")
 
 
 def test_bad_arguments_name_the_fix():

@@ -180,7 +180,7 @@ def test_unpadded_poisson_batches_train_the_same_model(monkeypatch, tmp_path):
 def test_bad_config_fails_before_loading_data(monkeypatch):
     def no_loading(*args, **kwargs):
         raise AssertionError("data loaded before validation")
-    monkeypatch.setattr(train_lib.data_lib, "load", no_loading)
+    monkeypatch.setattr(train_lib.train_data.data_lib, "load", no_loading)
     with pytest.raises(ConfigError, match="mutually exclusive"):
         train_lib.run_training(TINY.replace(noise_multiplier=1.0, target_epsilon=1.0), verbose=0)
 

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import sys
 
-from tf_tempered.experiments import recipes
+from tf_tempered.experiments import malloc_arenas, recipes
 from tf_tempered.experiments.common import (ACCOUNTANTS, ACTIVATIONS, DATASETS,
                                             DEFAULT_NOISE_MULTIPLIER, FEATURES, HEADS,
                                             LR_SCHEDULES, OPTIMIZERS, SAMPLINGS, ConfigError,
@@ -200,7 +200,8 @@ def parse_floats(name, values):
 
 
 def absl_entry_point(define_flags, run_from_flags):
-    """(main, cli) for a script: ``cli`` defines its flags and runs ``main`` under absl.
+    """(main, cli) for a script: ``cli`` defines its flags and runs ``main`` under absl
+    (after :func:`~tf_tempered.experiments.malloc_arenas.limit_malloc_arenas`).
 
     ``run_from_flags(FLAGS)`` does the work; a ConfigError it raises becomes absl's
     UsageError, so a bad flag prints the message and exits non-zero.
@@ -217,6 +218,8 @@ def absl_entry_point(define_flags, run_from_flags):
 
     def cli():
         from absl import app, flags  # pylint: disable=g-import-not-at-top
+        # Before the scripts' threads allocate: resident memory that stays flat over a run.
+        malloc_arenas.limit_malloc_arenas()
         before = set(flags.FLAGS)
         define_flags()
         declare_main_module_flags(flags.FLAGS, set(flags.FLAGS) - before)

@@ -48,19 +48,15 @@ test accuracy an unbiased estimate.
 """
 
 import contextlib
-import dataclasses
 import math
 import pathlib
 import time
 
-from tf_tempered import data as data_lib
-from tf_tempered import scatternet
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.ema import ExponentialMovingAverage
-from tf_tempered.experiments import (command_line, common, feature_norm, model_builders,
-                                     results, run_report, train_data)
-from tf_tempered.experiments.privacy_plan import PrivacyPlan, plan_privacy
+from tf_tempered.experiments import (command_line, common, model_builders, results,
+                                     run_report, train_data)
 from tf_tempered.privacy import has_secret_dp_randomness, make_private, optimizers
 
 __all__ = ["learning_rate", "make_strategy", "run_training", "define_flags", "main", "cli"]
@@ -150,7 +146,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
         out.mkdir(parents=True, exist_ok=True)  # fail now, not after training
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
-    data = _prepare_data(config, backup_dir)
+    data = train_data.prepare_data(config, backup_dir)
     strategy = _check_strategy(config, strategy)
     model = _build_model(config, data, strategy)
     train_ds = train_data.training_batches(config, data.plan, data.train_x,
@@ -180,51 +176,6 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
     if verbose:
         run_report.print_summary(result, data.plan, out, config.save_model)
     return result
-
-
-@dataclasses.dataclass
-class _TrainingData:
-    """The run's data: the dataset (training part only with a validation split), the
-    validation split, the training inputs fed to the batches, the privacy plan and the
-    released feature statistics."""
-    dataset: object
-    validation: object
-    train_x: object
-    plan: PrivacyPlan
-    feature_stats: object
-
-
-def _prepare_data(config, backup_dir):
-    """Loads and splits the data, computes features, plans σ/ε and releases the statistics."""
-    dataset = data_lib.load(config.dataset, data_dir=config.data_dir,
-                            num_train=config.num_train, num_test=config.num_test)
-    images = dataset.x_train
-    if config.features == "scatternet":  # a fixed public transform: no privacy cost
-        dataset = scatternet.scatter_dataset(dataset)
-    common.check_num_examples(config, len(dataset.y_train))
-    validation, held_out = None, (len(dataset.y_train), len(dataset.y_train))
-    if config.validation_size:
-        # A block of validation_size examples (the last, or --validation_fold's);
-        # everything below (σ, ε, the model's data) sees only the others.
-        held_out = data_lib.validation_block(len(dataset.y_train), config.validation_size,
-                                             config.validation_fold)
-        dataset, validation = data_lib.split_validation(dataset, config.validation_size,
-                                                        fold=config.validation_fold)
-    train_x = dataset.x_train
-    if config.features == "scatternet" and config.augmult > 1:
-        # The features of every shifted (and with --augment_flip mirrored) image, once
-        # (for all images, so one cache serves every split): augmentation copies pick
-        # among them.
-        train_x = data_lib.without_block(
-            scatternet.shifted_scattering_features(images, max_shift=config.augment_shift,
-                                                   flip=config.augment_flip),
-            *held_out)
-    plan = plan_privacy(config, len(dataset.y_train))
-    # --feature_norm=dp_stats: released once, from the training part only (plan accounts it);
-    # with --backup_dir, once per run, however often it is resumed.
-    stats = feature_norm.release(config, dataset.x_train, store=None if backup_dir is None
-                                 else pathlib.Path(backup_dir) / feature_norm.STORE_NAME)
-    return _TrainingData(dataset, validation, train_x, plan, stats)
 
 
 def _check_strategy(config, strategy):
