@@ -13,8 +13,6 @@
 # limitations under the License.
 """Tests for tf_tempered.callbacks: PrivacyBudget and ActivationNormMonitor."""
 
-import warnings
-
 import numpy as np
 import pytest
 
@@ -243,65 +241,3 @@ def test_settings_given_to_make_private_are_accounted():
     # make_private's σ = 2 and 8 microbatches of 2, with a plain SGD optimizer, on
     # shuffled batches.
     assert history.history["epsilon"] == pytest.approx(_expected_shuffle(2, 2.0, 2), rel=1e-12)
-
-
-@pytest.mark.tf_privacy
-def test_settings_from_dp_model_and_unsupported_optimizers():
-    from tensorflow_privacy import DPKerasSGDOptimizer, DPSequential  # pylint: disable=g-import-not-at-top,redefined-outer-name
-    from tf_tempered.callbacks import dp_optimizer_settings  # pylint: disable=g-import-not-at-top
-
-    model = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.3, num_microbatches=4,
-                         layers=[keras.Input((4,)), keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.SGD(), loss="mse")
-    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH,
-                           sampling="poisson")  # (trained on poisson_batches, say)
-    budget.set_model(model)
-    budget.set_params({"steps": 4, "epochs": 1, "verbose": 0})
-    budget.on_train_begin()
-    assert budget.epsilon_after(1, steps_per_epoch=4) == _expected(1, 1.3, microbatch_size=4)[0]
-    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
-        dp_optimizer_settings(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
-                                                  gradient_accumulation_steps=2))
-    optimizer = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0)
-    optimizer._dp_sum_query = object()  # pylint: disable=protected-access
-    with pytest.raises(ValueError, match="reproduces the Gaussian sum query only"):
-        dp_optimizer_settings(optimizer)
-
-
-@pytest.mark.parametrize("insecure_dp_seed", [None, 4])
-def test_budget_says_whether_epsilon_holds(insecure_dp_seed, monkeypatch):
-    from tf_tempered.privacy import make_private, randomness  # pylint: disable=g-import-not-at-top
-    monkeypatch.setattr(randomness, "_warned", True)  # only PrivacyBudget's warning below
-    x, y = _data()
-    model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
-                         insecure_dp_seed=insecure_dp_seed)
-    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
-                                                learning_rate=0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(
-                      from_logits=True, reduction="none"))
-    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
-    said = [str(w.message) for w in caught if "PrivacyBudget" in str(w.message)]
-    assert history.history["epsilon"] == pytest.approx(_expected(2, 2.0), rel=1e-12)
-    if insecure_dp_seed is None:
-        assert budget.epsilon_holds is True and not said
-    else:
-        assert budget.epsilon_holds is False
-        assert len(said) == 1 and "the ε does NOT hold" in said[0]
-
-
-@pytest.mark.tf_privacy
-def test_budget_warns_when_tf_privacy_noise_follows_a_global_seed():
-    x, y = _data()
-    model = _model(tensorflow_privacy.DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
-                                       learning_rate=0.1))
-    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
-    keras.utils.set_random_seed(0)
-    try:
-        with pytest.warns(UserWarning, match="TF Privacy's own DP path.*global seed"):
-            model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=[budget], verbose=0)
-    finally:
-        tf.random.set_seed(None)
-    assert budget.epsilon_holds is None

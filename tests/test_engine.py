@@ -350,8 +350,8 @@ def test_noise_std_and_independence_with_secret_randomness():
 
 
 def test_global_seed_does_not_control_noise_but_insecure_dp_seed_does(monkeypatch):
-    from tf_tempered.privacy import randomness  # pylint: disable=import-outside-toplevel
-    monkeypatch.setattr(randomness, "_warned", False)
+    from tf_tempered.privacy import dp_seeds  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(dp_seeds, "_warned", False)
 
     def noise(**kwargs):
         keras.utils.set_random_seed(0)  # what --seed does: same initial weights ...

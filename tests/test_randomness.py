@@ -11,9 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""tf_tempered.privacy.randomness: secret keys, the opt-in, and no key in any written file."""
-
-import warnings
+"""tf_tempered.privacy.randomness: secret keys, the opt-in's streams, and no key in any
+written file (the seeds themselves: tests/test_dp_seeds.py)."""
 
 import numpy as np
 import pytest
@@ -21,14 +20,14 @@ import pytest
 import noise_statistics
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import errors
-from tf_tempered.privacy import DPKerasSGDOptimizer, make_private, randomness
+from tf_tempered.privacy import DPKerasSGDOptimizer, dp_seeds, make_private, randomness
 from tf_tempered.privacy.state import get_state
 
 
 @pytest.fixture
 def fresh_warning(monkeypatch):
     """Re-arms the once-per-process warning of the insecure opt-in."""
-    monkeypatch.setattr(randomness, "_warned", False)
+    monkeypatch.setattr(dp_seeds, "_warned", False)
 
 
 @pytest.fixture
@@ -48,13 +47,6 @@ def drawn_secrets(monkeypatch):
 
 def _draw(source, counter=1):
     return source.normal([64], stddev=1.0, counter=counter).numpy()
-
-
-@pytest.mark.parametrize("bad", [1.5, "7", True, [1]])
-def test_insecure_dp_seed_must_be_an_int(bad):
-    with pytest.raises(ValueError, match="insecure_dp_seed must be an integer or None"):
-        randomness.DPRandomness("noise", insecure_dp_seed=bad)
-    assert randomness.check_insecure_dp_seed(np.int64(4)) == 4
 
 
 def test_secret_streams_differ_and_the_opt_in_reproduces(fresh_warning):
@@ -157,17 +149,6 @@ def test_draw_compiles_with_xla():
 
     first, second = step().numpy(), step().numpy()
     assert first.shape == (5,) and not np.array_equal(first, second)
-
-
-def test_the_opt_in_warns_once_per_process(fresh_warning):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        randomness.DPRandomness("noise", insecure_dp_seed=1)
-        randomness.DPRandomness("poisson", insecure_dp_seed=1)
-        randomness.dp_seed("shuffle", insecure_dp_seed=1)
-    insecure = [w for w in caught if issubclass(w.category,
-                                                errors.InsecureDPRandomnessWarning)]
-    assert len(insecure) == 1 and "the ε does NOT hold" in str(insecure[0].message)
 
 
 def _key_patterns(key):

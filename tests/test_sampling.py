@@ -19,7 +19,7 @@ from scipy import stats
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import errors
-from tf_tempered.privacy import randomness, sampling
+from tf_tempered.privacy import dp_seeds, sampling
 from tf_tempered.privacy.sampling import poisson_batches, poisson_steps_per_epoch
 
 # The code under test does not depend on the Keras version (tests/conftest.py).
@@ -121,7 +121,7 @@ def test_each_example_included_with_probability_q(draws):
 @pytest.fixture
 def fresh_warning(monkeypatch):
     """Re-arms the once-per-process warning of the insecure opt-in."""
-    monkeypatch.setattr(randomness, "_warned", False)
+    monkeypatch.setattr(dp_seeds, "_warned", False)
 
 
 def test_insecure_dp_seed_reproduces_and_is_fresh_per_iteration(fresh_warning):

@@ -20,7 +20,8 @@ give them, releases made before training (``prior_events``), and a ledger file t
 counts DP steps across killed and resumed runs — and refuses settings that contradict
 the run (e.g. ``sampling="poisson"`` for shuffled batches). On a model tf_tempered
 does not train (TF Privacy's own DP path), it computes ε itself from its arguments,
-with ``sampling="shuffle"`` unless told otherwise (Keras' batches are shuffled).
+with ``sampling="shuffle"`` unless told otherwise (Keras' batches are shuffled). What the
+budget reads from the model (DP settings, whether ε holds): :mod:`tf_tempered.budget_settings`.
 """
 
 import json
@@ -30,56 +31,15 @@ import os
 import pathlib
 import warnings
 
-from tf_tempered._compat import keras, tf
-from tf_tempered import keras_bridge
-from tf_tempered.privacy import accounting, errors, randomness, settings
+from tf_tempered._compat import keras
+from tf_tempered import budget_settings, keras_bridge
+# Re-exported (tf_tempered.callbacks imports it from here): budget_settings.py.
+from tf_tempered.budget_settings import dp_optimizer_settings
+from tf_tempered.privacy import accounting
 from tf_tempered.privacy.ledger import PrivacyLedger, Segment
-from tf_tempered.privacy.make_private import has_secret_dp_randomness
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["PrivacyBudget", "dp_optimizer_settings"]
-
-
-def dp_optimizer_settings(optimizer):
-    """(noise_multiplier, num_microbatches) of a DP optimizer (ours or TF Privacy's), or None.
-
-    >>> from tf_tempered.privacy import DPKerasSGDOptimizer
-    >>> dp_optimizer_settings(DPKerasSGDOptimizer(l2_norm_clip=2.0, noise_multiplier=1.1,
-    ...                                           num_microbatches=4))
-    (1.1, 4)
-    >>> dp_optimizer_settings(keras.optimizers.SGD()) is None
-    True
-    """
-    if optimizer is None:
-        return None
-    _check_no_gradient_accumulation(optimizer)
-    config = settings.dp_config(optimizer)  # the one reader of TF Privacy's optimizer settings
-    return None if config is None else (config.noise_multiplier, config.num_microbatches)
-
-
-def _check_no_gradient_accumulation(optimizer):
-    steps = getattr(optimizer, "gradient_accumulation_steps", None) or 1
-    if steps > 1:
-        raise ValueError(
-            f"gradient_accumulation_steps={steps} > 1 is not "
-            f"accounted for (the batch and the noise per update change); account for it "
-            f"yourself with tf_tempered.privacy.accounting.compute_epsilon.")
-
-
-def _model_dp_settings(model):
-    """(σ, num_microbatches) a model tf_tempered does not train trains with, or None."""
-    _check_no_gradient_accumulation(getattr(model, "optimizer", None))
-    config = settings.model_dp_config(model)
-    if config is not None:
-        return config.noise_multiplier, config.num_microbatches
-    return keras_bridge.tf_privacy_model_settings(model)
-
-
-def _global_seed_is_set():
-    """Whether tf.random.set_seed (or keras.utils.set_random_seed) has fixed a global seed."""
-    # An explicit op seed (0) leaves TF's op-seed counter alone; without a global seed,
-    # TF pairs it with DEFAULT_GRAPH_SEED = 87654321.
-    return tf.compat.v1.get_seed(0)[0] != 87654321
 
 
 class PrivacyBudget(keras.callbacks.Callback):
@@ -155,27 +115,9 @@ class PrivacyBudget(keras.callbacks.Callback):
         return accounting.compute_epsilon(steps=epochs * steps_per_epoch, **kwargs)
 
     def _resolve_legacy(self):
-        if self.num_examples is None or self.batch_size is None:
-            raise ValueError(
-                "PrivacyBudget needs num_examples= and batch_size= for a model that "
-                "tf_tempered.make_private did not prepare (Keras does not tell callbacks "
-                "the data size): pass them, e.g. PrivacyBudget(..., num_examples=60000, "
-                "batch_size=256), or call make_private(model) (then they are known).")
-        found = _model_dp_settings(self.model) if self.model is not None else None
-        sigma = self.noise_multiplier if self.noise_multiplier is not None else (
-            found[0] if found else None)
-        if sigma is None:
-            raise ValueError(
-                "PrivacyBudget found no noise_multiplier: the model was not given DP "
-                "settings by tf_tempered.make_private(model, l2_norm_clip=..., "
-                "noise_multiplier=...) and is not compiled with a DP optimizer "
-                "(tf_tempered.privacy.DPKeras*Optimizer, or TF Privacy's "
-                "DPKeras*/GenericDP*/VectorizedDPKeras*). Pass noise_multiplier= explicitly.")
-        microbatch = self.microbatch_size
-        if microbatch is None:
-            count = found[1] if found else None
-            microbatch = 1 if count is None else max(1, math.ceil(self.batch_size / int(count)))
-        self._legacy = (float(sigma), microbatch)
+        self._legacy = budget_settings.legacy_dp_settings(
+            self.model, num_examples=self.num_examples, batch_size=self.batch_size,
+            noise_multiplier=self.noise_multiplier, microbatch_size=self.microbatch_size)
         self.epsilon_after(1, steps_per_epoch=None)  # raises ValueError on bad settings
 
     # -- a private model's fit ----------------------------------------------------------
@@ -254,27 +196,6 @@ class PrivacyBudget(keras.callbacks.Callback):
                                      more_passes=more_epochs)
         return self.epsilon_after(epoch + 1 + more_epochs, steps_per_epoch=steps)
 
-    def _check_randomness(self):
-        """Sets epsilon_holds from the model's DP randomness; warns if ε may not hold."""
-        self.epsilon_holds = None
-        if self.model is None:
-            return
-        if get_state(self.model) is not None:
-            self.epsilon_holds = has_secret_dp_randomness(self.model)
-            if not self.epsilon_holds:
-                warnings.warn(
-                    f"PrivacyBudget: model {self.model.name!r} was made private with "
-                    f"insecure_dp_seed, so {randomness.INSECURE_NOTE}; the epsilon logged "
-                    f"is what a private run with these settings would spend.",
-                    errors.InsecureDPRandomnessWarning, stacklevel=3)
-        elif _global_seed_is_set():
-            warnings.warn(
-                f"PrivacyBudget: model {self.model.name!r} trains on TF Privacy's own DP path, "
-                f"whose noise follows TensorFlow's global seed, and a global seed is set "
-                f"(keras.utils.set_random_seed / tf.random.set_seed): anyone who knows it can "
-                f"regenerate the noise, and the epsilon does not hold. Use "
-                f"tf_tempered.make_private(model) for secret noise.", UserWarning, stacklevel=3)
-
     def on_train_begin(self, logs=None):
         state = get_state(self.model) if self.model is not None else None
         self._run = None
@@ -282,7 +203,8 @@ class PrivacyBudget(keras.callbacks.Callback):
             self._resolve_private(state)
         else:
             self._resolve_legacy()
-        self._check_randomness()
+        # From the model's DP randomness; warns (at Keras' call) if ε may not hold.
+        self.epsilon_holds = budget_settings.epsilon_holds(self.model)
         self.epsilons, self.stopped_epoch = [], None
         if self.ledger is not None:
             if self._run is None:

@@ -31,9 +31,8 @@ its high 64 bits and ``s·2^48`` in its low 64, where ``c`` is distinct per draw
 stream ``s`` (0 unless a caller splits the key into streams, e.g. one per Poisson
 shard), so no two draws share Philox blocks.
 
-``insecure_dp_seed=K`` (an int) derives the key from K instead: bit-for-bit
-reproducible DP runs for debugging and tests, and NOT private; the first such use
-in a process warns (:class:`InsecureDPRandomnessWarning`).
+``insecure_dp_seed=K`` (an int) derives the key from K instead: reproducible, NOT
+private, and it warns (the seeds and the opt-in: :mod:`~tf_tempered.privacy.dp_seeds`).
 
 Philox-4x32-10 is a statistical generator (the one TensorFlow uses everywhere),
 not a cryptographic one; what this module removes is the public seed.
@@ -49,17 +48,16 @@ model: docs/randomness.md).
 TensorShape([3])
 """
 
-import hashlib
-import numbers
 import secrets
-import warnings
 
 import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import hardened_noise
 from tf_tempered.privacy import native as native_ops
-from tf_tempered.privacy.errors import InsecureDPRandomnessWarning
+# The seeds (re-exported here, where callers import them from): privacy/dp_seeds.py.
+from tf_tempered.privacy.dp_seeds import (INSECURE_NOTE, _derived, _warn_insecure,
+                                          check_insecure_dp_seed, dp_seed, secret_seed)
 
 __all__ = ["DPRandomness", "check_insecure_dp_seed",
            "gaussian_noise_like", "SAMPLERS", "secret_seed", "dp_seed", "INSECURE_NOTE"]
@@ -68,65 +66,11 @@ _PHILOX = 1  # tf.random.Algorithm.PHILOX
 _STREAM_SHIFT = 48
 _ANGLE_BLOCK_OFFSET = 1 << 47  # box_muller_uniforms: the angle's draw, half-way into the stream
 MAX_STREAMS = 2 ** 15  # streams 0 .. 2^15 - 1 keep the int64 low word non-negative
-INSECURE_NOTE = ("the ε does NOT hold: DP noise and batch membership come from "
-                 "insecure_dp_seed (reproducible by anyone who knows it, not private)")
-_warned = False  # the opt-in warns once per process
-
-
-def check_insecure_dp_seed(value, name="insecure_dp_seed"):
-    """``value`` as an int (or None); ValueError naming ``name`` for anything else.
-
-    >>> check_insecure_dp_seed(3), check_insecure_dp_seed(None)
-    (3, None)
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(
-            f"{name} must be an integer or None, got {value!r}. Leave it None (the "
-            f"default) for secret DP randomness; an integer makes the DP noise and "
-            f"batches reproducible and NOT private (for debugging and tests only).")
-    return int(value)
-
-
-def _warn_insecure(name, seed, stacklevel):
-    """Warns the first time in this process; ``stacklevel`` counts from here to the user."""
-    global _warned
-    if not _warned:
-        _warned = True
-        warnings.warn(
-            f"{name}={seed}: the DP noise and Poisson batch membership of this run are a "
-            f"public function of the seed, so {INSECURE_NOTE}. Use it for debugging and "
-            f"tests only; leave {name}=None for a private run.",
-            InsecureDPRandomnessWarning, stacklevel=stacklevel)
 
 
 def _to_int64(value):
     """The signed int64 with the same 64 bits as ``value`` (0 <= value < 2**64)."""
     return value - (1 << 64) if value >= (1 << 63) else value
-
-
-def _derived(seed, purpose):
-    digest = hashlib.sha256(f"tf_tempered/{purpose}/{seed}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
-
-
-def secret_seed():
-    """A fresh 63-bit seed from the OS's entropy (for tf.data ops that take a seed)."""
-    return secrets.randbits(63)
-
-
-def dp_seed(purpose, *, insecure_dp_seed=None, name="insecure_dp_seed"):
-    """A 63-bit seed for a privacy-relevant tf.data op: secret, or derived from the opt-in.
-
-    For ops that only take a Python seed (e.g. ``Dataset.shuffle`` of a DP run); the
-    seed then sits in that dataset's in-memory graph. Prefer :class:`DPRandomness`.
-    """
-    seed = check_insecure_dp_seed(insecure_dp_seed, name)
-    if seed is None:
-        return secret_seed()
-    _warn_insecure(name, seed, stacklevel=3)  # at dp_seed's caller
-    return _derived(seed, purpose) >> 1
 
 
 class DPRandomness:

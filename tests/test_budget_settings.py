@@ -1,0 +1,122 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""tf_tempered.budget_settings: what PrivacyBudget reads from a model (DP settings, ε holds)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tf_tempered._compat import keras, tensorflow_privacy, tf
+from tf_tempered.budget_settings import legacy_dp_settings
+from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
+from tf_tempered.callbacks import PrivacyBudget
+from tf_tempered.privacy.accounting import compute_epsilon
+
+N, BATCH, DELTA = 64, 16, 1e-3  # 4 steps per epoch (as tests/test_callbacks.py)
+
+
+def _data(n=N, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, size=n)
+
+
+def _model(optimizer):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    if isinstance(optimizer, DPKerasSGDOptimizer):  # ours: only trains with make_private
+        make_private(model)
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction="none"))
+    return model
+
+
+def _expected(epochs, sigma, microbatch_size=1, steps_per_epoch=N // BATCH):
+    return [compute_epsilon(num_examples=N, batch_size=BATCH, noise_multiplier=sigma,
+                            steps=k * steps_per_epoch, delta=DELTA,
+                            microbatch_size=microbatch_size) for k in range(1, epochs + 1)]
+
+
+def test_legacy_settings_from_the_arguments():
+    assert legacy_dp_settings(None, num_examples=N, batch_size=BATCH, noise_multiplier=2,
+                              microbatch_size=None) == (2.0, 1)
+    assert legacy_dp_settings(None, num_examples=N, batch_size=BATCH, noise_multiplier=2.0,
+                              microbatch_size=4) == (2.0, 4)
+    with pytest.raises(ValueError, match="num_examples= and batch_size="):
+        legacy_dp_settings(None, num_examples=N, batch_size=None, noise_multiplier=1.0,
+                           microbatch_size=None)
+    with pytest.raises(ValueError, match="found no noise_multiplier"):
+        legacy_dp_settings(_model(keras.optimizers.SGD()), num_examples=N, batch_size=BATCH,
+                           noise_multiplier=None, microbatch_size=None)
+
+
+@pytest.mark.tf_privacy
+def test_settings_from_dp_model_and_unsupported_optimizers():
+    from tensorflow_privacy import DPKerasSGDOptimizer, DPSequential  # pylint: disable=g-import-not-at-top,redefined-outer-name
+    from tf_tempered.callbacks import dp_optimizer_settings  # pylint: disable=g-import-not-at-top
+
+    model = DPSequential(l2_norm_clip=1.0, noise_multiplier=1.3, num_microbatches=4,
+                         layers=[keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(), loss="mse")
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH,
+                           sampling="poisson")  # (trained on poisson_batches, say)
+    budget.set_model(model)
+    budget.set_params({"steps": 4, "epochs": 1, "verbose": 0})
+    budget.on_train_begin()
+    assert budget.epsilon_after(1, steps_per_epoch=4) == _expected(1, 1.3, microbatch_size=4)[0]
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        dp_optimizer_settings(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                  gradient_accumulation_steps=2))
+    optimizer = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0)
+    optimizer._dp_sum_query = object()  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match="reproduces the Gaussian sum query only"):
+        dp_optimizer_settings(optimizer)
+
+
+@pytest.mark.parametrize("insecure_dp_seed", [None, 4])
+def test_budget_says_whether_epsilon_holds(insecure_dp_seed, monkeypatch):
+    from tf_tempered.privacy import dp_seeds  # pylint: disable=g-import-not-at-top
+    monkeypatch.setattr(dp_seeds, "_warned", True)  # only PrivacyBudget's warning below
+    x, y = _data()
+    model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+                         insecure_dp_seed=insecure_dp_seed)
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+                                                learning_rate=0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(
+                      from_logits=True, reduction="none"))
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
+    said = [str(w.message) for w in caught if "PrivacyBudget" in str(w.message)]
+    assert history.history["epsilon"] == pytest.approx(_expected(2, 2.0), rel=1e-12)
+    if insecure_dp_seed is None:
+        assert budget.epsilon_holds is True and not said
+    else:
+        assert budget.epsilon_holds is False
+        assert len(said) == 1 and "the ε does NOT hold" in said[0]
+
+
+@pytest.mark.tf_privacy
+def test_budget_warns_when_tf_privacy_noise_follows_a_global_seed():
+    x, y = _data()
+    model = _model(tensorflow_privacy.DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=2.0,
+                                       learning_rate=0.1))
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, num_examples=N, batch_size=BATCH)
+    keras.utils.set_random_seed(0)
+    try:
+        with pytest.warns(UserWarning, match="TF Privacy's own DP path.*global seed"):
+            model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=[budget], verbose=0)
+    finally:
+        tf.random.set_seed(None)
+    assert budget.epsilon_holds is None
