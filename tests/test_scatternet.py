@@ -394,3 +394,40 @@ def test_large_training_arrays_are_read_per_batch(monkeypatch):
     keep = info["mask"].numpy() > 0
     np.testing.assert_array_equal(batch_x.numpy()[keep], x[batch_y.numpy()[keep]])
     assert not batch_x.numpy()[~keep].any() and (~keep).any()
+
+
+def test_row_files_read_any_rows_as_the_array_holds_them(tmp_path, monkeypatch):
+    from tf_tempered.scatternet import cache  # pylint: disable=g-import-not-at-top
+    x = np.random.default_rng(0).random((3000, 2, 3), dtype=np.float32).astype(np.float16)
+    np.save(tmp_path / "x.npy", x)
+    rows = cache.RowFile(tmp_path / "x.npy")
+    assert rows.shape == x.shape and rows.dtype == np.float16
+    picks = [[5, 1, 5, 2999, 0, 1, 2], [], np.arange(3000), np.arange(2999, -1, -1),
+             np.random.default_rng(1).integers(0, 3000, 700)]
+    for pick in picks:  # any order, repeats, runs longer than one read's buffers
+        np.testing.assert_array_equal(rows.take(pick), x[np.asarray(pick, np.int64)])
+    calls = []
+    real = cache._read_at
+    monkeypatch.setattr(cache, "_read_at", lambda fd, buffers, *rest: calls.append(
+        len(buffers)) or real(fd, buffers, *rest))
+    rows.take([7, 8, 9, 3, 20, 21])
+    assert sorted(calls) == [1, 2, 3]  # one read per run of consecutive rows
+    with pytest.raises(IndexError, match=r"rows out of \[0, 3000\)"):
+        rows.take([3000])
+    with pytest.raises(IndexError, match="rows out of"):
+        rows.take([-1])
+    with open(tmp_path / "x.npy", "r+b") as f:  # truncated after the header was read
+        f.truncate(1000)
+    with pytest.raises(OSError, match="truncated: delete it"):
+        rows.take([2999])
+
+
+@pytest.mark.parametrize("missing", [("preadv",), ("preadv", "pread")])
+def test_row_files_without_preadv(tmp_path, monkeypatch, missing):
+    from tf_tempered.scatternet import cache  # pylint: disable=g-import-not-at-top
+    x = np.arange(60, dtype=np.float32).reshape(20, 3)
+    np.save(tmp_path / "x.npy", x)
+    rows = cache.RowFile(tmp_path / "x.npy")
+    for name in missing:  # macOS has no os.preadv; Windows neither os.pread
+        monkeypatch.delattr(cache.os, name, raising=False)
+    np.testing.assert_array_equal(rows.take([4, 3, 5, 19, 4]), x[[4, 3, 5, 19, 4]])

@@ -46,9 +46,11 @@ class TrainingData:
 def prepare_data(config, backup_dir=None):
     """Loads and splits the data, computes features, plans σ/ε and releases the statistics.
 
-    ScatterNet features are memory-mapped from their cache: what training reads counts in
-    resident memory, not the whole array (with --augmult, batches read the shifted copies'
-    files, and the plain training features are read once, for --feature_norm=dp_stats).
+    ScatterNet features are memory-mapped from their cache (np.memmap), and batches read
+    their rows from the file (:class:`~tf_tempered.scatternet.cache.RowFile`), so the
+    features do not stay in resident memory (MNIST's training features: 953 MB; with
+    --augmult, batches read the shifted copies' files, and the plain training features
+    are read once, for --feature_norm=dp_stats).
     """
     dataset = data_lib.load(config.dataset, data_dir=config.data_dir,
                             num_train=config.num_train, num_test=config.num_test)

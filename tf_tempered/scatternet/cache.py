@@ -22,9 +22,9 @@ time; they are recomputed when needed.
 """
 
 import hashlib
-import mmap
 import os
 import pathlib
+import threading
 import warnings
 
 import numpy as np
@@ -68,11 +68,15 @@ def human_size(nbytes):
 
 
 class RowFile:
-    """Rows of one ``.npy`` file, read through a read-only memory map.
+    """Rows of one ``.npy`` file, read with positioned reads into the result.
 
-    After each read the map's pages are released (``MADV_DONTNEED``): they stay in
-    the OS's page cache, but stop counting in this process's resident memory, which
-    would otherwise grow to the size of every file read.
+    ``take(rows)`` reads each run of consecutive rows with one ``os.preadv`` (scattered
+    into the result's rows, at most ``IOV_MAX`` rows a call): the file's pages stay in
+    the OS's page cache, shared and reclaimable, and never count in this process's
+    resident memory, however much of the file the epochs read. (A memory map would
+    count every page read until unmapped; releasing them after each read made each batch
+    fault them in again: 25-29 ms for 2,048 rows of 15.9 KB against 11.7 ms read this
+    way, measured on this machine, the pages in the OS's cache.)
     """
 
     def __init__(self, path):
@@ -81,23 +85,75 @@ class RowFile:
             read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                            else np.lib.format.read_array_header_2_0)
             self.shape, fortran, self.dtype = read_header(f)
-            offset = f.tell()
-            if fortran:
-                raise ValueError(f"{path}: a Fortran-ordered array; delete the file.")
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-            self._map.madvise(mmap.MADV_RANDOM)  # no read-ahead into this process
-        self.array = np.frombuffer(self._map, self.dtype, count=int(np.prod(self.shape)),
-                                   offset=offset).reshape(self.shape)
-        self._rows = as_rows(self.array)
+            self._offset = f.tell()
+        if fortran:
+            raise ValueError(f"{path}: a Fortran-ordered array; delete the file.")
+        self.path = str(path)
+        self._row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:]))
+        self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+
+    def __del__(self):
+        fd, self._fd = getattr(self, "_fd", None), None
+        if fd is not None:
+            os.close(fd)
 
     def take(self, rows):
+        """Rows ``rows`` (any order, repeats allowed; each in [0, N)) as [len(rows), ...]."""
+        rows = np.asarray(rows, np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.shape[0]):
+            raise IndexError(f"rows out of [0, {self.shape[0]}) in {self.path}")
+        out = np.empty((len(rows),) + tuple(self.shape[1:]), self.dtype)
+        if not rows.size or not self._row_bytes:
+            return out
         order = np.argsort(rows, kind="stable")  # in file order
-        out = np.empty((len(rows),) + self.shape[1:], self.dtype)
-        as_rows(out)[order] = self._rows[rows[order]]
-        if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
-            self._map.madvise(mmap.MADV_DONTNEED)
+        ordered = rows[order]
+        starts = np.flatnonzero(np.diff(ordered, prepend=-2) != 1)  # runs of consecutive rows
+        ends = np.append(starts[1:], len(rows))
+        views = as_rows(out).view(np.uint8).reshape(len(rows), self._row_bytes)
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            for first in range(start, end, _MAX_BUFFERS):
+                last = min(end, first + _MAX_BUFFERS)
+                _read_at(self._fd, [views[i] for i in order[first:last].tolist()],
+                         self._offset + int(ordered[first]) * self._row_bytes, self.path)
         return out
+
+
+def _max_buffers():
+    try:
+        return max(1, min(1024, os.sysconf("SC_IOV_MAX")))
+    except (AttributeError, ValueError, OSError):  # no sysconf, or no such limit named
+        return 1024
+
+
+_MAX_BUFFERS = _max_buffers()  # buffers per os.preadv call
+
+
+def _read_at(fd, buffers, offset, path):
+    """Fills ``buffers`` in turn from ``fd`` at ``offset``: os.preadv, else os.pread per
+    buffer, else (Windows) a seek and a read under a lock."""
+    want = sum(len(b) for b in buffers)
+    if hasattr(os, "preadv"):
+        done = os.preadv(fd, buffers, offset)
+    else:
+        done = 0
+        for buffer in buffers:
+            chunk = _pread(fd, len(buffer), offset + done)
+            buffer[:len(chunk)] = np.frombuffer(chunk, np.uint8)
+            done += len(chunk)
+    if done != want:
+        raise OSError(f"{path}: read {done} of {want} bytes at offset {offset}; the file is "
+                      "truncated: delete it (it is recomputed when needed).")
+
+
+_seek_lock = threading.Lock()
+
+
+def _pread(fd, size, offset):
+    if hasattr(os, "pread"):
+        return os.pread(fd, size, offset)
+    with _seek_lock:  # the file position is shared by every thread
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, size)
 
 
 def as_rows(array):

@@ -16,9 +16,9 @@
 :func:`shifted_scattering_features` caches the features of the images shifted by
 every (dy, dx) within ±s pixels (zero fill), and with ``flip`` of those shifted
 images mirrored left-right too, one float16 ``.npy`` file per variant, written chunk
-by chunk; it returns a :class:`ShiftedFeatures`, which reads the rows
-a training batch needs from those files (memory-mapped, the pages released after
-each read) instead of holding them in memory. A shift cannot be applied to the
+by chunk; it returns a :class:`ShiftedFeatures`, which reads the rows a training batch
+needs from those files (:class:`~tf_tempered.scatternet.cache.RowFile`) instead of
+holding them in memory. A shift cannot be applied to the
 features exactly (they are subsampled by 2^J = 4, and kymatio pads by reflection),
 nor can a mirror (the oriented wavelets' channels and the subsampling grid would
 move), so every variant is transformed from the shifted (mirrored) images themselves.
