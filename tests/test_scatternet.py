@@ -79,6 +79,9 @@ def test_cache_is_keyed_by_content(tmp_path):
     first = scatternet.scattering_features(x, J=2, L=4, cache_dir=tmp_path)
     files = sorted(tmp_path.iterdir())
     assert len(files) == 1 and "J2_L4" in files[0].name and "2x16x16x1" in files[0].name
+    # scat_J2_L4_kymatio<version>_2x16x16x1_<digest>.npy (e2d2c30 renamed it by accident)
+    version = scatternet.transform.kymatio_modules()[2]
+    assert files[0].name.startswith(f"scat_J2_L4_kymatio{version}_2x16x16x1_")
     np.testing.assert_array_equal(np.load(files[0]), first)
     again = scatternet.scattering_features(x, J=2, L=4, cache_dir=tmp_path)
     np.testing.assert_array_equal(again, first)

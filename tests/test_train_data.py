@@ -47,6 +47,15 @@ def test_scatternet_features_are_mapped_and_the_release_reads_them_all(monkeypat
     np.testing.assert_array_equal(prepared.feature_stats.mean, expected.mean)
     np.testing.assert_array_equal(prepared.feature_stats.variance, expected.variance)
     assert prepared.plan.epsilon(1) > 0
+    # Without augmentation copies the batches read the plain features' file: a fresh map
+    # (the release read every page of the first).
+    fresh = []
+    real_unread = train_data._unread
+    monkeypatch.setattr(train_data, "_unread", lambda x: fresh.append(real_unread(x)) or fresh[-1])
+    prepared = train_data.prepare_data(_config(feature_norm="dp_stats"))
+    assert prepared.train_x is prepared.dataset.x_train is fresh[0]
+    assert isinstance(prepared.train_x, np.memmap)
+    np.testing.assert_array_equal(prepared.train_x, features.x_train)
 
 
 @pytest.mark.parametrize("fold", [None, 0])

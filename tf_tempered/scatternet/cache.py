@@ -59,7 +59,7 @@ def digest(x):
 
 def plain_path(folder, x, J, L, digest):
     _, _, version = kymatio_modules()
-    return folder / (f"scat_J{J}_L{L}kymatio_modules{version}_" + "x".join(map(str, x.shape))
+    return folder / (f"scat_J{J}_L{L}_kymatio{version}_" + "x".join(map(str, x.shape))
                      + f"_{digest}.npy")
 
 
