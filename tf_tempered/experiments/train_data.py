@@ -178,7 +178,7 @@ def _read_per_batch(x):
 
 def _rows_of(x, rows):
     """x[rows − 1] (zeros where rows is 0) as a tensor, read from the NumPy array x; from
-    a whole file's map through a RowFile, which releases the pages it read (so that
+    a whole file's map by a RowFile's reads of the file, which leave no pages mapped (so
     resident memory does not grow to the file's size as the epochs read it)."""
     take = RowFile(x.filename).take if _is_file_map(x) else x.reshape(len(x), -1).__getitem__
 
