@@ -15,36 +15,17 @@
 
 import warnings
 
-import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tensorflow_privacy, tf
 from tf_tempered.budget_settings import legacy_dp_settings
 from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
 from tf_tempered.callbacks import PrivacyBudget
-from tf_tempered.privacy.accounting import compute_epsilon
 
-N, BATCH, DELTA = 64, 16, 1e-3  # 4 steps per epoch (as tests/test_callbacks.py)
-
-
-def _data(n=N, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, size=n)
-
-
-def _model(optimizer):
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-    if isinstance(optimizer, DPKerasSGDOptimizer):  # ours: only trains with make_private
-        make_private(model)
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction="none"))
-    return model
-
-
-def _expected(epochs, sigma, microbatch_size=1, steps_per_epoch=N // BATCH):
-    return [compute_epsilon(num_examples=N, batch_size=BATCH, noise_multiplier=sigma,
-                            steps=k * steps_per_epoch, delta=DELTA,
-                            microbatch_size=microbatch_size) for k in range(1, epochs + 1)]
+from budget_models import BATCH, DELTA, N
+from budget_models import data as _data
+from budget_models import expected as _expected
+from budget_models import model as _model
 
 
 def test_legacy_settings_from_the_arguments():

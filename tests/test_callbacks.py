@@ -21,27 +21,10 @@ from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
 from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget, plot_activation_norms
 from tf_tempered.privacy.accounting import compute_epsilon
 
-N, BATCH, DELTA = 64, 16, 1e-3  # 4 steps per epoch
-
-
-def _data(n=N, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.normal(size=(n, 4)).astype(np.float32), rng.integers(0, 3, size=n)
-
-
-def _model(optimizer):
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-    if isinstance(optimizer, DPKerasSGDOptimizer):  # ours: only trains with make_private
-        make_private(model)
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction="none"))
-    return model
-
-
-def _expected(epochs, sigma, microbatch_size=1, steps_per_epoch=N // BATCH):
-    return [compute_epsilon(num_examples=N, batch_size=BATCH, noise_multiplier=sigma,
-                            steps=k * steps_per_epoch, delta=DELTA,
-                            microbatch_size=microbatch_size) for k in range(1, epochs + 1)]
+from budget_models import BATCH, DELTA, N
+from budget_models import data as _data
+from budget_models import expected as _expected
+from budget_models import model as _model
 
 
 def test_epsilon_in_history_from_dp_keras_optimizer():
