@@ -20,7 +20,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import EngineOptions
 from tf_tempered.privacy import native
 from tf_tempered.privacy import layer_grads
-from tf_tempered.privacy.layer_grads import conv, dense, depthwise, rows
+from tf_tempered.privacy.layer_grads import conv, dense, depthwise, rows, rows_path
 
 BATCH = 256
 
@@ -157,6 +157,11 @@ def test_forced_tf_ops_strategies_skip_native_and_depthwise(forced, expected):
 @needs_native
 def test_forced_native():
     assert _choice(_cifar_conv_8x8(norm_path="native"))[1:3] == (True, False)
+
+
+def test_rows_reexports_the_path_choice():
+    for name in rows_path.__all__:
+        assert getattr(rows, name) is getattr(rows_path, name) and name in rows.__all__
 
 
 def test_input_width_and_rows():

@@ -19,7 +19,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from tf_tempered import data
+from tf_tempered import data, validation_split
 from tf_tempered._compat import keras
 from tf_tempered.experiments import train as train_lib
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
@@ -33,6 +33,11 @@ DIGITS_TRAIN, VAL = 1438, 300
 TINY = TrainConfig(dataset="digits", epochs=1, batch_size=128, learning_rate=0.5,
                    validation_size=VAL, target_epsilon=3.0)
 SHARED = pathlib.Path("/work/shared/data")
+
+
+def test_data_reexports_the_split_functions():
+    for name in validation_split.__all__:
+        assert getattr(data, name) is getattr(validation_split, name) and name in data.__all__
 
 
 def test_split_is_the_last_examples_and_keeps_the_rest():

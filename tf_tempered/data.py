@@ -19,7 +19,9 @@ order, in ``data_dir``, under ``$TF_TEMPERED_DATA_DIR`` and in
 :data:`KNOWN_LOCATIONS`; then TensorFlow Datasets is asked (it downloads where
 the network allows). Corrupt or truncated files raise :class:`DataFormatError`
 naming the file; missing data raises one :class:`DataNotFoundError` listing
-every place looked.
+every place looked. :func:`split_validation` (and :func:`validation_block`,
+:func:`without_block`), from :mod:`tf_tempered.validation_split`, hold a block of the
+training set out.
 
 >>> ds = load("digits")
 >>> ds
@@ -40,6 +42,8 @@ from tf_tempered import data_readers as readers
 # In __all__ because they are this module's API: load() raises DataFormatError for a
 # corrupt file, and read_idx reads one of the IDX files load() reads.
 from tf_tempered.data_readers import DataFormatError, read_idx
+# Also this module's API (they split a Dataset); they live in validation_split.py.
+from tf_tempered.validation_split import split_validation, validation_block, without_block
 
 __all__ = ["Dataset", "DataFormatError", "DataNotFoundError", "DATA_DIR_ENV",
            "KNOWN_LOCATIONS", "NAMES", "load", "read_idx", "split_validation",
@@ -143,72 +147,6 @@ def load(name, *, data_dir=None, num_train=None, num_test=None, allow_tfds=True)
     xte, yte = xte[:limits["num_test"]], yte[:limits["num_test"]]
     return Dataset(key, _to_float(xtr), ytr.astype(np.int64), _to_float(xte), yte.astype(np.int64),
                    10, _CLASS_NAMES[key], source)
-
-
-def validation_block(num_examples, validation_size, fold=None):
-    """``(start, stop)``: which of ``num_examples`` training examples are held out.
-
-    ``fold=None``: the last ``validation_size``. ``fold=k``: block k of
-    ``validation_size`` examples counted from the start, ``[k·size, (k+1)·size)``;
-    with ``size = N / K``, folds 0..K−1 are K-fold cross-validation.
-
-    >>> validation_block(60000, 5000), validation_block(60000, 12000, fold=1)
-    ((55000, 60000), (12000, 24000))
-    """
-    n = int(num_examples)
-    if isinstance(validation_size, bool) or not isinstance(validation_size, (int, np.integer)) \
-            or not 0 < validation_size < n:
-        raise ValueError(f"validation_size={validation_size!r} is invalid: it must be an "
-                         f"integer in [1, {n - 1}] ({n} training examples).")
-    size = int(validation_size)
-    if fold is None:
-        return n - size, n
-    if isinstance(fold, bool) or not isinstance(fold, (int, np.integer)) or fold < 0 \
-            or (fold + 1) * size > n:
-        raise ValueError(f"fold={fold!r} is invalid: with validation_size={size} and {n} "
-                         f"training examples it must be an integer in [0, {n // size - 1}].")
-    return int(fold) * size, (int(fold) + 1) * size
-
-
-def without_block(array, start, stop):
-    """``array`` minus rows ``[start, stop)``, in order (a view when one part is empty).
-
-    An array-like with a ``without_rows(start, stop)`` method (e.g.
-    :class:`tf_tempered.scatternet.ShiftedFeatures`, which stays on disk) does it itself.
-    """
-    if hasattr(array, "without_rows"):
-        return array.without_rows(start, stop)
-    if start == 0:
-        return array[stop:]
-    if stop >= len(array):
-        return array[:start]
-    return np.concatenate([array[:start], array[stop:]])
-
-
-def split_validation(dataset, validation_size, *, fold=None):
-    """``(train_dataset, (x_val, y_val))``: a block of ``validation_size`` examples held out.
-
-    By default the LAST ``validation_size``; ``fold=k`` holds out the k-th block from
-    the start instead (:func:`validation_block`: K-fold cross-validation). A fixed,
-    public split (no shuffling): the training files of MNIST, Fashion-MNIST and
-    CIFAR-10, and :func:`load`'s digits split, are not ordered by class, so every block
-    is a representative sample. The returned Dataset's train arrays are the other
-    examples, in order, the only ones a model trained on it sees.
-
-    >>> train, (x_val, y_val) = split_validation(load("digits"), 100)
-    >>> len(train.y_train), len(y_val)
-    (1338, 100)
-    >>> train, (x_val, y_val) = split_validation(load("digits"), 479, fold=2)
-    >>> len(train.y_train), len(y_val)
-    (959, 479)
-    """
-    try:
-        start, stop = validation_block(len(dataset.y_train), validation_size, fold)
-    except ValueError as e:
-        raise ValueError(f"{e} (training set of {dataset.name})") from None
-    train = dataclasses.replace(dataset, x_train=without_block(dataset.x_train, start, stop),
-                                y_train=without_block(dataset.y_train, start, stop))
-    return train, (dataset.x_train[start:stop], dataset.y_train[start:stop])
 
 
 def _to_float(images):

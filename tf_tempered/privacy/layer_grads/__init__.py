@@ -18,7 +18,7 @@
 * :mod:`.registry`: ``register``, ``lookup`` (MRO- and weight-checked), the generic
   fallback ``GENERIC`` and the supported-layers table;
 * one module per layer family (dense, conv, ..., rnn_rows, conv_lstm, lora), and the layer
-  math they share (rows, grouped, einsum_equation, the conv patches and the native op).
+  math they share (rows, rows_path, grouped, einsum_equation, the conv patches and the native op).
 
 This ``__init__`` only imports the handler modules (they register themselves) and
 re-exports the contract and the registry.
