@@ -77,6 +77,30 @@ def test_depthwise_per_example_kernel_grads_equal_per_example_tapes(chunk):
         np.testing.assert_allclose(ours[:, b].numpy(), expected.numpy().reshape(16, 6), atol=1e-5)
 
 
+@pytest.mark.parametrize("kernel,strides,padding,dilation", [
+    (3, 1, "same", 1), (4, 2, "valid", 1), (8, 2, "same", 1), ((3, 2), (2, 1), "same", 1),
+    (3, 1, "valid", 2), ((2, 3), 1, "same", (2, 1)), (5, 3, "same", 1), (1, 1, "valid", 1)])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_kernel_grads_by_offsets_equal_per_example_tapes(kernel, strides, padding, dilation,
+                                                         jit_compile):
+    """One product per kernel offset (what XLA steps take) = each example's own gradient,
+    strided, dilated, padded evenly or not, eagerly and compiled by XLA."""
+    layer = _conv(3, kernel, strides, padding, dilation, channels=2)
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.normal(size=(5, 11, 9, 2)), tf.float32)
+    shape = layer.convolution_op(x, layer.kernel).shape
+    g = tf.constant(rng.normal(size=shape), tf.float32)
+    ours = tf.function(lambda xs, gs: conv_grads.per_example_kernel_grads_by_offsets(layer, xs, gs),
+                       jit_compile=jit_compile)(x, g).numpy()
+    kh, kw = layer.kernel_size
+    assert ours.shape == (kh * kw, 5, 2 * 3)  # [kh·kw, B, cin·cout], as the depthwise backprop
+    for b in range(5):
+        with tf.GradientTape() as tape:
+            z = layer.convolution_op(x[b:b + 1], layer.kernel)
+        expected = tape.gradient(z, layer.kernel, output_gradients=g[b:b + 1])
+        np.testing.assert_allclose(ours[:, b], expected.numpy().reshape(kh * kw, 6), atol=1e-5)
+
+
 def test_depthwise_per_example_kernel_grads_refuse_dilation():
     # TF's CPU depthwise backprop-filter kernel ignores `dilations` (wrong values
     # eagerly, a crash in graphs): the engine uses patches or the native op instead.

@@ -161,10 +161,21 @@ def _depthwise_cnn(dtype):
         keras.layers.Dense(3, dtype=dtype)])
 
 
+def _strided_cnn(dtype):  # a first layer like the MNIST CNN's conv1: gradients kept
+    return keras.Sequential([
+        keras.Input((12, 12, 1), dtype=dtype),
+        keras.layers.Conv2D(4, 6, strides=2, padding="same", activation="tanh", dtype=dtype),
+        keras.layers.Flatten(dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype)])
+
+
 # Under XLA: no native op, and no depthwise backprop (XLA on CPU runs the folded depthwise
-# backprop tens of times slower than image patches), for Conv2D and the depthwise layers.
+# backprop tens of times slower than image patches), for Conv2D and the depthwise layers;
+# a Conv2D whose gradients are kept takes the products per kernel offset instead of patches.
 _XLA_PATHS = {
     "conv2d": (_cnn, ("Conv2D",), ("native=False", "depthwise=False")),
+    "conv2d_offsets": (_strided_cnn, ("Conv2D",), ("native=False", "depthwise=False",
+                                                   "materialize=True", "offsets=True")),
     "depthwise": (_depthwise_cnn, ("DepthwiseConv2D", "SeparableConv2D"), ("method='patches'",)),
 }
 
@@ -172,7 +183,7 @@ _XLA_PATHS = {
 @pytest.mark.parametrize("kind", list(_XLA_PATHS))
 def test_jit_compile_takes_the_xla_paths_and_is_exact(kind):
     builder, classes, path_marks = _XLA_PATHS[kind]
-    x, y = _data((7, 7, 2))
+    x, y = _data(builder("float32").input_shape[1:])
     weights = builder("float32").get_weights()
     norms, reference = per_example_reference(builder, weights, x, y, _sce)
     clip = median_clip(norms)

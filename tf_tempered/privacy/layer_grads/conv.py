@@ -20,6 +20,9 @@ The row a_r is the input patch under output pixel r. A layer's path (`ConvPath`)
   matrix-vector clipped sum, else only the norms (book-keeping sum);
 * depthwise (TF ops, few channel pairs, undilated): per-example kernel
   gradients from one depthwise-conv backprop (conv_grads.py), always kept;
+* offsets (XLA steps, where materialized gradients are the cheaper path): the
+  per-example kernel gradients from one product per kernel offset (conv_grads.py),
+  which XLA fuses without a patch tensor;
 * otherwise ghost norm or materialized gradients from input patches (rows.py),
   the book-keeping sum by TF's backprop-filter op.
 
@@ -65,10 +68,12 @@ class Conv2DHyperparameters:
 
 @dataclasses.dataclass(frozen=True)
 class ConvPath(LayerPath):
-    """native: the native op; depthwise: the depthwise backprop; materialize: as rows.RowsPath."""
+    """native: the native op; depthwise: the depthwise backprop; materialize: as rows.RowsPath;
+    offsets: the materialized gradients by one product per kernel offset (XLA)."""
     native: bool
     depthwise: bool
     materialize: Any
+    offsets: bool = False
 
 
 @register(keras.layers.Conv2D)
@@ -104,12 +109,18 @@ class Conv2DHandler(Handler):
             return grouped.grouped_norms(self.layer_result, call, hparams.one_group(),
                                          hparams.groups, layout)
         src = _row_source(call.inputs, call.grad_output, hparams, layout.options)
-        path = choose_path(src, hparams, layout.num_microbatches, layout.examples_per_microbatch)
+        path = choose_path(src, hparams, layout.num_microbatches, layout.examples_per_microbatch,
+                           xla=layout.xla)
         kernel = None
         if path.native:
             kernel = _native_kernel(src, hparams, path, layout.num_microbatches)
         elif path.depthwise:
-            kernel = _depthwise_kernel(src, hparams, layout.num_microbatches)
+            kernel = _kept_kernel(conv_grads.per_example_kernel_grads(
+                hparams, src.inputs, src.grad_output, chunk=src.options.depthwise_chunk),
+                layout.num_microbatches)
+        elif path.offsets:
+            kernel = _kept_kernel(conv_grads.per_example_kernel_grads_by_offsets(
+                hparams, src.inputs, src.grad_output), layout.num_microbatches)
         return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
                                  use_bias=hparams.use_bias, kernel=kernel,
                                  book_keeping=lambda w: _book_keeping(src, hparams, w))
@@ -121,8 +132,8 @@ def _row_source(x, g, hparams, options):
                           to_rows=lambda xs: conv_grads.patches(hparams, xs), chunked=True)
 
 
-def choose_path(src, hparams, num_microbatches, examples_per_microbatch):
-    """The ConvPath for this call (chosen while tracing)."""
+def choose_path(src, hparams, num_microbatches, examples_per_microbatch, *, xla=False):
+    """The ConvPath for this call (chosen while tracing); xla: the step is XLA-compiled."""
     options = src.options
     g_rows = rows.static_rows(src.grad_output, examples_per_microbatch)
     if _use_native(src, hparams, g_rows):
@@ -141,8 +152,12 @@ def choose_path(src, hparams, num_microbatches, examples_per_microbatch):
         # unequal strides (a strided Conv1D's (1, s)): without oneDNN that kernel
         # supports equal row and column strides only (InvalidArgumentError).
         return ConvPath(False, True, True)
-    return ConvPath(False, False, rows.choose_materialize(src, num_microbatches,
-                                                          examples_per_microbatch))
+    materialize = rows.choose_materialize(src, num_microbatches, examples_per_microbatch)
+    # Under XLA the products per kernel offset beat patches wherever gradients are kept
+    # (conv_grads.per_example_kernel_grads_by_offsets); they need static spatial sizes.
+    static = None not in src.inputs.shape[1:3] + src.grad_output.shape[1:3]
+    offsets = xla and static and not tf.is_tensor(materialize) and bool(materialize)
+    return ConvPath(False, False, materialize, offsets)
 
 
 def _use_native(src, hparams, g_rows):
@@ -176,9 +191,9 @@ def _native_kernel(src, hparams, path, num_microbatches):
                                                             w.scale))
 
 
-def _depthwise_kernel(src, hparams, num_microbatches):
-    per_row = conv_grads.per_example_kernel_grads(  # [kh·kw, rows, cin·cout]
-        hparams, src.inputs, src.grad_output, chunk=src.options.depthwise_chunk)
+def _kept_kernel(per_row, num_microbatches):
+    """KernelGrads of per-row kernel gradients [kh·kw, rows, cin·cout], kept for a
+    matrix-vector clipped sum."""
     # Summed per microbatch even with one example each: an example may have
     # several rows (TimeDistributed gives its layer [B·T, ...]).
     middle = tf.reduce_sum(tf.reshape(

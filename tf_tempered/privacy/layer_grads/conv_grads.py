@@ -17,7 +17,8 @@ A Conv2D's gradient for one example is Σ_r a_r g_rᵀ over its output pixels r,
 a_r the input patch under pixel r (kh·kw·cin values, the kernel's row order) and
 g_r the output gradient there. `patches` gives the a_r of a batch; for layers
 with few channels `per_example_kernel_grads` gives the per-example sums directly
-from one depthwise-conv backprop, without patches.
+from one depthwise-conv backprop, without patches; under XLA
+`per_example_kernel_grads_by_offsets` gives them from one product per kernel offset.
 """
 
 import numpy as np
@@ -26,7 +27,7 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy import native
 
 __all__ = ["map_padded_chunks", "native_op_applies", "padding_before", "patches",
-           "per_example_kernel_grads"]
+           "per_example_kernel_grads", "per_example_kernel_grads_by_offsets"]
 
 
 def native_op_applies(x, g):
@@ -58,6 +59,39 @@ def patches(layer, x):
     index = ((i * sh + a * dh) * padded_width + j * sw + b * dw).reshape(-1).astype(np.int32)
     flat = tf.reshape(x, [-1, (height + sum(pad_h)) * padded_width, cin])
     return tf.reshape(tf.gather(flat, index, axis=1), [-1, rows_out * cols_out, kh * kw * cin])
+
+
+def per_example_kernel_grads_by_offsets(layer, x, g):
+    """Per-example ∂ℓ_b/∂kernel of a Conv2D as [kh·kw, B, cin·cout], one product per kernel offset.
+
+    The gradient at kernel offset (a, b) is Σ_ij x̄[b, a·dh + i·sh, b·dw + j·sw, :] ⊗ g[b, i, j, :]
+    (x̄: the input zero-padded as TF pads it): a strided slice of x̄ against g, no patch
+    tensor. XLA fuses each slice into its product: on this project's CPU 2.1x faster than
+    patches for the MNIST CNN's conv1 at B = 256 (5.2 against 11.2 ms) and 2.3-2.5x for the
+    CIFAR-10 CNN's 32×32 convolutions; TF's executor, one op per offset, is slower than
+    patches, so only XLA steps take it. Static spatial sizes only.
+
+    >>> from tf_tempered._compat import keras
+    >>> layer = keras.layers.Conv2D(2, 3, strides=2, padding="same")
+    >>> x, g = tf.random.normal([4, 5, 5, 1]), tf.random.normal([4, 3, 3, 2])
+    >>> by_offsets = per_example_kernel_grads_by_offsets(layer, x, g)  # [9, 4, 1·2]
+    >>> by_patches = tf.einsum("bpk,bpo->kbo", patches(layer, x), tf.reshape(g, [4, 9, 2]))
+    >>> by_offsets.shape, float(tf.reduce_max(tf.abs(by_offsets - by_patches))) < 1e-5
+    (TensorShape([9, 4, 2]), True)
+    """
+    (kh, kw), (sh, sw), (dh, dw) = layer.kernel_size, layer.strides, layer.dilation_rate
+    height, width, cin = x.shape[1:]
+    oh, ow, cout = g.shape[1:]
+    pad_h = _axis(height, kh, sh, dh, layer.padding)[1]
+    pad_w = _axis(width, kw, sw, dw, layer.padding)[1]
+    x = tf.cast(x, g.dtype)
+    if any(pad_h + pad_w):
+        x = tf.pad(x, [[0, 0], list(pad_h), list(pad_w), [0, 0]])
+    per_offset = [tf.einsum("bijc,bijo->bco",
+                            x[:, a * dh:a * dh + (oh - 1) * sh + 1:sh,
+                              b * dw:b * dw + (ow - 1) * sw + 1:sw, :], g)
+                  for a in range(kh) for b in range(kw)]
+    return tf.reshape(tf.stack(per_offset), [kh * kw, -1, cin * cout])
 
 
 def padding_before(layer, x):
