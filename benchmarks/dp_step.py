@@ -374,6 +374,18 @@ def _dataset(kind, batch_size, dynamic_batch=False):
     return data.with_options(options)
 
 
+def baselines(paths, timed):
+    """{path: the path its ratios are taken against}: the non-private step compiled the same
+    way (with or without XLA), None where that step was not timed.
+
+    >>> baselines(["nonprivate_xla", "tf_tempered_xla", "tf_tempered"],
+    ...           ["nonprivate_xla", "tf_tempered_xla", "tf_tempered"])
+    {'nonprivate_xla': 'nonprivate_xla', 'tf_tempered_xla': 'nonprivate_xla', 'tf_tempered': None}
+    """
+    same_way = {p: "nonprivate_xla" if p.endswith(XLA_SUFFIX) else "nonprivate" for p in paths}
+    return {p: ref if ref in timed else None for p, ref in same_way.items()}
+
+
 def main():
     global TEXT_LENGTH  # pylint: disable=global-statement  (--sequence_length)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -432,10 +444,7 @@ def main():
             times[p].append((time.perf_counter() - start) / steps * 1000)
             cpu_times[p].append((time.process_time() - cpu_start) / steps * 1000)
             peaks[p] = max(peaks[p], tf.config.experimental.get_memory_info("CPU:0")["peak"])
-    base = statistics.median(times["nonprivate"]) if "nonprivate" in times else None
-    # Each row against the non-private step compiled the same way (with or without XLA).
-    baseline = {p: "nonprivate_xla" if p.endswith(XLA_SUFFIX) and "nonprivate_xla" in times
-                else "nonprivate" for p in paths}
+    baseline = baselines(paths, times)
     rows = []
     env = dict(env_before, load_average_before=env_before["load_average"],
                load_average_after=environment()["load_average"])
@@ -450,7 +459,7 @@ def main():
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for p in paths:
         ms, cpu_ms = statistics.median(times[p]), statistics.median(cpu_times[p])
-        ref = baseline[p] if base else None
+        ref = baseline[p]
         row = {"path": p, "ms_per_step": ms, "cpu_ms_per_step": cpu_ms, "peak_bytes": peaks[p],
                "baseline": ref,
                "time_ratio": ms / statistics.median(times[ref]) if ref else None,

@@ -229,3 +229,18 @@ def test_conv1_tf_ops_formulations_give_the_engines_norms():
     direct = np.array([float(tf.reduce_sum(tf.square(f))) for f in first])
     for name, fn in bench.formulations(layer).items():
         np.testing.assert_allclose(fn(x, g).numpy()[:3], direct, rtol=1e-4, err_msg=name)
+
+
+def test_dp_step_ratios_are_against_the_step_compiled_the_same_way():
+    baselines = _load_module("dp_step").baselines
+    both = ["nonprivate", "tf_tempered", "nonprivate_xla", "tf_tempered_xla"]
+    assert baselines(both, both) == {"nonprivate": "nonprivate", "tf_tempered": "nonprivate",
+                                     "nonprivate_xla": "nonprivate_xla",
+                                     "tf_tempered_xla": "nonprivate_xla"}
+    # XLA rows only (the A/B runs of an XLA path): their ratios still come out.
+    xla_only = ["nonprivate_xla", "tf_tempered_xla"]
+    assert baselines(xla_only, xla_only) == {"nonprivate_xla": "nonprivate_xla",
+                                             "tf_tempered_xla": "nonprivate_xla"}
+    # Never an XLA row against the step without XLA (nor the reverse): no ratio instead.
+    assert baselines(["nonprivate", "tf_tempered_xla"], ["nonprivate", "tf_tempered_xla"]) == {
+        "nonprivate": "nonprivate", "tf_tempered_xla": None}
