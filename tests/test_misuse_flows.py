@@ -196,6 +196,15 @@ def test_jit_compile_takes_the_xla_paths_and_is_exact(kind):
     assert all(mark in p for p in paths for mark in path_marks), paths
 
 
+def test_jit_compile_offsets_path_sums_per_microbatch():
+    """The products per kernel offset (XLA) summed per microbatch of several examples: the
+    update equals the float64 per-microbatch reference."""
+    from dp_reference import assert_engine_matches_reference  # pylint: disable=g-import-not-at-top
+    x, y = _data((12, 12, 1))
+    assert_engine_matches_reference(_strided_cnn, x, y, num_microbatches=ROWS // 2,
+                                    static_batch=True, jit_compile=True)
+
+
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_gives_the_float32_update(policy):
     # Norms and clipping in float32, no loss scale applied to the DP update. The
