@@ -64,12 +64,13 @@ def patches(layer, x):
 def per_example_kernel_grads_by_offsets(layer, x, g):
     """Per-example ∂ℓ_b/∂kernel of a Conv2D as [kh·kw, B, cin·cout], one product per kernel offset.
 
-    The gradient at kernel offset (a, b) is Σ_ij x̄[b, a·dh + i·sh, b·dw + j·sw, :] ⊗ g[b, i, j, :]
-    (x̄: the input zero-padded as TF pads it): a strided slice of x̄ against g, no patch
-    tensor. XLA fuses each slice into its product: on this project's CPU 2.1x faster than
-    patches for the MNIST CNN's conv1 at B = 256 (5.2 against 11.2 ms) and 2.3-2.5x for the
-    CIFAR-10 CNN's 32×32 convolutions; TF's executor, one op per offset, is slower than
-    patches, so only XLA steps take it. Static spatial sizes only.
+    Example n's gradient at kernel offset (p, q) is Σ_ij x̄[n, p·dh + i·sh, q·dw + j·sw, :] ⊗
+    g[n, i, j, :] (x̄: the input zero-padded as TF pads it): a strided slice of x̄ against g,
+    no patch tensor. XLA fuses each slice into its product: on this project's CPU 2.0x
+    faster than patches for the MNIST CNN's conv1 at B = 256 (5.9 against 11.6 ms) and
+    1.6-2.5x for the CIFAR-10 CNN's conv1-conv3 (benchmarks/conv_kernel_grads.py); under TF's
+    executor, one op per offset, patches are as fast or faster, so only XLA steps take it.
+    Static spatial sizes only.
 
     >>> from tf_tempered._compat import keras
     >>> layer = keras.layers.Conv2D(2, 3, strides=2, padding="same")
@@ -87,10 +88,10 @@ def per_example_kernel_grads_by_offsets(layer, x, g):
     x = tf.cast(x, g.dtype)
     if any(pad_h + pad_w):
         x = tf.pad(x, [[0, 0], list(pad_h), list(pad_w), [0, 0]])
-    per_offset = [tf.einsum("bijc,bijo->bco",
-                            x[:, a * dh:a * dh + (oh - 1) * sh + 1:sh,
-                              b * dw:b * dw + (ow - 1) * sw + 1:sw, :], g)
-                  for a in range(kh) for b in range(kw)]
+    per_offset = [tf.einsum("nijc,nijo->nco",
+                            x[:, p * dh:p * dh + (oh - 1) * sh + 1:sh,
+                              q * dw:q * dw + (ow - 1) * sw + 1:sw, :], g)
+                  for p in range(kh) for q in range(kw)]
     return tf.reshape(tf.stack(per_offset), [kh * kw, -1, cin * cout])
 
 
