@@ -281,3 +281,20 @@ def test_layer_paths_report_each_layers_handler_and_path():
                                    "handler": "multi_call", "path": "multi_call[2]"}]
     with pytest.raises(ValueError, match="make_private"):
         layer_paths(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
+
+
+def test_products_per_kernel_offset_only_in_xla_steps_where_gradients_are_kept():
+    # The XLA step's options: no native op, no depthwise backprop (privacy/step/plan.py).
+    xla_options = dict(native=False, depthwise_max_channel_pairs=0)
+    src, params = _mnist_conv1(**xla_options)  # 196 rows, 64 × 16: gradients kept
+    assert conv.choose_path(src, params, BATCH, 1, xla=True) == conv.ConvPath(
+        False, False, True, True)
+    # The same layer outside XLA: patches (TF's executor runs one op per offset, slower).
+    assert not conv.choose_path(src, params, BATCH, 1).offsets
+    # A layer that takes the ghost norm keeps it under XLA (no gradients to materialize).
+    src, params = _cifar_conv_8x8(**xla_options)
+    path = conv.choose_path(src, params, BATCH, 1, xla=True)
+    assert path.materialize is False and not path.offsets
+    # A forced depthwise backprop is still taken (norm_path="depthwise"), not offsets.
+    src, params = _mnist_conv1(native=False, norm_path="depthwise")
+    assert conv.choose_path(src, params, BATCH, 1, xla=True) == conv.ConvPath(False, True, True)
