@@ -53,6 +53,10 @@ def _data_flags(d):
          "centred and scaled to variance 1/fan-in on every call)."),
         ("integer", "norm_groups", d.norm_groups, "GroupNorm groups of the ScatterNet CNN's "
                                                   "input (must divide its 81 channels)."),
+        ("float", "feature_power", d.feature_power,
+         "ScatterNet features compressed as sign(x)*|x|^p before their normalization "
+         "(tf_tempered.scatternet.FeaturePower; 1: unchanged, 0.5: square root). A fixed "
+         "function of each example: no privacy cost."),
         ("enum", "feature_norm", d.feature_norm, "ScatterNet input normalization: group "
          "(GroupNorm, no privacy cost), dp_stats (per-channel mean/variance released with DP, "
          "composed into ε) or none. See tf_tempered/experiments/feature_norm.py.",

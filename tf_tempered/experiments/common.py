@@ -124,6 +124,14 @@ _RULES: Tuple[Rule, ...] = (
          lambda c: "--learnable has nothing to learn with --head=linear (no hidden layer, no "
                    "activation). Fix: drop --learnable, or use --head=cnn."),
     _positive("norm_groups", integer=True),
+    _positive("feature_power"),
+    Rule(lambda c: c.feature_power != 1 and c.features != "scatternet",
+         lambda c: f"--feature_power={c.feature_power:g} applies to --features=scatternet only. "
+                   "Fix: drop --feature_power, or add --features=scatternet."),
+    Rule(lambda c: c.feature_power != 1 and c.feature_norm == "dp_stats",
+         lambda c: f"--feature_power={c.feature_power:g} with --feature_norm=dp_stats: the "
+                   "statistics are released on the features before the power. Fix: drop "
+                   "--feature_power, or use --feature_norm=group."),
     _choice("feature_norm", FEATURE_NORMS),
     *(_positive(name, fix=False) for name in (
         "feature_norm_noise", "feature_norm_mean_clip", "feature_norm_square_clip")),

@@ -63,6 +63,7 @@ class TrainConfig:
     features: str = "pixels"
     head: str = "cnn"
     norm_groups: int = 27
+    feature_power: float = 1.0
     weight_standardization: bool = False
     feature_norm: str = "group"
     feature_norm_noise: float = 8.0

@@ -69,10 +69,10 @@ def build_model(config, dataset, feature_stats=None):
         if config.head == "linear":
             return scatternet_linear(input_shape=dataset.input_shape,
                                      num_classes=dataset.num_classes, groups=groups,
-                                     normalization=normalization)
+                                     normalization=normalization, power=config.feature_power)
         return scatternet_cnn(activation, input_shape=dataset.input_shape,
                               num_classes=dataset.num_classes, groups=groups,
-                              normalization=normalization,
+                              normalization=normalization, power=config.feature_power,
                               weight_standardization=config.weight_standardization)
     builder = {"digits": digits_cnn, "cifar10": cifar10_cnn}.get(config.dataset, mnist_cnn)
     return builder(activation, input_shape=dataset.input_shape, num_classes=dataset.num_classes)

@@ -35,7 +35,8 @@ Modules, each importing only those before it:
 - ``features``: :func:`scattering_features`, computed once per image array and cached;
 - ``shifted``: :func:`shifted_scattering_features` and :class:`ShiftedFeatures`, the
   shifted and mirrored copies for augmentation multiplicity, read per batch from disk;
-- ``heads``: :func:`scatternet_cnn` and :func:`scatternet_linear` (no kymatio needed).
+- ``heads``: :func:`scatternet_cnn` and :func:`scatternet_linear`, and :class:`FeaturePower`
+  (an optional power-law compression of the features before them; no kymatio needed).
 
 Needs kymatio (a dependency of tf_tempered; ``pip install "kymatio>=0.3"``) for the
 features only.
@@ -43,10 +44,11 @@ features only.
 
 from tf_tempered.scatternet.cache import CACHE_DIR_ENV, default_cache_dir
 from tf_tempered.scatternet.features import scatter_dataset, scattering_features
-from tf_tempered.scatternet.heads import scatternet_cnn, scatternet_linear
+from tf_tempered.scatternet.heads import FeaturePower, scatternet_cnn, scatternet_linear
 from tf_tempered.scatternet.shifted import ShiftedFeatures, shifted_scattering_features
 from tf_tempered.scatternet.transform import INSTALL_HINT, num_channels
 
 __all__ = ["num_channels", "scattering_features", "shifted_scattering_features",
            "ShiftedFeatures", "scatter_dataset", "scatternet_cnn", "scatternet_linear",
+           "FeaturePower",
            "default_cache_dir", "CACHE_DIR_ENV", "INSTALL_HINT"]

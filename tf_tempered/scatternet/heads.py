@@ -13,6 +13,9 @@
 # limitations under the License.
 """Tramèr & Boneh's models on the features: the small CNN and the linear head.
 
+:class:`FeaturePower`: an optional first layer, x ↦ sign(x)·|x|^p elementwise (a fixed,
+data-independent compression of the heavy-tailed coefficients: no privacy cost).
+
 :func:`scatternet_cnn`: GroupNorm (no trainable affine parameters, data-independent:
 each example is normalized by its own statistics, so it costs no privacy and needs no
 per-example gradient) → Conv 16, 3×3, stride 2 → act → Conv 32, 3×3 → act → Dense 32 →
@@ -23,15 +26,55 @@ import functools
 
 import numpy as np
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import keras, tf
+from tf_tempered.activations import register_serializable
 from tf_tempered.layers import WeightStandardizedConv2D
 from tf_tempered.models import resolve_activation
 
-__all__ = ["scatternet_cnn", "scatternet_linear"]
+__all__ = ["FeaturePower", "scatternet_cnn", "scatternet_linear"]
+
+
+@register_serializable(package="tf_tempered")
+class FeaturePower(keras.layers.Layer):
+    """y = sign(x)·|x|^p, elementwise; no weights.
+
+    Scattering coefficients are non-negative and heavy-tailed (order 0 ≫ order 2);
+    p < 1 compresses them before normalization, as a power law (p → 0 tends to log).
+    A fixed function of each example alone: it releases nothing and costs no privacy.
+
+    >>> FeaturePower(0.5)(tf.constant([4.0, -9.0, 0.0])).numpy().tolist()
+    [2.0, -3.0, 0.0]
+    """
+
+    def __init__(self, power, **kwargs):
+        super().__init__(**kwargs)
+        self.power = check_power(power)
+
+    def call(self, inputs):
+        magnitude = tf.math.pow(tf.abs(inputs), tf.cast(self.power, inputs.dtype))
+        return tf.sign(inputs) * magnitude
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(power=self.power)
+        return config
+
+
+def check_power(power):
+    """``power`` as a float if it is a finite number > 0, else a ValueError with the fix."""
+    if isinstance(power, bool) or not isinstance(power, (int, float, np.number)) \
+            or not np.isfinite(power) or power <= 0:
+        raise ValueError(f"power={power!r} is invalid: it must be a finite number > 0, e.g. "
+                         "0.5 (square root) or 1 (no compression).")
+    return float(power)
 
 
 def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10, groups=27,
-                   normalization=None, weight_standardization=False, name="scatternet_cnn"):
+                   normalization=None, weight_standardization=False, power=1.0,
+                   name="scatternet_cnn"):
     """Tramèr & Boneh's MNIST / Fashion-MNIST CNN on scattering features.
 
     GroupNorm(groups, no affine parameters; ``groups=None``: no normalization) →
@@ -43,7 +86,8 @@ def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10,
     ``weight_standardization=True``: both convolutions are
     :class:`tf_tempered.WeightStandardizedConv2D` with ``scaled=True`` (same
     parameters; no normalization follows them, so the fan-in scaling keeps the
-    activations' inputs near unit variance).
+    activations' inputs near unit variance). ``power`` ≠ 1: :class:`FeaturePower`
+    before the normalization.
 
     >>> scatternet_cnn("relu").count_params()
     33066
@@ -54,7 +98,7 @@ def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10,
     conv = keras.layers.Conv2D
     if weight_standardization:
         conv = functools.partial(WeightStandardizedConv2D, scaled=True)
-    inputs, x = _normalized_input(input_shape, groups, normalization)
+    inputs, x = _normalized_input(input_shape, groups, normalization, power)
     x = conv(16, 3, strides=2, padding="same", name="conv1")(x)
     x = make_activation()(x)
     x = conv(32, 3, padding="same", name="conv2")(x)
@@ -67,23 +111,27 @@ def scatternet_cnn(activation="tanh", *, input_shape=(7, 7, 81), num_classes=10,
 
 
 def scatternet_linear(*, input_shape=(7, 7, 81), num_classes=10, groups=27, normalization=None,
-                      name="scatternet_linear"):
-    """Tramèr & Boneh's linear model on scattering features: logits = W·norm(x) + b.
+                      power=1.0, name="scatternet_linear"):
+    """Tramèr & Boneh's linear model on scattering features: logits = W·norm(x^p) + b.
 
-    The input is normalized as in :func:`scatternet_cnn` (``groups`` or
-    ``normalization``), flattened, and one Dense layer gives the logits.
+    The input is compressed and normalized as in :func:`scatternet_cnn` (``power``,
+    ``groups`` or ``normalization``), flattened, and one Dense layer gives the logits.
 
     >>> scatternet_linear().count_params()
     39700
+    >>> scatternet_linear(power=0.5).layers[1].name
+    'feature_power'
     """
-    inputs, x = _normalized_input(input_shape, groups, normalization)
+    inputs, x = _normalized_input(input_shape, groups, normalization, power)
     x = keras.layers.Flatten(name="flatten")(x)
     outputs = keras.layers.Dense(num_classes, name="logits")(x)
     return keras.Model(inputs, outputs, name=name)
 
 
-def _normalized_input(input_shape, groups, normalization):
-    """(the Input, its normalized tensor): GroupNorm, frozen (mean, variance) or neither."""
+def _normalized_input(input_shape, groups, normalization, power):
+    """(the Input, its normalized tensor): FeaturePower if power ≠ 1, then GroupNorm,
+    frozen (mean, variance) or neither."""
+    power = check_power(power)
     channels = input_shape[-1]
     if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
                                or groups < 1 or channels % groups):
@@ -94,6 +142,8 @@ def _normalized_input(input_shape, groups, normalization):
                          "normalized one way or the other, not both.")
     inputs = keras.Input(shape=tuple(input_shape), name="scattering")
     x = inputs
+    if power != 1.0:
+        x = FeaturePower(power, name="feature_power")(x)
     if normalization is not None:
         mean, variance = (np.asarray(v, dtype=np.float32).reshape(-1) for v in normalization)
         if mean.shape != (channels,) or variance.shape != (channels,) or (variance <= 0).any():
