@@ -205,23 +205,45 @@ def test_jit_compile_offsets_path_sums_per_microbatch():
                                     static_batch=True, jit_compile=True)
 
 
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_mixed_precision_gives_the_float32_update(policy):
-    # Norms and clipping in float32, no loss scale applied to the DP update. The
-    # reference is float64; the forward pass in half precision bounds the agreement.
-    x, y = _data((7, 7, 2))
-    weights = _cnn("float32").get_weights()
-    norms, reference = per_example_reference(_cnn, weights, x, y, _sce)
+def _mixed_precision_update(policy, builder, *, jit_compile):
+    """(the engine's update under ``policy``, the float64 reference's, the model, history)."""
+    x, y = _data(builder("float32").input_shape[1:])
+    weights = builder("float32").get_weights()
+    norms, reference = per_example_reference(builder, weights, x, y, _sce)
     clip = median_clip(norms)
     keras.mixed_precision.set_global_policy(policy)
     try:
-        model = keras.Sequential([
-            keras.Input((7, 7, 2)), keras.layers.Conv2D(4, 3, activation="tanh"),
-            keras.layers.Conv2D(3, 2, strides=2), keras.layers.Flatten(),
+        # The policy's layers, the logits in float32 (as Keras' guide writes them).
+        model = keras.Sequential([keras.Input(builder("float32").input_shape[1:])] + [
+            type(layer).from_config({**layer.get_config(), "dtype": policy})
+            for layer in builder("float32").layers[:-1]] + [
             keras.layers.Dense(3, dtype="float32")])
         model.set_weights(weights)
-        ours, history = engine_update(model, x, y, clip=clip, loss=LOSS)
+        assert model.layers[0].compute_dtype == policy.split("_")[1]
+        ours, history = engine_update(model, x, y, clip=clip, loss=LOSS,
+                                      jit_compile=jit_compile)
     finally:
         keras.mixed_precision.set_global_policy("float32")
+    return ours, reference(clip), model, history
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_gives_the_float32_update(policy, jit_compile):
+    # Norms and clipping in float32, no loss scale applied to the DP update. The
+    # reference is float64; the forward pass in half precision bounds the agreement.
+    ours, reference, _, history = _mixed_precision_update(policy, _cnn, jit_compile=jit_compile)
     assert history["dp_nonfinite"] == [0.0]
-    assert_update(ours, reference(clip), rtol=2e-2 if policy == "mixed_bfloat16" else 5e-3)
+    assert_update(ours, reference, rtol=2e-2 if policy == "mixed_bfloat16" else 5e-3)
+
+
+def test_mixed_precision_under_xla_takes_the_offsets_path_exactly():
+    """mixed_float16 with jit_compile=True: the kept Conv2D gradients (products per kernel
+    offset, half-precision inputs against the float32 output gradient) give the float32
+    update."""
+    ours, reference, model, history = _mixed_precision_update("mixed_float16", _strided_cnn,
+                                                              jit_compile=True)
+    assert history["dp_nonfinite"] == [0.0]
+    assert_update(ours, reference, rtol=5e-3)
+    conv = [p["path"] for p in layer_paths(model) if p["class"] == "Conv2D"]
+    assert len(conv) == 1 and "offsets=True" in conv[0], conv
