@@ -107,6 +107,29 @@ def test_fit_on_arrays_draws_poisson_batches_and_logs_their_epsilon():
     assert epsilon_spent(model) == (pytest.approx(expected[-1], rel=1e-9), DELTA)
 
 
+@pytest.mark.parametrize("steps_per_execution", [1, 2, 4])
+def test_several_steps_per_execution_and_a_later_initial_epoch_count_every_step(
+        steps_per_execution):
+    """compile(steps_per_execution=K) runs K DP steps per call of the train function, and
+    fit(initial_epoch=E) trains epochs - E epochs: every step is a Poisson batch, and ε is
+    that of the steps trained."""
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS, metrics=[RowCount()],
+                  steps_per_execution=steps_per_execution)
+    rows = _Rows()
+    history = model.fit(x, y, batch_size=BATCH, epochs=6, initial_epoch=1, callbacks=[rows],
+                        verbose=0).history
+    assert int(model.optimizer.iterations.numpy()) == 20  # 5 epochs of round(N / B) steps
+    assert history["epsilon"] == pytest.approx([_rdp(_poisson(4 * k)) for k in range(1, 6)],
+                                               rel=1e-9)
+    assert epsilon_spent(model)[0] == pytest.approx(_rdp(_poisson(20)), rel=1e-9)
+    # The rows of each call (K steps): Binomial(K·N, q), not K·B every time (fixed batches:
+    # all equal with probability < 1e-6 here).
+    assert len(rows.rows) == 20 // steps_per_execution
+    assert set(rows.rows) != {steps_per_execution * BATCH}
+
+
 def test_the_shuffle_opt_out_reports_the_bound_for_shuffled_batches():
     x, y = _data()
     model = _model(sampling="shuffle")
