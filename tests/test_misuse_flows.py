@@ -247,3 +247,84 @@ def test_mixed_precision_under_xla_takes_the_offsets_path_exactly():
     assert_update(ours, reference, rtol=5e-3)
     conv = [p["path"] for p in layer_paths(model) if p["class"] == "Conv2D"]
     assert len(conv) == 1 and "offsets=True" in conv[0], conv
+
+
+class _Subclassed(keras.Model):
+    """_cnn's layers in a subclassed model (no Input declared)."""
+
+    def __init__(self):
+        super().__init__(name="subclassed_cnn")  # Keras 3: not "__subclassed"
+        self.inner = [layer for layer in _cnn("float32").layers]
+
+    def call(self, x):
+        for layer in self.inner:
+            x = layer(x)
+        return x
+
+
+def _generator(x, y):
+    while True:
+        yield x, y
+
+
+class _OneBatch(getattr(keras.utils, "PyDataset", keras.utils.Sequence)):
+    def __init__(self, x, y):
+        super().__init__()
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, index):
+        return self.x, self.y
+
+
+@pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
+@pytest.mark.parametrize("kind", ["functional", "subclassed"])
+@pytest.mark.parametrize("source", ["generator", "sequence"])
+def test_fit_on_a_generator_or_a_sequence_gives_the_reference_update(kind, source):
+    """tf-keras batches a Python generator or a Sequence with every dimension unknown; the
+    step takes the model's declared input shape (its Input, or the shape a subclassed model
+    was first called with), and the update is the float64 reference's."""
+    x, y = _data((7, 7, 2))
+    weights = _cnn("float32").get_weights()
+    norms, reference = per_example_reference(_cnn, weights, x, y, _sce)
+    clip = median_clip(norms)
+    model = _cnn("float32") if kind == "functional" else _Subclassed()
+    model(x[:2])
+    model.set_weights(weights)
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=LOSS)
+    before = [w.numpy() for w in model.trainable_variables]
+    data = _generator(x, y) if source == "generator" else _OneBatch(x, y)
+    model.fit(data, steps_per_epoch=1, epochs=1, verbose=0)
+    ours = [w.numpy() - b for w, b in zip(model.trainable_variables, before)]
+    assert_update(ours, reference(clip))
+
+
+def _two_inputs():
+    first, second = keras.Input((5,), name="first"), keras.Input((4,), name="second")
+    joined = keras.layers.Concatenate()([keras.layers.Dense(3, activation="tanh")(first),
+                                         keras.layers.Dense(3, activation="tanh")(second)])
+    return keras.Model([first, second], keras.layers.Dense(3)(joined))
+
+
+@pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
+@pytest.mark.parametrize("structure", ["tuple", "dict"])
+def test_a_generator_of_several_inputs_gives_the_update_of_the_arrays(structure):
+    """Two Inputs from a generator (tf-keras: every dimension unknown), as a tuple or a dict
+    by Input name: the same update as fit on the arrays."""
+    x, y = _data((9,))
+    inputs = [x[:, :5], x[:, 5:]]
+    weights = _two_inputs().get_weights()
+    expected_model = _two_inputs()
+    expected_model.set_weights(weights)
+    expected, _ = engine_update(expected_model, inputs, y, clip=0.5, loss=LOSS)
+    model = _two_inputs()
+    model.set_weights(weights)
+    make_private(model, l2_norm_clip=0.5, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=LOSS)
+    before = [w.numpy() for w in model.trainable_variables]
+    batch = tuple(inputs) if structure == "tuple" else dict(zip(["first", "second"], inputs))
+    model.fit(_generator(batch, y), steps_per_epoch=1, epochs=1, verbose=0)
+    assert_update([w.numpy() - b for w, b in zip(model.trainable_variables, before)], expected)

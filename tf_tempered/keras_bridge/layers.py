@@ -23,7 +23,8 @@ __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn
            "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
-           "is_functional_model", "layer_normalized_input", "register_activation_name"]
+           "is_functional_model", "layer_normalized_input", "register_activation_name",
+           "declared_input_shapes"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -267,6 +268,23 @@ def is_functional_model(model):
         return isinstance(model, (Functional, keras.Sequential))
     # Keras 2 marks Functional models (and Sequential ones) as graph networks.
     return getattr(model, "_is_graph_network", False)
+
+
+def declared_input_shapes(model):
+    """[(name, TensorShape)] of the inputs a model declares, batch dimension included, in
+    the order of its inputs: a Functional model's Inputs, or on tf-keras the shapes a
+    subclassed model was first called with (its save spec); None if it declares none."""
+    if is_functional_model(model):
+        try:
+            inputs = list(model.inputs or ())
+        except (AttributeError, ValueError):  # Keras 3 Sequential not built yet
+            return None
+        return [(getattr(t, "name", None), tf.TensorShape(t.shape)) for t in inputs] or None
+    if not IS_KERAS3 and model.save_spec() is not None:
+        args, kwargs = model.save_spec()
+        if not kwargs and len(args) == 1:
+            return [(None, spec.shape) for spec in tf.nest.flatten(args)] or None
+    return None
 
 
 def grouped_convolution_op(layer):

@@ -80,9 +80,38 @@ def _checked_weights(weight):
         return tf.identity(weight)
 
 
-def unpack_batch(data, *, xla=False):
-    """The Batch of one element of the training data (Keras' (x, y, sample_weight))."""
+def with_declared_shapes(x, declared):
+    """``x`` with the static shapes of the model's Inputs where its own are less known.
+
+    tf-keras batches a Python generator or a Sequence with every dimension unknown;
+    the handlers size their paths from static shapes (a Dense's input width, a Conv2D's
+    image size), which the model's Inputs declare. ``declared``: [(name, TensorShape)]
+    (keras_bridge.declared_input_shapes), matched to x as Keras matches inputs: one
+    tensor, a list or tuple in order, or a dict by name. tf.ensure_shape checks them.
+    """
+    if not declared:
+        return x
+    if isinstance(x, dict):
+        by_name = dict(declared)
+        return {k: _refined(v, by_name.get(k)) for k, v in x.items()}
+    if isinstance(x, (list, tuple)) and len(x) == len(declared):
+        return type(x)(_refined(v, shape) for v, (_, shape) in zip(x, declared))
+    return _refined(x, declared[0][1]) if len(declared) == 1 else x
+
+
+def _refined(x, shape):
+    if shape is None or not isinstance(x, tf.Tensor) or x.shape.is_fully_defined() \
+            or not x.shape.is_compatible_with(shape):
+        return x  # incompatible: Keras' own input check names the mismatch
+    merged = x.shape.merge_with(shape)
+    return x if merged == x.shape else tf.ensure_shape(x, merged)
+
+
+def unpack_batch(data, *, xla=False, input_shapes=None):
+    """The Batch of one element of the training data (Keras' (x, y, sample_weight));
+    ``input_shapes``: the model's declared inputs (:func:`with_declared_shapes`)."""
     x, y, sample_weight = keras_bridge.unpack_x_y_sample_weight(data)
+    x = with_declared_shapes(x, input_shapes)
     weight, user, mask, normalizer = unpack_sample_weight(sample_weight)
     if not xla and weight is not None:
         weight = tf.nest.map_structure(_checked_weights, weight)

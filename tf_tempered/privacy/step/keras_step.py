@@ -21,6 +21,7 @@ Each stage is a small module of this package, called in order; data flows one wa
 """
 
 from tf_tempered._compat import tf
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.backward import backward
 from tf_tempered.privacy.step.batch import unpack_batch
@@ -46,7 +47,8 @@ def dp_gradients(model, data, *, losses=None):
     """
     state = get_state(model)
     plan = plan_step(model, state, check_optimizer=losses is None)
-    batch = unpack_batch(data, xla=plan.xla)
+    batch = unpack_batch(data, xla=plan.xla,
+                         input_shapes=keras_bridge.declared_input_shapes(model))
     forward = record_forward(model, batch, plan, losses=losses)
     rows = forward.losses.shape[0]
     layout, groups = backward(model, forward, plan,
