@@ -328,3 +328,38 @@ def test_a_generator_of_several_inputs_gives_the_update_of_the_arrays(structure)
     batch = tuple(inputs) if structure == "tuple" else dict(zip(["first", "second"], inputs))
     model.fit(_generator(batch, y), steps_per_epoch=1, epochs=1, verbose=0)
     assert_update([w.numpy() - b for w, b in zip(model.trainable_variables, before)], expected)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3 optimizers' gradient_accumulation_steps")
+def test_gradient_accumulation_applies_the_mean_of_the_dp_gradients_and_counts_each_step():
+    """SGD(gradient_accumulation_steps=2): the update is the mean of two steps' DP
+    gradients at the same weights, and ε counts both releases (2 Poisson steps)."""
+    x, y = _data()
+    weights = _mlp().get_weights()
+
+    def private(noise, **optimizer_kwargs):
+        model = _mlp()
+        model.set_weights(weights)
+        make_private(model, l2_norm_clip=0.3, noise_multiplier=noise,
+                     sampling="shuffle" if noise == 0 else "poisson")
+        model.compile(optimizer=keras.optimizers.SGD(1.0, **optimizer_kwargs), loss=LOSS)
+        return model
+
+    half = ROWS // 2
+    single = []
+    for rows in (slice(0, half), slice(half, ROWS)):
+        model = private(0.0)
+        model.fit(x[rows], y[rows], batch_size=half, shuffle=False, verbose=0)
+        single.append([w - v for w, v in zip(weights, model.get_weights())])
+    model = private(0.0, gradient_accumulation_steps=2)
+    model.fit(x, y, batch_size=half, shuffle=False, verbose=0)
+    accumulated = [w - v for w, v in zip(weights, model.get_weights())]
+    assert_update(accumulated, [(a + b) / 2 for a, b in zip(*single)])
+    model = private(1.0, gradient_accumulation_steps=2)
+    model.fit(x, y, batch_size=half, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 1  # one applied update, two releases
+    import dp_accounting  # pylint: disable=g-import-not-at-top
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(1.0)), 2))
+    assert epsilon_spent(model)[0] == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
