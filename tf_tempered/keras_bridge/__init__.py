@@ -25,7 +25,8 @@ re-exports:
 * :mod:`.training`: optimizers (loss scaling, the DP mark), XLA, fit's arguments, the
   compile config saved with a model, callbacks;
 * :mod:`.tf_privacy`: the settings of TF Privacy's DP optimizers;
-* :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's).
+* :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's);
+* :mod:`.preprocessing`: preprocessing layers whose state adapt() fit to data.
 """
 
 from tf_tempered.keras_bridge.layers import *  # noqa: F401,F403
@@ -38,5 +39,8 @@ from tf_tempered.keras_bridge.tf_privacy import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.tf_privacy import __all__ as _tf_privacy_all
 from tf_tempered.keras_bridge.runtime import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.runtime import __all__ as _runtime_all
+from tf_tempered.keras_bridge.preprocessing import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.preprocessing import __all__ as _preprocessing_all
 
-__all__ = [*_layers_all, *_losses_all, *_training_all, *_tf_privacy_all, *_runtime_all]
+__all__ = [*_layers_all, *_losses_all, *_training_all, *_tf_privacy_all, *_runtime_all,
+           *_preprocessing_all]

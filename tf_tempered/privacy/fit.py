@@ -36,6 +36,7 @@ from tf_tempered._compat import keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.fit_data import plan_fit_data
 from tf_tempered.privacy.ledger import Segment
+from tf_tempered.privacy.public_layers import refuse_data_fitted_layers
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.plan import require_dp_settings
 
@@ -143,6 +144,7 @@ def private_fit(model, *args, **kwargs):
     """``Model.fit`` of a private model (installed by make_private; see the module docstring)."""
     state = get_state(model)
     config = require_dp_settings(model)
+    refuse_data_fitted_layers(model, state.public_layers)  # before tracing: a plain error
     if config.noise_multiplier == 0:
         warnings.warn(NO_NOISE_WARNING, UserWarning, stacklevel=3)
     arguments = keras_bridge.fit_arguments(model, args, kwargs)

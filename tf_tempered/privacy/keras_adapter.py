@@ -102,6 +102,7 @@ def saving_description(state):
         "augmentation_multiplicity": state.augmentation_multiplicity,
         "options": {k: v for k, v in vars(state.options).items()},
         "ledger": ledger,
+        "public_layers": list(state.public_layers),
     }
 
 

@@ -31,6 +31,7 @@ from tf_tempered._compat import check_same_keras, keras
 from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording, saving)
 from tf_tempered.privacy.fit import record_outside_steps
 from tf_tempered.privacy.ledger import PrivacyLedger
+from tf_tempered.privacy.public_layers import check_public_layers
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import model_dp_config, settings_config
 from tf_tempered.privacy.state import SAMPLINGS, PrivateState, attach_state, get_state
@@ -116,9 +117,18 @@ def _account_old_key(previous, model):
     record_outside_steps(previous, previous.settings or model_dp_config(model))
 
 
+def _public_layers(public_layers, model, previous, saved):
+    """The layers declared public: given, else kept from before or from the saved model."""
+    if public_layers is None:
+        kept = previous.public_layers if previous is not None else (saved or {}).get(
+            "public_layers", ())
+        return check_public_layers(list(kept), model)
+    return check_public_layers(public_layers, model)
+
+
 def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microbatches=None,
                  sampling=None, delta=None, accountant=None, augmentation_multiplicity=None,
-                 options=None, insecure_dp_seed=None):
+                 options=None, insecure_dp_seed=None, public_layers=None):
     """Prepares a Keras model for fast, exact DP-SGD and returns it (the same object).
 
     Works for Sequential, Functional and subclassed models of the active Keras (Keras 3
@@ -155,6 +165,9 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     ``options`` (:class:`~tf_tempered.privacy.options.EngineOptions`) trade speed and
     memory, never values. The noise is keyed by a secret from the OS's entropy, never by a
     seed; ``insecure_dp_seed=K`` derives it from K instead: reproducible, NOT private.
+    A layer whose state adapt() fit to data (Normalization, TextVectorization, lookups,
+    Discretization) is refused unless named in ``public_layers`` (adapted on public data):
+    that state is released with the model, outside ε (:mod:`~.public_layers`).
 
     Raises UnsupportedLayerError (a ValueError) for layers that mix examples, such as a
     trainable BatchNormalization, and ValueError for invalid settings (naming the argument).
@@ -184,7 +197,8 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     with model.distribute_strategy.scope():  # replicated variables under a strategy
         noise = randomness.DPRandomness("noise", insecure_dp_seed=insecure_dp_seed)
         metrics = previous.metrics if previous is not None else DPMetrics()
-    state = PrivateState(settings, options, noise, sampling, multiplicity, ledger, metrics)
+    state = PrivateState(settings, options, noise, sampling, multiplicity, ledger, metrics,
+                         public_layers=_public_layers(public_layers, model, previous, saved))
     attach_state(model, state)
     keras_adapter.install(model)
     saving.bind_optimizer(model, state, keras_adapter.saving_description)

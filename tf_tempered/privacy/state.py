@@ -55,6 +55,8 @@ class PrivateState:
       audit_hook: None, except in a model a privacy audit trains
         (:mod:`tf_tempered.audit`): ``hook(summed, variables, counter)`` returns the
         clipped sum with the audit's gradient canaries added, before the noise.
+      public_layers: names of layers whose adapt()-fit state came from public data
+        (:mod:`~tf_tempered.privacy.public_layers`).
     """
 
     settings: Any
@@ -71,6 +73,7 @@ class PrivateState:
     warned: set = dataclasses.field(default_factory=set)
     loaded_ledgers: set = dataclasses.field(default_factory=set)
     audit_hook: Any = None
+    public_layers: tuple = ()
 
     def steps_taken(self):
         """DP steps the model has taken with its current noise key (the noise counter)."""

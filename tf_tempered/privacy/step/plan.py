@@ -24,6 +24,7 @@ from typing import Any
 from tf_tempered._compat import check_same_keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import NotPrivateError
+from tf_tempered.privacy.public_layers import refuse_data_fitted_layers
 from tf_tempered.privacy.settings import model_dp_config
 from tf_tempered.privacy.step import clipped_sum as clipped_sums
 from tf_tempered.privacy.step.replicas import Replicas
@@ -72,6 +73,7 @@ def plan_step(model, state, *, check_optimizer=True):
     optimizer is not the model's.
     """
     config = require_dp_settings(model)
+    refuse_data_fitted_layers(model, state.public_layers)
     replicas = Replicas(model)
     if check_optimizer:
         check_same_keras(model.optimizer, "The compiled optimizer")
