@@ -75,3 +75,43 @@ def test_saved_description_holds_settings_and_ledger_never_the_key():
     text = json.dumps(description)  # JSON as saved: no tensor, no variable
     key = state.noise._key.numpy()  # pylint: disable=protected-access
     assert all(str(int(k)) not in text for k in np.ravel(key))
+
+
+class _OwnStep(keras.Model):
+    """Keras' "Customizing what happens in fit()": a train_step of its own."""
+
+    def __init__(self):
+        super().__init__(name="own_step")
+        self.dense = keras.layers.Dense(2)
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):  # e.g. a loss scaled by 100: never run by a private fit
+        raise AssertionError("the DP step replaced it")
+
+
+class _KerasStep(_OwnStep):
+    train_step = keras.Model.train_step  # Keras' own again: not an override
+
+
+def test_a_class_with_its_own_train_step_is_refused_and_dpgradients_serves_it():
+    from tf_tempered.privacy import DPGradients  # pylint: disable=g-import-not-at-top
+    x = np.ones((4, 3), np.float32)
+    model = _OwnStep()
+    model(x)
+    try:
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    except TypeError as error:
+        assert str(error).startswith("_OwnStep.train_step would not run"), error
+        assert "Fix: drop the train_step override" in str(error) and "DPGradients" in str(error)
+    else:
+        raise AssertionError("a train_step override was not refused")
+    assert get_state(model) is None  # nothing installed
+    dp = DPGradients(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                     l2_norm_clip=1.0, noise_multiplier=1.0)
+    grads, _ = dp(x, np.zeros(4, np.int64))
+    assert [g.shape for g in grads] == [(3, 2), (2,)]
+    keras_step = _KerasStep()
+    keras_step(x)
+    assert get_state(make_private(keras_step, l2_norm_clip=1.0, noise_multiplier=1.0))

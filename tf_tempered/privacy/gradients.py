@@ -47,7 +47,7 @@ Poisson batches (:func:`~tf_tempered.privacy.poisson_batches`) the smaller, ampl
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy.make_private import make_private
+from tf_tempered.privacy.make_private import make_private, training_overrides_allowed
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.keras_step import dp_gradients
 
@@ -75,9 +75,10 @@ class DPGradients:
     def __init__(self, model, loss=None, *, l2_norm_clip, noise_multiplier,
                  num_microbatches=None, loss_weights=None, options=None, insecure_dp_seed=None,
                  delta=None, accountant=None):
-        make_private(model, l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
-                     num_microbatches=num_microbatches, options=options,
-                     insecure_dp_seed=insecure_dp_seed, delta=delta, accountant=accountant)
+        with training_overrides_allowed():  # e.g. called from the model's own train_step
+            make_private(model, l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
+                         num_microbatches=num_microbatches, options=options,
+                         insecure_dp_seed=insecure_dp_seed, delta=delta, accountant=accountant)
         self.model = model
         if loss is None:
             if not keras_bridge.has_compiled_loss(model):

@@ -27,18 +27,25 @@ logs ε):
 ['delta', 'dp_clipped_fraction', 'dp_grad_norm', 'dp_nonfinite', 'epsilon']
 """
 
+import contextlib
+import contextvars
+
 from tf_tempered._compat import check_same_keras, keras
+from tf_tempered import keras_bridge
 from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording, saving)
 from tf_tempered.privacy.fit import record_outside_steps
 from tf_tempered.privacy.ledger import PrivacyLedger
-from tf_tempered.privacy.public_layers import check_public_layers
 from tf_tempered.privacy.options import EngineOptions
+from tf_tempered.privacy.public_layers import check_public_layers
 from tf_tempered.privacy.settings import model_dp_config, settings_config
 from tf_tempered.privacy.state import SAMPLINGS, PrivateState, attach_state, get_state
 from tf_tempered.privacy.step.random_ops import refuse_random_layers
 from tf_tempered.privacy.step.metrics import DPMetrics
 
 __all__ = ["make_private", "is_private", "has_secret_dp_randomness"]
+
+# True inside training_overrides_allowed() (DPGradients).
+_OVERRIDES_ALLOWED = contextvars.ContextVar("tf_tempered_overrides_allowed", default=False)
 
 
 def is_private(model):
@@ -117,6 +124,31 @@ def _account_old_key(previous, model):
     record_outside_steps(previous, previous.settings or model_dp_config(model))
 
 
+def _refuse_training_overrides(model):
+    """A model class's own train_step would be silently replaced by the DP step (which
+    takes each example's loss from compile's loss, or a compute_loss override): refused."""
+    owner = keras_bridge.own_train_step_class(model)
+    if owner is not None and not _OVERRIDES_ALLOWED.get():
+        raise TypeError(
+            f"{owner}.train_step would not run: a private model's fit runs the DP step, which "
+            "computes each example's loss from the loss given to compile (or a compute_loss "
+            "override returning one loss per example). Fix: drop the train_step override, or "
+            "train with a loop of your own that takes its gradients from "
+            "tf_tempered.privacy.DPGradients(model, loss, l2_norm_clip=..., "
+            "noise_multiplier=...) (docs/custom_loops.md).")
+
+
+@contextlib.contextmanager
+def training_overrides_allowed():
+    """Within it, make_private prepares a model whose class overrides train_step
+    (DPGradients: the caller's loop calls the DP step; fit still runs the DP step)."""
+    token = _OVERRIDES_ALLOWED.set(True)
+    try:
+        yield
+    finally:
+        _OVERRIDES_ALLOWED.reset(token)
+
+
 def _public_layers(public_layers, model, previous, saved):
     """The layers declared public: given, else kept from before or from the saved model."""
     if public_layers is None:
@@ -175,6 +207,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     check_same_keras(model, "make_private's model")
     if not isinstance(model, keras.Model):
         raise TypeError(f"make_private expects a keras.Model, got {type(model).__name__}.")
+    _refuse_training_overrides(model)
     previous = get_state(model)
     saved = saving.saved_dp(model) if previous is None else None
     settings = settings_config(l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
