@@ -37,7 +37,8 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
 
-__all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches"]
+__all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches",
+           "untagged_steps_per_pass"]
 
 _ATTRIBUTE = "_tf_tempered_sampling"
 
@@ -47,8 +48,10 @@ _ATTRIBUTE = "_tf_tempered_sampling"
 _KEEPS = {
     "poisson": {"PrefetchDataset", "OptionsDataset", "MapDataset", "ParallelMapDataset",
                 "TakeDataset", "SkipDataset", "RepeatDataset", "AssertCardinalityDataset"},
+    # Repeated, shuffled batches pass over the data again (reshuffled): the fit counts
+    # ceil(steps / steps_per_pass) passes at least.
     "shuffle": {"PrefetchDataset", "OptionsDataset", "MapDataset", "ParallelMapDataset",
-                "TakeDataset", "AssertCardinalityDataset", "CacheDataset"},
+                "TakeDataset", "AssertCardinalityDataset", "CacheDataset", "RepeatDataset"},
 }
 
 
@@ -111,3 +114,26 @@ def shuffled_batches(x, y=None, sample_weight=None, *, batch_size, drop_remainde
                                                 not num_examples % int(batch_size) else 1)
     return tag_dataset(dataset.prefetch(tf.data.AUTOTUNE),
                        SamplingTag("shuffle", num_examples, batch_size, None, steps))
+
+
+def untagged_steps_per_pass(dataset):
+    """Batches in one pass over an untagged pipeline's data, for the shuffle bound.
+
+    Read off its ``.batch()`` when the examples batched are counted (``ds.repeat()`` of
+    64 examples in batches of 16: 4, so a fit's epoch of 8 steps is two passes); 1 when
+    the pipeline repeats without end and that count is unknown (every step is then
+    accounted as a pass: no assumption left); None otherwise (one pass per epoch, the
+    documented assumption).
+
+    >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(10.0))
+    >>> untagged_steps_per_pass(ds.batch(4).repeat()), untagged_steps_per_pass(ds.batch(4, True))
+    (3, 2)
+    """
+    batching = keras_bridge.batching_of(dataset)
+    if batching is not None and batching[2] is not None:
+        size, drop, rows = batching
+        return max(1, rows // size if drop else -(-rows // size))
+    if isinstance(dataset, tf.data.Dataset) and \
+            int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
+        return 1
+    return None

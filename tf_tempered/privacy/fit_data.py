@@ -264,8 +264,9 @@ def _pipeline(state, config, arguments, tag):
         state.warned.add("unknown pipeline")
         warnings.warn(UNKNOWN_PIPELINE_WARNING.format(what=type(x).__name__), UserWarning,
                       stacklevel=4)
+    passes = tag.steps_per_pass if tag else data_sampling.untagged_steps_per_pass(x)
     return arguments, RunSampling("shuffle", tag.num_examples if tag else None, batch,
-                                  None, multi, tag.steps_per_pass if tag else None)
+                                  None, multi, passes)
 
 
 def plan_fit_data(model, state, config, arguments):
