@@ -116,24 +116,56 @@ def shuffled_batches(x, y=None, sample_weight=None, *, batch_size, drop_remainde
                        SamplingTag("shuffle", num_examples, batch_size, None, steps))
 
 
+# One output per input element: the count of examples a pass holds is kept through them.
+_ONE_TO_ONE = {"MapDataset", "ParallelMapDataset", "ShuffleDataset", "PrefetchDataset",
+               "OptionsDataset", "CacheDataset"}
+
+
 def untagged_steps_per_pass(dataset):
     """Batches in one pass over an untagged pipeline's data, for the shuffle bound.
 
-    Read off its ``.batch()`` when the examples batched are counted (``ds.repeat()`` of
-    64 examples in batches of 16: 4, so a fit's epoch of 8 steps is two passes); 1 when
-    the pipeline repeats without end and that count is unknown (every step is then
-    accounted as a pass: no assumption left); None otherwise (one pass per epoch, the
-    documented assumption).
+    Read off its ``.batch()`` when the examples batched are counted (``ds.batch(16)
+    .repeat()`` of 64 examples: 4, so a fit's epoch of 8 steps is two passes), or, for
+    ``ds.shuffle(n).repeat().batch(16)``, when the repeated data is (⌊n/16⌋ steps, a
+    pass begun every so many at most); 1 when the pipeline repeats without end and
+    neither is known (every step is then accounted as a pass: no assumption left); None
+    otherwise (one pass per epoch, the documented assumption).
 
     >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(10.0))
     >>> untagged_steps_per_pass(ds.batch(4).repeat()), untagged_steps_per_pass(ds.batch(4, True))
     (3, 2)
+    >>> untagged_steps_per_pass(ds.shuffle(10).repeat().batch(4))
+    2
     """
     batching = keras_bridge.batching_of(dataset)
     if batching is not None and batching[2] is not None:
         size, drop, rows = batching
         return max(1, rows // size if drop else -(-rows // size))
+    repeated = _repeated_examples(dataset) if batching is not None else None
+    if repeated is not None:
+        return max(1, repeated // batching[0])
     if isinstance(dataset, tf.data.Dataset) and \
             int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
         return 1
+    return None
+
+
+def _repeated_examples(dataset, _depth=0):
+    """The examples of one pass of the ``.repeat()`` below the pipeline's ``.batch()``,
+    through transformations that keep one output per input; None if not found."""
+    below_batch = False
+    while _depth < 64:
+        _depth += 1
+        kind = keras_bridge.dataset_kind(dataset)
+        inputs = keras_bridge.dataset_inputs(dataset)
+        if len(inputs) != 1:
+            return None
+        if kind == "RepeatDataset" and below_batch:
+            rows = int(inputs[0].cardinality())
+            return rows if rows > 0 else None
+        if kind in ("BatchDataset", "ParallelBatchDataset"):
+            below_batch = True
+        elif below_batch and kind not in _ONE_TO_ONE:
+            return None
+        dataset = inputs[0]
     return None
