@@ -182,7 +182,7 @@ def test_an_unknown_pipeline_warns_once_and_is_accounted_as_shuffled():
 
 @pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
 @pytest.mark.parametrize("source", ["untagged", "shuffled_batches", "repeat_then_batch",
-                                    "unknown_length"])
+                                    "twice_then_batch", "unknown_length"])
 def test_an_epoch_of_a_repeated_pipeline_counts_every_pass(source):
     """steps_per_epoch of 2 passes over a repeated pipeline: two shuffled passes (one
     Gaussian each), not one; a pipeline repeated without end whose pass length cannot be
@@ -194,13 +194,15 @@ def test_an_epoch_of_a_repeated_pipeline_counts_every_pass(source):
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(BATCH)
     elif source == "repeat_then_batch":  # the tutorials' order: .shuffle(N).repeat().batch(B)
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).repeat().batch(BATCH)
+    elif source == "twice_then_batch":  # 2N rows batched, in one epoch: two passes
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).repeat(2).batch(BATCH)
     else:
         ds = tf.data.Dataset.from_generator(
             lambda: iter(zip(x, y)), output_signature=(tf.TensorSpec((5,), tf.float32),
                                                        tf.TensorSpec((), tf.int64))
         ).batch(BATCH)
     model = _model()
-    history = model.fit(ds if source == "repeat_then_batch" else ds.repeat(),
+    history = model.fit(ds if "then_batch" in source else ds.repeat(),
                         steps_per_epoch=2 * N // BATCH, verbose=0).history
     passes = 2 if source != "unknown_length" else 2 * N // BATCH
     assert history["epsilon"] == pytest.approx([_rdp(_gaussians(passes))], rel=1e-9)

@@ -126,24 +126,26 @@ def untagged_steps_per_pass(dataset):
 
     Read off its ``.batch()`` when the examples batched are counted (``ds.batch(16)
     .repeat()`` of 64 examples: 4, so a fit's epoch of 8 steps is two passes), or, for
-    ``ds.shuffle(n).repeat().batch(16)``, when the repeated data is (⌊n/16⌋ steps, a
-    pass begun every so many at most); 1 when the pipeline repeats without end and
+    ``ds.shuffle(n).repeat().batch(16)`` or ``ds.repeat(3).batch(16)``, when the repeated
+    data is (⌊n/16⌋ steps, a pass begun every so many at most); 1 when the pipeline repeats without end and
     neither is known (every step is then accounted as a pass: no assumption left); None
     otherwise (one pass per epoch, the documented assumption).
 
     >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(10.0))
     >>> untagged_steps_per_pass(ds.batch(4).repeat()), untagged_steps_per_pass(ds.batch(4, True))
     (3, 2)
-    >>> untagged_steps_per_pass(ds.shuffle(10).repeat().batch(4))
-    2
+    >>> untagged_steps_per_pass(ds.shuffle(10).repeat().batch(4)), untagged_steps_per_pass(
+    ...     ds.repeat(3).batch(4))
+    (2, 2)
     """
     batching = keras_bridge.batching_of(dataset)
-    if batching is not None and batching[2] is not None:
-        size, drop, rows = batching
-        return max(1, rows // size if drop else -(-rows // size))
+    # A repeat below the batch first: ds.repeat(3).batch(B) batches 3N rows, a pass is N.
     repeated = _repeated_examples(dataset) if batching is not None else None
     if repeated is not None:
         return max(1, repeated // batching[0])
+    if batching is not None and batching[2] is not None:
+        size, drop, rows = batching
+        return max(1, rows // size if drop else -(-rows // size))
     if isinstance(dataset, tf.data.Dataset) and \
             int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
         return 1

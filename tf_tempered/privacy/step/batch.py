@@ -94,7 +94,7 @@ def with_declared_shapes(x, declared):
     if isinstance(x, dict):
         by_name = dict(declared)
         return {k: _refined(v, by_name.get(k)) for k, v in x.items()}
-    if isinstance(x, (list, tuple)) and len(x) == len(declared):
+    if type(x) in (list, tuple) and len(x) == len(declared):  # not a namedtuple's fields
         return type(x)(_refined(v, shape) for v, (_, shape) in zip(x, declared))
     return _refined(x, declared[0][1]) if len(declared) == 1 else x
 
