@@ -82,6 +82,53 @@ def test_losses_as_users_write_them_train_exactly(case):
     np.testing.assert_allclose(history["dp_clipped_fraction"][0], np.mean(norms > clip))
 
 
+def _net(units, activation):
+    return lambda dtype: keras.Sequential([
+        keras.Input((5,), dtype=dtype), keras.layers.Dense(6, activation="tanh", dtype=dtype),
+        keras.layers.Dense(units, activation=activation, dtype=dtype)])
+
+
+def _targets(kind):
+    rng = np.random.default_rng(2)
+    return {"binary": rng.integers(0, 2, ROWS).astype(np.float32),
+            "binary_column": rng.integers(0, 2, (ROWS, 1)).astype(np.float32),
+            "scalar": rng.normal(size=ROWS).astype(np.float32),
+            "pair": rng.normal(size=(ROWS, 2)).astype(np.float32),
+            "one_hot": np.eye(3, dtype=np.float32)[rng.integers(0, 3, ROWS)]}[kind]
+
+
+# Keras' other loss names, with targets shaped as users pass them (a label vector for a
+# one-unit output included): (name, output units, activation, targets, the example's loss).
+_NAMED_LOSSES = {
+    "binary_crossentropy-labels": ("binary_crossentropy", 1, "sigmoid", "binary",
+                                   lambda y, p: keras.losses.binary_crossentropy(y[:, None], p)),
+    "binary_crossentropy-column": ("binary_crossentropy", 1, "sigmoid", "binary_column",
+                                   keras.losses.binary_crossentropy),
+    "mse-vector": ("mse", 1, None, "scalar",
+                   lambda y, p: keras.losses.mean_squared_error(y[:, None], p)),
+    "mae": ("mae", 2, None, "pair", keras.losses.mean_absolute_error),
+    "huber": ("huber", 2, None, "pair", lambda y, p: tf.reduce_mean(tf.where(
+        tf.abs(y - p) <= 1.0, 0.5 * (y - p) ** 2, tf.abs(y - p) - 0.5), axis=-1)),
+    "categorical_crossentropy": ("categorical_crossentropy", 3, "softmax", "one_hot",
+                                 keras.losses.categorical_crossentropy),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NAMED_LOSSES))
+def test_other_loss_names_train_exactly(case):
+    name, units, activation, targets, example_loss = _NAMED_LOSSES[case]
+    x, y = _data()[0], _targets(targets)
+    build = _net(units, activation)
+    weights = build("float32").get_weights()
+    norms, reference = per_example_reference(
+        build, weights, x, y, lambda yy, pp, model: tf.reduce_mean(example_loss(yy, pp)))
+    clip = median_clip(norms)
+    model = build("float32")
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip, loss=name)
+    assert_update(ours, reference(clip))
+
+
 def test_a_sequence_loss_is_the_mean_over_the_example_positions():
     # [B, T] losses (a per-position classifier): the example's loss is their mean.
     rng = np.random.default_rng(1)
