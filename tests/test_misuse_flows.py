@@ -363,3 +363,20 @@ def test_gradient_accumulation_applies_the_mean_of_the_dp_gradients_and_counts_e
     accountant.compose(dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(1.0)), 2))
     assert epsilon_spent(model)[0] == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
+
+
+def test_a_fully_frozen_model_fits_without_an_update_then_trains_once_unfrozen():
+    """Every layer frozen (Keras 3's optimizer cannot apply an empty update): fit runs,
+    changes nothing, and its steps count; unfrozen and recompiled, it trains."""
+    x, y = _data()
+    model = make_private(_mlp(), l2_norm_clip=1.0, noise_multiplier=1.1)
+    model.trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss=LOSS)
+    before = [w.copy() for w in model.get_weights()]
+    model.fit(x, y, batch_size=4, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    assert epsilon_spent(model)[0] > 0  # the steps were taken (a bound that still holds)
+    model.trainable = True
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss=LOSS)
+    model.fit(x, y, batch_size=4, verbose=0)
+    assert all((a != b).any() for a, b in zip(before, model.get_weights()))

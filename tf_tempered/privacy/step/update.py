@@ -26,6 +26,9 @@ __all__ = ["apply_update"]
 def apply_update(model, grads_and_vars):
     """Applies the DP update with the model's optimizer (the one a LossScaleOptimizer wraps),
     marked as the DP engine's so that a DP optimizer accepts it."""
+    grads_and_vars = list(grads_and_vars)
+    if not grads_and_vars:  # every layer frozen: nothing to update (Keras 3's optimizer
+        return              # cannot apply an empty list; Keras skips the update too)
     optimizer = keras_bridge.inner_optimizer(model.optimizer)
     keras_bridge.set_dp_mark(optimizer)
     optimizer.apply_gradients(grads_and_vars)
