@@ -25,7 +25,8 @@ them with the masked means itself.
 
 import contextlib
 
-from tf_tempered._compat import KERAS_MAJOR, keras
+from tf_tempered._compat import KERAS_MAJOR
+from tf_tempered.keras_bridge.training import overriding_class
 
 __all__ = ["compiled_loss_per_example", "compiled_loss_trackers", "loss_container",
            "loss_values", "overrides_compute_loss", "reduction_of"]
@@ -161,9 +162,7 @@ def compiled_loss_trackers(model):
 
 def overrides_compute_loss(model):
     """Whether the model's class overrides Keras' ``compute_loss`` (a custom loss)."""
-    base = keras.Model.compute_loss
-    return getattr(type(model).compute_loss, "__code__", None) is not getattr(
-        base, "__code__", None)
+    return overriding_class(model, "compute_loss") is not None
 
 
 def loss_container(model, loss, loss_weights=None):

@@ -22,20 +22,20 @@ __all__ = ["activity_regularized_layers", "class_registered_as", "dataset_inputs
            "dataset_kind", "fit_arguments", "inner_optimizer", "jit_compiled",
            "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
            "swap_class", "deserialize", "batching_of", "has_compiled_loss",
-           "reduction_method_is_default", "own_train_step_class"]
+           "reduction_method_is_default", "overriding_class"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
 
-def own_train_step_class(model):
-    """The name of the class that gives ``model`` a train_step of its own (Keras' guide
-    "Customizing what happens in fit()"), or None: Keras' own. The function's module
-    decides, not the class's: Keras' method assigned in a subclass is not an override."""
-    owner = next((c for c in type(model).__mro__ if "train_step" in vars(c)), None)
-    if owner is None:
+def overriding_class(model, name):
+    """The name of the class that gives ``model`` its own method ``name`` in place of
+    ``keras.Model``'s (Keras' guide "Customizing what happens in fit()"), or None. The
+    function decides, not where it is defined: Keras' own assigned in a subclass is not an
+    override."""
+    code = getattr(getattr(type(model), name, None), "__code__", None)
+    if code is None or code is getattr(getattr(keras.Model, name), "__code__", None):
         return None
-    module = getattr(vars(owner)["train_step"], "__module__", None) or ""
-    return None if module.startswith(("keras.", "tf_keras.")) else owner.__name__
+    return next(c.__name__ for c in type(model).__mro__ if name in vars(c))
 
 
 def inner_optimizer(optimizer):

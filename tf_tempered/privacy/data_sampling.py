@@ -152,12 +152,11 @@ def untagged_steps_per_pass(dataset):
     return None
 
 
-def _repeated_examples(dataset, _depth=0):
+def _repeated_examples(dataset):
     """The examples of one pass of the ``.repeat()`` below the pipeline's ``.batch()``,
     through transformations that keep one output per input; None if not found."""
     below_batch = False
-    while _depth < 64:
-        _depth += 1
+    for _ in range(64):  # as deep as sampling_of looks
         kind = keras_bridge.dataset_kind(dataset)
         inputs = keras_bridge.dataset_inputs(dataset)
         if len(inputs) != 1:

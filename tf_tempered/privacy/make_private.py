@@ -127,7 +127,7 @@ def _account_old_key(previous, model):
 def _refuse_training_overrides(model):
     """A model class's own train_step would be silently replaced by the DP step (which
     takes each example's loss from compile's loss, or a compute_loss override): refused."""
-    owner = keras_bridge.own_train_step_class(model)
+    owner = keras_bridge.overriding_class(model, "train_step")
     if owner is not None and not _OVERRIDES_ALLOWED.get():
         raise TypeError(
             f"{owner}.train_step would not run: a private model's fit runs the DP step, which "
