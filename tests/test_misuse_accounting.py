@@ -253,3 +253,16 @@ def test_no_noise_warns_and_logs_an_infinite_epsilon():
     with pytest.warns(UserWarning, match="noise_multiplier=0.*NOT differentially private"):
         history = model.fit(x, y, batch_size=BATCH, verbose=0).history
     assert history["epsilon"] == [float("inf")]
+
+
+def test_a_delta_of_at_least_one_over_n_warns_at_fit():
+    # δ = 0.5 with N = 64 "held" at ε = 0 (a mechanism publishing examples in the clear
+    # satisfies it): fit says so, naming delta and a δ below 1/N.
+    x, y = _data()
+    model = _model(delta=0.5)
+    with pytest.warns(UserWarning, match=r"delta=0.5 >= 1/num_examples=0.0156.*e.g. 1e-03"):
+        model.fit(x, y, batch_size=BATCH, verbose=0)
+    quiet = _model(delta=1e-3)  # below 1/N: no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet.fit(x, y, batch_size=BATCH, verbose=0)

@@ -24,10 +24,8 @@ with ``sampling="shuffle"`` unless told otherwise (Keras' batches are shuffled).
 budget reads from the model (DP settings, whether ε holds): :mod:`tf_tempered.budget_settings`.
 """
 
-import json
 import math
 import numbers
-import os
 import pathlib
 import warnings
 
@@ -36,7 +34,8 @@ from tf_tempered import budget_settings, keras_bridge
 # Re-exported (tf_tempered.callbacks imports it from here): budget_settings.py.
 from tf_tempered.budget_settings import dp_optimizer_settings
 from tf_tempered.privacy import accounting
-from tf_tempered.privacy.ledger import PrivacyLedger, Segment
+from tf_tempered.privacy.ledger import PrivacyLedger
+from tf_tempered.privacy.ledger_file import read_ledger_file, write_ledger_file
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["PrivacyBudget", "dp_optimizer_settings"]
@@ -56,8 +55,9 @@ class PrivacyBudget(keras.callbacks.Callback):
     (dp_accounting DpEvents of releases on the same data before training) are composed in.
 
     ``ledger="<backup dir>/privacy_ledger.json"``: for runs killed and resumed
-    (``keras.callbacks.BackupAndRestore``). The file holds every DP step taken, written
-    after each step (atomically), and a later fit (a new process too) adds to it, so the
+    (``keras.callbacks.BackupAndRestore``, which keeps a ledger of its own when no budget
+    does). The file holds every DP step taken, written before each step counting it
+    (atomically), and a later fit (a new process too) adds to it, so the
     steps of a killed run that the restore rolled back and training redid are counted,
     never forgotten. ``steps_taken`` and ``logs["dp_steps"]`` give the count. Needs
     ``steps_per_execution=1``.
@@ -153,34 +153,20 @@ class PrivacyBudget(keras.callbacks.Callback):
         state.ledger.add_prior_events(self.prior_events)
         self._run = run
 
+    @property
+    def keeps_ledger_file(self):
+        """True when the budget keeps the run's ledger in a file (``ledger=``): a
+        BackupAndRestore in the same fit then keeps no second one."""
+        return self.ledger is not None
+
     def _load_ledger_file(self, state):
         """Adds the steps a ledger file holds to the model's ledger (once per model)."""
-        data = json.loads(self.ledger.read_text()) if self.ledger.exists() else {}
-        segments = None
-        if isinstance(data.get("ledger"), dict):
-            segments = PrivacyLedger.from_config(data["ledger"]).segments
-        elif isinstance(data.get("steps"), int) and data["steps"] >= 0:  # an older file
-            run = self._run.segment()
-            segments = [Segment(run.sampling, run.noise_multiplier, steps=data["steps"],
-                                passes=data["steps"] and max(1, run.passes),
-                                sampling_probability=run.sampling_probability)]
-        elif data:
-            raise ValueError(f"PrivacyBudget: ledger {self.ledger} is corrupt ({data!r}); "
-                             f"restore it or start a new run with a new backup directory.")
+        data = read_ledger_file(self.ledger, state, self._run)
         self.epsilons = list(data.get("epsilons", []))
-        key = str(self.ledger.resolve())
-        if key not in state.loaded_ledgers and segments:
-            state.ledger.segments.extend(s for s in segments if s.mechanisms)
-        state.loaded_ledgers.add(key)
 
-    def _write_ledger(self, state):
-        config = state.ledger.to_config()
-        config["segments"].append(dict(vars(self._run.segment())))
-        self.steps_taken = state.ledger.steps + self._run.steps()
-        tmp = self.ledger.with_name(self.ledger.name + ".tmp")
-        tmp.write_text(json.dumps({"version": 2, "steps": self.steps_taken,
-                                   "epsilons": self.epsilons, "ledger": config}))
-        os.replace(tmp, self.ledger)  # atomic: a kill leaves the old or the new count
+    def _write_ledger(self, state, ahead=0):
+        self.steps_taken = write_ledger_file(self.ledger, state, self._run, ahead=ahead,
+                                             epsilons=self.epsilons)
 
     # -- Keras callback ---------------------------------------------------------------
     def _steps_per_epoch(self):
@@ -230,9 +216,11 @@ class PrivacyBudget(keras.callbacks.Callback):
             self._blocked_train_function = self.model.train_function
             self.model.train_function = lambda iterator: {}
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_begin(self, batch, logs=None):
+        # Before the step, counting it: a kill between the step and a write after it
+        # would lose it (its update may be in the next backup), one before it over-counts.
         if self.ledger is not None and self._blocked_train_function is None:
-            self._write_ledger(get_state(self.model))
+            self._write_ledger(get_state(self.model), ahead=1)
 
     def on_epoch_end(self, epoch, logs=None):
         if self._blocked_train_function is not None:

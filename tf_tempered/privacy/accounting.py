@@ -44,6 +44,7 @@ __all__ = [
     "DEFAULT_DELTA",
     "SHUFFLE_NOTE",
     "num_steps",
+    "warn_if_weak_delta",
     "make_dp_event",
     "compute_epsilon",
     "noise_multiplier_for_epsilon",
@@ -123,16 +124,21 @@ def _validate(*, num_examples, batch_size, noise_multiplier, epochs, steps, delt
                          f"(well below 1/num_examples).")
     _check_choice("sampling", sampling, SAMPLINGS)
     _check_choice("accountant", accountant, ACCOUNTANTS)
-    if delta >= 1.0 / num_examples:
+    warn_if_weak_delta(delta, num_examples, stacklevel=4)
+    if sampling == "shuffle":
+        warnings.warn(SHUFFLE_NOTE, UserWarning, stacklevel=3)
+    return count
+
+
+def warn_if_weak_delta(delta, num_examples, *, stacklevel=2):
+    """Warns when δ ≥ 1/N: such an (ε, δ) guarantee allows publishing examples in the clear."""
+    if num_examples and delta >= 1.0 / num_examples:
         warnings.warn(
             f"delta={delta!r} >= 1/num_examples={1.0 / num_examples:.3g}: an (ε, δ) "
             f"guarantee with such a δ is weak (a mechanism that publishes a few examples "
             f"in the clear satisfies it); use delta < 1/num_examples, e.g. "
             f"{10 ** math.floor(math.log10(0.1 / num_examples)):.0e}.", UserWarning,
-            stacklevel=3)
-    if sampling == "shuffle":
-        warnings.warn(SHUFFLE_NOTE, UserWarning, stacklevel=3)
-    return count
+            stacklevel=stacklevel + 1)
 
 
 def make_dp_event(*, num_examples, batch_size, noise_multiplier, epochs=None, steps=None,

@@ -34,8 +34,10 @@ import warnings
 
 from tf_tempered._compat import keras
 from tf_tempered import keras_bridge
+from tf_tempered.privacy import accounting
 from tf_tempered.privacy.fit_data import plan_fit_data
 from tf_tempered.privacy.ledger import Segment
+from tf_tempered.privacy.ledger_file import backup_ledgers
 from tf_tempered.privacy.public_layers import refuse_data_fitted_layers
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.plan import require_dp_settings
@@ -92,10 +94,19 @@ class RunAccount:
 
     def segment(self, more_steps=0, more_passes=0):
         """The fit's Segment so far (plus ``more_steps`` steps and ``more_passes`` passes)."""
+        return self._segment(self.state.steps_taken(), more_steps, more_passes)
+
+    def segment_ahead(self, steps):
+        """The fit's Segment after ``steps`` more steps in the epoch under way."""
+        taken = self.state.steps_taken()  # read once: each read is a TF op
+        begun = self._epoch_start is not None and taken > self._epoch_start
+        return self._segment(taken, steps, 0 if begun or not steps else 1)
+
+    def _segment(self, taken, more_steps, more_passes):
         run = self.sampling
-        steps = self.steps() + more_steps
+        steps = (0 if self.start is None else taken - self.start) + more_steps
         passes = self.passes + more_passes
-        if self._epoch_start is not None and self.state.steps_taken() > self._epoch_start:
+        if self._epoch_start is not None and taken > self._epoch_start:
             passes += 1  # an epoch in progress (or stopped early) is a pass begun
         if run.kind == "shuffle" and run.steps_per_pass:
             # steps_per_epoch larger than a pass: an epoch may pass over the data more than once
@@ -149,10 +160,14 @@ def private_fit(model, *args, **kwargs):
         warnings.warn(NO_NOISE_WARNING, UserWarning, stacklevel=3)
     arguments = keras_bridge.fit_arguments(model, args, kwargs)
     arguments, run_sampling = plan_fit_data(model, state, config, arguments)
+    accounting.warn_if_weak_delta(state.ledger.delta, run_sampling.num_examples, stacklevel=3)
     account = RunAccount(state, run_sampling, config)
     callbacks = arguments.get("callbacks")
     callbacks = list(callbacks) if callbacks is not None else []
-    arguments["callbacks"] = [EpsilonLog(account), *callbacks]
+    # EpsilonLog first (every other callback sees ε), then the ledger files of
+    # BackupAndRestore (read before the run's ε is first logged).
+    arguments["callbacks"] = [EpsilonLog(account), *backup_ledgers(account, callbacks),
+                              *callbacks]
     try:
         return type(model).fit(model, **arguments)
     finally:
