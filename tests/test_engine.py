@@ -556,13 +556,20 @@ def test_weight_regularizer_is_refused_before_any_update():
         np.testing.assert_array_equal(a, b)
 
 
-def test_batch_normalization_is_refused():
+def test_batch_normalization_is_refused_in_training_mode():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
                               keras.layers.BatchNormalization()])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss="mse")
+    before = [w.copy() for w in model.get_weights()]
     with pytest.raises(UnsupportedLayerError, match="GroupNormalization"):
-        make_private(model)
+        model.fit(np.ones((8, 4), np.float32), np.zeros((8, 3)), batch_size=8, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
     model.layers[-1].trainable = False
-    make_private(model)  # frozen BN uses moving statistics: no mixing
+    model.compile(optimizer="sgd", loss="mse")
+    # Frozen, BN uses its moving statistics: no mixing.
+    model.fit(np.ones((8, 4), np.float32), np.zeros((8, 3)), batch_size=8, verbose=0)
 
 
 @pytest.mark.tf_privacy

@@ -107,7 +107,7 @@ def test_it_refuses_what_fit_refuses():
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3),
                               keras.layers.BatchNormalization()])
     with pytest.raises(UnsupportedLayerError, match="BatchNormalization"):
-        DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+        DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)(*_data())
     with pytest.raises(ValueError, match="one value for the whole batch"):
         DPGradients(_mlp(), lambda yt, yp: tf.reduce_mean(yp), l2_norm_clip=1.0,
                     noise_multiplier=1.0)(*_data())

@@ -206,3 +206,84 @@ def test_microbatches_with_a_short_last_batch():
     make_private(model, sampling="poisson")
     with pytest.raises(ValueError, match='num_microbatches=4.*sampling="shuffle"'):
         model.fit(x, y, batch_size=8, verbose=0)
+
+
+def _conv_bn_base(dtype):
+    inputs = keras.Input((6, 6, 2), dtype=dtype)
+    hidden = keras.layers.Conv2D(4, 3, dtype=dtype)(inputs)
+    hidden = keras.layers.BatchNormalization(dtype=dtype)(hidden)
+    hidden = keras.layers.Activation("tanh", dtype=dtype)(hidden)
+    return keras.Model(inputs, keras.layers.GlobalAveragePooling2D(dtype=dtype)(hidden))
+
+
+class _FineTuned(keras.Model):
+    """Keras' fine-tuning flow, subclassed: the base unfrozen, called with training=False."""
+
+    def __init__(self, dtype):
+        super().__init__(dtype=dtype, name="fine_tuned")
+        self.base = _conv_bn_base(dtype)
+        self.head = keras.layers.Dense(3, dtype=dtype)
+
+    def call(self, inputs, training=None):
+        return self.head(self.base(inputs, training=False))
+
+
+def _fine_tuned(dtype):
+    model = _FineTuned(dtype)
+    model(np.zeros((1, 6, 6, 2), dtype))
+    return model
+
+
+def _bn_data(model, seed=7):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(ROWS, 6, 6, 2)).astype(np.float32)
+    y = rng.integers(0, 3, ROWS)
+    # Moving statistics and γ, β away from their initial values, so that they count.
+    weights = [w + 0.3 * rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()]
+    bn = model.base.layers[2]
+    variance_index = [id(v) for v in model.weights].index(id(bn.moving_variance))
+    weights[variance_index] = np.abs(weights[variance_index]) + 0.5
+    return x, y, weights
+
+
+def test_batch_normalization_in_inference_mode_trains_exactly():
+    # Unfrozen, but called with training=False: each example normalized with the moving
+    # statistics (no mixing); γ and β get per-example gradients; the statistics stay.
+    model = _fine_tuned("float32")
+    x, y, weights = _bn_data(model)
+    norms, reference = per_example_reference(_fine_tuned, weights, x, y, _sce)
+    clip = median_clip(norms)
+    model.set_weights(weights)
+    bn = model.base.layers[2]
+    moving = bn.moving_mean.numpy().copy()
+    ours, _ = engine_update(model, x, y, clip=clip, loss=LOSS)
+    assert_update(ours, reference(clip))
+    np.testing.assert_array_equal(bn.moving_mean.numpy(), moving)
+    assert np.abs(ours[[id(v) for v in model.trainable_variables].index(id(bn.gamma))]).max() > 0
+
+
+def _refused_without_update(model, x, y):
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(Exception, match="training mode.*GroupNormalization.*training=False"):
+        engine_update(model, x, y, clip=1.0, loss=LOSS)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_batch_normalization_in_training_mode_is_refused_before_any_update():
+    rng = np.random.default_rng(8)
+    x, y = rng.normal(size=(ROWS, 6, 6, 2)).astype(np.float32), rng.integers(0, 3, ROWS)
+    base = _conv_bn_base("float32")
+    model = keras.Sequential([base, keras.layers.Dense(3)])
+    _refused_without_update(model, x, y)
+    # The functional fine-tuning flow: base(inputs, training=False) in a Functional model.
+    # tf-keras keeps the nested call in inference mode; Keras 3 passes the outer call's
+    # training=True to the nested model, so its BatchNormalization normalizes with the
+    # batch's statistics there: refused.
+    inputs = keras.Input((6, 6, 2))
+    functional = keras.Model(inputs, keras.layers.Dense(3)(_conv_bn_base("float32")(
+        inputs, training=False)))
+    if keras.__version__.startswith("3"):
+        _refused_without_update(functional, x, y)
+    else:
+        engine_update(functional, x, y, clip=1.0, loss=LOSS)

@@ -46,18 +46,23 @@ def test_records_input_and_pre_activation_output_while_active():
     assert len(recorder.records) == 2
 
 
-def test_trainable_batch_normalization_is_refused_with_the_fix():
+def test_trainable_batch_normalization_in_training_mode_is_refused_with_the_fix():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3),
                               keras.layers.BatchNormalization()])
-    with pytest.raises(errors.UnsupportedLayerError, match="LayerNormalization"):
-        recording.instrument(model)
-    model.layers[1].trainable = False
-    # Frozen, it is instrumented too (its call records nothing while frozen), so that
-    # unfreezing it later is refused at the next traced step, not missed.
+    # Instrumented whether trainable or frozen (a frozen one may be unfrozen later); its
+    # call is refused while recording in training mode, and allowed in inference mode.
     assert len(recording.instrument(model)) == 2
-    model.layers[1].trainable = True
-    with pytest.raises(errors.UnsupportedLayerError, match="LayerNormalization"):
-        recording.instrument(model)
+    x = tf.ones((5, 4))
+    with recording.Recorder().active():
+        with pytest.raises(errors.UnsupportedLayerError, match="LayerNormalization"):
+            model(x, training=True)
+    with recording.Recorder().active() as recorder:
+        model(x, training=False)
+    assert [r.kind for r in recorder.records][0] == "dense" and len(recorder.records) == 2
+    model.layers[1].trainable = False
+    with recording.Recorder().active() as recorder:
+        model(x, training=True)  # frozen: moving statistics, nothing to record
+    assert len(recorder.records) == 1
 
 
 def test_own_trainable_weights_excludes_frozen_layers():

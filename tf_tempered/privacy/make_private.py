@@ -201,8 +201,8 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     Discretization) is refused unless named in ``public_layers`` (adapted on public data):
     that state is released with the model, outside ε (:mod:`~.public_layers`).
 
-    Raises UnsupportedLayerError (a ValueError) for layers that mix examples, such as a
-    trainable BatchNormalization, and ValueError for invalid settings (naming the argument).
+    Layers that mix examples (a trainable BatchNormalization in training mode) are refused
+    by the first step (UnsupportedLayerError, a ValueError). Raises ValueError for invalid settings (naming the argument).
     """
     check_same_keras(model, "make_private's model")
     if not isinstance(model, keras.Model):

@@ -31,6 +31,8 @@ import contextlib
 import functools
 import threading
 
+import numpy as np
+
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import layer_grads
@@ -133,7 +135,8 @@ def instrument(model):
     Idempotent; the DP step calls it again each time it is traced, so layers unfrozen
     or added since make_private are covered. Returns the instrumented layers. The
     hook is a no-op unless a Recorder is active, so inference, evaluation and saving
-    are unaffected. Raises UnsupportedLayerError for a trainable BatchNormalization.
+    are unaffected. A trainable BatchNormalization is refused when it is called in
+    training mode (see ``_refuse_batch_statistics``).
     """
     layers = []
     # A recurrent unit's call is recorded as a whole: its cell and wrapped layers are not.
@@ -141,14 +144,6 @@ def instrument(model):
     for layer in keras_bridge.flatten_layers(model):
         if id(layer) in nested:
             continue
-        if keras_bridge.is_trainable_batch_norm(layer):
-            raise UnsupportedLayerError(
-                f"Layer {layer.name!r} is a BatchNormalization layer: in training it "
-                "normalizes with statistics of the whole batch, so one example's "
-                "gradient depends on the others and per-example clipping no longer "
-                "bounds its influence (DP-SGD's guarantee fails). Replace it with "
-                "keras.layers.GroupNormalization or keras.layers.LayerNormalization, "
-                "or freeze it (layer.trainable = False) so it uses its moving statistics.")
         # An unbuilt layer may create weights at its first call (Keras 3 builds a
         # Dense's activation layer only then): instrument it too.
         if (not layer.weights and layer.built
@@ -170,6 +165,7 @@ def _wrap_call(layer):
         if recorder is None:
             return original_call(inputs, *args, **kwargs)
         if own_trainable_weights(layer):
+            _refuse_batch_statistics(layer, args, kwargs)
             outputs = _recorded_call(recorder, layer, original_call, inputs, args, kwargs)
         else:  # frozen (or without weights): nothing to clip
             outputs = original_call(inputs, *args, **kwargs)
@@ -178,6 +174,29 @@ def _wrap_call(layer):
 
     keras_bridge.set_untracked(layer, "call", call)
     keras_bridge.set_untracked(layer, "_tf_tempered_instrumented", True)
+
+
+def _refuse_batch_statistics(layer, args, kwargs):
+    """Raises UnsupportedLayerError for a trainable BatchNormalization called in training
+    mode. Called with ``training=False`` (Keras' fine-tuning guide: ``base_model(x,
+    training=False)`` with the base unfrozen) it normalizes each example with the moving
+    statistics, a per-channel affine map whose γ and β have per-example gradients."""
+    if not keras_bridge.is_trainable_batch_norm(layer):
+        return
+    training = kwargs.get("training", args[0] if args else None)
+    if training is not None and not isinstance(training, (bool, np.bool_)):
+        training = tf.get_static_value(training)  # a constant tensor; None if symbolic
+    if training is not None and not training:
+        return
+    raise UnsupportedLayerError(
+        f"Layer {layer.name!r} is a BatchNormalization layer called in training mode: it "
+        "normalizes with statistics of the whole batch, so one example's gradient depends "
+        "on the others and per-example clipping no longer bounds its influence (DP-SGD's "
+        "guarantee fails). Replace it with keras.layers.GroupNormalization or "
+        "keras.layers.LayerNormalization, freeze it (layer.trainable = False) so it uses its "
+        "moving statistics, or keep it in inference mode while its γ and β train: call the "
+        "model that holds it with training=False (e.g. base_model(inputs, training=False), "
+        "as in Keras' fine-tuning guide).")
 
 
 def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):

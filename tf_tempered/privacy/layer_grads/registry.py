@@ -156,8 +156,8 @@ def supported_layers_markdown():
                  f"{GENERIC.summary} |")
     lines.append(f"| a layer called more than once (shared weights) | `multi_call` | "
                  f"{multi_call.SUMMARY} |")
-    lines.append("| refused, with the fix in the message | — | trainable BatchNormalization "
-                 "(mixes examples), stateful RNNs, RNNs with dropout/recurrent_dropout, a "
+    lines.append("| refused, with the fix in the message | — | a trainable BatchNormalization "
+                 "in training mode (mixes examples), stateful RNNs, RNNs with dropout/recurrent_dropout, a "
                  "recurrent cell called outside an RNN layer, a layer inside another layer's "
                  "loop, a weight read outside its layer's calls (tied embeddings), weight "
                  "regularizers |")
