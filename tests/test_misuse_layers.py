@@ -276,6 +276,11 @@ def test_batch_normalization_in_training_mode_is_refused_before_any_update():
     base = _conv_bn_base("float32")
     model = keras.Sequential([base, keras.layers.Dense(3)])
     _refused_without_update(model, x, y)
+    # Without γ and β it has no trainable weight, and still mixes the examples.
+    bare = keras.Sequential([keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3),
+                             keras.layers.BatchNormalization(center=False, scale=False),
+                             keras.layers.Flatten(), keras.layers.Dense(3)])
+    _refused_without_update(bare, x, y)
     # The functional fine-tuning flow: base(inputs, training=False) in a Functional model.
     # tf-keras keeps the nested call in inference mode; Keras 3 passes the outer call's
     # training=True to the nested model, so its BatchNormalization normalizes with the

@@ -164,8 +164,10 @@ def _wrap_call(layer):
         recorder = _active_recorder()
         if recorder is None:
             return original_call(inputs, *args, **kwargs)
+        # Before the weights test: a BatchNormalization without γ and β (center=False,
+        # scale=False) still mixes the examples that flow through it.
+        _refuse_batch_statistics(layer, args, kwargs)
         if own_trainable_weights(layer):
-            _refuse_batch_statistics(layer, args, kwargs)
             outputs = _recorded_call(recorder, layer, original_call, inputs, args, kwargs)
         else:  # frozen (or without weights): nothing to clip
             outputs = original_call(inputs, *args, **kwargs)
