@@ -281,6 +281,13 @@ def test_batch_normalization_in_training_mode_is_refused_before_any_update():
                              keras.layers.BatchNormalization(center=False, scale=False),
                              keras.layers.Flatten(), keras.layers.Dense(3)])
     _refused_without_update(bare, x, y)
+    # Synchronized across replicas: Keras 3's synchronized=True; tf-keras' own class,
+    # which is not a keras.layers.BatchNormalization (it trained unrefused before).
+    synced = (keras.layers.experimental.SyncBatchNormalization()
+              if hasattr(getattr(keras.layers, "experimental", None), "SyncBatchNormalization")
+              else keras.layers.BatchNormalization(synchronized=True))
+    _refused_without_update(keras.Sequential([keras.Input((6, 6, 2)), keras.layers.Flatten(),
+                                              synced, keras.layers.Dense(3)]), x, y)
     # The functional fine-tuning flow: base(inputs, training=False) in a Functional model.
     # tf-keras keeps the nested call in inference mode; Keras 3 passes the outer call's
     # training=True to the nested model, so its BatchNormalization normalizes with the

@@ -186,8 +186,19 @@ def unpack_x_y_sample_weight(data):
     return keras.utils.unpack_x_y_sample_weight(data)
 
 
+# tf-keras' SyncBatchNormalization shares BatchNormalizationBase with BatchNormalization
+# but is not a keras.layers.BatchNormalization; Keras 3 has one class (synchronized=True).
+_BATCH_NORM_CLASS_NAMES = ("BatchNormalization", "BatchNormalizationBase",
+                           "SyncBatchNormalization")
+
+
 def is_trainable_batch_norm(layer):
-    return isinstance(layer, keras.layers.BatchNormalization) and layer.trainable
+    """True for a trainable batch normalization layer of either Keras (it normalizes with
+    the batch's statistics when called in training mode)."""
+    return layer.trainable and (
+        isinstance(layer, keras.layers.BatchNormalization)
+        or any(cls.__name__ in _BATCH_NORM_CLASS_NAMES and cls.__module__.startswith(
+            ("keras.", "tf_keras.")) for cls in type(layer).__mro__))
 
 
 linear_activation = keras.activations.linear
