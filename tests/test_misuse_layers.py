@@ -299,3 +299,65 @@ def test_batch_normalization_in_training_mode_is_refused_before_any_update():
         _refused_without_update(functional, x, y)
     else:
         engine_update(functional, x, y, clip=1.0, loss=LOSS)
+
+
+def _tape_reference(model, x, y):
+    """(per-example norms, clip → -(mean of the clipped per-example gradients)), by tape
+    on each example, in float32 (the quantized kernels have no float64 twin)."""
+    grads = []
+    for i in range(len(y)):
+        with tf.GradientTape() as tape:
+            loss = LOSS(y[i:i + 1], model(x[i:i + 1], training=True))
+        grads.append([g.numpy().astype(np.float64)
+                      for g in tape.gradient(loss, model.trainable_variables)])
+    norms = np.array([np.sqrt(sum(float((g ** 2).sum()) for g in row)) for row in grads])
+
+    def update(clip):
+        scales = np.minimum(1.0, clip / norms)
+        return [-np.mean([s * g for s, g in zip(scales, parts)], axis=0)
+                for parts in zip(*grads)]
+    return norms, update
+
+
+def _quantized(mode, kind):
+    layer = (keras.layers.Dense(6) if kind == "dense"
+             else keras.layers.EinsumDense("btd,de->bte", output_shape=(4, 6)))
+    model = keras.Sequential([keras.Input((4, 5)), layer, keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    layer.quantize(mode)
+    layer.enable_lora(2)
+    # B starts at zero (LoRA's initialization): move it so that A's gradient counts.
+    layer.lora_kernel_b.assign(np.random.default_rng(3).normal(
+        size=layer.lora_kernel_b.shape).astype(np.float32))
+    return model
+
+
+@pytest.mark.skipif(not keras.__version__.startswith("3"), reason="Keras 3 quantization")
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("kind", ["dense", "einsum_dense"])
+def test_lora_on_a_quantized_base_trains_exactly(mode, kind):
+    # Keras 3 calls a quantized layer's quantized_call, not its call: recorded too (it was
+    # refused as "no call recorded"); the frozen int8/int4 kernel costs nothing.
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(ROWS, 4, 5)).astype(np.float32)
+    y = rng.integers(0, 3, ROWS)
+    model = _quantized(mode, kind)
+    norms, reference = _tape_reference(model, x, y)
+    clip = median_clip(norms)
+    ours, _ = engine_update(model, x, y, clip=clip, loss=LOSS)
+    assert_update(ours, reference(clip), rtol=1e-4)  # float32 on both sides
+    lora = {id(model.layers[0].lora_kernel_a), id(model.layers[0].lora_kernel_b)}
+    assert lora <= {id(v) for v in model.trainable_variables}
+
+
+@pytest.mark.skipif(not keras.__version__.startswith("3"), reason="Keras 3 quantization")
+def test_float8_training_is_refused_with_the_fix():
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), keras.layers.Dense(3)])
+    model.layers[0].quantize("float8")
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=(ROWS, 5)).astype(np.float32), rng.integers(0, 3, ROWS)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(Exception, match="overwritten with its 'gradient'.*int8"):
+        engine_update(model, x, y, clip=1.0, loss=LOSS)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)

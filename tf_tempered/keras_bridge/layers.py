@@ -21,7 +21,7 @@ __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn
            "vectorized_map_takes_recurrent_layers",
            "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
-           "variable_key", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
+           "variable_key", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
            "is_functional_model", "layer_normalized_input", "register_activation_name",
            "declared_input_shapes"]
@@ -162,6 +162,12 @@ def layer_normalized_input(layer, x):
 def variable_key(variable):
     """A hashable key of a variable (Keras 3 variables have no `.ref()`)."""
     return id(variable)
+
+
+def overwritten_with_gradient(variable):
+    """True for a Keras 3 variable the optimizer overwrites with its "gradient" (float8
+    training's scales and amax histories: statistics of the batch, not gradients)."""
+    return bool(getattr(variable, "overwrite_with_gradient", False))
 
 
 def watchable(variable):

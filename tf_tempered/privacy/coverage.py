@@ -49,6 +49,16 @@ def check(model, records):
             owner.update((keras_bridge.variable_key(v), layer)
                          for v in recording.own_trainable_weights(layer))
     for var in model.trainable_variables:
+        if keras_bridge.overwritten_with_gradient(var):
+            layer = owner.get(keras_bridge.variable_key(var))
+            raise UnsupportedLayerError(
+                f"Trainable variable {var.name!r}"
+                f"{f' of layer {layer.name!r}' if layer is not None else ''} is overwritten "
+                "with its 'gradient' (Keras 3's float8 training keeps the batch's scales and "
+                "amax histories this way: statistics of the batch, not gradients, which "
+                "DP-SGD would clip, noise and count in every example's norm). Fix: quantize "
+                "with 'int8' or 'int4' (a frozen base, e.g. under LoRA), or train without "
+                "float8 quantization.")
         if keras_bridge.variable_key(var) not in owner:
             raise UnsupportedLayerError(
                 f"Trainable variable {var.name!r} does not belong to a layer the DP engine "

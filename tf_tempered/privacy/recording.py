@@ -156,7 +156,16 @@ def instrument(model):
 
 
 def _wrap_call(layer):
-    original_call = layer.call
+    # Keras 3 calls a quantized layer's (int8, float8: a frozen base under LoRA)
+    # quantized_call instead of call: both are recorded.
+    for name in ("call", "quantized_call"):
+        if callable(getattr(layer, name, None)):
+            keras_bridge.set_untracked(layer, name, _recording(layer, getattr(layer, name)))
+    keras_bridge.set_untracked(layer, "_tf_tempered_instrumented", True)
+
+
+def _recording(layer, original_call):
+    """``original_call`` of ``layer``, recorded while a Recorder is active."""
 
     @functools.wraps(original_call)
     @tf.autograph.experimental.do_not_convert
@@ -174,8 +183,7 @@ def _wrap_call(layer):
         recorder.capture_activity(layer, outputs)
         return outputs
 
-    keras_bridge.set_untracked(layer, "call", call)
-    keras_bridge.set_untracked(layer, "_tf_tempered_instrumented", True)
+    return call
 
 
 def _refuse_batch_statistics(layer, args, kwargs):
