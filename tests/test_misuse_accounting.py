@@ -266,3 +266,31 @@ def test_a_delta_of_at_least_one_over_n_warns_at_fit():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         quiet.fit(x, y, batch_size=BATCH, verbose=0)
+
+
+@pytest.mark.parametrize("callback, warns", [
+    (lambda: keras.callbacks.EarlyStopping(monitor="loss", patience=1), True),
+    (lambda: keras.callbacks.ReduceLROnPlateau(monitor="accuracy"), True),
+    (lambda: keras.callbacks.ModelCheckpoint("{dir}/best.keras", monitor="loss",
+                                             save_best_only=True), True),
+    (lambda: keras.callbacks.EarlyStopping(monitor="val_loss"), False),
+    (lambda: keras.callbacks.EarlyStopping(monitor="epsilon", mode="max"), False),
+    (lambda: keras.callbacks.ModelCheckpoint("{dir}/last.keras"), False),
+])
+def test_callbacks_acting_on_training_metrics_warn(tmp_path, callback, warns):
+    # The epoch's training loss and accuracy are computed on the private batches without
+    # noise: stopping, scheduling or selecting by them leaks outside ε.
+    x, y = _data()
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS, metrics=["accuracy"])
+    made = callback()
+    if hasattr(made, "filepath"):
+        made.filepath = made.filepath.format(dir=tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[made],
+                  validation_data=(x[:8], y[:8]))
+    messages = [str(w.message) for w in caught if "outside the ε" in str(w.message)]
+    assert len(messages) == int(warns), messages
+    if warns:
+        assert f"monitor={made.monitor!r}" in messages[0] and "val_loss" in messages[0]

@@ -43,12 +43,34 @@ from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.plan import require_dp_settings
 
 __all__ = ["RunAccount", "EpsilonLog", "private_fit", "record_outside_steps",
-           "epsilon_spent", "NO_NOISE_WARNING"]
+           "epsilon_spent", "NO_NOISE_WARNING", "warn_training_metric_monitors"]
 
 NO_NOISE_WARNING = (
     "noise_multiplier=0: no noise is added, so this training is NOT differentially private "
     "(ε is infinite; the logs say epsilon=inf). Fix: a noise_multiplier > 0, e.g. from "
     "tf_tempered.privacy.noise_multiplier_for_epsilon(target_epsilon=..., ...).")
+
+
+def warn_training_metric_monitors(callbacks):
+    """Warns for each callback that acts on a training metric (``monitor="loss"``,
+    ``"accuracy"``...): those are statistics of the private batches computed without DP
+    noise, so its decisions (when to stop, the learning rate, which checkpoint to keep)
+    depend on the training data outside ε. ``val_*``, ``epsilon`` and ``delta`` are fine."""
+    for callback in callbacks:
+        monitor = getattr(callback, "monitor", None)
+        if (not isinstance(monitor, str) or monitor.startswith("val_")
+                or monitor in ("epsilon", "delta")):
+            continue
+        if (isinstance(callback, keras.callbacks.ModelCheckpoint)
+                and not getattr(callback, "save_best_only", False)):
+            continue  # saves every time: decides nothing from the metric
+        warnings.warn(
+            f"{type(callback).__name__}(monitor={monitor!r}) acts on a metric of the private "
+            "training batches, computed without DP noise: its decisions (when to stop, the "
+            "learning rate, which checkpoint to keep) depend on the training data outside "
+            "the ε this fit reports. Fix: monitor a validation metric (e.g. monitor=\"val_loss\" "
+            "with validation_data= from data outside the training set), or drop the callback.",
+            UserWarning, stacklevel=4)
 
 
 def record_outside_steps(state, config):
@@ -164,6 +186,7 @@ def private_fit(model, *args, **kwargs):
     account = RunAccount(state, run_sampling, config)
     callbacks = arguments.get("callbacks")
     callbacks = list(callbacks) if callbacks is not None else []
+    warn_training_metric_monitors(callbacks)
     # EpsilonLog first (every other callback sees ε), then the ledger files of
     # BackupAndRestore (read before the run's ε is first logged).
     arguments["callbacks"] = [EpsilonLog(account), *backup_ledgers(account, callbacks),
