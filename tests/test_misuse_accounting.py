@@ -294,3 +294,28 @@ def test_callbacks_acting_on_training_metrics_warn(tmp_path, callback, warns):
     assert len(messages) == int(warns), messages
     if warns:
         assert f"monitor={made.monitor!r}" in messages[0] and "val_loss" in messages[0]
+
+
+def test_private_models_sharing_weights_count_each_others_steps():
+    # Two heads on one encoder, trained in turn on the same data: the encoder took the DP
+    # steps of both fits, so each model reports ε for all of them (each reported its
+    # own 4 steps before); a third model built on it later starts from those 8 steps.
+    x, y = _data()
+    inputs = keras.Input((5,))
+    hidden = keras.layers.Dense(4, activation="tanh")(inputs)
+    first = make_private(keras.Model(inputs, keras.layers.Dense(3)(hidden)),
+                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    second = make_private(keras.Model(inputs, keras.layers.Dense(3)(hidden)),
+                          l2_norm_clip=1.0, noise_multiplier=SIGMA, delta=1e-6)
+    for model in (first, second):
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+        model.fit(x, y, batch_size=BATCH, verbose=0)
+    both = dp_accounting.rdp.RdpAccountant().compose(_poisson(8)).get_epsilon(1e-6)
+    assert epsilon_spent(first) == epsilon_spent(second) == (pytest.approx(both), 1e-6)
+    third = make_private(keras.Model(inputs, keras.layers.Dense(2)(hidden)),
+                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    assert epsilon_spent(third) == (pytest.approx(both), 1e-6)
+    # A model sharing no weight keeps its own ledger.
+    alone = _model()
+    alone.fit(x, y, batch_size=BATCH, verbose=0)
+    assert epsilon_spent(alone)[0] == pytest.approx(_rdp(_poisson(4)))

@@ -32,7 +32,8 @@ import contextvars
 
 from tf_tempered._compat import check_same_keras, keras
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording, saving)
+from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording, saving,
+                                 shared_ledgers)
 from tf_tempered.privacy.fit import record_outside_steps
 from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.options import EngineOptions
@@ -102,13 +103,14 @@ def _options(options, previous, saved):
     return options
 
 
-def _ledger(previous, saved, delta, accountant):
+def _ledger(model, previous, saved, delta, accountant):
     if previous is not None:
         ledger = previous.ledger
     elif saved and saved.get("ledger"):
         ledger = PrivacyLedger.from_config(saved["ledger"])
     else:
         ledger = PrivacyLedger()
+    ledger = shared_ledgers.shared_ledger(model, ledger)  # weights shared with another model
     if delta is not None or accountant is not None:
         checked = PrivacyLedger(delta=ledger.delta if delta is None else delta,
                                 accountant=ledger.accountant if accountant is None
@@ -224,7 +226,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     options = _options(options, previous, saved)
     if options.clipped_sum == "recompute":
         refuse_random_layers(model)
-    ledger = _ledger(previous, saved, delta, accountant)
+    ledger = _ledger(model, previous, saved, delta, accountant)
     recording.instrument(model)
     _account_old_key(previous, model)
     with model.distribute_strategy.scope():  # replicated variables under a strategy
@@ -233,6 +235,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     state = PrivateState(settings, options, noise, sampling, multiplicity, ledger, metrics,
                          public_layers=_public_layers(public_layers, model, previous, saved))
     attach_state(model, state)
+    shared_ledgers.register(model)
     keras_adapter.install(model)
     saving.bind_optimizer(model, state, keras_adapter.saving_description)
     model.train_function = None  # drop a step compiled before this call (old key)
