@@ -31,11 +31,9 @@ import contextlib
 import functools
 import threading
 
-import numpy as np
-
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import layer_grads
+from tf_tempered.privacy import batch_statistics, layer_grads
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
 __all__ = ["LayerRecord", "Recorder", "instrument",
@@ -136,13 +134,15 @@ def instrument(model):
     or added since make_private are covered. Returns the instrumented layers. The
     hook is a no-op unless a Recorder is active, so inference, evaluation and saving
     are unaffected. A trainable BatchNormalization is refused when it is called in
-    training mode (see ``_refuse_batch_statistics``).
+    training mode (:mod:`.batch_statistics`).
     """
     layers = []
     # A recurrent unit's call is recorded as a whole: its cell and wrapped layers are not.
     nested = keras_bridge.inside_recurrent_units(model)
     for layer in keras_bridge.flatten_layers(model):
         if id(layer) in nested:
+            if keras_bridge.is_trainable_batch_norm(layer):  # not wrapped: refused here
+                raise batch_statistics.error(layer)
             continue
         # An unbuilt layer may create weights at its first call (Keras 3 builds a
         # Dense's activation layer only then): instrument it too.
@@ -156,8 +156,8 @@ def instrument(model):
 
 
 def _wrap_call(layer):
-    # Keras 3 calls a quantized layer's (int8, float8: a frozen base under LoRA)
-    # quantized_call instead of call: both are recorded.
+    # Keras 3 calls a quantized layer's quantized_call instead of call (int8 or int4:
+    # a frozen base under LoRA): both are recorded.
     for name in ("call", "quantized_call"):
         if callable(getattr(layer, name, None)):
             keras_bridge.set_untracked(layer, name, _recording(layer, getattr(layer, name)))
@@ -175,7 +175,7 @@ def _recording(layer, original_call):
             return original_call(inputs, *args, **kwargs)
         # Before the weights test: a BatchNormalization without γ and β (center=False,
         # scale=False) still mixes the examples that flow through it.
-        _refuse_batch_statistics(layer, args, kwargs)
+        batch_statistics.refuse_in_training_mode(layer, args, kwargs)
         if own_trainable_weights(layer):
             outputs = _recorded_call(recorder, layer, original_call, inputs, args, kwargs)
         else:  # frozen (or without weights): nothing to clip
@@ -184,29 +184,6 @@ def _recording(layer, original_call):
         return outputs
 
     return call
-
-
-def _refuse_batch_statistics(layer, args, kwargs):
-    """Raises UnsupportedLayerError for a trainable BatchNormalization called in training
-    mode. Called with ``training=False`` (Keras' fine-tuning guide: ``base_model(x,
-    training=False)`` with the base unfrozen) it normalizes each example with the moving
-    statistics, a per-channel affine map whose γ and β have per-example gradients."""
-    if not keras_bridge.is_trainable_batch_norm(layer):
-        return
-    training = kwargs.get("training", args[0] if args else None)
-    if training is not None and not isinstance(training, (bool, np.bool_)):
-        training = tf.get_static_value(training)  # a constant tensor; None if symbolic
-    if training is not None and not training:
-        return
-    raise UnsupportedLayerError(
-        f"Layer {layer.name!r} is a BatchNormalization layer called in training mode: it "
-        "normalizes with statistics of the whole batch, so one example's gradient depends "
-        "on the others and per-example clipping no longer bounds its influence (DP-SGD's "
-        "guarantee fails). Replace it with keras.layers.GroupNormalization or "
-        "keras.layers.LayerNormalization, freeze it (layer.trainable = False) so it uses its "
-        "moving statistics, or keep it in inference mode while its γ and β train: call the "
-        "model that holds it with training=False (e.g. base_model(inputs, training=False), "
-        "as in Keras' fine-tuning guide).")
 
 
 def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):
