@@ -143,3 +143,22 @@ def test_a_privacy_budget_ledger_is_the_only_file_counted(tmp_path):
     assert not (tmp_path / "backup" / LEDGER_FILE_NAME).exists()
     assert epsilon_spent(resumed)[0] == pytest.approx(
         _rdp(_poisson(KILLED_STEPS + RESUMED_STEPS)), rel=1e-9)
+
+
+@pytest.mark.skipif(keras.__version__.startswith("3"),
+                    reason="Keras 3's BackupAndRestore appends its metadata on ram:// (its bug)")
+def test_a_backup_on_a_remote_filesystem_keeps_its_ledger_there():
+    # tf.io.gfile paths (gs:// for preemptible cloud jobs): TF's in-memory ram:// here.
+    from tf_tempered._compat import tf
+    backup = f"ram://backup_{np.random.default_rng().integers(1 << 30)}"
+    x, y = _data()
+    with pytest.raises(KeyboardInterrupt):
+        _model().fit(x, y, batch_size=BATCH, epochs=4, verbose=0,
+                     callbacks=[keras.callbacks.BackupAndRestore(backup), _Kill()])
+    assert tf.io.gfile.exists(f"{backup}/{LEDGER_FILE_NAME}")  # there, not on local disk
+    resumed = _model()
+    resumed.fit(x, y, batch_size=BATCH, epochs=4, verbose=0,
+                callbacks=[keras.callbacks.BackupAndRestore(backup)])
+    assert epsilon_spent(resumed)[0] == pytest.approx(
+        _rdp(_poisson(KILLED_STEPS + RESUMED_STEPS)), rel=1e-9)
+    assert not tf.io.gfile.exists(f"{backup}/{LEDGER_FILE_NAME}")

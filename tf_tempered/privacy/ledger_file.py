@@ -28,9 +28,8 @@ File: ``{"version": 2, "steps": n, "ledger": PrivacyLedger.to_config(), ...}``.
 
 import json
 import os
-import pathlib
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.ledger import PrivacyLedger, Segment
 from tf_tempered.privacy.state import get_state
@@ -44,8 +43,8 @@ LEDGER_FILE_NAME = "tf_tempered_privacy_ledger.json"
 def read_ledger_file(path, state, run):
     """Adds the DP steps the file at ``path`` holds to the model's ledger, once per model
     (a model that wrote the file already counts them), and returns the file's data."""
-    path = pathlib.Path(path)
-    data = json.loads(path.read_text()) if path.exists() else {}
+    path = str(path)
+    data = json.loads(_read(path)) if tf.io.gfile.exists(path) else {}
     segments = None
     if isinstance(data.get("ledger"), dict):
         segments = PrivacyLedger.from_config(data["ledger"]).segments
@@ -57,25 +56,31 @@ def read_ledger_file(path, state, run):
     elif data:
         raise ValueError(f"privacy ledger file {path} is corrupt ({data!r}); restore it or "
                          f"start a new run with a new backup directory.")
-    key = str(path.resolve())
+    key = path if "://" in path else os.path.realpath(path)
     if key not in state.loaded_ledgers and segments:
         state.ledger.segments.extend(s for s in segments if s.mechanisms)
     state.loaded_ledgers.add(key)
     return data
 
 
+def _read(path):
+    with tf.io.gfile.GFile(path) as f:
+        return f.read()
+
+
 def write_ledger_file(path, state, run, *, ahead=0, **extra):
     """Writes the model's ledger and this fit's steps (plus ``ahead`` steps about to be
     taken) to ``path``, atomically: a kill leaves the old or the new file. Returns the
     steps it counts."""
-    path = pathlib.Path(path)
+    path = str(path)
     config = state.ledger.to_config()
     if not run.finished:  # a finished fit's steps are in the model's ledger already
         config["segments"].append(dict(vars(run.segment_ahead(ahead))))
     steps = sum(s["steps"] for s in config["segments"])
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"version": 2, "steps": steps, **extra, "ledger": config}))
-    os.replace(tmp, path)
+    tmp = path + ".tmp"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(json.dumps({"version": 2, "steps": steps, **extra, "ledger": config}))
+    tf.io.gfile.rename(tmp, path, overwrite=True)
     return steps
 
 
@@ -90,13 +95,15 @@ class BackupLedger(keras.callbacks.Callback):
         super().__init__()
         self._supports_tf_logs = True  # reads no logs: Keras need not convert them per batch
         self.account = account
-        self.path = pathlib.Path(backup.backup_dir) / LEDGER_FILE_NAME
+        # tf.io.gfile paths: a backup on gs:// (preemptible cloud jobs) keeps its ledger too.
+        self.directory = str(backup.backup_dir)
+        self.path = self.directory.rstrip("/") + "/" + LEDGER_FILE_NAME
         self.delete_with_backup = bool(getattr(backup, "delete_checkpoint", True))
         self.steps_per_call = 1
 
     def on_train_begin(self, logs=None):
         self.steps_per_call = keras_bridge.steps_per_execution(self.model)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tf.io.gfile.makedirs(self.directory)
         read_ledger_file(self.path, get_state(self.model), self.account)
 
     def on_train_batch_begin(self, batch, logs=None):
@@ -108,7 +115,8 @@ class BackupLedger(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         if self.delete_with_backup:
-            self.path.unlink(missing_ok=True)
+            if tf.io.gfile.exists(self.path):
+                tf.io.gfile.remove(self.path)
         else:
             write_ledger_file(self.path, get_state(self.model), self.account)
 
