@@ -162,3 +162,19 @@ def test_a_backup_on_a_remote_filesystem_keeps_its_ledger_there():
     assert epsilon_spent(resumed)[0] == pytest.approx(
         _rdp(_poisson(KILLED_STEPS + RESUMED_STEPS)), rel=1e-9)
     assert not tf.io.gfile.exists(f"{backup}/{LEDGER_FILE_NAME}")
+
+
+def test_a_privacy_budget_ledger_on_a_remote_filesystem():
+    # PrivacyBudget(ledger="gs://...") kept a str path mangled by pathlib ("gs:/..."), on
+    # local disk; now the file is where it was asked to be (TF's ram:// here).
+    from tf_tempered._compat import tf
+    ledger = f"ram://budget_{np.random.default_rng().integers(1 << 30)}/ledger.json"
+    x, y = _data()
+    model = _model()
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0,
+              callbacks=[PrivacyBudget(target_epsilon=100.0, ledger=ledger)])
+    assert tf.io.gfile.exists(ledger)
+    again = _model()  # a new process: the ledger's steps count
+    again.fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
+              callbacks=[PrivacyBudget(target_epsilon=100.0, ledger=ledger)])
+    assert epsilon_spent(again)[0] == pytest.approx(_rdp(_poisson(3 * STEPS)), rel=1e-9)

@@ -26,10 +26,10 @@ budget reads from the model (DP settings, whether ε holds): :mod:`tf_tempered.b
 
 import math
 import numbers
-import pathlib
+import os
 import warnings
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import keras, tf
 from tf_tempered import budget_settings, keras_bridge
 # Re-exported (tf_tempered.callbacks imports it from here): budget_settings.py.
 from tf_tempered.budget_settings import dp_optimizer_settings
@@ -94,7 +94,8 @@ class PrivacyBudget(keras.callbacks.Callback):
         self.epsilons = []  # ε after each completed epoch (all fits that share a ledger)
         self.stopped_epoch = None  # epoch index after which training was stopped
         self.epsilon_holds = None
-        self.ledger = None if ledger is None else pathlib.Path(ledger)
+        # A str: tf.io.gfile paths (gs://...) too, which pathlib would mangle.
+        self.ledger = None if ledger is None else os.fspath(ledger)
         self.steps_taken = 0  # DP steps counted in the ledger file (all runs), if any
         self._run = None  # the private model's fit (fit.RunAccount), else None
         self._legacy = None  # (σ, microbatch size) of a model tf_tempered does not train
@@ -200,7 +201,7 @@ class PrivacyBudget(keras.callbacks.Callback):
                 raise ValueError(
                     "PrivacyBudget(ledger=...) counts one DP step per train batch; compile "
                     "with steps_per_execution=1 (the default).")
-            self.ledger.parent.mkdir(parents=True, exist_ok=True)
+            tf.io.gfile.makedirs(os.path.dirname(self.ledger) or ".")
             self._load_ledger_file(state)
             self.steps_taken = state.ledger.steps
         first = self._epsilon(1)
