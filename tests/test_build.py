@@ -30,6 +30,7 @@ declared requirement, so that a fresh `pip install` runs every module.
 import ast
 import builtins
 import configparser
+import os
 import pathlib
 import re
 import shutil
@@ -91,6 +92,7 @@ def _glob_regex(pattern):
 
 
 def _is_subpackage(directory, root):
+    directory = pathlib.Path(directory)
     return directory != root and any((directory / n).is_file() for n in BUILD_FILE_NAMES)
 
 
@@ -100,20 +102,23 @@ def _package_files(root, start=".", stop_at_packages=True):
     With stop_at_packages (as Bazel's glob does), directories holding their own
     BUILD file are left out.
     """
+    # os.scandir and strings, not pathlib: the BUILD file globs ~100 times (pathlib's
+    # relative_to made its evaluation 19 s here, this 1.6 s).
     found = []
-    base = root / start
-    if not base.is_dir():
+    base = os.path.normpath(os.path.join(root, start))
+    if not os.path.isdir(base):
         return found
+    prefix = len(os.path.normpath(str(root))) + 1
     stack = [base]
     while stack:
-        directory = stack.pop()
-        for entry in directory.iterdir():
-            if entry.is_dir():
-                if (entry.name not in SKIP_DIRS and not entry.name.startswith("bazel-")
-                        and not (stop_at_packages and _is_subpackage(entry, root))):
-                    stack.append(entry)
-            elif entry.is_file():
-                found.append(entry.relative_to(root).as_posix())
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    if (entry.name not in SKIP_DIRS and not entry.name.startswith("bazel-")
+                            and not (stop_at_packages and _is_subpackage(entry.path, root))):
+                        stack.append(entry.path)
+                elif entry.is_file():
+                    found.append(entry.path[prefix:].replace(os.sep, "/"))
     return sorted(found)
 
 

@@ -20,7 +20,10 @@ from once_per_session import once_per_session
 from tf_tempered._compat import tensorflow_privacy
 
 # Also run on Python 3.11 with Keras 3 and TF Privacy installed (see conftest, .ci/run).
-pytestmark = pytest.mark.keras_matrix
+# The Keras bound in this process does not matter (each Keras runs in its own process):
+# the Keras 2 suite leaves it to the keras_matrix run of the same Python (keras3_suite),
+# which computes the same three updates.
+pytestmark = [pytest.mark.keras_matrix, pytest.mark.keras3_suite]
 
 HERE = pathlib.Path(__file__).resolve().parent
 INPUT_SHAPES = {"mnist_cnn": (28, 28, 1), "cifar10_cnn": (32, 32, 3),

@@ -116,12 +116,10 @@ def define_flags(flag_values=flags.FLAGS):
     flags.mark_flags_as_mutual_exclusive(["epochs", "steps"], required=True, **kw)
 
 
-def _main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-    values = flags.FLAGS
+def report_from_flags(values=flags.FLAGS):
+    """The CLI's report for parsed flag values (of :func:`define_flags`)."""
     try:
-        text = privacy_report(
+        return privacy_report(
             num_examples=values.num_examples, batch_size=values.batch_size,
             delta=values.delta, noise_multiplier=values.noise_multiplier,
             target_epsilon=values.target_epsilon, epochs=values.epochs, steps=values.steps,
@@ -129,7 +127,12 @@ def _main(argv):
             microbatch_size=values.microbatch_size)
     except ValueError as e:
         raise app.UsageError(str(e)) from e
-    print(text)
+
+
+def _main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    print(report_from_flags())
 
 
 def main(argv=None):
