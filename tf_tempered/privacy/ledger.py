@@ -41,8 +41,10 @@ replace-one sense), else σ. σ = 0 spends an infinite ε.
 2.597
 """
 
+import collections
 import dataclasses
 import math
+import threading
 from typing import Optional
 
 import dp_accounting
@@ -155,10 +157,7 @@ class PrivacyLedger:
         events = [*self.prior_events, *(s.event() for s in segments)]
         if not events:
             return 0.0
-        accountant = (dp_accounting.rdp.RdpAccountant() if self.accountant == "rdp"
-                      else dp_accounting.pld.PLDAccountant())
-        return float(accountant.compose(dp_accounting.ComposedDpEvent(events))
-                     .get_epsilon(self.delta))
+        return _composed_epsilon(self.accountant, self.delta, events)
 
     def samplings(self, extra=()):
         """The samplings of the recorded (and ``extra``) segments that spent something."""
@@ -183,6 +182,33 @@ class PrivacyLedger:
         return cls(delta=config["delta"], accountant=config["accountant"],
                    segments=[Segment(**s) for s in config["segments"]],
                    prior_events=[_event(e) for e in config.get("prior_events", ())])
+
+
+# ε of one composition, by (accountant, δ, repr of the events): a fit asks for the same ε
+# several times (its epoch log, PrivacyBudget's check; the budget's look-ahead one epoch
+# is the next epoch's ε), and one RDP composition of a Poisson-subsampled Gaussian costs
+# up to 0.5 s for a large q. The repr of a DpEvent holds every field (floats exactly).
+_EPSILON_CACHE = collections.OrderedDict()
+_EPSILON_CACHE_SIZE = 256
+_EPSILON_CACHE_LOCK = threading.Lock()
+
+
+def _composed_epsilon(accountant_name, delta, events):
+    """ε at δ of ComposedDpEvent(events) on the named accountant (memoized)."""
+    key = (accountant_name, delta, repr(events))
+    with _EPSILON_CACHE_LOCK:
+        if key in _EPSILON_CACHE:
+            _EPSILON_CACHE.move_to_end(key)
+            return _EPSILON_CACHE[key]
+    accountant = (dp_accounting.rdp.RdpAccountant() if accountant_name == "rdp"
+                  else dp_accounting.pld.PLDAccountant())
+    epsilon = float(accountant.compose(dp_accounting.ComposedDpEvent(list(events)))
+                    .get_epsilon(delta))
+    with _EPSILON_CACHE_LOCK:
+        _EPSILON_CACHE[key] = epsilon
+        if len(_EPSILON_CACHE) > _EPSILON_CACHE_SIZE:
+            _EPSILON_CACHE.popitem(last=False)
+    return epsilon
 
 
 def _plain(value):
