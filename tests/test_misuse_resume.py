@@ -117,7 +117,8 @@ def test_shuffled_batches_count_the_passes_of_both_runs(tmp_path):
 
 
 def test_steps_per_execution_never_undercounts(tmp_path):
-    # Written before each call of K steps: a kill counts at most K - 1 steps more.
+    # Written before each call of K steps: a kill after a call's last step (this one) counts
+    # at most K - 1 steps more; one before its first step, K.
     _, resumed, _ = _killed_then_resumed(tmp_path / "backup", steps_per_execution=2)
     epsilon = epsilon_spent(resumed)[0]
     assert _rdp(_poisson(KILLED_STEPS + RESUMED_STEPS)) <= epsilon * (1 + 1e-9)

@@ -51,7 +51,8 @@ class PrivateState:
       steps_accounted: steps of the current noise key already in the ledger.
       run: the accounting of the ``fit`` in progress (fit.RunAccount), or None.
       warned: the one-time warnings already given for this model.
-      loaded_ledgers: the PrivacyBudget ledger files already read into ``ledger``.
+      loaded_ledgers: the ledger files (PrivacyBudget's, BackupAndRestore's) already read
+        into ``ledger``: each is read once per model.
       audit_hook: None, except in a model a privacy audit trains
         (:mod:`tf_tempered.audit`): ``hook(summed, variables, counter)`` returns the
         clipped sum with the audit's gradient canaries added, before the noise.
