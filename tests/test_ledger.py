@@ -2,6 +2,7 @@
 """The privacy ledger's ε: the composition of its segments on dp_accounting, memoized."""
 
 import dp_accounting
+import numpy as np
 import pytest
 
 from tf_tempered.privacy import ledger as ledger_lib
@@ -58,3 +59,15 @@ def test_the_memo_is_bounded():
         PrivacyLedger(delta=1e-5, segments=[Segment("shuffle", noise_multiplier=3.0,
                                                     steps=steps, passes=steps)]).epsilon()
     assert len(ledger_lib._EPSILON_CACHE) == ledger_lib._EPSILON_CACHE_SIZE
+
+
+def test_events_that_differ_anywhere_have_different_memo_keys():
+    # NumPy prints long arrays with "..." in the middle: not in the key.
+    counts = np.ones(2000, dtype=np.int64)
+    other = counts.copy()
+    other[1000] = 2
+    first, second = (dp_accounting.SingleEpochTreeAggregationDpEvent(1.0, c)
+                     for c in (counts, other))
+    assert "..." in repr(first)
+    assert ledger_lib._memo_key("rdp", 1e-5, [first]) != ledger_lib._memo_key(
+        "rdp", 1e-5, [second])

@@ -44,10 +44,12 @@ replace-one sense), else σ. σ = 0 spends an infinite ε.
 import collections
 import dataclasses
 import math
+import sys
 import threading
 from typing import Optional
 
 import dp_accounting
+import numpy as np
 
 from tf_tempered.privacy import accounting
 
@@ -187,15 +189,21 @@ class PrivacyLedger:
 # ε of one composition, by (accountant, δ, repr of the events): a fit asks for the same ε
 # several times (its epoch log, PrivacyBudget's check; the budget's look-ahead one epoch
 # is the next epoch's ε), and one RDP composition of a Poisson-subsampled Gaussian costs
-# up to 0.5 s for a large q. The repr of a DpEvent holds every field (floats exactly).
+# up to 0.5 s for a large q. The repr of a DpEvent (an attrs class) holds every field,
+# floats exactly and NumPy arrays whole (printed without NumPy's "..." summary).
 _EPSILON_CACHE = collections.OrderedDict()
 _EPSILON_CACHE_SIZE = 256
 _EPSILON_CACHE_LOCK = threading.Lock()
 
 
+def _memo_key(accountant_name, delta, events):
+    with np.printoptions(threshold=sys.maxsize):
+        return accountant_name, delta, repr(list(events))
+
+
 def _composed_epsilon(accountant_name, delta, events):
     """ε at δ of ComposedDpEvent(events) on the named accountant (memoized)."""
-    key = (accountant_name, delta, repr(events))
+    key = _memo_key(accountant_name, delta, events)
     with _EPSILON_CACHE_LOCK:
         if key in _EPSILON_CACHE:
             _EPSILON_CACHE.move_to_end(key)
