@@ -22,6 +22,11 @@ Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
                   norm (less memory than kept per-microbatch gradients, more time)
   tf_tempered_norms_after  the same with EngineOptions(norms_in_backward=False): each layer's
                   norms computed after the backward pass (the default before 2026-11-27)
+  tf_tempered_chunks64 / _chunks128 / _whole  the same with
+                  EngineOptions(physical_batch_size=64 / 128 / None): the forward and backward
+                  passes on chunks of that many examples, one after the other, noise once; or
+                  the whole batch at once (the default, "auto", chunks only a batch whose kept
+                  tensors exceed 64 MiB) (only when asked for in --paths)
   tf_tempered_tf_ops  the same with TF ops only (no native conv op: the fallback
                   without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
   tf_tempered_tf_ops_depthwise / _patches  the same with a Conv2D's depthwise backprop forced
@@ -120,12 +125,15 @@ PATHS = ("nonprivate", "tf_tempered", "tf_tempered_ghost", "tf_tempered_norms_af
          "tf_tempered_tf_ops",
          "tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches",
          "tf_tempered_second_pass", "tf_tempered_low_memory",
+         "tf_tempered_chunks64", "tf_tempered_chunks128", "tf_tempered_whole",
          "dpsequential", "stock_optimizer")
 TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
-LOW_MEMORY_PATHS = ("tf_tempered_second_pass", "tf_tempered_low_memory")
+LOW_MEMORY_PATHS = ("tf_tempered_second_pass", "tf_tempered_low_memory",
+                    "tf_tempered_chunks64", "tf_tempered_chunks128", "tf_tempered_whole")
 # tf_tempered_second_pass (the clipped sum by a second backward pass) and
 # tf_tempered_low_memory (EngineOptions.low_memory(): the same with a second forward
-# pass) only when asked for in --paths.
+# pass), tf_tempered_chunks64/128/_whole (EngineOptions.physical_batch_size) only when
+# asked for in --paths.
 XLA_SUFFIX = "_xla"
 XLA_PATHS = ("nonprivate_xla", "tf_tempered_xla")  # what --jit_compile adds
 # The TF-ops path with the Conv2D depthwise backprop on (64 channel pairs) or off, whatever
@@ -320,6 +328,9 @@ def _compiled(path, kind, batch_size):
         options = {"tf_tempered": None, "tf_tempered_tf_ops": EngineOptions(native=False),
                    "tf_tempered_second_pass": EngineOptions.low_memory(clipped_sum="second_pass"),
                    "tf_tempered_low_memory": EngineOptions.low_memory(),
+                   "tf_tempered_chunks64": EngineOptions(physical_batch_size=64),
+                   "tf_tempered_chunks128": EngineOptions(physical_batch_size=128),
+                   "tf_tempered_whole": EngineOptions(physical_batch_size=None),
                    "tf_tempered_ghost": EngineOptions(norm_path="ghost"),
                    "tf_tempered_norms_after": EngineOptions(norms_in_backward=False),
                    "tf_tempered_tf_ops_depthwise": EngineOptions(

@@ -24,7 +24,7 @@ N(0, σ²C²) noise (same distribution, same ε; a hardened sampler costs more).
 """
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Union
 
 from tf_tempered.privacy.native import library as native_library
 
@@ -106,6 +106,18 @@ class EngineOptions:
         input-gradient chain ahead and hold every layer's output gradient and activation
         at once. Less peak memory (CIFAR-10 CNN 1.69–1.75× → 1.36–1.55× non-private), the
         same time within noise (docs/benchmarks.md); False computes them after it.
+      physical_batch_size: how many examples go through the forward and backward passes
+        at once. The chunks run one after the other and their clipped sums add up (each
+        example's clip factor is its own); the noise is drawn once: the same update (to
+        float rounding), sensitivity and ε as the whole batch, at about a chunk's peak
+        memory. "auto" (default): chunks only for a batch whose kept tensors (each
+        trainable layer's input and output gradient, from the model's static shapes)
+        exceed 64 MiB, in equal chunks of at least 64 examples that fit in it (CIFAR-10
+        CNN at batch 256: 4 chunks, peak 0.6x non-private instead of 1.4x, at the same
+        time); None: always the whole batch; an int P: chunks of at most P examples (for
+        logical batches larger than memory allows; small chunks cost time: docs/engine.md,
+        "Less memory"). Chunks need one example per microbatch (num_microbatches=None);
+        under XLA, equal chunks.
       noise: how the N(0, σ²C²) noise is drawn, from the model's secret Philox key either
         way. "gaussian" (default): Box–Muller, one sample per coordinate.
         "sum_of_gaussians": each coordinate the sum of 4 samples of std σC/2 (Holohan &
@@ -160,6 +172,9 @@ class EngineOptions:
     # Opt-in: four times the noise draw (benchmarks/results/noise_modes.md); the default
     # stays the fast one.
     noise: str = "gaussian"
+    # "auto": chunks where the kept tensors are large, where they cost no time
+    # (measured on eight models: docs/engine.md, "Less memory").
+    physical_batch_size: Union[int, str, None] = "auto"
 
     def __post_init__(self):
         for name in ("native", "vectorize_recurrent", "norms_in_backward"):
@@ -182,12 +197,15 @@ class EngineOptions:
                              "'depthwise'.")
         for name, minimum in (("materialize_max_bytes", 0), ("depthwise_max_channel_pairs", 0),
                               ("native_min_ghost_rows", 0), ("native_materialize_min_rows", 0),
-                              ("patch_chunk_bytes", 1), ("depthwise_chunk", 1)):
+                              ("patch_chunk_bytes", 1), ("depthwise_chunk", 1),
+                              ("physical_batch_size", 1)):
             value = getattr(self, name)
-            if value is None and name == "depthwise_max_channel_pairs":
+            if value is None and name in ("depthwise_max_channel_pairs", "physical_batch_size") \
+                    or name == "physical_batch_size" and value == "auto":
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"EngineOptions.{name} must be an integer >= {minimum}, "
+                auto = ', "auto" or None' if name == "physical_batch_size" else ""
+                raise ValueError(f"EngineOptions.{name} must be an integer >= {minimum}{auto}, "
                                  f"got {value!r}.")
 
     @classmethod

@@ -58,6 +58,11 @@ class Forward:
     total: Any
     recompute: Callable[..., Any]
 
+    @property
+    def rows(self):
+        """The number of rows, a scalar tensor."""
+        return tf.shape(self.losses)[0]
+
 
 def activity_penalties(captured, rows):
     """Σ over captured (layer, regularizer, outputs) of each row's penalty, [rows] float32.

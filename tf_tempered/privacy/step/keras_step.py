@@ -23,13 +23,10 @@ Each stage is a small module of this package, called in order; data flows one wa
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
-from tf_tempered.privacy.step.backward import backward
 from tf_tempered.privacy.step.batch import unpack_batch
-from tf_tempered.privacy.step.forward import record_forward
-from tf_tempered.privacy.step.metrics import step_logs, step_stats, update_metrics
-from tf_tempered.privacy.step.clip_factors import clip_factors
+from tf_tempered.privacy.step.chunks import clipped_passes
+from tf_tempered.privacy.step.metrics import step_logs, update_metrics
 from tf_tempered.privacy.step.noise import noised_mean
-from tf_tempered.privacy.step.norms import layer_norms
 from tf_tempered.privacy.step.plan import plan_step
 from tf_tempered.privacy.step.update import apply_update
 
@@ -40,7 +37,7 @@ __all__ = ["train_step"]
 # conversion would re-wrap our own exception types in StagingError.
 @tf.autograph.experimental.do_not_convert
 def dp_gradients(model, data, *, losses=None):
-    """(batch, forward, [(ĝ, variable)], DP stats) of one DP step on ``data``.
+    """(batch, chunks.Passes, [(ĝ, variable)]) of one DP step on ``data``.
 
     ``losses``: a Keras loss container to take the per-example losses from instead of the
     model's compiled loss (DPGradients).
@@ -49,23 +46,18 @@ def dp_gradients(model, data, *, losses=None):
     plan = plan_step(model, state, check_optimizer=losses is None)
     batch = unpack_batch(data, xla=plan.xla,
                          input_shapes=keras_bridge.declared_input_shapes(model))
-    forward = record_forward(model, batch, plan, losses=losses)
-    rows = forward.losses.shape[0]
-    layout, groups = backward(model, forward, plan,
-                            rows if rows is not None else tf.shape(forward.losses)[0])
-    layers = layer_norms(model, state, groups, layout, forward.recorder.norm_hooks)
-    norm, finite, weights = clip_factors(layers, forward.num_microbatches,
-                                         plan.config.l2_norm_clip)
-    summed = plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables)
-    stats = step_stats(plan, batch, forward, norm, finite)
-    update = noised_mean(model, state, plan, batch, forward, summed, stats)
+    # Stages 3-7 (forward, backward, norms, clip factors, clipped sum), on the whole
+    # batch or chunk by chunk (EngineOptions.physical_batch_size).
+    passes = clipped_passes(model, state, plan, batch, losses=losses)
+    stats = plan.replicas.sum(passes.local_stats)
+    update = noised_mean(model, state, plan, batch, passes, passes.summed, stats)
     update_metrics(model if losses is None else None, state.metrics, stats, plan.replicas)
-    return batch, forward, update
+    return batch, passes, update
 
 
 @tf.autograph.experimental.do_not_convert
 def train_step(model, data):
     """One DP-SGD step on ``data``; returns the logs (Keras' ``train_step`` contract)."""
-    batch, forward, update = dp_gradients(model, data)
+    batch, passes, update = dp_gradients(model, data)
     apply_update(model, update)
-    return step_logs(model, get_state(model).metrics, batch, forward.y_pred)
+    return step_logs(model, get_state(model).metrics, batch, passes.y_pred)

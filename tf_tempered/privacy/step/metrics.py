@@ -26,7 +26,8 @@ from tf_tempered.privacy.layer_grads import clip_weights as clip_lib
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import microbatching
 
-__all__ = ["DPMetrics", "step_stats", "update_metrics", "step_logs"]
+__all__ = ["DPMetrics", "local_stats", "step_stats", "update_metrics",
+           "update_compiled_metrics", "step_logs"]
 
 
 class DPMetrics:
@@ -54,7 +55,12 @@ def _row_weights(batch, forward, finite):
 
 
 def step_stats(plan, batch, forward, norm, finite):
-    """The step's sums over all replicas, one all-reduce:
+    """The step's sums over all replicas, one all-reduce (:func:`local_stats`)."""
+    return plan.replicas.sum(local_stats(plan, batch, forward, norm, finite))
+
+
+def local_stats(plan, batch, forward, norm, finite):
+    """This replica's sums (of one chunk, with EngineOptions.physical_batch_size):
     [microbatches, rows, clipped, real, Σ norm, non-finite, Σ w·loss, Σ w, Σ w·loss_k...]."""
     real = finite
     if batch.poisson_mask is not None:  # padded rows are not examples: leave them out
@@ -66,7 +72,7 @@ def step_stats(plan, batch, forward, norm, finite):
         return tf.reduce_sum(tf.where(weight > 0, tf.cast(losses, tf.float32), 0.0) * weight)
 
     clip = tf.constant(plan.config.l2_norm_clip, tf.float32)
-    local = tf.stack([
+    return tf.stack([
         tf.cast(forward.num_microbatches, tf.float32),
         tf.cast(tf.shape(forward.losses)[0], tf.float32),
         tf.reduce_sum(tf.cast(norm > clip, tf.float32) * real),
@@ -77,7 +83,6 @@ def step_stats(plan, batch, forward, norm, finite):
         tf.reduce_sum(weight),
         *[weighted_sum(losses) for losses in forward.output_losses],
     ])
-    return plan.replicas.sum(local)
 
 
 def update_metrics(model, metrics, stats, replicas):
@@ -99,19 +104,29 @@ def update_metrics(model, metrics, stats, replicas):
                 tracker.update_state(total / positive, sample_weight=count * share)
 
 
-def step_logs(model, metrics, batch, y_pred):
-    """The logs of the step: the compiled metrics on the real rows, the loss, the DP metrics."""
+def update_compiled_metrics(model, batch, y_pred):
+    """Updates the compiled metrics on the real rows; returns Keras' logs of them."""
     if batch.poisson_mask is None:
-        logs = model.compute_metrics(batch.x, batch.y, y_pred, batch.loss_weight)
+        return model.compute_metrics(batch.x, batch.y, y_pred, batch.loss_weight)
+    # Padded rows are not examples. Keras applies sample weights to
+    # `weighted_metrics` only, so drop the rows for the compiled metrics.
+    keep = tf.greater(batch.poisson_mask, 0)
+    real_rows = lambda t: tf.boolean_mask(t, keep)  # noqa: E731
+    user_weight = (None if batch.user_weight is None
+                   else tf.nest.map_structure(real_rows, batch.user_weight))
+    return model.compute_metrics(batch.x, tf.nest.map_structure(real_rows, batch.y),
+                                 tf.nest.map_structure(real_rows, y_pred), user_weight)
+
+
+def step_logs(model, metrics, batch, y_pred):
+    """The logs of the step: the compiled metrics on the real rows, the loss, the DP metrics.
+
+    ``y_pred`` None: the compiled metrics were updated chunk by chunk (physical_batch_size).
+    """
+    if y_pred is None:
+        logs = dict(model.get_metrics_result())
     else:
-        # Padded rows are not examples. Keras applies sample weights to
-        # `weighted_metrics` only, so drop the rows for the compiled metrics.
-        keep = tf.greater(batch.poisson_mask, 0)
-        real_rows = lambda t: tf.boolean_mask(t, keep)  # noqa: E731
-        user_weight = (None if batch.user_weight is None
-                       else tf.nest.map_structure(real_rows, batch.user_weight))
-        logs = model.compute_metrics(batch.x, tf.nest.map_structure(real_rows, batch.y),
-                                     tf.nest.map_structure(real_rows, y_pred), user_weight)
+        logs = update_compiled_metrics(model, batch, y_pred)
     logs["loss"] = metrics.masked_loss.result()
     logs.update({m.name: m.result() for m in metrics.all() if m is not metrics.masked_loss})
     return logs

@@ -28,22 +28,23 @@ from tf_tempered.privacy import randomness
 __all__ = ["noised_mean"]
 
 
-def _normalizer(plan, batch, forward, stats):
+def _normalizer(plan, batch, passes, stats):
     """n: the expected batch size (Poisson), else the global number of microbatches."""
     if batch.normalizer is not None:
         return batch.normalizer
-    check = (plan.replicas.check_even_split(tf.shape(forward.losses)[0], stats[1])
+    check = (plan.replicas.check_even_split(passes.rows, stats[1])
              if plan.config.num_microbatches is not None else tf.no_op())
     with tf.control_dependencies([check]):
         return tf.identity(stats[0])
 
 
-def noised_mean(model, state, plan, batch, forward, summed, stats):
+def noised_mean(model, state, plan, batch, passes, summed, stats):
     """[(ĝ, variable)] for every trainable variable (a zero sum for one this step did not use,
-    as TF Privacy gives it: the noise still goes to every coordinate)."""
-    normalizer = _normalizer(plan, batch, forward, stats)
+    as TF Privacy gives it: the noise still goes to every coordinate). ``passes``: the
+    Forward or chunks.Passes of the step (its ``total`` and ``rows``)."""
+    normalizer = _normalizer(plan, batch, passes, stats)
     variables = model.trainable_variables
-    with tf.control_dependencies([forward.total]):  # no core taken from the forward pass
+    with tf.control_dependencies([passes.total]):  # no core taken from the forward pass
         counter = state.noise.next_counter()  # on every replica: a synchronised step
         noises = plan.replicas.noise(
             lambda c: randomness.gaussian_noise_like(

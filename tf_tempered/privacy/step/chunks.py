@@ -1,0 +1,236 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Stages 3–7 of the DP step on the whole batch, or chunk by chunk
+(``EngineOptions.physical_batch_size``).
+
+Each microbatch's clip factor c_m depends on its own gradient only, so the clipped sum
+of a batch is the sum of its chunks' clipped sums, for chunks of whole microbatches:
+
+    Σ_m c_m·g_m = Σ_chunks Σ_{m in chunk} c_m·g_m.
+
+With ``physical_batch_size=P`` the batch goes through the forward and backward passes P
+examples at a time, one chunk after the other (a ``tf.while_loop``); the noise is then
+drawn once and the normaliser is the whole batch's, so the update, its sensitivity and
+the ε are those of the batch, while the passes' peak memory is about a chunk's (what
+Opacus' BatchMemoryManager and gradient accumulation give, inside one step).
+
+Chunks are equal when an even split of the batch has at least P/2 examples per chunk
+(static shapes: the handlers' paths are chosen for that size); otherwise the last chunk is
+shorter (not under XLA, which needs static shapes: refused with the fix).
+
+>>> even_chunk_examples(300, 128), even_chunk_examples(256, 128), even_chunk_examples(257, 128)
+(100, 128, None)
+"""
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+from tf_tempered._compat import tf
+from tf_tempered import keras_bridge
+from tf_tempered.privacy.step.backward import backward
+from tf_tempered.privacy.step.batch import Batch
+from tf_tempered.privacy.step.clip_factors import clip_factors
+from tf_tempered.privacy.step.forward import record_forward
+from tf_tempered.privacy.step.metrics import local_stats, update_compiled_metrics
+from tf_tempered.privacy.step.norms import layer_norms
+
+__all__ = ["Passes", "clipped_passes", "even_chunk_examples", "auto_physical_batch_size",
+           "kept_bytes_per_row", "AUTO", "AUTO_CHUNK_BYTES", "AUTO_MIN_CHUNK"]
+
+AUTO = "auto"
+# physical_batch_size="auto" (the default) splits a batch whose kept tensors
+# (kept_bytes_per_row · rows) exceed this into chunks that fit in it; measured on the
+# benchmark models (docs/engine.md, "Less memory"): CIFAR-10 CNN at batch 256 (193 MiB:
+# 4 chunks) peak 1.41x -> 0.61x non-private at the same time, MNIST CNN at 4096 (125 MiB:
+# 2 chunks) 1.05x -> 0.58x and faster; below it (MNIST at 256, 8 MiB) chunks cost time.
+AUTO_CHUNK_BYTES = 64 * 2**20
+# Smaller chunks cost time per example (MNIST CNN at 4096 in chunks of 128: 1.46x
+# non-private against 1.18x whole).
+AUTO_MIN_CHUNK = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Passes:
+    """What the forward and backward passes of a step left for the noise and the metrics.
+
+    ``summed``: {variable_key: Σ_m c_m·g_m}; ``local_stats``: this replica's
+    metrics.local_stats vector; ``total``: the summed microbatch losses (the noise is drawn
+    after it); ``rows``: this replica's rows; ``y_pred``: the predictions, or None when the
+    compiled metrics were already updated chunk by chunk.
+    """
+
+    summed: Any
+    local_stats: Any
+    total: Any
+    rows: Any
+    y_pred: Optional[Any]
+
+
+def one_pass(model, state, plan, batch, losses=None):
+    """The Passes of the whole ``batch`` at once (stages 3 to 7)."""
+    forward = record_forward(model, batch, plan, losses=losses)
+    static_rows = forward.losses.shape[0]
+    rows = tf.shape(forward.losses)[0]
+    layout, groups = backward(model, forward, plan,
+                              static_rows if static_rows is not None else rows)
+    layers = layer_norms(model, state, groups, layout, forward.recorder.norm_hooks)
+    norm, finite, weights = clip_factors(layers, forward.num_microbatches,
+                                         plan.config.l2_norm_clip)
+    summed = plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables)
+    return Passes(summed, local_stats(plan, batch, forward, norm, finite), forward.total, rows,
+                  forward.y_pred)
+
+
+def even_chunk_examples(examples, physical):
+    """Examples per chunk of an even split of ``examples`` into chunks of at most
+    ``physical``, if one has at least physical/2 per chunk; else None (a short last chunk)."""
+    for count in range(math.ceil(examples / physical), examples + 1):
+        size = examples // count
+        if size * 2 < physical:
+            return None
+        if size * count == examples:
+            return size
+    return None
+
+
+def kept_bytes_per_row(model):
+    """Σ over the model's layers with trainable weights of their input and output sizes, in
+    float32 bytes per row: what the book-keeping sum keeps of a row (each layer's input and
+    output gradient) until the last norm. None where Keras knows no static shapes (a
+    subclassed model, a sequence of unknown length)."""
+    total = 0
+    for layer in model.layers:
+        if not layer.trainable_weights:
+            continue
+        try:
+            tensors = tf.nest.flatten([layer.input, layer.output])
+        except (AttributeError, ValueError, RuntimeError):  # never called on Keras tensors
+            return None
+        for tensor in tensors:
+            dims = tuple(tensor.shape)[1:]
+            if None in dims:
+                return None
+            total += 4 * math.prod(dims)
+    return total
+
+
+def auto_physical_batch_size(model, examples, multiplicity):
+    """The chunk size (examples) of ``physical_batch_size="auto"``: chunks whose kept
+    tensors fit in AUTO_CHUNK_BYTES, of at least AUTO_MIN_CHUNK examples; None: whole."""
+    per_row = kept_bytes_per_row(model)
+    if per_row is None or per_row * multiplicity * examples <= AUTO_CHUNK_BYTES:
+        return None
+    return max(AUTO_MIN_CHUNK, AUTO_CHUNK_BYTES // (per_row * multiplicity))
+
+
+def clipped_passes(model, state, plan, batch, losses=None):
+    """The Passes of one step: the whole batch, or chunk by chunk (module docstring)."""
+    physical = plan.options.physical_batch_size
+    if physical is None:
+        return one_pass(model, state, plan, batch, losses)
+    multiplicity = plan.multiplicity
+    rows = _rows(batch)
+    static = isinstance(rows, int)
+    if physical == AUTO:
+        # Chunks only where they are known to pay: static sizes, equal chunks, one
+        # example per microbatch (docs/engine.md, "Less memory").
+        if not static or plan.config.num_microbatches is not None:
+            return one_pass(model, state, plan, batch, losses)
+        physical = auto_physical_batch_size(model, rows // multiplicity, multiplicity)
+        chunk_examples = physical and even_chunk_examples(rows // multiplicity, physical)
+        if not chunk_examples or chunk_examples * multiplicity >= rows:
+            return one_pass(model, state, plan, batch, losses)
+        return _chunked(model, state, plan, batch, losses, rows, chunk_examples * multiplicity,
+                        equal=True)
+    _refuse_microbatches(plan)
+    if static and rows <= physical * multiplicity:
+        return one_pass(model, state, plan, batch, losses)
+    chunk_examples = even_chunk_examples(rows // multiplicity, physical) if static else None
+    if chunk_examples is None and plan.xla:
+        raise ValueError(
+            f"EngineOptions(physical_batch_size={physical}) with jit_compile=True needs "
+            f"chunks of one static size, and the batch has "
+            f"{rows if static else 'an unknown number of'} rows. Fix: a batch size that "
+            f"splits into equal chunks of {-(-physical // 2)} to {physical} examples "
+            "(tf.data: .batch(size, drop_remainder=True)), or jit_compile=False.")
+    chunk_rows = (chunk_examples or physical) * multiplicity
+    return _chunked(model, state, plan, batch, losses, rows, chunk_rows,
+                    equal=chunk_examples is not None)
+
+
+def _refuse_microbatches(plan):
+    if plan.config.num_microbatches is not None:
+        raise ValueError(
+            f"EngineOptions(physical_batch_size={plan.options.physical_batch_size}) splits "
+            f"the batch into chunks of whole examples, and num_microbatches="
+            f"{plan.config.num_microbatches} groups examples into microbatches that a chunk "
+            "could split. Fix: num_microbatches=None (one example per microbatch), or "
+            "physical_batch_size=None.")
+
+
+def _rows(batch):
+    first = tf.nest.flatten(batch.x)[0]
+    return first.shape[0] if first.shape[0] is not None else tf.shape(first)[0]
+
+
+def _chunked(model, state, plan, batch, losses, rows, chunk_rows, *, equal):
+    """The Passes of ``batch`` in chunks of ``chunk_rows`` rows (the last may be shorter
+    unless ``equal``), one after the other in a while loop."""
+    variables = model.trainable_variables
+    count = -(-rows // chunk_rows)  # a Python int or a scalar tensor
+    traced = {}  # the length of the stats vector, known once the body is traced
+
+    def body(i, sums, total, num_rows, stats):
+        start = i * chunk_rows
+        size = chunk_rows if equal else tf.minimum(chunk_rows, rows - start)
+        chunk = _slice_batch(batch, start, size)
+        passes = one_pass(model, state, plan, chunk, losses)
+        traced["stats"] = passes.local_stats.shape[0]
+        if losses is None:  # the model's own step: its compiled metrics, chunk by chunk
+            update_compiled_metrics(model, chunk, passes.y_pred)
+        sums = [s + tf.cast(passes.summed[keras_bridge.variable_key(v)], s.dtype)
+                if keras_bridge.variable_key(v) in passes.summed else s
+                for s, v in zip(sums, variables)]
+        return (i + 1, sums, total + passes.total, num_rows + passes.rows,
+                stats.write(i, passes.local_stats))
+
+    start = (tf.constant(0), [tf.zeros(v.shape, v.dtype) for v in variables],
+             tf.constant(0.0), tf.constant(0),
+             tf.TensorArray(tf.float32, size=count, element_shape=tf.TensorShape([None])))
+    # One chunk at a time: with overlapping iterations two chunks' activations would be
+    # held at once, which is the memory the chunks are there to save.
+    _, sums, total, num_rows, stats = tf.while_loop(
+        lambda i, *_: i < count, body, start, maximum_iterations=count, parallel_iterations=1)
+    summed = {keras_bridge.variable_key(v): s for v, s in zip(variables, sums)}
+    stats = tf.ensure_shape(tf.reduce_sum(stats.stack(), 0), [traced["stats"]])
+    return Passes(summed, stats, total, num_rows, None)
+
+
+def _slice_batch(batch, start, size):
+    """The rows [start, start + size) of every per-row tensor of ``batch``."""
+    def rows_of(t):
+        if not isinstance(t, tf.Tensor) or t.shape.rank == 0:
+            return t
+        if not isinstance(size, int):
+            return t[start:start + size]
+        # A constant size: a static shape, and a dynamic slice XLA compiles.
+        begin = tf.stack([start] + [0] * (t.shape.rank - 1))
+        return tf.slice(t, begin, [size] + [-1 if d is None else d for d in t.shape[1:]])
+
+    def structure(s):
+        return None if s is None else tf.nest.map_structure(rows_of, s)
+
+    return Batch(structure(batch.x), structure(batch.y), structure(batch.loss_weight),
+                 structure(batch.user_weight), structure(batch.poisson_mask), batch.normalizer)
