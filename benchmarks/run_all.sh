@@ -53,6 +53,9 @@ $PY benchmarks/dp_step.py --keras=3 --model=gru --paths=nonprivate,tf_tempered -
 $PY benchmarks/dp_step.py --keras=3 --model=lora --paths=nonprivate,tf_tempered --rounds=5 --json=$out/lora_b64_keras3.json | tee $out/lora_b64_keras3.md
 $PY benchmarks/dp_step.py --keras=3 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_tf_ops --jit_compile --rounds=5 --json=$out/mnist_b256_keras3_xla.json | tee $out/mnist_b256_keras3_xla.md
 $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_low_memory --steps=2 --rounds=5 --json=$out/cifar10_b256_low_memory_keras3.json | tee $out/cifar10_b256_low_memory_keras3.md
+# The passes in chunks (EngineOptions.physical_batch_size, default "auto"), against the whole batch.
+$PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_whole,tf_tempered_chunks128,tf_tempered_tf_ops --steps=2 --rounds=5 --json=$out/cifar10_b256_chunks_keras3.json | tee $out/cifar10_b256_chunks_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=mnist --batch_size=4096 --paths=nonprivate,tf_tempered,tf_tempered_whole --steps=3 --json=$out/mnist_b4096_chunks_keras3.json | tee $out/mnist_b4096_chunks_keras3.md
 # Peak memory with each configuration alone in its process (in one process the allocator's peak also holds what
 # earlier paths left), twice.
 {
@@ -87,4 +90,5 @@ $PY benchmarks/summarize.py $out/mnist_b256.json $out/mnist_b4096.json $out/cifa
   $out/cifar10_b256_keras3.json $out/text_b256_keras3.json $out/conv1d_b256_keras3_run_all.json \
   $out/mobilenet_b256_keras3_run_all.json $out/lstm_b256_keras3_run_all.json $out/gru_b256_keras3.json \
   $out/lora_b64_keras3.json \
-  $out/mnist_b256_keras3_xla.json $out/cifar10_b256_low_memory_keras3.json > $out/summary.md
+  $out/mnist_b256_keras3_xla.json $out/cifar10_b256_low_memory_keras3.json \
+  $out/cifar10_b256_chunks_keras3.json $out/mnist_b4096_chunks_keras3.json > $out/summary.md

@@ -25,7 +25,7 @@ from tf_tempered.audit import white_box_one_run
 from tf_tempered.privacy.accounting import compute_epsilon
 from tf_tempered.privacy.settings import DPConfig
 from tf_tempered.privacy.step import clip_factors as clip_factor_stage
-from tf_tempered.privacy.step import keras_step, plan
+from tf_tempered.privacy.step import chunks, plan
 
 SIGMA, CLIP, BATCH, EPOCHS, CANARIES = 1.5, 1.0, 64, 8, 1000
 
@@ -74,7 +74,7 @@ def test_engine_that_does_not_clip_fails_the_audit(digits, monkeypatch):
         return norm, finite, type(weights)(weights.finite, weights.finite)  # c_m = 1
 
     monkeypatch.setattr(clip_factor_stage, "clip_factors", no_clipping)  # the canaries' clipping
-    monkeypatch.setattr(keras_step, "clip_factors", no_clipping)   # the examples'
+    monkeypatch.setattr(chunks, "clip_factors", no_clipping)   # the examples'
     result = _audit(digits)
     assert result.epsilon == pytest.approx(_accounted(digits), rel=1e-9)
     assert result.audit.one_run.epsilon > result.epsilon + 1.0
