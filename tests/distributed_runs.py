@@ -29,7 +29,7 @@ def _loss():
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 
 
-def _model(*, x_shape, num_microbatches, sigma, seed):
+def _model(*, x_shape, num_microbatches, sigma, seed, physical_batch_size="auto", metrics=None):
     import tf_tempered
     from tf_tempered._compat import keras
     keras.utils.set_random_seed(1)
@@ -39,19 +39,20 @@ def _model(*, x_shape, num_microbatches, sigma, seed):
     # Keras' own batches on both sides (fit on arrays would otherwise draw Poisson ones).
     tf_tempered.make_private(model, l2_norm_clip=2.0, noise_multiplier=sigma,
                              num_microbatches=num_microbatches, insecure_dp_seed=seed,
-                             sampling="shuffle")
-    model.compile(optimizer=_sgd(0.5), loss=_loss())
+                             sampling="shuffle", options=tf_tempered.privacy.EngineOptions(
+                                 physical_batch_size=physical_batch_size))
+    model.compile(optimizer=_sgd(0.5), loss=_loss(), metrics=metrics)
     return model
 
 
 def _train(strategy, *, num_microbatches, sigma, seed, data, batch_size=8, epochs=2,
-           dataset=False):
+           dataset=False, physical_batch_size="auto", metrics=None):
     import tf_tempered
     from tf_tempered._compat import keras
     x, y = data
     with strategy.scope():
         model = _model(x_shape=x.shape[1:], num_microbatches=num_microbatches, sigma=sigma,
-                       seed=seed)
+                       seed=seed, physical_batch_size=physical_batch_size, metrics=metrics)
     if dataset:  # global batches, tf.distribute splits (and shards) them
         from tf_tempered._compat import tf
         history = model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size),
@@ -104,6 +105,11 @@ def mirrored():
                          "noisy_seeded": dict(num_microbatches=None, sigma=1.3, seed=3)}.items():
         out[name] = {"one": _train(tf.distribute.get_strategy(), data=data, **kwargs),
                      "two": _train(two, data=data, **kwargs)}
+    # Each replica's 4 examples in 2 chunks (EngineOptions.physical_batch_size), a compiled
+    # metric updated chunk by chunk: the single-device whole-batch run's weights and logs.
+    chunks = dict(num_microbatches=None, sigma=0.0, seed=3, metrics=["accuracy"])
+    out["chunks"] = {"one": _train(tf.distribute.get_strategy(), data=data, **chunks),
+                     "two": _train(two, data=data, physical_batch_size=2, **chunks)}
     # One example (on the second replica's half of a batch) has a non-finite gradient.
     bad = (data[0].copy(), data[1])
     bad[0][13, 0, 0, 0] = np.inf

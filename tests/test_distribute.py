@@ -68,6 +68,14 @@ def test_two_replicas_give_the_single_device_run(mirrored, config):
     assert (changed > 1e-3) == (config != "per_example")  # the configurations differ
 
 
+def test_two_replicas_in_chunks_give_the_single_device_run(mirrored):
+    # EngineOptions(physical_batch_size=2): each replica's half of a batch of 8 in two
+    # chunks, with its compiled metrics updated chunk by chunk inside the replica's loop.
+    run = mirrored["chunks"]
+    _assert_same_run(run["one"], run["two"])
+    assert "accuracy" in run["two"]["history"]
+
+
 def test_dp_gradients_under_strategy_run_gives_the_single_device_update(mirrored):
     # A custom loop (DPGradients inside strategy.run, a Keras optimizer applying the
     # gradients in the replica function): the replicas' parts are summed once, as in fit.

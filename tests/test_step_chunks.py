@@ -167,6 +167,53 @@ def test_chunks_with_two_outputs_log_each_outputs_loss():
         np.testing.assert_allclose(chunked[1][key], value, rtol=1e-5, atol=1e-6, err_msg=key)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("clipped_sum", ["bookkeeping", "second_pass", "recompute"])
+def test_each_clipped_sum_in_chunks_with_an_embedding(clipped_sum):
+    """An Embedding's clipped sum is sparse rows; each strategy's, added over chunks."""
+    ids = RNG.integers(0, 50, (24, 5))
+
+    def step(physical):
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(50, 4),
+                                  keras.layers.Flatten(), keras.layers.Dense(3)])
+        make_private(model, options=EngineOptions(clipped_sum=clipped_sum,
+                                                  physical_batch_size=physical))
+        model.compile(DPKerasSGDOptimizer(l2_norm_clip=0.1, noise_multiplier=0.0,
+                                          learning_rate=0.5), loss=LOSS)
+        return _step(model, tf.data.Dataset.from_tensors((ids, Y)))
+
+    (whole, whole_logs), (chunked, chunked_logs) = step(None), step(8)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    assert chunked_logs == pytest.approx(whole_logs, rel=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_chunks_of_a_subclassed_model_built_by_its_first_step():
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.hidden = keras.layers.Dense(4, activation="tanh")
+            self.out = keras.layers.Dense(3)
+
+        def call(self, x):
+            return self.out(self.hidden(x))
+
+    def step(physical):
+        keras.utils.set_random_seed(1)
+        model = Subclassed()
+        make_private(model, options=EngineOptions(physical_batch_size=physical))
+        model.compile(DPKerasSGDOptimizer(l2_norm_clip=0.1, noise_multiplier=0.0,
+                                          learning_rate=0.5), loss=LOSS)
+        return _step(model, tf.data.Dataset.from_tensors((X.reshape(24, -1), Y)))
+
+    (whole, whole_logs), (chunked, chunked_logs) = step(None), step(8)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    assert chunked_logs == pytest.approx(whole_logs, rel=1e-5)
+
+
 def test_dp_gradients_in_chunks():
     def gradients(physical):
         keras.utils.set_random_seed(5)

@@ -22,7 +22,7 @@ __all__ = ["activity_regularized_layers", "class_registered_as", "dataset_inputs
            "dataset_kind", "fit_arguments", "inner_optimizer", "jit_compiled",
            "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
            "swap_class", "deserialize", "batching_of", "has_compiled_loss",
-           "reduction_method_is_default", "overriding_class"]
+           "reduction_method_is_default", "overriding_class", "update_metrics_state"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -36,6 +36,19 @@ def overriding_class(model, name):
     if code is None or code is getattr(getattr(keras.Model, name), "__code__", None):
         return None
     return next(c.__name__ for c in type(model).__mro__ if name in vars(c))
+
+
+def update_metrics_state(model, x, y, y_pred, sample_weight):
+    """Updates the compiled metrics with a batch, inside a loop (results read after it).
+
+    ``model.compute_metrics`` also reads the results; TF-Keras' ``Metric.result()`` merges
+    the replicas (merge_call), which a strategy refuses inside control flow, so under a
+    strategy with several replicas Keras 2's compiled metrics are updated directly.
+    """
+    if IS_KERAS3 or tf.distribute.get_strategy().num_replicas_in_sync == 1:
+        model.compute_metrics(x, y, y_pred, sample_weight)
+    else:
+        model.compiled_metrics.update_state(y, y_pred, sample_weight)
 
 
 def inner_optimizer(optimizer):

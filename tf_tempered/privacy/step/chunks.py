@@ -199,7 +199,7 @@ def _chunked(model, state, plan, batch, losses, rows, chunk_rows, *, equal):
         passes = one_pass(model, state, plan, chunk, losses)
         traced["stats"] = passes.local_stats.shape[0]
         if losses is None:  # the model's own step: its compiled metrics, chunk by chunk
-            update_compiled_metrics(model, chunk, passes.y_pred)
+            update_compiled_metrics(model, chunk, passes.y_pred, in_loop=True)
         sums = [s + tf.cast(passes.summed[keras_bridge.variable_key(v)], s.dtype)
                 if keras_bridge.variable_key(v) in passes.summed else s
                 for s, v in zip(sums, variables)]

@@ -104,18 +104,22 @@ def update_metrics(model, metrics, stats, replicas):
                 tracker.update_state(total / positive, sample_weight=count * share)
 
 
-def update_compiled_metrics(model, batch, y_pred):
-    """Updates the compiled metrics on the real rows; returns Keras' logs of them."""
-    if batch.poisson_mask is None:
-        return model.compute_metrics(batch.x, batch.y, y_pred, batch.loss_weight)
-    # Padded rows are not examples. Keras applies sample weights to
-    # `weighted_metrics` only, so drop the rows for the compiled metrics.
-    keep = tf.greater(batch.poisson_mask, 0)
-    real_rows = lambda t: tf.boolean_mask(t, keep)  # noqa: E731
-    user_weight = (None if batch.user_weight is None
-                   else tf.nest.map_structure(real_rows, batch.user_weight))
-    return model.compute_metrics(batch.x, tf.nest.map_structure(real_rows, batch.y),
-                                 tf.nest.map_structure(real_rows, y_pred), user_weight)
+def update_compiled_metrics(model, batch, y_pred, *, in_loop=False):
+    """Updates the compiled metrics on the real rows; returns Keras' logs of them (None
+    ``in_loop``: a chunk's update inside the step's loop, the logs read after it)."""
+    x, y, weight = batch.x, batch.y, batch.loss_weight
+    if batch.poisson_mask is not None:
+        # Padded rows are not examples. Keras applies sample weights to
+        # `weighted_metrics` only, so drop the rows for the compiled metrics.
+        keep = tf.greater(batch.poisson_mask, 0)
+        real_rows = lambda t: tf.boolean_mask(t, keep)  # noqa: E731
+        weight = (None if batch.user_weight is None
+                  else tf.nest.map_structure(real_rows, batch.user_weight))
+        y, y_pred = tf.nest.map_structure(real_rows, y), tf.nest.map_structure(real_rows, y_pred)
+    if in_loop:
+        keras_bridge.update_metrics_state(model, x, y, y_pred, weight)
+        return None
+    return model.compute_metrics(x, y, y_pred, weight)
 
 
 def step_logs(model, metrics, batch, y_pred):
