@@ -26,7 +26,7 @@ import sys
 import numpy as np
 import pytest
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import DPGradients, DPKerasSGDOptimizer, EngineOptions, make_private
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step import chunks
@@ -214,6 +214,36 @@ def test_chunks_of_a_subclassed_model_built_by_its_first_step():
     assert chunked_logs == pytest.approx(whole_logs, rel=1e-5)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_chunks_of_fit_on_arrays_with_a_string_loss(policy):
+    """fit on arrays (Poisson batches, padded, drawn alike with one insecure seed), a loss
+    given by name, under mixed precision too: chunks give the whole batch's training."""
+    def fit(physical):
+        keras.utils.set_random_seed(7)
+        keras.mixed_precision.set_global_policy(policy)
+        try:
+            model = keras.Sequential([
+                keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3, activation="tanh"),
+                keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax",
+                                                           dtype="float32")])
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        make_private(model, l2_norm_clip=0.2, noise_multiplier=0.0, insecure_dp_seed=11,
+                     options=EngineOptions(physical_batch_size=physical))
+        sgd = keras.optimizers.SGD if KERAS_MAJOR == 3 else keras.optimizers.legacy.SGD
+        model.compile(sgd(0.5), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        initial = model.get_weights()
+        history = model.fit(X, Y, batch_size=12, epochs=2, verbose=0).history
+        return initial, model.get_weights(), {k: v[-1] for k, v in history.items()}
+
+    (initial, whole, whole_logs), (_, chunked, chunked_logs) = fit(None), fit(5)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert chunked_logs == pytest.approx(whole_logs, rel=1e-5, abs=1e-6)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(whole, initial)) > 1e-3
+
+
 def test_dp_gradients_in_chunks():
     def gradients(physical):
         keras.utils.set_random_seed(5)
@@ -320,7 +350,7 @@ def test_option_is_validated(value):
 MEMORY_CHILD = r'''
 import json
 import numpy as np
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
 x = np.random.default_rng(0).normal(size=(64, 32, 32, 3)).astype(np.float32)
 y = np.zeros(64, np.int64)
