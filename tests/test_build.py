@@ -92,8 +92,8 @@ def _glob_regex(pattern):
 
 
 def _is_subpackage(directory, root):
-    directory = pathlib.Path(directory)
-    return directory != root and any((directory / n).is_file() for n in BUILD_FILE_NAMES)
+    return (os.path.normpath(directory) != os.path.normpath(str(root))
+            and any(os.path.isfile(os.path.join(directory, n)) for n in BUILD_FILE_NAMES))
 
 
 def _package_files(root, start=".", stop_at_packages=True):

@@ -1,6 +1,8 @@
 # Copyright 2026 The tf_tempered Authors. Licensed under the Apache License, Version 2.0.
 """The privacy ledger's ε: the composition of its segments on dp_accounting, memoized."""
 
+import collections
+
 import dp_accounting
 import numpy as np
 import pytest
@@ -39,6 +41,7 @@ def test_the_same_composition_is_computed_once(monkeypatch):
         return real()
 
     monkeypatch.setattr(dp_accounting.rdp, "RdpAccountant", counting)
+    monkeypatch.setattr(ledger_lib, "_EPSILON_CACHE", collections.OrderedDict())  # none before
     ledger = PrivacyLedger(delta=1e-5)
     segment = Segment("poisson", noise_multiplier=1.2345, steps=16, sampling_probability=0.25)
     first = ledger.epsilon(extra=[segment])     # PrivacyBudget's look-ahead at one epoch

@@ -37,6 +37,7 @@ import warnings
 import dp_accounting
 
 __all__ = [
+    "make_accountant",
     "SAMPLINGS",
     "ACCOUNTANTS",
     "DEFAULT_SAMPLING",
@@ -197,11 +198,12 @@ def prior_epsilon(prior_events, *, delta, accountant=DEFAULT_ACCOUNTANT):
     if not events:
         return 0.0
     _check_choice("accountant", accountant, ACCOUNTANTS)
-    return float(_make_accountant(accountant).compose(
+    return float(make_accountant(accountant).compose(
         dp_accounting.ComposedDpEvent(list(events))).get_epsilon(delta))
 
 
-def _make_accountant(accountant):
+def make_accountant(accountant):
+    """A new dp_accounting accountant of the name ``accountant`` ("rdp", else PLD)."""
     if accountant == "rdp":
         return dp_accounting.rdp.RdpAccountant()
     return dp_accounting.pld.PLDAccountant()
@@ -231,7 +233,7 @@ def compute_epsilon(*, num_examples, batch_size, noise_multiplier, epochs=None, 
                           noise_multiplier=noise_multiplier, epochs=epochs, steps=steps,
                           sampling=sampling, microbatch_size=microbatch_size,
                           prior_events=prior_events)
-    return float(_make_accountant(accountant).compose(event).get_epsilon(delta))
+    return float(make_accountant(accountant).compose(event).get_epsilon(delta))
 
 
 def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, epochs=None,
@@ -273,11 +275,11 @@ def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, ep
 
     def calibrate(acc, bracket, rel_tol):
         return dp_accounting.calibrate_dp_mechanism(
-            lambda: _make_accountant(acc), make_event, target_epsilon, delta,
+            lambda: make_accountant(acc), make_event, target_epsilon, delta,
             bracket_interval=bracket, tol=rel_tol * bracket.endpoint_1)
 
     def rdp_epsilon(sigma):
-        return _make_accountant("rdp").compose(make_event(sigma)).get_epsilon(delta)
+        return make_accountant("rdp").compose(make_event(sigma)).get_epsilon(delta)
 
     # RDP (fast) first. Bracket: halve σ from 1 until ε(σ) > target, then double.
     lower = 1.0

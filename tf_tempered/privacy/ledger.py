@@ -208,10 +208,8 @@ def _composed_epsilon(accountant_name, delta, events):
         if key in _EPSILON_CACHE:
             _EPSILON_CACHE.move_to_end(key)
             return _EPSILON_CACHE[key]
-    accountant = (dp_accounting.rdp.RdpAccountant() if accountant_name == "rdp"
-                  else dp_accounting.pld.PLDAccountant())
-    epsilon = float(accountant.compose(dp_accounting.ComposedDpEvent(list(events)))
-                    .get_epsilon(delta))
+    epsilon = float(accounting.make_accountant(accountant_name)
+                    .compose(dp_accounting.ComposedDpEvent(list(events))).get_epsilon(delta))
     with _EPSILON_CACHE_LOCK:
         _EPSILON_CACHE[key] = epsilon
         if len(_EPSILON_CACHE) > _EPSILON_CACHE_SIZE:
