@@ -27,7 +27,9 @@ Opacus' BatchMemoryManager and gradient accumulation give, inside one step).
 
 Chunks are equal when an even split of the batch has at least P/2 examples per chunk
 (static shapes: the handlers' paths are chosen for that size); otherwise the last chunk is
-shorter (not under XLA, which needs static shapes: refused with the fix).
+shorter (not under XLA, which needs static shapes: refused with the fix). The default,
+``physical_batch_size="auto"``, chunks only a batch whose kept tensors exceed
+AUTO_CHUNK_BYTES, in equal chunks (:func:`auto_physical_batch_size`).
 
 >>> even_chunk_examples(300, 128), even_chunk_examples(256, 128), even_chunk_examples(257, 128)
 (100, 128, None)
@@ -51,10 +53,11 @@ __all__ = ["Passes", "clipped_passes", "even_chunk_examples", "auto_physical_bat
 
 AUTO = "auto"
 # physical_batch_size="auto" (the default) splits a batch whose kept tensors
-# (kept_bytes_per_row · rows) exceed this into chunks that fit in it; measured on the
-# benchmark models (docs/engine.md, "Less memory"): CIFAR-10 CNN at batch 256 (193 MiB:
-# 4 chunks) peak 1.41x -> 0.61x non-private at the same time, MNIST CNN at 4096 (125 MiB:
-# 2 chunks) 1.05x -> 0.58x and faster; below it (MNIST at 256, 8 MiB) chunks cost time.
+# (kept_bytes_per_row · rows) exceed this into chunks that fit in it. Measured on the
+# benchmark models (docs/engine.md, "Less memory at the same speed"): CIFAR-10 CNN at
+# batch 256 (193 MiB: 4 chunks) peak 1.40x -> 0.53x non-private, time 1.17x -> 1.16x;
+# MNIST CNN at 4096 (125 MiB: 2 chunks) 1.05x -> 0.61x, time within 3%; below it (MNIST
+# at 256: 8 MiB) chunks would cost time (1.19x -> 1.27x in 2 chunks).
 AUTO_CHUNK_BYTES = 64 * 2**20
 # Smaller chunks cost time per example (MNIST CNN at 4096 in chunks of 128: 1.46x
 # non-private against 1.18x whole).
