@@ -190,6 +190,28 @@ def test_each_clipped_sum_in_chunks_with_an_embedding(clipped_sum):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("unit", ["LSTM", "GRU"])
+def test_chunks_of_a_recurrent_classifier(unit):
+    """Embedding + LSTM/GRU (their own time loops, native on CPU) inside the chunks' loop."""
+    ids = RNG.integers(1, 30, (24, 6))
+
+    def step(physical):
+        keras.utils.set_random_seed(2)
+        model = keras.Sequential([keras.Input((6,), dtype="int32"),
+                                  keras.layers.Embedding(30, 4, mask_zero=True),
+                                  getattr(keras.layers, unit)(5), keras.layers.Dense(3)])
+        make_private(model, options=EngineOptions(physical_batch_size=physical))
+        model.compile(DPKerasSGDOptimizer(l2_norm_clip=0.05, noise_multiplier=0.0,
+                                          learning_rate=0.5), loss=LOSS)
+        return _step(model, tf.data.Dataset.from_tensors((ids, Y)))
+
+    (whole, whole_logs), (chunked, chunked_logs) = step(None), step(8)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    assert chunked_logs == pytest.approx(whole_logs, rel=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_chunks_of_a_subclassed_model_built_by_its_first_step():
     class Subclassed(keras.Model):
         def __init__(self):
@@ -284,6 +306,11 @@ def test_kept_bytes_per_row_from_static_shapes():
 
         def call(self, x):
             return self.dense(x)
+
+    # An LSTM(3) over 7 steps of 2 features also keeps each step's row: x_t (2), the gate
+    # gradients δa_t and δr_t (4·3 each) and h_{t-1} (3) (layer_grads/rnn_rows.py).
+    recurrent = keras.Sequential([keras.Input((7, 2)), keras.layers.LSTM(3), keras.layers.Dense(2)])
+    assert chunks.kept_bytes_per_row(recurrent) == 4 * (14 + 3 + 7 * (2 + 24 + 3) + 3 + 2)
 
     subclassed = Subclassed()
     subclassed(np.zeros((2, 4), np.float32))

@@ -111,8 +111,9 @@ def even_chunk_examples(examples, physical):
 def kept_bytes_per_row(model):
     """Σ over the model's layers with trainable weights of their input and output sizes, in
     float32 bytes per row: what the book-keeping sum keeps of a row (each layer's input and
-    output gradient) until the last norm. None where Keras knows no static shapes (a
-    subclassed model, a sequence of unknown length)."""
+    output gradient) until the last norm, and for a recurrent layer its time steps' rows
+    (:func:`_time_step_rows`). None where Keras knows no static shapes (a subclassed
+    model, a sequence of unknown length)."""
     total = 0
     for layer in model.layers:
         if not layer.trainable_weights:
@@ -126,7 +127,22 @@ def kept_bytes_per_row(model):
             if None in dims:
                 return None
             total += 4 * math.prod(dims)
+        total += 4 * _time_step_rows(layer, tuple(tf.nest.flatten(layer.input)[0].shape))
     return total
+
+
+def _time_step_rows(layer, input_shape):
+    """Floats an RNN layer of a Dense-like cell keeps per example for its norms
+    (layer_grads/rnn_rows.py): at each of its T steps the input x_t (D), the gate
+    gradients δa_t and δr_t (G each, the kernel's width) and the state h_{t-1} (U):
+    T·(D + 2G + U); 0 for other layers."""
+    cell = getattr(layer, "cell", None)
+    kernel = getattr(cell, "kernel", None)
+    if not keras_bridge.is_recurrent_unit(layer) or kernel is None or len(input_shape) != 3:
+        return 0
+    inputs, gates = keras_bridge.shape_of(kernel)[-2:]
+    units = keras_bridge.shape_of(cell.recurrent_kernel)[0]
+    return input_shape[1] * (inputs + 2 * gates + units)
 
 
 def auto_physical_batch_size(model, examples, multiplicity):
