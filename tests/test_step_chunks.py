@@ -266,6 +266,39 @@ def test_chunks_of_fit_on_arrays_with_a_string_loss(policy):
     assert max(float(np.abs(a - b).max()) for a, b in zip(whole, initial)) > 1e-3
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_chunks_follow_freezing_and_unfreezing_with_several_steps_per_execution():
+    """A frozen layer stays put in chunks too; unfrozen (recompiled), it trains as in the
+    whole batch; four steps per call of the train function."""
+    x, y = RNG.normal(size=(48, 6)).astype(np.float32), RNG.integers(0, 3, 48)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(12)
+
+    def fit(physical):
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="tanh"),
+                                  keras.layers.Dense(3)])
+        make_private(model, options=EngineOptions(physical_batch_size=physical))
+        frozen = model.layers[0].get_weights()
+        logs = []
+        for trainable in (False, True):
+            model.layers[0].trainable = trainable
+            model.compile(DPKerasSGDOptimizer(l2_norm_clip=0.1, noise_multiplier=0.0,
+                                              learning_rate=0.5),
+                          loss=LOSS, metrics=["accuracy"], steps_per_execution=4)
+            history = model.fit(data, epochs=1, verbose=0).history
+            logs.append({k: v[0] for k, v in history.items()})
+            if not trainable:
+                for a, b in zip(frozen, model.layers[0].get_weights()):
+                    np.testing.assert_array_equal(b, a)
+        return model.get_weights(), logs
+
+    (whole, whole_logs), (chunked, chunked_logs) = fit(None), fit(5)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    for one, other in zip(whole_logs, chunked_logs):
+        assert other == pytest.approx(one, rel=1e-5)
+
+
 def test_dp_gradients_in_chunks():
     def gradients(physical):
         keras.utils.set_random_seed(5)
