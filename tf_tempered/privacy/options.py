@@ -111,13 +111,13 @@ class EngineOptions:
         example's clip factor is its own); the noise is drawn once: the same update (to
         float rounding), sensitivity and ε as the whole batch, at about a chunk's peak
         memory. "auto" (default): chunks only for a batch whose kept tensors (each
-        trainable layer's input and output gradient, from the model's static shapes)
-        exceed 64 MiB, in equal chunks of at least 64 examples that fit in it (CIFAR-10
-        CNN at batch 256: 4 chunks, peak 0.6x non-private instead of 1.4x, at the same
-        time); None: always the whole batch; an int P: chunks of at most P examples (for
-        logical batches larger than memory allows; small chunks cost time: docs/engine.md,
-        "Less memory"). Chunks need one example per microbatch (num_microbatches=None);
-        under XLA, equal chunks.
+        trainable layer's input and output gradient, an RNN's time-step rows, from the
+        model's static shapes) exceed 64 MiB, in equal chunks of at least 64 examples
+        that fit in it (CIFAR-10 CNN at batch 256: 4 chunks, peak 0.5x non-private
+        instead of 1.4x, at the same time); None: always the whole batch; an int P:
+        chunks of at most P examples (for logical batches larger than memory allows;
+        small chunks cost time: docs/engine.md, "Less memory at the same speed"). Chunks
+        need one example per microbatch (num_microbatches=None); under XLA, equal chunks.
       noise: how the N(0, σ²C²) noise is drawn, from the model's secret Philox key either
         way. "gaussian" (default): Box–Muller, one sample per coordinate.
         "sum_of_gaussians": each coordinate the sum of 4 samples of std σC/2 (Holohan &
@@ -173,7 +173,7 @@ class EngineOptions:
     # stays the fast one.
     noise: str = "gaussian"
     # "auto": chunks where the kept tensors are large, where they cost no time
-    # (measured on eight models: docs/engine.md, "Less memory").
+    # (measured on eight configurations: docs/engine.md, "Less memory at the same speed").
     physical_batch_size: Union[int, str, None] = "auto"
 
     def __post_init__(self):

@@ -164,7 +164,7 @@ def clipped_passes(model, state, plan, batch, losses=None):
     static = isinstance(rows, int)
     if physical == AUTO:
         # Chunks only where they are known to pay: static sizes, equal chunks, one
-        # example per microbatch (docs/engine.md, "Less memory").
+        # example per microbatch (docs/engine.md, "Less memory at the same speed").
         if not static or plan.config.num_microbatches is not None:
             return one_pass(model, state, plan, batch, losses)
         physical = auto_physical_batch_size(model, rows // multiplicity, multiplicity)
