@@ -167,48 +167,44 @@ def test_chunks_with_two_outputs_log_each_outputs_loss():
         np.testing.assert_allclose(chunked[1][key], value, rtol=1e-5, atol=1e-6, err_msg=key)
 
 
-@pytest.mark.filterwarnings("ignore::UserWarning")
-@pytest.mark.parametrize("clipped_sum", ["bookkeeping", "second_pass", "recompute"])
-def test_each_clipped_sum_in_chunks_with_an_embedding(clipped_sum):
-    """An Embedding's clipped sum is sparse rows; each strategy's, added over chunks."""
-    ids = RNG.integers(0, 50, (24, 5))
+def _compiled(model, physical, *, clip=0.1, **options):
+    make_private(model, options=EngineOptions(physical_batch_size=physical, **options))
+    model.compile(DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=0.0, learning_rate=0.5),
+                  loss=LOSS)
+    return model
 
+
+def _assert_whole_and_chunks_agree(build, data):
+    """One step of ``build(None)`` (the whole batch) and of ``build(8)`` (chunks of 8), each
+    from the same seed: the same weights and logs."""
     def step(physical):
         keras.utils.set_random_seed(1)
-        model = keras.Sequential([keras.Input((5,), dtype="int32"), keras.layers.Embedding(50, 4),
-                                  keras.layers.Flatten(), keras.layers.Dense(3)])
-        make_private(model, options=EngineOptions(clipped_sum=clipped_sum,
-                                                  physical_batch_size=physical))
-        model.compile(DPKerasSGDOptimizer(l2_norm_clip=0.1, noise_multiplier=0.0,
-                                          learning_rate=0.5), loss=LOSS)
-        return _step(model, tf.data.Dataset.from_tensors((ids, Y)))
+        return _step(build(physical), data)
 
     (whole, whole_logs), (chunked, chunked_logs) = step(None), step(8)
     for a, b in zip(whole, chunked):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
     assert chunked_logs == pytest.approx(whole_logs, rel=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("clipped_sum", ["bookkeeping", "second_pass", "recompute"])
+def test_each_clipped_sum_in_chunks_with_an_embedding(clipped_sum):
+    """An Embedding's clipped sum is sparse rows; each strategy's, added over chunks."""
+    _assert_whole_and_chunks_agree(lambda physical: _compiled(keras.Sequential([
+        keras.Input((5,), dtype="int32"), keras.layers.Embedding(50, 4), keras.layers.Flatten(),
+        keras.layers.Dense(3)]), physical, clipped_sum=clipped_sum),
+        tf.data.Dataset.from_tensors((RNG.integers(0, 50, (24, 5)), Y)))
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("unit", ["LSTM", "GRU"])
 def test_chunks_of_a_recurrent_classifier(unit):
     """Embedding + LSTM/GRU (their own time loops, native on CPU) inside the chunks' loop."""
-    ids = RNG.integers(1, 30, (24, 6))
-
-    def step(physical):
-        keras.utils.set_random_seed(2)
-        model = keras.Sequential([keras.Input((6,), dtype="int32"),
-                                  keras.layers.Embedding(30, 4, mask_zero=True),
-                                  getattr(keras.layers, unit)(5), keras.layers.Dense(3)])
-        make_private(model, options=EngineOptions(physical_batch_size=physical))
-        model.compile(DPKerasSGDOptimizer(l2_norm_clip=0.05, noise_multiplier=0.0,
-                                          learning_rate=0.5), loss=LOSS)
-        return _step(model, tf.data.Dataset.from_tensors((ids, Y)))
-
-    (whole, whole_logs), (chunked, chunked_logs) = step(None), step(8)
-    for a, b in zip(whole, chunked):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
-    assert chunked_logs == pytest.approx(whole_logs, rel=1e-5)
+    _assert_whole_and_chunks_agree(lambda physical: _compiled(keras.Sequential([
+        keras.Input((6,), dtype="int32"), keras.layers.Embedding(30, 4, mask_zero=True),
+        getattr(keras.layers, unit)(5), keras.layers.Dense(3)]), physical, clip=0.05),
+        tf.data.Dataset.from_tensors((RNG.integers(1, 30, (24, 6)), Y)))
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -222,18 +218,8 @@ def test_chunks_of_a_subclassed_model_built_by_its_first_step():
         def call(self, x):
             return self.out(self.hidden(x))
 
-    def step(physical):
-        keras.utils.set_random_seed(1)
-        model = Subclassed()
-        make_private(model, options=EngineOptions(physical_batch_size=physical))
-        model.compile(DPKerasSGDOptimizer(l2_norm_clip=0.1, noise_multiplier=0.0,
-                                          learning_rate=0.5), loss=LOSS)
-        return _step(model, tf.data.Dataset.from_tensors((X.reshape(24, -1), Y)))
-
-    (whole, whole_logs), (chunked, chunked_logs) = step(None), step(8)
-    for a, b in zip(whole, chunked):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
-    assert chunked_logs == pytest.approx(whole_logs, rel=1e-5)
+    _assert_whole_and_chunks_agree(lambda physical: _compiled(Subclassed(), physical),
+                                   tf.data.Dataset.from_tensors((X.reshape(24, -1), Y)))
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
