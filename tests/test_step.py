@@ -31,7 +31,7 @@ from tf_tempered.privacy.step import clipped_sum
 from tf_tempered.privacy.step.backward import backward
 from tf_tempered.privacy.step.clip_factors import clip_factors
 from tf_tempered.privacy.step.forward import record_forward
-from tf_tempered.privacy.step.metrics import step_stats
+from tf_tempered.privacy.step.metrics import local_stats
 from tf_tempered.privacy.step.noise import noised_mean
 from tf_tempered.privacy.step.norms import layer_norms
 from tf_tempered.privacy.step.plan import plan_step
@@ -73,7 +73,7 @@ def _stages(model, data):
     layers = layer_norms(model, state, groups, layout, forward.recorder.norm_hooks)
     norm, finite, weights = clip_factors(layers, forward.num_microbatches, CLIP)
     summed = plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables)
-    stats = step_stats(plan, batch, forward, norm, finite)
+    stats = plan.replicas.sum(local_stats(plan, batch, forward, norm, finite))
     grads = [g for g, _ in noised_mean(model, state, plan, batch, forward, summed, stats)]
     hooks = forward.recorder.norm_hooks
     return {"plan": plan, "layers": [layer.first.layer.name for layer in layers],

@@ -167,6 +167,20 @@ def test_chunks_with_two_outputs_log_each_outputs_loss():
         np.testing.assert_allclose(chunked[1][key], value, rtol=1e-5, atol=1e-6, err_msg=key)
 
 
+class SubclassedModel(keras.Model):
+    """A subclassed model: Keras knows no static shapes of its layers' calls. (Not
+    underscored: Keras 3 names the model after its class, and a name scope cannot start
+    with "_".)"""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = keras.layers.Dense(4, activation="tanh")
+        self.out = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.out(self.hidden(x))
+
+
 def _compiled(model, physical, *, clip=0.1, **options):
     make_private(model, options=EngineOptions(physical_batch_size=physical, **options))
     model.compile(DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=0.0, learning_rate=0.5),
@@ -209,16 +223,7 @@ def test_chunks_of_a_recurrent_classifier(unit):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_chunks_of_a_subclassed_model_built_by_its_first_step():
-    class Subclassed(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.hidden = keras.layers.Dense(4, activation="tanh")
-            self.out = keras.layers.Dense(3)
-
-        def call(self, x):
-            return self.out(self.hidden(x))
-
-    _assert_whole_and_chunks_agree(lambda physical: _compiled(Subclassed(), physical),
+    _assert_whole_and_chunks_agree(lambda physical: _compiled(SubclassedModel(), physical),
                                    tf.data.Dataset.from_tensors((X.reshape(24, -1), Y)))
 
 
@@ -318,20 +323,12 @@ def test_kept_bytes_per_row_from_static_shapes():
     # Conv2D: input 6·6·2, output 4·4·4; Dense(5): 64 → 5; Dense(3): 5 → 3 (float32).
     assert chunks.kept_bytes_per_row(model) == 4 * (72 + 64 + 64 + 5 + 5 + 3)
 
-    class Subclassed(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.dense = keras.layers.Dense(3)
-
-        def call(self, x):
-            return self.dense(x)
-
     # An LSTM(3) over 7 steps of 2 features also keeps each step's row: x_t (2), the gate
     # gradients δa_t and δr_t (4·3 each) and h_{t-1} (3) (layer_grads/rnn_rows.py).
     recurrent = keras.Sequential([keras.Input((7, 2)), keras.layers.LSTM(3), keras.layers.Dense(2)])
     assert chunks.kept_bytes_per_row(recurrent) == 4 * (14 + 3 + 7 * (2 + 24 + 3) + 3 + 2)
 
-    subclassed = Subclassed()
+    subclassed = SubclassedModel()
     subclassed(np.zeros((2, 4), np.float32))
     assert chunks.kept_bytes_per_row(subclassed) is None  # no static shapes: never "auto"
     sequence = keras.Sequential([keras.Input((None,)), keras.layers.Embedding(10, 4),

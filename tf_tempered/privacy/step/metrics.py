@@ -26,8 +26,8 @@ from tf_tempered.privacy.layer_grads import clip_weights as clip_lib
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import microbatching
 
-__all__ = ["DPMetrics", "local_stats", "step_stats", "update_metrics",
-           "update_compiled_metrics", "step_logs"]
+__all__ = ["DPMetrics", "local_stats", "update_metrics", "update_compiled_metrics",
+           "step_logs"]
 
 
 class DPMetrics:
@@ -54,13 +54,9 @@ def _row_weights(batch, forward, finite):
     return tf.cast(batch.poisson_mask, tf.float32) * rows_finite
 
 
-def step_stats(plan, batch, forward, norm, finite):
-    """The step's sums over all replicas, one all-reduce (:func:`local_stats`)."""
-    return plan.replicas.sum(local_stats(plan, batch, forward, norm, finite))
-
-
 def local_stats(plan, batch, forward, norm, finite):
-    """This replica's sums (of one chunk, with EngineOptions.physical_batch_size):
+    """This replica's sums (of one chunk, with EngineOptions.physical_batch_size), which the
+    step all-reduces once (``plan.replicas.sum``):
     [microbatches, rows, clipped, real, Σ norm, non-finite, Σ w·loss, Σ w, Σ w·loss_k...]."""
     real = finite
     if batch.poisson_mask is not None:  # padded rows are not examples: leave them out
