@@ -373,6 +373,72 @@ def test_auto_chunks_a_batch_whose_kept_tensors_exceed_the_budget(monkeypatch):
     assert len(chunk_rows) == traced
 
 
+def _recurrent(layer, steps=7):
+    return keras.Sequential([keras.Input((steps, 2)), layer, keras.layers.Dense(3)])
+
+
+def test_auto_chunks_recurrent_rows_only_where_the_time_loop_is_native(monkeypatch):
+    """An LSTM's (or reset-after GRU's) time steps over AUTO_RECURRENT_CHUNK_BYTES: chunks,
+    if its loop is the native op (in chunks no slower); TF's while loop: whole."""
+    lstm = _recurrent(keras.layers.LSTM(3))
+    per_row = chunks.time_step_bytes_per_row(lstm)
+    assert per_row == 4 * 7 * (2 + 24 + 3)
+    # Far under the other budget: only the recurrent one decides.
+    assert chunks.kept_bytes_per_row(lstm) * 96 < chunks.AUTO_CHUNK_BYTES
+    monkeypatch.setattr(chunks, "AUTO_RECURRENT_CHUNK_BYTES", 10 * per_row)
+    monkeypatch.setattr(chunks, "AUTO_MIN_CHUNK", 4)
+    assert chunks.auto_physical_batch_size(lstm, 96, 1) == 10
+    assert chunks.auto_physical_batch_size(lstm, 96, 2) == 5  # two rows per example
+    assert chunks.auto_physical_batch_size(lstm, 10, 1) is None  # within the budget
+    assert chunks.auto_physical_batch_size(lstm, 96, 1, EngineOptions(native=False)) is None
+    gru = _recurrent(keras.layers.GRU(3))
+    assert chunks.auto_physical_batch_size(gru, 96, 1) == 10 * per_row // (
+        chunks.time_step_bytes_per_row(gru))
+    assert chunks.auto_physical_batch_size(
+        _recurrent(keras.layers.GRU(3, reset_after=False)), 96, 1) is None
+    assert chunks.auto_physical_batch_size(
+        _recurrent(keras.layers.SimpleRNN(3)), 96, 1) is None
+    assert chunks.auto_physical_batch_size(
+        _recurrent(keras.layers.LSTM(3, activation="relu")), 96, 1) is None
+    masked = keras.Sequential([keras.Input((7,), dtype="int32"),
+                               keras.layers.Embedding(10, 2, mask_zero=True),
+                               keras.layers.LSTM(3), keras.layers.Dense(3)])
+    assert chunks.time_step_bytes_per_row(masked) == per_row
+    assert chunks.auto_physical_batch_size(masked, 96, 1) is None  # a mask: TF's loop
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        half = _recurrent(keras.layers.LSTM(3))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert chunks.auto_physical_batch_size(half, 96, 1) is None
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_auto_chunks_of_a_native_lstm_give_the_whole_batch_step(monkeypatch):
+    chunk_rows = []
+    real_chunked = chunks._chunked  # pylint: disable=protected-access
+
+    def spy(*args, **kwargs):
+        chunk_rows.append(args[6])
+        return real_chunked(*args, **kwargs)
+
+    def step(physical):
+        keras.utils.set_random_seed(1)
+        model = _compiled(_recurrent(keras.layers.LSTM(5), steps=6), physical, clip=0.05)
+        return _step(model, tf.data.Dataset.from_tensors((X.reshape(24, 6, -1)[..., :2], Y)))
+
+    whole = step(None)
+    monkeypatch.setattr(chunks, "_chunked", spy)
+    per_row = 4 * 6 * (2 + 2 * 20 + 5)
+    monkeypatch.setattr(chunks, "AUTO_RECURRENT_CHUNK_BYTES", 8 * per_row)
+    monkeypatch.setattr(chunks, "AUTO_MIN_CHUNK", 4)
+    chunked = step("auto")
+    assert chunk_rows and set(chunk_rows) == {8}
+    for a, b in zip(whole[0], chunked[0]):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    assert chunked[1] == pytest.approx(whole[1], rel=1e-5)
+
+
 def test_auto_is_the_default():
     assert EngineOptions().physical_batch_size == "auto"
 

@@ -16,7 +16,8 @@ Functional models, registered activation names, the XLA grouped convolution."""
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rnn_call_inputs",
+__all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "receives_mask",
+           "rnn_call_inputs",
            "rnn_call_result",
            "vectorized_map_takes_recurrent_layers",
            "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
@@ -45,6 +46,21 @@ def is_recurrent_unit(layer):
     is not a unit: it calls its two RNN layers in its own call, and each is recorded.
     """
     return isinstance(layer, keras.layers.RNN)
+
+
+def receives_mask(layer):
+    """Whether a layer of a Functional or Sequential model is called with a Keras mask
+    (an Embedding(mask_zero=True) or Masking before it), from the inputs Keras recorded;
+    False where it recorded none (a subclassed model).
+
+    Keras 3 records the mask among the layer's inputs, tf-keras on its input tensor;
+    both keep it as the tensors' private ``_keras_mask``.
+    """
+    try:
+        inputs = tf.nest.flatten(layer.input)
+    except (AttributeError, ValueError, RuntimeError):  # never called on Keras tensors
+        return False
+    return any(getattr(tensor, "_keras_mask", None) is not None for tensor in inputs)
 
 
 def rnn_call_result(output, final_states):

@@ -23,7 +23,7 @@ from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import native
 from tf_tempered.privacy.layer_grads import rnn_cell_math
 
-__all__ = ["native_loop"]
+__all__ = ["native_loop", "runs_natively"]
 
 
 def native_loop(cell, math, a, states, mask, options):
@@ -45,6 +45,29 @@ def native_loop(cell, math, a, states, mask, options):
     if options is not None and not options.native:
         return None
     return loop if native.usable(a.shape.num_elements()) else None
+
+
+def runs_natively(layer, options):
+    """Whether ``layer``'s time loop would be the native op in a step with ``options``,
+    from what is known before a call: native_loop's conditions but the mask, which the
+    call brings (keras_bridge.receives_mask reads it from a model's recorded inputs).
+
+    >>> runs_natively(keras.layers.GRU(4, reset_after=False), None)
+    False
+    """
+    entry = rnn_cell_math.cell_math(layer)
+    if entry is None or type(entry[1]) not in (rnn_cell_math.LSTM_MATH_TYPE,
+                                               rnn_cell_math.GRU_MATH_TYPE):
+        return False
+    cell = layer.cell
+    if (cell.activation is not keras.activations.tanh
+            or cell.recurrent_activation is not keras.activations.sigmoid):
+        return False
+    if getattr(layer, "compute_dtype", "float32") != "float32":
+        return False
+    if options is not None and not options.native:
+        return False
+    return native.usable()
 
 
 def _native_lstm_loop(a, u, states, recurrent_bias):

@@ -41,6 +41,7 @@ from typing import Any, Optional
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy.layer_grads import rnn_native_loops
 from tf_tempered.privacy.step.backward import backward
 from tf_tempered.privacy.step.batch import Batch
 from tf_tempered.privacy.step.clip_factors import clip_factors
@@ -49,7 +50,8 @@ from tf_tempered.privacy.step.metrics import local_stats, update_compiled_metric
 from tf_tempered.privacy.step.norms import layer_norms
 
 __all__ = ["Passes", "clipped_passes", "even_chunk_examples", "auto_physical_batch_size",
-           "kept_bytes_per_row", "AUTO", "AUTO_CHUNK_BYTES", "AUTO_MIN_CHUNK"]
+           "kept_bytes_per_row", "time_step_bytes_per_row", "AUTO", "AUTO_CHUNK_BYTES",
+           "AUTO_RECURRENT_CHUNK_BYTES", "AUTO_MIN_CHUNK"]
 
 AUTO = "auto"
 # physical_batch_size="auto" (the default) splits a batch whose kept tensors
@@ -59,6 +61,14 @@ AUTO = "auto"
 # MNIST CNN at 4096 (125 MiB: 2 chunks) 1.05x -> 0.61x, time within 3%; below it (MNIST
 # at 256: 8 MiB) chunks would cost time (1.19x -> 1.27x in 2 chunks).
 AUTO_CHUNK_BYTES = 64 * 2**20
+# A recurrent layer whose time loop is the native op (an LSTM, a GRU with reset_after=True)
+# keeps T rows an example for its norms, and its loop costs no more time in chunks:
+# Embedding + LSTM(64) / GRU(64) over 64 steps, batch 256, chunks of 64 against whole
+# (benchmarks/results/chunks_rnn.md, Keras 3 / Keras 2): GRU peak 1.87x / 1.64x -> 0.80x /
+# 0.71x non-private, time 0.73x / 1.00x -> 0.70x / 0.96x; LSTM 1.31x / 1.19x -> 0.69x /
+# 0.59x, time 0.92x / 0.96x -> 0.92x / 0.95x. TF's while loop (GRU reset_after=False, XLA,
+# TF_TEMPERED_NATIVE=0) costs time in chunks (1.26x -> 1.51x): those rows do not count here.
+AUTO_RECURRENT_CHUNK_BYTES = 8 * 2**20
 # Smaller chunks cost time per example (MNIST CNN at 4096 in chunks of 128: 1.46x
 # non-private against 1.18x whole).
 AUTO_MIN_CHUNK = 64
@@ -145,13 +155,36 @@ def _time_step_rows(layer, input_shape):
     return input_shape[1] * (inputs + 2 * gates + units)
 
 
-def auto_physical_batch_size(model, examples, multiplicity):
+def time_step_bytes_per_row(model):
+    """Bytes a row keeps of its recurrent layers' time steps: Σ 4·T·(D + 2G + U)."""
+    return sum(4 * _time_step_rows(layer, tuple(tf.nest.flatten(layer.input)[0].shape))
+               for layer in _recurrent_units(model))
+
+
+def auto_physical_batch_size(model, examples, multiplicity, options=None):
     """The chunk size (examples) of ``physical_batch_size="auto"``: chunks whose kept
-    tensors fit in AUTO_CHUNK_BYTES, of at least AUTO_MIN_CHUNK examples; None: whole."""
+    tensors fit in AUTO_CHUNK_BYTES, and whose recurrent rows fit in
+    AUTO_RECURRENT_CHUNK_BYTES if every time loop is native with these EngineOptions, of
+    at least AUTO_MIN_CHUNK examples; None: whole."""
     per_row = kept_bytes_per_row(model)
-    if per_row is None or per_row * multiplicity * examples <= AUTO_CHUNK_BYTES:
+    if per_row is None:
         return None
-    return max(AUTO_MIN_CHUNK, AUTO_CHUNK_BYTES // (per_row * multiplicity))
+    rows = examples * multiplicity
+    budgets = [AUTO_CHUNK_BYTES // per_row] if per_row * rows > AUTO_CHUNK_BYTES else []
+    recurrent = time_step_bytes_per_row(model)
+    # (runs_natively last: it may build the native library.)
+    if recurrent * rows > AUTO_RECURRENT_CHUNK_BYTES and all(
+            not keras_bridge.receives_mask(layer) and rnn_native_loops.runs_natively(layer, options)
+            for layer in _recurrent_units(model)):
+        budgets.append(AUTO_RECURRENT_CHUNK_BYTES // recurrent)
+    if not budgets:
+        return None
+    return max(AUTO_MIN_CHUNK, min(budgets) // multiplicity)
+
+
+def _recurrent_units(model):
+    return [layer for layer in model.layers
+            if layer.trainable_weights and keras_bridge.is_recurrent_unit(layer)]
 
 
 def clipped_passes(model, state, plan, batch, losses=None):
@@ -167,7 +200,8 @@ def clipped_passes(model, state, plan, batch, losses=None):
         # example per microbatch (docs/engine.md, "Less memory at the same speed").
         if not static or plan.config.num_microbatches is not None:
             return one_pass(model, state, plan, batch, losses)
-        physical = auto_physical_batch_size(model, rows // multiplicity, multiplicity)
+        physical = auto_physical_batch_size(model, rows // multiplicity, multiplicity,
+                                            plan.options)
         chunk_examples = physical and even_chunk_examples(rows // multiplicity, physical)
         if not chunk_examples or chunk_examples * multiplicity >= rows:
             return one_pass(model, state, plan, batch, losses)
