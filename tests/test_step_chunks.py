@@ -336,6 +336,20 @@ def test_kept_bytes_per_row_from_static_shapes():
     assert chunks.kept_bytes_per_row(sequence) is None
 
 
+def test_auto_chunks_are_equal_and_never_below_the_minimum():
+    # The largest equal chunk within the budget; else the smallest equal chunk of at least
+    # AUTO_MIN_CHUNK (64) examples: a padded Poisson batch of 380 in 5 chunks of 76, not
+    # 10 of 38; no equal split (a prime), or fewer than two minimum chunks: whole.
+    assert chunks.auto_chunk_examples(256, 64) == 64
+    assert chunks.auto_chunk_examples(256, 100) == 64  # 85.3 is no equal chunk
+    assert chunks.auto_chunk_examples(380, 64) == 76
+    assert chunks.auto_chunk_examples(380, 84) == 76
+    assert chunks.auto_chunk_examples(4096, 2048) == 2048
+    assert chunks.auto_chunk_examples(1100, 600) == 550
+    assert chunks.auto_chunk_examples(257, 64) is None
+    assert chunks.auto_chunk_examples(127, 64) is None
+
+
 def test_auto_chunk_size():
     model = _model()
     per_row = chunks.kept_bytes_per_row(model)

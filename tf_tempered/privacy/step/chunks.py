@@ -49,7 +49,8 @@ from tf_tempered.privacy.step.forward import record_forward
 from tf_tempered.privacy.step.metrics import local_stats, update_compiled_metrics
 from tf_tempered.privacy.step.norms import layer_norms
 
-__all__ = ["Passes", "clipped_passes", "even_chunk_examples", "auto_physical_batch_size",
+__all__ = ["Passes", "clipped_passes", "even_chunk_examples", "auto_chunk_examples",
+           "auto_physical_batch_size",
            "kept_bytes_per_row", "time_step_bytes_per_row", "AUTO", "AUTO_CHUNK_BYTES",
            "AUTO_RECURRENT_CHUNK_BYTES", "AUTO_MIN_CHUNK"]
 
@@ -116,6 +117,22 @@ def even_chunk_examples(examples, physical):
         if size * count == examples:
             return size
     return None
+
+
+def auto_chunk_examples(examples, physical):
+    """Examples per chunk of "auto": equal chunks of at least AUTO_MIN_CHUNK examples, the
+    largest of them within ``physical``, else the smallest (a little over the budget
+    rather than more, smaller chunks: a padded Poisson batch of 380 rows in chunks of 38
+    took 1.18x the non-private LSTM step, in chunks of 95 0.90x, whole 0.98x); None if
+    no such split (whole).
+
+    >>> auto_chunk_examples(256, 64), auto_chunk_examples(380, 64), auto_chunk_examples(257, 64)
+    (64, 76, None)
+    """
+    sizes = [examples // count for count in range(2, examples // AUTO_MIN_CHUNK + 1)
+             if examples % count == 0]
+    within = [size for size in sizes if size <= physical]
+    return within[0] if within else (sizes[-1] if sizes else None)
 
 
 def kept_bytes_per_row(model):
@@ -202,7 +219,7 @@ def clipped_passes(model, state, plan, batch, losses=None):
             return one_pass(model, state, plan, batch, losses)
         physical = auto_physical_batch_size(model, rows // multiplicity, multiplicity,
                                             plan.options)
-        chunk_examples = physical and even_chunk_examples(rows // multiplicity, physical)
+        chunk_examples = physical and auto_chunk_examples(rows // multiplicity, physical)
         if not chunk_examples or chunk_examples * multiplicity >= rows:
             return one_pass(model, state, plan, batch, losses)
         return _chunked(model, state, plan, batch, losses, rows, chunk_examples * multiplicity,
