@@ -33,7 +33,7 @@ import numpy as np
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, make_private
-from tf_tempered.privacy.step import chunks
+from tf_tempered.privacy.step import chunk_sizes
 from tf_tempered.scatternet import scatternet_cnn
 
 MULTIPLICITY = 4
@@ -58,9 +58,9 @@ def main(examples=1100, rounds=5):
                                                                       reduction="none"))
         model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)  # trace and warm up
         models[name] = model
-    size = chunks.auto_physical_batch_size(models["auto"], examples, MULTIPLICITY)
+    size = chunk_sizes.auto_physical_batch_size(models["auto"], examples, MULTIPLICITY)
     print(f"{examples} examples x {MULTIPLICITY} copies; auto: chunks of "
-          f"{chunks.even_chunk_examples(examples, size) if size else examples} examples")
+          f"{chunk_sizes.auto_chunk_examples(examples, size) if size else examples} examples")
     times = {name: [] for name in models}
     peaks = {name: 0 for name in models}
     for _ in range(rounds):

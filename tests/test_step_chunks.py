@@ -29,7 +29,7 @@ import pytest
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import DPGradients, DPKerasSGDOptimizer, EngineOptions, make_private
 from tf_tempered.privacy.state import get_state
-from tf_tempered.privacy.step import chunks
+from tf_tempered.privacy.step import chunk_sizes, chunks
 from tf_tempered.privacy.step.chunks import even_chunk_examples
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -321,50 +321,50 @@ def test_the_option_is_saved_with_the_model_and_loaded_chunks_train_alike(tmp_pa
 def test_kept_bytes_per_row_from_static_shapes():
     model = _model()
     # Conv2D: input 6·6·2, output 4·4·4; Dense(5): 64 → 5; Dense(3): 5 → 3 (float32).
-    assert chunks.kept_bytes_per_row(model) == 4 * (72 + 64 + 64 + 5 + 5 + 3)
+    assert chunk_sizes.kept_bytes_per_row(model) == 4 * (72 + 64 + 64 + 5 + 5 + 3)
 
     # An LSTM(3) over 7 steps of 2 features also keeps each step's row: x_t (2), the gate
     # gradients δa_t and δr_t (4·3 each) and h_{t-1} (3) (layer_grads/rnn_rows.py).
     recurrent = keras.Sequential([keras.Input((7, 2)), keras.layers.LSTM(3), keras.layers.Dense(2)])
-    assert chunks.kept_bytes_per_row(recurrent) == 4 * (14 + 3 + 7 * (2 + 24 + 3) + 3 + 2)
+    assert chunk_sizes.kept_bytes_per_row(recurrent) == 4 * (14 + 3 + 7 * (2 + 24 + 3) + 3 + 2)
 
     subclassed = SubclassedModel()
     subclassed(np.zeros((2, 4), np.float32))
-    assert chunks.kept_bytes_per_row(subclassed) is None  # no static shapes: never "auto"
+    assert chunk_sizes.kept_bytes_per_row(subclassed) is None  # no static shapes: never "auto"
     sequence = keras.Sequential([keras.Input((None,)), keras.layers.Embedding(10, 4),
                                  keras.layers.Dense(2)])
-    assert chunks.kept_bytes_per_row(sequence) is None
+    assert chunk_sizes.kept_bytes_per_row(sequence) is None
 
 
 def test_auto_chunks_are_equal_and_never_below_the_minimum():
     # The largest equal chunk within the budget; else the smallest equal chunk of at least
     # AUTO_MIN_CHUNK (64) examples: a padded Poisson batch of 380 in 5 chunks of 76, not
     # 10 of 38; no equal split (a prime), or fewer than two minimum chunks: whole.
-    assert chunks.auto_chunk_examples(256, 64) == 64
-    assert chunks.auto_chunk_examples(256, 100) == 64  # 85.3 is no equal chunk
-    assert chunks.auto_chunk_examples(380, 64) == 76
-    assert chunks.auto_chunk_examples(380, 84) == 76
-    assert chunks.auto_chunk_examples(4096, 2048) == 2048
-    assert chunks.auto_chunk_examples(1100, 600) == 550
-    assert chunks.auto_chunk_examples(257, 64) is None
-    assert chunks.auto_chunk_examples(127, 64) is None
+    assert chunk_sizes.auto_chunk_examples(256, 64) == 64
+    assert chunk_sizes.auto_chunk_examples(256, 100) == 64  # 85.3 is no equal chunk
+    assert chunk_sizes.auto_chunk_examples(380, 64) == 76
+    assert chunk_sizes.auto_chunk_examples(380, 84) == 76
+    assert chunk_sizes.auto_chunk_examples(4096, 2048) == 2048
+    assert chunk_sizes.auto_chunk_examples(1100, 600) == 550
+    assert chunk_sizes.auto_chunk_examples(257, 64) is None
+    assert chunk_sizes.auto_chunk_examples(127, 64) is None
 
 
 def test_auto_chunk_size():
     model = _model()
-    per_row = chunks.kept_bytes_per_row(model)
-    assert chunks.auto_physical_batch_size(model, chunks.AUTO_CHUNK_BYTES // per_row, 1) is None
-    many = 100 * chunks.AUTO_CHUNK_BYTES // per_row
-    assert chunks.auto_physical_batch_size(model, many, 1) == chunks.AUTO_CHUNK_BYTES // per_row
-    halved = chunks.AUTO_CHUNK_BYTES // per_row // 2  # two rows per example
-    assert chunks.auto_physical_batch_size(model, many, 2) == halved
+    per_row = chunk_sizes.kept_bytes_per_row(model)
+    assert chunk_sizes.auto_physical_batch_size(model, chunk_sizes.AUTO_CHUNK_BYTES // per_row, 1) is None
+    many = 100 * chunk_sizes.AUTO_CHUNK_BYTES // per_row
+    assert chunk_sizes.auto_physical_batch_size(model, many, 1) == chunk_sizes.AUTO_CHUNK_BYTES // per_row
+    halved = chunk_sizes.AUTO_CHUNK_BYTES // per_row // 2  # two rows per example
+    assert chunk_sizes.auto_physical_batch_size(model, many, 2) == halved
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_auto_chunks_a_batch_whose_kept_tensors_exceed_the_budget(monkeypatch):
     """With the budget at 10 rows' kept tensors and chunks of at least 4 examples, the
     default ("auto") splits 24 rows into 3 equal chunks of 8; the step is the whole batch's."""
-    per_row = chunks.kept_bytes_per_row(_model())
+    per_row = chunk_sizes.kept_bytes_per_row(_model())
     whole = _step(_model(), _batches(24))
     chunk_rows = []
     real_chunked = chunks._chunked  # pylint: disable=protected-access
@@ -374,15 +374,15 @@ def test_auto_chunks_a_batch_whose_kept_tensors_exceed_the_budget(monkeypatch):
         return real_chunked(*args, **kwargs)
 
     monkeypatch.setattr(chunks, "_chunked", spy)
-    monkeypatch.setattr(chunks, "AUTO_CHUNK_BYTES", 10 * per_row)
-    monkeypatch.setattr(chunks, "AUTO_MIN_CHUNK", 4)
+    monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 10 * per_row)
+    monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 4)
     _assert_same_step(whole, _step(_model("auto"), _batches(24)))
     assert chunk_rows and set(chunk_rows) == {8}  # (each trace of the step)
     traced = len(chunk_rows)
     # Under the budget, or with an unknown batch size: the whole batch.
-    monkeypatch.setattr(chunks, "AUTO_CHUNK_BYTES", 24 * per_row)
+    monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 24 * per_row)
     _step(_model("auto"), _batches(24))
-    monkeypatch.setattr(chunks, "AUTO_CHUNK_BYTES", 10 * per_row)
+    monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 10 * per_row)
     _step(_model("auto"), _batches(24, known_rows=False))
     assert len(chunk_rows) == traced
 
@@ -395,36 +395,36 @@ def test_auto_chunks_recurrent_rows_only_where_the_time_loop_is_native(monkeypat
     """An LSTM's (or reset-after GRU's) time steps over AUTO_RECURRENT_CHUNK_BYTES: chunks,
     if its loop is the native op (in chunks no slower); TF's while loop: whole."""
     lstm = _recurrent(keras.layers.LSTM(3))
-    per_row = chunks.time_step_bytes_per_row(lstm)
+    per_row = chunk_sizes.time_step_bytes_per_row(lstm)
     assert per_row == 4 * 7 * (2 + 24 + 3)
     # Far under the other budget: only the recurrent one decides.
-    assert chunks.kept_bytes_per_row(lstm) * 96 < chunks.AUTO_CHUNK_BYTES
-    monkeypatch.setattr(chunks, "AUTO_RECURRENT_CHUNK_BYTES", 10 * per_row)
-    monkeypatch.setattr(chunks, "AUTO_MIN_CHUNK", 4)
-    assert chunks.auto_physical_batch_size(lstm, 96, 1) == 10
-    assert chunks.auto_physical_batch_size(lstm, 96, 2) == 5  # two rows per example
-    assert chunks.auto_physical_batch_size(lstm, 10, 1) is None  # within the budget
-    assert chunks.auto_physical_batch_size(lstm, 96, 1, EngineOptions(native=False)) is None
+    assert chunk_sizes.kept_bytes_per_row(lstm) * 96 < chunk_sizes.AUTO_CHUNK_BYTES
+    monkeypatch.setattr(chunk_sizes, "AUTO_RECURRENT_CHUNK_BYTES", 10 * per_row)
+    monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 4)
+    assert chunk_sizes.auto_physical_batch_size(lstm, 96, 1) == 10
+    assert chunk_sizes.auto_physical_batch_size(lstm, 96, 2) == 5  # two rows per example
+    assert chunk_sizes.auto_physical_batch_size(lstm, 10, 1) is None  # within the budget
+    assert chunk_sizes.auto_physical_batch_size(lstm, 96, 1, EngineOptions(native=False)) is None
     gru = _recurrent(keras.layers.GRU(3))
-    assert chunks.auto_physical_batch_size(gru, 96, 1) == 10 * per_row // (
-        chunks.time_step_bytes_per_row(gru))
-    assert chunks.auto_physical_batch_size(
+    assert chunk_sizes.auto_physical_batch_size(gru, 96, 1) == 10 * per_row // (
+        chunk_sizes.time_step_bytes_per_row(gru))
+    assert chunk_sizes.auto_physical_batch_size(
         _recurrent(keras.layers.GRU(3, reset_after=False)), 96, 1) is None
-    assert chunks.auto_physical_batch_size(
+    assert chunk_sizes.auto_physical_batch_size(
         _recurrent(keras.layers.SimpleRNN(3)), 96, 1) is None
-    assert chunks.auto_physical_batch_size(
+    assert chunk_sizes.auto_physical_batch_size(
         _recurrent(keras.layers.LSTM(3, activation="relu")), 96, 1) is None
     masked = keras.Sequential([keras.Input((7,), dtype="int32"),
                                keras.layers.Embedding(10, 2, mask_zero=True),
                                keras.layers.LSTM(3), keras.layers.Dense(3)])
-    assert chunks.time_step_bytes_per_row(masked) == per_row
-    assert chunks.auto_physical_batch_size(masked, 96, 1) is None  # a mask: TF's loop
+    assert chunk_sizes.time_step_bytes_per_row(masked) == per_row
+    assert chunk_sizes.auto_physical_batch_size(masked, 96, 1) is None  # a mask: TF's loop
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         half = _recurrent(keras.layers.LSTM(3))
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    assert chunks.auto_physical_batch_size(half, 96, 1) is None
+    assert chunk_sizes.auto_physical_batch_size(half, 96, 1) is None
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -444,8 +444,8 @@ def test_auto_chunks_of_a_native_lstm_give_the_whole_batch_step(monkeypatch):
     whole = step(None)
     monkeypatch.setattr(chunks, "_chunked", spy)
     per_row = 4 * 6 * (2 + 2 * 20 + 5)
-    monkeypatch.setattr(chunks, "AUTO_RECURRENT_CHUNK_BYTES", 8 * per_row)
-    monkeypatch.setattr(chunks, "AUTO_MIN_CHUNK", 4)
+    monkeypatch.setattr(chunk_sizes, "AUTO_RECURRENT_CHUNK_BYTES", 8 * per_row)
+    monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 4)
     chunked = step("auto")
     assert chunk_rows and set(chunk_rows) == {8}
     for a, b in zip(whole[0], chunked[0]):
