@@ -453,6 +453,36 @@ def test_auto_chunks_of_a_native_lstm_give_the_whole_batch_step(monkeypatch):
     assert chunked[1] == pytest.approx(whole[1], rel=1e-5)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_auto_chunks_a_batch_of_unknown_size_if_any_splittable_batch_is_over_budget(
+        monkeypatch):
+    """Budget 6 rows, chunks of at least 4 examples: any batch of 8 or more examples is
+    over it, so a batch whose size is known only when the step runs goes in chunks too
+    (24 rows: 4 of 6, sizes computed in the step); the step is the whole batch's."""
+    per_row = chunk_sizes.kept_bytes_per_row(_model())
+    whole = _step(_model(), _batches(24, known_rows=False))
+    calls = []
+    real_chunked = chunks._chunked  # pylint: disable=protected-access
+
+    def spy(*args, **kwargs):
+        calls.append((isinstance(args[6], int), kwargs["equal"]))
+        return real_chunked(*args, **kwargs)
+
+    monkeypatch.setattr(chunks, "_chunked", spy)
+    monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 6 * per_row)
+    monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 4)
+    _assert_same_step(whole, _step(_model("auto"), _batches(24, known_rows=False)))
+    assert calls and set(calls) == {(False, False)}  # a size from the step, last shorter
+    traced = len(calls)
+    # Budget 10 rows: a batch of 8 examples would run whole, so an unknown size does.
+    monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 10 * per_row)
+    _step(_model("auto"), _batches(24, known_rows=False))
+    # Under XLA an unknown size runs whole ("auto" chunks are equal there).
+    monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 6 * per_row)
+    _step(_model("auto", jit_compile=True), _batches(24, known_rows=False))
+    assert len(calls) == traced
+
+
 def test_auto_is_the_default():
     assert EngineOptions().physical_batch_size == "auto"
 

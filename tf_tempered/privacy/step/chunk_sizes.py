@@ -29,7 +29,8 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import rnn_native_loops
 
-__all__ = ["auto_chunk_examples", "auto_physical_batch_size", "kept_bytes_per_row",
+__all__ = ["auto_chunk_examples", "auto_physical_batch_size", "dynamic_chunk_rows",
+           "kept_bytes_per_row",
            "time_step_bytes_per_row", "AUTO_CHUNK_BYTES", "AUTO_RECURRENT_CHUNK_BYTES",
            "AUTO_MIN_CHUNK"]
 
@@ -65,6 +66,20 @@ def auto_chunk_examples(examples, physical):
              if examples % count == 0]
     within = [size for size in sizes if size <= physical]
     return within[0] if within else (sizes[-1] if sizes else None)
+
+
+def dynamic_chunk_rows(rows, limit, multiplicity):
+    """Rows per chunk of a batch of ``rows`` known only when the step runs (a tensor): the
+    fewest chunks of at most ``limit`` examples, but of at least AUTO_MIN_CHUNK, as equal
+    as whole examples allow: n = max(1, min(⌈E/limit⌉, ⌊E/AUTO_MIN_CHUNK⌋)) chunks of
+    ⌈E/n⌉ examples, the last one shorter, for E = rows/multiplicity examples.
+
+    >>> [int(dynamic_chunk_rows(tf.constant(r), 84, 1)) for r in (256, 250, 100)]
+    [64, 84, 100]
+    """
+    examples = rows // multiplicity
+    count = tf.maximum(1, tf.minimum(-(-examples // limit), examples // AUTO_MIN_CHUNK))
+    return -(-examples // count) * multiplicity
 
 
 def kept_bytes_per_row(model):

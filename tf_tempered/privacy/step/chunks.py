@@ -43,6 +43,7 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.step.backward import backward
 from tf_tempered.privacy.step.batch import Batch
+from tf_tempered.privacy.step import chunk_sizes
 from tf_tempered.privacy.step.chunk_sizes import auto_chunk_examples, auto_physical_batch_size
 from tf_tempered.privacy.step.clip_factors import clip_factors
 from tf_tempered.privacy.step.forward import record_forward
@@ -105,17 +106,7 @@ def clipped_passes(model, state, plan, batch, losses=None):
     rows = _rows(batch)
     static = isinstance(rows, int)
     if physical == AUTO:
-        # Chunks only where they are known to pay: static sizes, equal chunks, one
-        # example per microbatch (docs/engine.md, "Less memory at the same speed").
-        if not static or plan.config.num_microbatches is not None:
-            return one_pass(model, state, plan, batch, losses)
-        physical = auto_physical_batch_size(model, rows // multiplicity, multiplicity,
-                                            plan.options)
-        chunk_examples = physical and auto_chunk_examples(rows // multiplicity, physical)
-        if not chunk_examples or chunk_examples * multiplicity >= rows:
-            return one_pass(model, state, plan, batch, losses)
-        return _chunked(model, state, plan, batch, losses, rows, chunk_examples * multiplicity,
-                        equal=True)
+        return _auto_passes(model, state, plan, batch, losses, rows)
     _refuse_microbatches(plan)
     if static and rows <= physical * multiplicity:
         return one_pass(model, state, plan, batch, losses)
@@ -130,6 +121,29 @@ def clipped_passes(model, state, plan, batch, losses=None):
     chunk_rows = (chunk_examples or physical) * multiplicity
     return _chunked(model, state, plan, batch, losses, rows, chunk_rows,
                     equal=chunk_examples is not None)
+
+
+def _auto_passes(model, state, plan, batch, losses, rows):
+    """physical_batch_size="auto": chunks only where they are known to pay (chunk_sizes.py),
+    of whole examples, one example per microbatch; a batch of unknown size in chunks only
+    if any batch that could be split (2·AUTO_MIN_CHUNK examples or more) is over budget."""
+    multiplicity = plan.multiplicity
+    if plan.config.num_microbatches is not None:
+        return one_pass(model, state, plan, batch, losses)
+    if not isinstance(rows, int):
+        limit = None if plan.xla else auto_physical_batch_size(
+            model, 2 * chunk_sizes.AUTO_MIN_CHUNK, multiplicity, plan.options)
+        if limit is None:
+            return one_pass(model, state, plan, batch, losses)
+        return _chunked(model, state, plan, batch, losses, rows,
+                        chunk_sizes.dynamic_chunk_rows(rows, limit, multiplicity), equal=False)
+    physical = auto_physical_batch_size(model, rows // multiplicity, multiplicity,
+                                        plan.options)
+    chunk_examples = physical and auto_chunk_examples(rows // multiplicity, physical)
+    if not chunk_examples or chunk_examples * multiplicity >= rows:
+        return one_pass(model, state, plan, batch, losses)
+    return _chunked(model, state, plan, batch, losses, rows, chunk_examples * multiplicity,
+                    equal=True)
 
 
 def _refuse_microbatches(plan):
