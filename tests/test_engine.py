@@ -35,6 +35,7 @@ from tf_tempered.privacy import (DPConfig, DPKerasAdamOptimizer, DPKerasSGDOptim
                                  NotPrivateError, UnsupportedLayerError, dp_config,
                                  make_private)
 from tf_tempered.privacy import native
+from tf_tempered.privacy.step import chunk_sizes
 from tf_tempered.privacy.optimizers import DPOptimizerMixin
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
@@ -504,6 +505,38 @@ def test_unpadded_poisson_batches_train_as_the_padded_ones(recwarn):
     # Poisson-accounted alike (the amplified ε); batches of several sizes traced once.
     assert unpadded_history["epsilon"] == padded_history["epsilon"]
     assert len(sizes) > 1 and 0 < traced[0] == traced[1] == len(loss_calls)
+
+
+@pytest.mark.parametrize("physical", [None, "auto", 4])
+def test_an_empty_poisson_batch_is_a_step_of_noise_alone(physical, monkeypatch):
+    """Poisson sampling may draw no example (unpadded: a batch of 0 rows, its size known
+    only in the step). The step is still taken: the update is Z / (q·N), the noise over the
+    expected batch size, with nothing clipped (it divided by zero before). "auto" with a
+    budget every batch exceeds, and 4, run it in chunks: none."""
+    monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 1)
+    monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 1)
+    def empty(a):  # no row, in a tensor of unknown batch size
+        return tf.boolean_mask(a, tf.zeros(tf.shape(a)[:1], tf.bool))
+
+    ds = tf.data.Dataset.from_tensors((np.ones((3, 40), np.float32), np.zeros(3, np.int64))).map(
+        lambda a, b: (empty(a), empty(b), {"mask": empty(tf.ones(3)),
+                                           "expected_batch_size": tf.constant(10.0)}))
+    assert ds.element_spec[0].shape.as_list() == [None, 40]
+    deltas = {}
+    for sigma in (0.0, 2.0):
+        model = make_private(keras.Sequential([keras.Input((40,)), keras.layers.Dense(100)]),
+                             options=EngineOptions(physical_batch_size=physical))
+        model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=0.5, noise_multiplier=sigma,
+                                                    learning_rate=1.0), loss=LOSS)
+        before = model.get_weights()
+        logs = model.fit(ds, verbose=0).history
+        deltas[sigma] = np.concatenate([(a - b).ravel()
+                                        for a, b in zip(model.get_weights(), before)])
+        assert np.isfinite(logs["loss"][0]) and logs["dp_clipped_fraction"][0] == 0.0
+    assert not deltas[0.0].any()  # no example: no gradient
+    # Z / 10 with Z ~ N(0, (σC)²) on each of the 4,100 coordinates: std 0.1.
+    np.testing.assert_allclose(deltas[2.0].std(), 2.0 * 0.5 / 10, rtol=0.05)
+    assert abs(deltas[2.0].mean()) < 0.01
 
 
 def test_unpadded_poisson_batches_under_xla_warn_with_the_fix():

@@ -110,7 +110,8 @@ def weighted_sum(rows, scale):
 
 def per_example(per_microbatch, like):
     """Repeats a [M] vector to one entry per example of `like` ([B, ...]), shaped to broadcast."""
-    repeats = tf.shape(like)[0] // tf.shape(per_microbatch)[0]
+    # (max: an empty Poisson batch has no microbatch and no example.)
+    repeats = tf.shape(like)[0] // tf.maximum(tf.shape(per_microbatch)[0], 1)
     values = tf.repeat(tf.cast(per_microbatch, like.dtype), repeats)
     return tf.reshape(values, [-1] + [1] * (like.shape.rank - 1))
 

@@ -54,7 +54,6 @@ AUTO_RECURRENT_CHUNK_BYTES = 8 * 2**20
 AUTO_MIN_CHUNK = 64
 
 
-
 def auto_chunk_examples(examples, physical):
     """Examples per chunk of "auto": equal chunks of at least AUTO_MIN_CHUNK examples, the
     largest of them within ``physical``, else the smallest (a little over the budget
@@ -74,12 +73,13 @@ def dynamic_chunk_rows(rows, limit, multiplicity):
     as whole examples allow: n = max(1, min(⌈E/limit⌉, ⌊E/AUTO_MIN_CHUNK⌋)) chunks of
     ⌈E/n⌉ examples, the last one shorter, for E = rows/multiplicity examples.
 
-    >>> [int(dynamic_chunk_rows(tf.constant(r), 84, 1)) for r in (256, 250, 100)]
-    [64, 84, 100]
+    >>> [int(dynamic_chunk_rows(tf.constant(r), 84, 1)) for r in (256, 250, 100, 0)]
+    [64, 84, 100, 1]
     """
     examples = rows // multiplicity
     count = tf.maximum(1, tf.minimum(-(-examples // limit), examples // AUTO_MIN_CHUNK))
-    return -(-examples // count) * multiplicity
+    # (At least one example: an empty Poisson batch then runs no chunk, as for an int.)
+    return tf.maximum(-(-examples // count), 1) * multiplicity
 
 
 def kept_bytes_per_row(model):
