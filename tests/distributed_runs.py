@@ -110,6 +110,24 @@ def mirrored():
     chunks = dict(num_microbatches=None, sigma=0.0, seed=3, metrics=["accuracy"])
     out["chunks"] = {"one": _train(tf.distribute.get_strategy(), data=data, **chunks),
                      "two": _train(two, data=data, physical_batch_size=2, **chunks)}
+    # A tf.data pipeline's batches (sizes unknown while tracing) with "auto" and budgets
+    # every batch exceeds: each replica's rows in chunks sized in its step (one example
+    # each here), its own number of loop iterations; the single device's whole batches.
+    from tf_tempered.privacy.step import chunk_sizes, chunks as chunks_module
+    budgets = chunk_sizes.AUTO_CHUNK_BYTES, chunk_sizes.AUTO_MIN_CHUNK
+    chunk_sizes.AUTO_CHUNK_BYTES, chunk_sizes.AUTO_MIN_CHUNK = 1, 1
+    real_chunked, chunked_static = chunks_module._chunked, []
+    chunks_module._chunked = lambda *a, **k: (chunked_static.append(isinstance(a[6], int))
+                                              or real_chunked(*a, **k))
+    try:
+        out["auto_dynamic"] = {
+            "one": _train(tf.distribute.get_strategy(), data=data, dataset=True,
+                          physical_batch_size=None, **chunks),
+            "two": _train(two, data=data, dataset=True, **chunks),
+            "chunked_static": chunked_static}
+    finally:
+        chunk_sizes.AUTO_CHUNK_BYTES, chunk_sizes.AUTO_MIN_CHUNK = budgets
+        chunks_module._chunked = real_chunked
     # One example (on the second replica's half of a batch) has a non-finite gradient.
     bad = (data[0].copy(), data[1])
     bad[0][13, 0, 0, 0] = np.inf

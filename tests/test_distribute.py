@@ -76,6 +76,15 @@ def test_two_replicas_in_chunks_give_the_single_device_run(mirrored):
     assert "accuracy" in run["two"]["history"]
 
 
+def test_two_replicas_in_auto_chunks_of_unknown_size_give_the_single_device_run(mirrored):
+    # "auto" on a tf.data pipeline's batches (unknown sizes), budgets every batch exceeds:
+    # each replica runs its rows in chunks sized in its step, the one device whole.
+    run = mirrored["auto_dynamic"]
+    assert run["chunked_static"] and not any(run["chunked_static"])  # sizes from the step
+    _assert_same_run(run["one"], run["two"])
+    assert "accuracy" in run["two"]["history"]
+
+
 def test_dp_gradients_under_strategy_run_gives_the_single_device_update(mirrored):
     # A custom loop (DPGradients inside strategy.run, a Keras optimizer applying the
     # gradients in the replica function): the replicas' parts are summed once, as in fit.
