@@ -28,8 +28,9 @@ Opacus' BatchMemoryManager and gradient accumulation give, inside one step).
 Chunks are equal when an even split of the batch has at least P/2 examples per chunk
 (static shapes: the handlers' paths are chosen for that size); otherwise the last chunk is
 shorter (not under XLA, which needs static shapes: refused with the fix). The default,
-``physical_batch_size="auto"``, chunks only a batch whose kept tensors exceed
-AUTO_CHUNK_BYTES, in equal chunks (chunk_sizes.py).
+``physical_batch_size="auto"``, chunks only a batch over the budgets of chunk_sizes.py
+(its kept tensors, a native-loop RNN's time-step rows), in equal chunks of at least
+AUTO_MIN_CHUNK examples, or, for a batch of unknown size, in chunks sized in the step.
 
 >>> even_chunk_examples(300, 128), even_chunk_examples(256, 128), even_chunk_examples(257, 128)
 (100, 128, None)
@@ -44,7 +45,6 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy.step.backward import backward
 from tf_tempered.privacy.step.batch import Batch
 from tf_tempered.privacy.step import chunk_sizes
-from tf_tempered.privacy.step.chunk_sizes import auto_chunk_examples, auto_physical_batch_size
 from tf_tempered.privacy.step.clip_factors import clip_factors
 from tf_tempered.privacy.step.forward import record_forward
 from tf_tempered.privacy.step.metrics import local_stats, update_compiled_metrics
@@ -53,6 +53,8 @@ from tf_tempered.privacy.step.norms import layer_norms
 __all__ = ["Passes", "clipped_passes", "even_chunk_examples", "AUTO"]
 
 AUTO = "auto"
+
+
 @dataclasses.dataclass(frozen=True)
 class Passes:
     """What the forward and backward passes of a step left for the noise and the metrics.
@@ -131,15 +133,15 @@ def _auto_passes(model, state, plan, batch, losses, rows):
     if plan.config.num_microbatches is not None:
         return one_pass(model, state, plan, batch, losses)
     if not isinstance(rows, int):
-        limit = None if plan.xla else auto_physical_batch_size(
+        limit = None if plan.xla else chunk_sizes.auto_physical_batch_size(
             model, 2 * chunk_sizes.AUTO_MIN_CHUNK, multiplicity, plan.options)
         if limit is None:
             return one_pass(model, state, plan, batch, losses)
         return _chunked(model, state, plan, batch, losses, rows,
                         chunk_sizes.dynamic_chunk_rows(rows, limit, multiplicity), equal=False)
-    physical = auto_physical_batch_size(model, rows // multiplicity, multiplicity,
-                                        plan.options)
-    chunk_examples = physical and auto_chunk_examples(rows // multiplicity, physical)
+    examples = rows // multiplicity
+    physical = chunk_sizes.auto_physical_batch_size(model, examples, multiplicity, plan.options)
+    chunk_examples = physical and chunk_sizes.auto_chunk_examples(examples, physical)
     if not chunk_examples or chunk_examples * multiplicity >= rows:
         return one_pass(model, state, plan, batch, losses)
     return _chunked(model, state, plan, batch, losses, rows, chunk_examples * multiplicity,
