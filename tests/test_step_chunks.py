@@ -360,31 +360,37 @@ def test_auto_chunk_size():
     assert chunk_sizes.auto_physical_batch_size(model, many, 2) == halved
 
 
+def _spy_chunked(monkeypatch):
+    """Records (rows per chunk, equal) of every chunked trace of the step."""
+    calls = []
+    real_chunked = chunks._chunked  # pylint: disable=protected-access
+
+    def spy(*args, **kwargs):
+        calls.append((args[6], kwargs["equal"]))
+        return real_chunked(*args, **kwargs)
+
+    monkeypatch.setattr(chunks, "_chunked", spy)
+    return calls
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_auto_chunks_a_batch_whose_kept_tensors_exceed_the_budget(monkeypatch):
     """With the budget at 10 rows' kept tensors and chunks of at least 4 examples, the
     default ("auto") splits 24 rows into 3 equal chunks of 8; the step is the whole batch's."""
     per_row = chunk_sizes.kept_bytes_per_row(_model())
     whole = _step(_model(), _batches(24))
-    chunk_rows = []
-    real_chunked = chunks._chunked  # pylint: disable=protected-access
-
-    def spy(*args, **kwargs):
-        chunk_rows.append(args[6])
-        return real_chunked(*args, **kwargs)
-
-    monkeypatch.setattr(chunks, "_chunked", spy)
+    calls = _spy_chunked(monkeypatch)
     monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 10 * per_row)
     monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 4)
     _assert_same_step(whole, _step(_model("auto"), _batches(24)))
-    assert chunk_rows and set(chunk_rows) == {8}  # (each trace of the step)
-    traced = len(chunk_rows)
+    assert calls and set(calls) == {(8, True)}  # (each trace of the step)
+    traced = len(calls)
     # Under the budget, or with an unknown batch size: the whole batch.
     monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 24 * per_row)
     _step(_model("auto"), _batches(24))
     monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 10 * per_row)
     _step(_model("auto"), _batches(24, known_rows=False))
-    assert len(chunk_rows) == traced
+    assert len(calls) == traced
 
 
 def _recurrent(layer, steps=7):
@@ -429,25 +435,18 @@ def test_auto_chunks_recurrent_rows_only_where_the_time_loop_is_native(monkeypat
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_auto_chunks_of_a_native_lstm_give_the_whole_batch_step(monkeypatch):
-    chunk_rows = []
-    real_chunked = chunks._chunked  # pylint: disable=protected-access
-
-    def spy(*args, **kwargs):
-        chunk_rows.append(args[6])
-        return real_chunked(*args, **kwargs)
-
     def step(physical):
         keras.utils.set_random_seed(1)
         model = _compiled(_recurrent(keras.layers.LSTM(5), steps=6), physical, clip=0.05)
         return _step(model, tf.data.Dataset.from_tensors((X.reshape(24, 6, -1)[..., :2], Y)))
 
     whole = step(None)
-    monkeypatch.setattr(chunks, "_chunked", spy)
+    calls = _spy_chunked(monkeypatch)
     per_row = 4 * 6 * (2 + 2 * 20 + 5)
     monkeypatch.setattr(chunk_sizes, "AUTO_RECURRENT_CHUNK_BYTES", 8 * per_row)
     monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 4)
     chunked = step("auto")
-    assert chunk_rows and set(chunk_rows) == {8}
+    assert calls and set(calls) == {(8, True)}
     for a, b in zip(whole[0], chunked[0]):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
     assert chunked[1] == pytest.approx(whole[1], rel=1e-5)
@@ -461,18 +460,12 @@ def test_auto_chunks_a_batch_of_unknown_size_if_any_splittable_batch_is_over_bud
     (24 rows: 4 of 6, sizes computed in the step); the step is the whole batch's."""
     per_row = chunk_sizes.kept_bytes_per_row(_model())
     whole = _step(_model(), _batches(24, known_rows=False))
-    calls = []
-    real_chunked = chunks._chunked  # pylint: disable=protected-access
-
-    def spy(*args, **kwargs):
-        calls.append((isinstance(args[6], int), kwargs["equal"]))
-        return real_chunked(*args, **kwargs)
-
-    monkeypatch.setattr(chunks, "_chunked", spy)
+    calls = _spy_chunked(monkeypatch)
     monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 6 * per_row)
     monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 4)
     _assert_same_step(whole, _step(_model("auto"), _batches(24, known_rows=False)))
-    assert calls and set(calls) == {(False, False)}  # a size from the step, last shorter
+    # A size from the step (a tensor), the last chunk shorter.
+    assert calls and {(isinstance(rows, int), equal) for rows, equal in calls} == {(False, False)}
     traced = len(calls)
     # Budget 10 rows: a batch of 8 examples would run whole, so an unknown size does.
     monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 10 * per_row)

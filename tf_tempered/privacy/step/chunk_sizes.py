@@ -101,8 +101,12 @@ def kept_bytes_per_row(model):
             if None in dims:
                 return None
             total += 4 * math.prod(dims)
-        total += 4 * _time_step_rows(layer, tuple(tf.nest.flatten(layer.input)[0].shape))
+        total += _time_step_bytes(layer)
     return total
+
+
+def _time_step_bytes(layer):
+    return 4 * _time_step_rows(layer, tuple(tf.nest.flatten(layer.input)[0].shape))
 
 
 def _time_step_rows(layer, input_shape):
@@ -121,8 +125,7 @@ def _time_step_rows(layer, input_shape):
 
 def time_step_bytes_per_row(model):
     """Bytes a row keeps of its recurrent layers' time steps: Σ 4·T·(D + 2G + U)."""
-    return sum(4 * _time_step_rows(layer, tuple(tf.nest.flatten(layer.input)[0].shape))
-               for layer in _recurrent_units(model))
+    return sum(_time_step_bytes(layer) for layer in _recurrent_units(model))
 
 
 def auto_physical_batch_size(model, examples, multiplicity, options=None):
