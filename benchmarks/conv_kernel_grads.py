@@ -1,10 +1,12 @@
 # Copyright 2026 The tf_tempered Authors. Licensed under the Apache License, Version 2.0.
-"""A Conv2D's per-example kernel gradients and their squared norms, four ways, with and without XLA.
+"""A Conv2D's per-example kernel gradients and their squared norms, five ways, with and without XLA.
 
 For the MNIST and CIFAR-10 CNNs' convolutions at batch 256 (random inputs and output
 gradients of the layer's shapes): image patches (one gather) and a batched matmul; one
 product per kernel offset (`conv_grads.per_example_kernel_grads_by_offsets`, what an XLA step
-takes where gradients are kept); the depthwise backprop of the batch folded into channels;
+takes where gradients are kept); one product per block of stride×stride offsets
+(`conv_grads.per_example_kernel_grads_by_blocks`, what a strided layer's kept gradients take
+where TF's kernels are not oneDNN's); the depthwise backprop of the batch folded into channels;
 and, for scale, the ghost norm from patches and the batch's filter gradient (what the
 non-private step computes). Each under tf.function, with jit_compile False and True; the
 best of --rounds rounds of --calls calls, in ms. Every way's norms are checked against the
@@ -49,6 +51,10 @@ def _ways(layer, g):
         per_example = conv_grads.per_example_kernel_grads_by_offsets(layer, x, g)
         return tf.reduce_sum(tf.square(per_example), [0, 2])
 
+    def blocks(x, g):
+        per_example = conv_grads.per_example_kernel_grads_by_blocks(layer, x, g)
+        return tf.reduce_sum(tf.square(per_example), [0, 2])
+
     def depthwise(x, g):
         per_example = conv_grads.per_example_kernel_grads(layer, x, g)
         return tf.reduce_sum(tf.square(per_example), [0, 2])
@@ -62,8 +68,8 @@ def _ways(layer, g):
         return tf.compat.v1.nn.conv2d_backprop_filter(
             x, list(layer.kernel.shape), g, [1, *layer.strides, 1], layer.padding.upper())
 
-    return {"patches": patches, "offsets": offsets, "depthwise": depthwise, "ghost": ghost,
-            "filter_gradient": filter_gradient}
+    return {"patches": patches, "offsets": offsets, "blocks": blocks, "depthwise": depthwise,
+            "ghost": ghost, "filter_gradient": filter_gradient}
 
 
 def _best_ms(fn, x, g, rounds, calls):

@@ -29,9 +29,12 @@ Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
                   tensors exceed 64 MiB) (only when asked for in --paths)
   tf_tempered_tf_ops  the same with TF ops only (no native conv op: the fallback
                   without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
-  tf_tempered_tf_ops_depthwise / _patches  the same with a Conv2D's depthwise backprop forced
-                  on (up to 64 channel pairs) / off (depthwise_max_channel_pairs=64 / 0; by
-                  default it is on only where TF's CPU kernels are oneDNN's)
+  tf_tempered_tf_ops_depthwise / _patches / _blocks  the same with a Conv2D's depthwise
+                  backprop forced on (up to 64 channel pairs) / off, kept gradients of strided
+                  layers from image patches (under XLA: products per offset) / off, from
+                  products per block of offsets (depthwise_max_channel_pairs=64 / 0 / 0,
+                  conv_blocks=False / True; by default the depthwise backprop is on only where
+                  TF's CPU kernels are oneDNN's, the blocks only where they are not or under XLA)
   dpsequential    TF Privacy's DPSequential (vectorized per-example grads, XLA)
   stock_optimizer TF Privacy's DPKerasSGDOptimizer alone, num_microbatches = batch
   <path>_xla      the path compiled with jit_compile=True (XLA; the engine then takes its
@@ -124,7 +127,7 @@ from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, is_private, 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_ghost", "tf_tempered_norms_after",
          "tf_tempered_tf_ops",
          "tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches",
-         "tf_tempered_second_pass", "tf_tempered_low_memory",
+         "tf_tempered_tf_ops_blocks", "tf_tempered_second_pass", "tf_tempered_low_memory",
          "tf_tempered_chunks64", "tf_tempered_chunks128", "tf_tempered_whole",
          "dpsequential", "stock_optimizer")
 TF_PRIVACY_PATHS = ("dpsequential", "stock_optimizer")
@@ -136,9 +139,11 @@ LOW_MEMORY_PATHS = ("tf_tempered_second_pass", "tf_tempered_low_memory",
 # asked for in --paths.
 XLA_SUFFIX = "_xla"
 XLA_PATHS = ("nonprivate_xla", "tf_tempered_xla")  # what --jit_compile adds
-# The TF-ops path with the Conv2D depthwise backprop on (64 channel pairs) or off, whatever
-# kernels TF runs (EngineOptions.depthwise_max_channel_pairs): only when asked for.
-TF_OPS_CONV_PATHS = ("tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches")
+# The TF-ops path with the Conv2D depthwise backprop on (64 channel pairs) or off, and kept
+# gradients from patches or blocks, whatever kernels TF runs
+# (EngineOptions.depthwise_max_channel_pairs, conv_blocks): only when asked for.
+TF_OPS_CONV_PATHS = ("tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches",
+                     "tf_tempered_tf_ops_blocks")
 DEFAULT_PATHS = tuple(p for p in PATHS if p not in (
     LOW_MEMORY_PATHS + TF_OPS_CONV_PATHS + ("tf_tempered_ghost", "tf_tempered_norms_after")) and (
     tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS))
@@ -336,7 +341,9 @@ def _compiled(path, kind, batch_size):
                    "tf_tempered_tf_ops_depthwise": EngineOptions(
                        native=False, depthwise_max_channel_pairs=64),
                    "tf_tempered_tf_ops_patches": EngineOptions(
-                       native=False, depthwise_max_channel_pairs=0)}[path]
+                       native=False, depthwise_max_channel_pairs=0, conv_blocks=False),
+                   "tf_tempered_tf_ops_blocks": EngineOptions(
+                       native=False, depthwise_max_channel_pairs=0, conv_blocks=True)}[path]
         make_private(model, options=options)
         model.compile(DPKerasSGDOptimizer(**dp, learning_rate=0.15), loss=per_example)
     elif path == "dpsequential":

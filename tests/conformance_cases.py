@@ -43,7 +43,9 @@ _RNN_PATHS = {"vectorized": {}, "map_fn": {"vectorize_recurrent": False}}
 CONV_PATHS = {
     "tf-auto": _TF_OPS,
     "tf-ghost": {**_TF_OPS, "norm_path": "ghost"},
-    "tf-materialize": {**_TF_OPS, "norm_path": "materialize"},
+    "tf-materialize": {**_TF_OPS, "norm_path": "materialize", "conv_blocks": False},
+    # Strided layers' kept gradients from products per block of offsets (conv_grads.py).
+    "tf-blocks": {**_TF_OPS, "norm_path": "materialize", "conv_blocks": True},
     "tf-depthwise": {**_TF_OPS, "norm_path": "depthwise"},
     "tf-chunks": {**_TF_OPS, "patch_chunk_bytes": 1, "depthwise_max_channel_pairs": 0},
     # Pattern A for the native op's automatic choice too (the order sets the pattern).

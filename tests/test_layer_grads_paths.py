@@ -13,6 +13,8 @@
 # limitations under the License.
 """The Dense/Conv2D handlers' path choice, on the layer shapes the thresholds were measured on."""
 
+import itertools
+
 import pytest
 
 from tf_tempered._compat import keras, tf
@@ -283,18 +285,33 @@ def test_layer_paths_report_each_layers_handler_and_path():
         layer_paths(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
 
 
-def test_products_per_kernel_offset_only_in_xla_steps_where_gradients_are_kept():
+@pytest.mark.parametrize("onednn", [True, False])
+def test_how_kept_conv_gradients_are_formed(monkeypatch, onednn):
+    """Blocks for a strided layer under TF's executor where its kernels are Eigen's;
+    products per offset under XLA; else patches; EngineOptions.conv_blocks overrides."""
+    monkeypatch.setattr(keras_bridge, "onednn_enabled", lambda: onednn)
     # The XLA step's options: no native op, no depthwise backprop (privacy/step/plan.py).
     xla_options = dict(native=False, depthwise_max_channel_pairs=0)
-    src, params = _mnist_conv1(**xla_options)  # 196 rows, 64 × 16: gradients kept
+    src, params = _mnist_conv1(**xla_options)  # 196 rows, 64 × 16, stride 2: gradients kept
     assert conv.choose_path(src, params, BATCH, 1, xla=True) == conv.ConvPath(
-        False, False, True, True)
-    # The same layer outside XLA: patches (TF's executor runs one op per offset, slower).
-    assert not conv.choose_path(src, params, BATCH, 1).offsets
+        False, False, True, "offsets")
+    # The same layer outside XLA: blocks where TF's kernels are Eigen's, else patches.
+    assert conv.choose_path(src, params, BATCH, 1).kept_by == ("patches" if onednn else "blocks")
+    for forced, xla in itertools.product((True, False), (True, False)):
+        src, params = _mnist_conv1(**xla_options, conv_blocks=forced)
+        assert conv.choose_path(src, params, BATCH, 1, xla=xla).kept_by == (
+            "blocks" if forced else "offsets" if xla else "patches")
+    # A stride-1 layer whose gradients are kept: one product per offset under XLA only.
+    src, params = _record(keras.layers.Conv2D(8, 3), (12, 12, 2), **xla_options)
+    assert conv.choose_path(src, params, BATCH, 1, xla=True).kept_by == "offsets"
+    assert conv.choose_path(src, params, BATCH, 1).kept_by == "patches"
+    # Dilated: no blocks (offsets under XLA).
+    src, params = _record(keras.layers.Conv2D(8, 3, dilation_rate=2), (12, 12, 2), **xla_options)
+    assert conv.choose_path(src, params, BATCH, 1, xla=True).kept_by == "offsets"
     # A layer that takes the ghost norm keeps it under XLA (no gradients to materialize).
     src, params = _cifar_conv_8x8(**xla_options)
     path = conv.choose_path(src, params, BATCH, 1, xla=True)
-    assert path.materialize is False and not path.offsets
-    # A forced depthwise backprop is still taken (norm_path="depthwise"), not offsets.
+    assert path.materialize is False and path.kept_by == "patches"
+    # A forced depthwise backprop is still taken (norm_path="depthwise").
     src, params = _mnist_conv1(native=False, norm_path="depthwise")
     assert conv.choose_path(src, params, BATCH, 1, xla=True) == conv.ConvPath(False, True, True)

@@ -23,8 +23,8 @@ import pytest
 
 from dp_reference import assert_update, engine_update, median_clip, per_example_reference
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
-from tf_tempered.privacy import (NotPrivateError, epsilon_spent, is_private, layer_paths,
-                                 make_private)
+from tf_tempered.privacy import (EngineOptions, NotPrivateError, epsilon_spent, is_private,
+                                 layer_paths, make_private)
 from tf_tempered.privacy.state import get_state
 
 pytestmark = pytest.mark.filterwarnings("ignore:noise_multiplier=0")
@@ -175,7 +175,7 @@ def _strided_cnn(dtype):  # a first layer like the MNIST CNN's conv1: gradients 
 _XLA_PATHS = {
     "conv2d": (_cnn, ("Conv2D",), ("native=False", "depthwise=False")),
     "conv2d_offsets": (_strided_cnn, ("Conv2D",), ("native=False", "depthwise=False",
-                                                   "materialize=True", "offsets=True")),
+                                                   "materialize=True", "kept_by='offsets'")),
     "depthwise": (_depthwise_cnn, ("DepthwiseConv2D", "SeparableConv2D"), ("method='patches'",)),
 }
 
@@ -203,6 +203,16 @@ def test_jit_compile_offsets_path_sums_per_microbatch():
     x, y = _data((12, 12, 1))
     assert_engine_matches_reference(_strided_cnn, x, y, num_microbatches=ROWS // 2,
                                     static_batch=True, jit_compile=True)
+
+
+def test_jit_compile_blocks_path_sums_per_microbatch():
+    """EngineOptions(conv_blocks=True) under XLA: the products per block of kernel offsets,
+    summed per microbatch of several examples, give the float64 reference's update."""
+    from dp_reference import assert_engine_matches_reference  # pylint: disable=g-import-not-at-top
+    x, y = _data((12, 12, 1))
+    options = EngineOptions(native=False, depthwise_max_channel_pairs=0, conv_blocks=True)
+    assert_engine_matches_reference(_strided_cnn, x, y, num_microbatches=ROWS // 2,
+                                    static_batch=True, jit_compile=True, options=options)
 
 
 def _mixed_precision_update(policy, builder, *, jit_compile):
@@ -246,7 +256,7 @@ def test_mixed_precision_under_xla_takes_the_offsets_path_exactly():
     assert history["dp_nonfinite"] == [0.0]
     assert_update(ours, reference, rtol=5e-3)
     conv = [p["path"] for p in layer_paths(model) if p["class"] == "Conv2D"]
-    assert len(conv) == 1 and "offsets=True" in conv[0], conv
+    assert len(conv) == 1 and "kept_by='offsets'" in conv[0], conv
 
 
 class _Subclassed(keras.Model):

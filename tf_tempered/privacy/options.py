@@ -73,6 +73,13 @@ class EngineOptions:
         None (default): 64 where TensorFlow's CPU kernels are oneDNN's, else 0 for
         Conv2D (`conv2d_depthwise_max_channel_pairs`); DepthwiseConv2D and
         SeparableConv2D keep it either way.
+      conv_blocks: a strided, undilated Conv2D whose per-microbatch gradients are
+        materialized from TF ops forms them from one product per block of stride×stride
+        kernel offsets (no patch tensor) instead of image patches (TF's executor) or one
+        product per offset (XLA). None (default): under TF's executor where its CPU kernels
+        are not oneDNN's (where they are, the depthwise backprop or patches are faster;
+        under XLA, the products per offset are as fast); True/False: wherever it applies
+        / never.
       native_min_ghost_rows: in the native-op vs ghost-norm cost comparison a
         microbatch counts at least this many rows.
       native_materialize_min_rows: with the native op, a Conv2D with at least
@@ -146,6 +153,11 @@ class EngineOptions:
     # is several times slower (MNIST CNN conv1: docs/benchmarks.md), hence None:
     # chosen by the runtime (conv2d_depthwise_max_channel_pairs).
     depthwise_max_channel_pairs: Optional[int] = None
+    # MNIST CNN's conv1 (8×8, stride 2, batch 256) from blocks: 9.3 ms against 28.9 from
+    # patches where TF's kernels are Eigen's; its conv2 86 ms against 5.2 from patches
+    # where they are oneDNN's (benchmarks/results/conv_blocks.md), hence None: chosen by
+    # the runtime.
+    conv_blocks: Optional[bool] = None
     # Tiny Gram matrices run far below the machine's speed, so for the choice
     # between the native op and a ghost norm a microbatch counts at least this
     # many rows (by multiply-adds alone the ghost norm would take the MNIST CNN's
@@ -184,6 +196,9 @@ class EngineOptions:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"EngineOptions.{name} must be True or False, got "
                                  f"{getattr(self, name)!r}.")
+        if self.conv_blocks not in (None, True, False):
+            raise ValueError(f"EngineOptions.conv_blocks must be None, True or False, got "
+                             f"{self.conv_blocks!r}.")
         if self.norm_path not in NORM_PATHS:
             raise ValueError(f"EngineOptions.norm_path must be one of {', '.join(NORM_PATHS)}; "
                              f"got {self.norm_path!r}.")

@@ -20,11 +20,12 @@ The row a_r is the input patch under output pixel r. A layer's path (`ConvPath`)
   matrix-vector clipped sum, else only the norms (book-keeping sum);
 * depthwise (TF ops, few channel pairs, undilated): per-example kernel
   gradients from one depthwise-conv backprop (conv_grads.py), always kept;
-* offsets (XLA steps, where materialized gradients are the cheaper path): the
-  per-example kernel gradients from one product per kernel offset (conv_grads.py),
-  which XLA fuses without a patch tensor;
-* otherwise ghost norm or materialized gradients from input patches (rows.py),
-  the book-keeping sum by TF's backprop-filter op.
+* otherwise ghost norm or materialized gradients (rows.py), the book-keeping sum by
+  TF's backprop-filter op. Materialized gradients are formed (`ConvPath.kept_by`,
+  conv_grads.py) from one product per block of stride×stride kernel offsets
+  ("blocks": strided layers under TF's executor where its kernels are not
+  oneDNN's), from one product per kernel offset ("offsets": XLA steps, which fuse
+  each product without a patch tensor), or from input patches ("patches").
 
 The thresholds are EngineOptions (options.py), set from CPU measurements
 (docs/benchmarks.md, "Measurements behind the engine's defaults"). A grouped Conv2D
@@ -69,11 +70,11 @@ class Conv2DHyperparameters:
 @dataclasses.dataclass(frozen=True)
 class ConvPath(LayerPath):
     """native: the native op; depthwise: the depthwise backprop; materialize: as rows.RowsPath;
-    offsets: the materialized gradients by one product per kernel offset (XLA)."""
+    kept_by: how materialized gradients are formed, "patches", "offsets" or "blocks"."""
     native: bool
     depthwise: bool
     materialize: Any
-    offsets: bool = False
+    kept_by: str = "patches"
 
 
 @register(keras.layers.Conv2D)
@@ -118,9 +119,11 @@ class Conv2DHandler(Handler):
             kernel = _kept_kernel(conv_grads.per_example_kernel_grads(
                 hparams, src.inputs, src.grad_output, chunk=src.options.depthwise_chunk),
                 layout.num_microbatches)
-        elif path.offsets:
-            kernel = _kept_kernel(conv_grads.per_example_kernel_grads_by_offsets(
-                hparams, src.inputs, src.grad_output), layout.num_microbatches)
+        elif path.kept_by != "patches":
+            by = {"offsets": conv_grads.per_example_kernel_grads_by_offsets,
+                  "blocks": conv_grads.per_example_kernel_grads_by_blocks}[path.kept_by]
+            kernel = _kept_kernel(by(hparams, src.inputs, src.grad_output),
+                                  layout.num_microbatches)
         return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
                                  use_bias=hparams.use_bias, kernel=kernel,
                                  book_keeping=lambda w: _book_keeping(src, hparams, w))
@@ -153,11 +156,30 @@ def choose_path(src, hparams, num_microbatches, examples_per_microbatch, *, xla=
         # supports equal row and column strides only (InvalidArgumentError).
         return ConvPath(False, True, True)
     materialize = rows.choose_materialize(src, num_microbatches, examples_per_microbatch)
-    # Under XLA the products per kernel offset beat patches wherever gradients are kept
-    # (conv_grads.per_example_kernel_grads_by_offsets); they need static spatial sizes.
+    return ConvPath(False, False, materialize, _kept_by(src, hparams, materialize, xla))
+
+
+def _kept_by(src, hparams, materialize, xla):
+    """How kept gradients are formed: "patches", "offsets" or "blocks" (conv_grads.py).
+
+    Measured on the MNIST CNN (benchmarks/results/conv_blocks.md): under TF's executor,
+    one op per product, the blocks of a strided layer beat patches where TF's kernels are
+    Eigen's (conv1: 9.3 against 28.9 ms; the TF-ops step 1.43x → 1.06x non-private), not
+    where they are oneDNN's (conv2: 86 against 5.2 ms; conv1 takes the depthwise
+    backprop there). Under XLA, which fuses each product without a patch tensor, the
+    products per offset beat patches; blocks gained nothing in the XLA step (1.24-1.26x
+    against 1.22x). EngineOptions.conv_blocks overrides. Both need static spatial sizes;
+    the blocks, a strided undilated layer.
+    """
     static = None not in src.inputs.shape[1:3] + src.grad_output.shape[1:3]
-    offsets = xla and static and not tf.is_tensor(materialize) and bool(materialize)
-    return ConvPath(False, False, materialize, offsets)
+    if not static or tf.is_tensor(materialize) or not materialize:
+        return "patches"
+    blocks = src.options.conv_blocks
+    if blocks is None:
+        blocks = not xla and not keras_bridge.onednn_enabled()
+    if blocks and hparams.strides != (1, 1) and hparams.dilation_rate == (1, 1):
+        return "blocks"
+    return "offsets" if xla else "patches"
 
 
 def _use_native(src, hparams, g_rows):
