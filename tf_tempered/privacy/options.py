@@ -153,8 +153,8 @@ class EngineOptions:
     # is several times slower (MNIST CNN conv1: docs/benchmarks.md), hence None:
     # chosen by the runtime (conv2d_depthwise_max_channel_pairs).
     depthwise_max_channel_pairs: Optional[int] = None
-    # MNIST CNN's conv1 (8×8, stride 2, batch 256) from blocks: 9.3 ms against 28.9 from
-    # patches where TF's kernels are Eigen's; its conv2 86 ms against 5.2 from patches
+    # MNIST CNN's conv1 (8×8, stride 2, batch 256) from blocks: 11.0 ms against 33.5 from
+    # patches where TF's kernels are Eigen's; its conv2 89.8 ms against 5.6 from patches
     # where they are oneDNN's (benchmarks/results/conv_blocks.md), hence None: chosen by
     # the runtime.
     conv_blocks: Optional[bool] = None

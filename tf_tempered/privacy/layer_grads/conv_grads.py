@@ -104,18 +104,15 @@ def per_example_kernel_grads_by_blocks(layer, x, g):
     under output pixel (y, z): each of the ⌈kh/sh⌉·⌈kw/sw⌉ stride-1 slices of X against g
     gives sh·sw offsets at once (offsets past the kernel, when sh ∤ kh, are dropped). For
     the MNIST CNN's conv1 (8×8, stride 2) that is 16 products instead of 64, and no patch
-    tensor: where TF's CPU kernels are Eigen's 3.1x faster than patches (9.3 against 28.9
-    ms), under XLA 1.5x faster than the products per offset (9.7 against 15.0 ms;
-    benchmarks/results/conv_blocks.md).
-    Undilated layers with static spatial sizes only.
+    tensor: where TF's CPU kernels are Eigen's 3x faster than patches (11.0 against 33.5
+    ms; benchmarks/results/conv_blocks.md). Undilated layers with static spatial sizes only.
 
     >>> from tf_tempered._compat import keras
-    >>> layer = keras.layers.Conv2D(2, 3, strides=2, padding="same")
-    >>> x, g = tf.random.normal([4, 5, 5, 1]), tf.random.normal([4, 3, 3, 2])
-    >>> by_blocks = per_example_kernel_grads_by_blocks(layer, x, g)  # [9, 4, 1·2]
-    >>> by_patches = tf.einsum("bpk,bpo->kbo", patches(layer, x), tf.reshape(g, [4, 9, 2]))
-    >>> by_blocks.shape, float(tf.reduce_max(tf.abs(by_blocks - by_patches))) < 1e-5
-    (TensorShape([9, 4, 2]), True)
+    >>> layer = keras.layers.Conv2D(2, 5, strides=(2, 3), padding="same")  # 2 ∤ 5: dropped rows
+    >>> x, g = tf.random.normal([4, 9, 7, 3]), tf.random.normal([4, 5, 3, 2])
+    >>> float(tf.reduce_max(tf.abs(per_example_kernel_grads_by_blocks(layer, x, g)
+    ...                            - per_example_kernel_grads_by_offsets(layer, x, g)))) < 1e-4
+    True
     """
     if tuple(layer.dilation_rate) != (1, 1):
         raise ValueError(f"per_example_kernel_grads_by_blocks: layer {layer.name!r} is dilated "
