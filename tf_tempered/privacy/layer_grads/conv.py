@@ -165,11 +165,11 @@ def _kept_by(src, hparams, materialize, xla):
     Measured on the MNIST CNN (benchmarks/results/conv_blocks.md): under TF's executor,
     one op per product, the blocks of a strided layer beat patches where TF's kernels are
     Eigen's (conv1: 11.0 against 33.5 ms; the TF-ops step 1.41-1.45x → 1.02-1.07x
-    non-private), not where they are oneDNN's (conv2: 89.8 against 5.6 ms; conv1 takes the
-    depthwise backprop there). Under XLA, which fuses each product without a patch tensor, the
-    products per offset beat patches; blocks gained nothing consistent in the XLA step
-    (1.18-1.26x against 1.22-1.23x). EngineOptions.conv_blocks overrides. Both need static spatial sizes;
-    the blocks, a strided undilated layer.
+    non-private), not where they are oneDNN's (conv2: 89.8 against 5.6 ms; conv1 takes
+    the depthwise backprop there). Under XLA, which fuses each product without a patch
+    tensor, the products per offset beat patches; blocks gained nothing consistent in the
+    XLA step (1.18-1.26x against 1.22-1.23x). EngineOptions.conv_blocks overrides. Both
+    need static spatial sizes; the blocks, a strided undilated layer.
     """
     static = None not in src.inputs.shape[1:3] + src.grad_output.shape[1:3]
     if not static or tf.is_tensor(materialize) or not materialize:

@@ -18,7 +18,9 @@ a_r the input patch under pixel r (kh·kw·cin values, the kernel's row order) a
 g_r the output gradient there. `patches` gives the a_r of a batch; for layers
 with few channels `per_example_kernel_grads` gives the per-example sums directly
 from one depthwise-conv backprop, without patches; under XLA
-`per_example_kernel_grads_by_offsets` gives them from one product per kernel offset.
+`per_example_kernel_grads_by_offsets` gives them from one product per kernel offset; for
+strided layers where TF's kernels are not oneDNN's, `per_example_kernel_grads_by_blocks`
+from one product per block of stride×stride offsets.
 """
 
 import numpy as np
