@@ -30,11 +30,12 @@ Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
   tf_tempered_tf_ops  the same with TF ops only (no native conv op: the fallback
                   without a C++ compiler, or with TF_TEMPERED_NATIVE=0)
   tf_tempered_tf_ops_depthwise / _patches / _blocks  the same with a Conv2D's depthwise
-                  backprop forced on (up to 64 channel pairs) / off, kept gradients of strided
-                  layers from image patches (under XLA: products per offset) / off, from
-                  products per block of offsets (depthwise_max_channel_pairs=64 / 0 / 0,
-                  conv_blocks=False / True; by default the depthwise backprop is on only where
-                  TF's CPU kernels are oneDNN's, the blocks only where they are not or under XLA)
+                  backprop forced on (up to 64 channel pairs); off, kept gradients from image
+                  patches (under XLA: products per offset); off, kept gradients of strided
+                  layers from products per block of offsets (depthwise_max_channel_pairs=64 /
+                  0 / 0, conv_blocks unset / False / True; by default the depthwise backprop is
+                  on only where TF's CPU kernels are oneDNN's, the blocks only where they are
+                  not, outside XLA)
   dpsequential    TF Privacy's DPSequential (vectorized per-example grads, XLA)
   stock_optimizer TF Privacy's DPKerasSGDOptimizer alone, num_microbatches = batch
   <path>_xla      the path compiled with jit_compile=True (XLA; the engine then takes its
