@@ -115,9 +115,11 @@ def median_clip(norms):
     return clip
 
 
-def engine_update(model, x, y, *, clip, loss, sample_weight=None, **compile_kwargs):
+def engine_update(model, x, y, *, clip, loss, sample_weight=None, options=None,
+                  **compile_kwargs):
     """The engine's update of one fit on the whole batch (noise 0, SGD at lr 1)."""
-    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle",
+                 options=options)
     model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss, **compile_kwargs)
     before = [w.numpy() for w in model.trainable_variables]
     rows = len(tf.nest.flatten(x)[0])

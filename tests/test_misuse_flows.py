@@ -215,7 +215,7 @@ def test_jit_compile_blocks_path_sums_per_microbatch():
                                     static_batch=True, jit_compile=True, options=options)
 
 
-def _mixed_precision_update(policy, builder, *, jit_compile):
+def _mixed_precision_update(policy, builder, *, jit_compile, options=None):
     """(the engine's update under ``policy``, the float64 reference's, the model, history)."""
     x, y = _data(builder("float32").input_shape[1:])
     weights = builder("float32").get_weights()
@@ -230,7 +230,7 @@ def _mixed_precision_update(policy, builder, *, jit_compile):
             keras.layers.Dense(3, dtype="float32")])
         model.set_weights(weights)
         assert model.layers[0].compute_dtype == policy.split("_")[1]
-        ours, history = engine_update(model, x, y, clip=clip, loss=LOSS,
+        ours, history = engine_update(model, x, y, clip=clip, loss=LOSS, options=options,
                                       jit_compile=jit_compile)
     finally:
         keras.mixed_precision.set_global_policy("float32")
@@ -247,16 +247,26 @@ def test_mixed_precision_gives_the_float32_update(policy, jit_compile):
     assert_update(ours, reference, rtol=2e-2 if policy == "mixed_bfloat16" else 5e-3)
 
 
-def test_mixed_precision_under_xla_takes_the_offsets_path_exactly():
-    """mixed_float16 with jit_compile=True: the kept Conv2D gradients (products per kernel
-    offset, half-precision inputs against the float32 output gradient) give the float32
-    update."""
+# How kept Conv2D gradients are formed from half-precision inputs against the float32 output
+# gradient: products per kernel offset (XLA's default), per block of offsets (forced here:
+# the TF executor's default where TF's kernels are Eigen's, whatever this host runs).
+_KEPT_BY = {
+    "offsets": dict(jit_compile=True),
+    "blocks": dict(jit_compile=False, options=EngineOptions(
+        native=False, depthwise_max_channel_pairs=0, conv_blocks=True)),
+}
+
+
+@pytest.mark.parametrize("kept_by", list(_KEPT_BY))
+def test_mixed_precision_kept_conv_gradients_give_the_float32_update(kept_by):
+    """mixed_float16: a strided Conv2D's kept gradients, by offsets or by blocks, give the
+    float32 update."""
     ours, reference, model, history = _mixed_precision_update("mixed_float16", _strided_cnn,
-                                                              jit_compile=True)
+                                                              **_KEPT_BY[kept_by])
     assert history["dp_nonfinite"] == [0.0]
     assert_update(ours, reference, rtol=5e-3)
     conv = [p["path"] for p in layer_paths(model) if p["class"] == "Conv2D"]
-    assert len(conv) == 1 and "kept_by='offsets'" in conv[0], conv
+    assert len(conv) == 1 and f"kept_by='{kept_by}'" in conv[0], conv
 
 
 class _Subclassed(keras.Model):
