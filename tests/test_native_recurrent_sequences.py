@@ -14,6 +14,7 @@
 """The native LSTM and GRU time loops (privacy/native/cc/lstm_sequence.cc, gru_sequence.cc)
 against TF ops, forward and backward, and when the rnn_rows handler takes them."""
 
+import functools
 import warnings
 
 import numpy as np
@@ -40,14 +41,24 @@ def _tf_loop(a, u, h0, c0):
     return tf.stack(hs, 1), tf.stack(cs, 1)
 
 
-def _tf_gru_loop(a, u, recurrent_bias, h0):
-    """(h [B, T, H], reset gates) by Keras' GRU step (reset_after=True) in TF ops."""
+def _tf_gru_loop(a, u, recurrent_bias, h0, reset_after=True):
+    """(h [B, T, H], reset gates) by Keras' GRU step in TF ops."""
     h, hs, rs = h0, [], []
+    units = h0.shape[-1]
     for t in range(a.shape[1]):
         x_z, x_r, x_h = tf.split(a[:, t], 3, axis=-1)
-        q_z, q_r, q_h = tf.split(tf.matmul(h, u) + recurrent_bias, 3, axis=-1)
+        if reset_after:
+            q_z, q_r, q_h = tf.split(tf.matmul(h, u) + recurrent_bias, 3, axis=-1)
+        else:
+            q_z, q_r = tf.split(tf.matmul(h, u[:, :2 * units]) + recurrent_bias[:2 * units], 2,
+                                axis=-1)
         z, r = tf.sigmoid(x_z + q_z), tf.sigmoid(x_r + q_r)
-        h = z * h + (1 - z) * tf.tanh(x_h + r * q_h)
+        if reset_after:
+            candidate = tf.tanh(x_h + r * q_h)
+        else:
+            candidate = tf.tanh(x_h + tf.matmul(r * h, u[:, 2 * units:])
+                                + recurrent_bias[2 * units:])
+        h = z * h + (1 - z) * candidate
         hs.append(h)
         rs.append(r)
     return tf.stack(hs, 1), tf.stack(rs, 1)
@@ -90,8 +101,9 @@ def test_lstm_equals_tf_ops_forward_and_backward(batch, steps, units):
 
 
 @needs_op
+@pytest.mark.parametrize("reset_after", [True, False])
 @pytest.mark.parametrize("batch, steps, units", SIZES)
-def test_gru_equals_tf_ops_forward_and_backward(batch, steps, units):
+def test_gru_equals_tf_ops_forward_and_backward(batch, steps, units, reset_after):
     rng = np.random.default_rng(batch * 100 + steps)
     a = rng.standard_normal((batch, steps, 3 * units)).astype("float32")
     u = (rng.standard_normal((units, 3 * units)) / np.sqrt(units)).astype("float32")
@@ -99,8 +111,10 @@ def test_gru_equals_tf_ops_forward_and_backward(batch, steps, units):
     h0 = rng.standard_normal((batch, units)).astype("float32")
     weight = rng.standard_normal((batch, steps, units)).astype("float32")
     # The reset gates are values (the recurrent kernel's rows), not differentiated.
-    tf_gru = lambda *args: (_tf_gru_loop(*args)[0], tf.stop_gradient(_tf_gru_loop(*args)[1]))
-    _assert_same_values_and_grads(native.gru_sequence, tf_gru, [a, u, bias, h0], [weight, 0.0],
+    tf_gru = lambda *args: (_tf_gru_loop(*args, reset_after)[0],
+                            tf.stop_gradient(_tf_gru_loop(*args, reset_after)[1]))
+    native_gru = functools.partial(native.gru_sequence, reset_after=reset_after)
+    _assert_same_values_and_grads(native_gru, tf_gru, [a, u, bias, h0], [weight, 0.0],
                                   ("h", "reset gates", "a", "u", "recurrent_bias", "h0"))
 
 
@@ -187,6 +201,11 @@ LAYERS = {
                                                                 return_state=True)),
     "gru_go_backwards_no_bias": lambda: keras.layers.GRU(4, go_backwards=True, use_bias=False),
     "rnn_gru_cell": lambda: keras.layers.RNN(keras.layers.GRUCell(4)),
+    "gru_reset_before": lambda: keras.layers.GRU(4, reset_after=False),
+    "gru_reset_before_sequences_and_state": lambda: _LastOf(keras.layers.GRU(
+        4, reset_after=False, return_sequences=True, return_state=True)),
+    "gru_reset_before_go_backwards_no_bias": lambda: keras.layers.GRU(
+        4, reset_after=False, go_backwards=True, use_bias=False),
 }
 
 
@@ -218,15 +237,14 @@ def test_the_engine_takes_the_op_with_tf_loops_update(monkeypatch, kind):
 
 
 @needs_op
-@pytest.mark.parametrize("case", ["mask", "relu", "hard_sigmoid", "xla", "gru_reset_before",
+@pytest.mark.parametrize("case", ["mask", "relu", "hard_sigmoid", "xla", "gru_relu",
                                   "gru_mask"])
 def test_other_recurrent_layers_keep_tfs_loop(monkeypatch, case):
-    """Masks, other activations, a GRU with reset_after=False and XLA-compiled steps keep TF's
-    while loop (still exact)."""
+    """Masks, other activations and XLA-compiled steps keep TF's while loop (still exact)."""
     native.load()
     layer_fn = {"relu": lambda: keras.layers.LSTM(4, activation="relu"),
                 "hard_sigmoid": lambda: keras.layers.LSTM(4, recurrent_activation="hard_sigmoid"),
-                "gru_reset_before": lambda: keras.layers.GRU(4, reset_after=False),
+                "gru_relu": lambda: keras.layers.GRU(4, reset_after=False, activation="relu"),
                 "gru_mask": lambda: keras.layers.GRU(4),
                 }.get(case, lambda: keras.layers.LSTM(4))
     update, calls = _update(monkeypatch, layer_fn, mask_zero=case in ("mask", "gru_mask"),

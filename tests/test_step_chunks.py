@@ -398,8 +398,8 @@ def _recurrent(layer, steps=7):
 
 
 def test_auto_chunks_recurrent_rows_only_where_the_time_loop_is_native(monkeypatch):
-    """An LSTM's (or reset-after GRU's) time steps over AUTO_RECURRENT_CHUNK_BYTES: chunks,
-    if its loop is the native op (in chunks no slower); TF's while loop: whole."""
+    """An LSTM's (or GRU's) time steps over AUTO_RECURRENT_CHUNK_BYTES: chunks, if its loop
+    is the native op (in chunks no slower); TF's while loop: whole."""
     lstm = _recurrent(keras.layers.LSTM(3))
     per_row = chunk_sizes.time_step_bytes_per_row(lstm)
     assert per_row == 4 * 7 * (2 + 24 + 3)
@@ -414,8 +414,13 @@ def test_auto_chunks_recurrent_rows_only_where_the_time_loop_is_native(monkeypat
     gru = _recurrent(keras.layers.GRU(3))
     assert chunk_sizes.auto_physical_batch_size(gru, 96, 1) == 10 * per_row // (
         chunk_sizes.time_step_bytes_per_row(gru))
+    # reset_after=False: U's 2T rows (h_{t-1} and r_t ⊙ h_{t-1}), T·(D + 3G + 2U) floats.
+    reset_before = _recurrent(keras.layers.GRU(3, reset_after=False))
+    assert chunk_sizes.time_step_bytes_per_row(reset_before) == 4 * 7 * (2 + 27 + 6)
+    assert chunk_sizes.auto_physical_batch_size(reset_before, 96, 1) == 10 * per_row // (
+        chunk_sizes.time_step_bytes_per_row(reset_before))
     assert chunk_sizes.auto_physical_batch_size(
-        _recurrent(keras.layers.GRU(3, reset_after=False)), 96, 1) is None
+        _recurrent(keras.layers.GRU(3, reset_after=False, activation="relu")), 96, 1) is None
     assert chunk_sizes.auto_physical_batch_size(
         _recurrent(keras.layers.SimpleRNN(3)), 96, 1) is None
     assert chunk_sizes.auto_physical_batch_size(

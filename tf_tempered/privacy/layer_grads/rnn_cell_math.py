@@ -26,7 +26,7 @@ import dataclasses
 
 from tf_tempered._compat import keras, tf
 
-__all__ = ["cell_math", "GRU_MATH_TYPE", "LSTM_MATH_TYPE"]
+__all__ = ["cell_math", "GRU_MATH_TYPE", "GRU_RESET_BEFORE_MATH_TYPE", "LSTM_MATH_TYPE"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,9 +137,10 @@ class _GRUResetBeforeMath:
                            tf.concat([zeros, zeros, g_h], -1)], 1))
 
 
-# The step maths rnn_rows.py's native loops take (GRU: reset_after=True only).
+# The step maths rnn_rows.py's native loops take.
 LSTM_MATH_TYPE = _LSTMMath
 GRU_MATH_TYPE = _GRUMath
+GRU_RESET_BEFORE_MATH_TYPE = _GRUResetBeforeMath
 
 
 def _cells():

@@ -19,6 +19,8 @@ states h_{t-1} entering each step, the extras (the GRU's reset gates: its recurr
 kernel's rows), the final states, the last output).
 """
 
+import functools
+
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import native
 from tf_tempered.privacy.layer_grads import rnn_cell_math
@@ -29,12 +31,11 @@ __all__ = ["native_loop", "runs_natively"]
 def native_loop(cell, math, a, states, mask, options):
     """The native op's time loop for this call (privacy/native, CPU), or None for TF's.
 
-    An LSTM, or a GRU with reset_after=True, with Keras' sigmoid gates and tanh, float32,
-    no mask, where the step's options allow native ops (not under XLA, TF_TEMPERED_NATIVE
-    not off) and native.usable says they run (no GPU; a small layer builds no library).
+    An LSTM or a GRU (either reset_after) with Keras' sigmoid gates and tanh, float32, no
+    mask, where the step's options allow native ops (not under XLA, TF_TEMPERED_NATIVE not
+    off) and native.usable says they run (no GPU; a small layer builds no library).
     """
-    loop = {rnn_cell_math.LSTM_MATH_TYPE: _native_lstm_loop,
-            rnn_cell_math.GRU_MATH_TYPE: _native_gru_loop}.get(type(math))
+    loop = _LOOPS.get(type(math))
     if loop is None or mask is not None:
         return None
     if (cell.activation is not keras.activations.tanh
@@ -52,12 +53,11 @@ def runs_natively(layer, options):
     from what is known before a call: native_loop's conditions but the mask, which the
     call brings (keras_bridge.receives_mask reads it from a model's recorded inputs).
 
-    >>> runs_natively(keras.layers.GRU(4, reset_after=False), None)
+    >>> runs_natively(keras.layers.GRU(4, activation="relu"), None)
     False
     """
     entry = rnn_cell_math.cell_math(layer)
-    if entry is None or type(entry[1]) not in (rnn_cell_math.LSTM_MATH_TYPE,
-                                               rnn_cell_math.GRU_MATH_TYPE):
+    if entry is None or type(entry[1]) not in _LOOPS:
         return False
     cell = layer.cell
     if (cell.activation is not keras.activations.tanh
@@ -80,12 +80,19 @@ def _native_lstm_loop(a, u, states, recurrent_bias):
     return h_seq, h_prev, [], final_states, final_states[0]
 
 
-def _native_gru_loop(a, u, states, recurrent_bias):
-    """time_loop's results for a GRU (reset_after=True) from the native op: the reset gates
-    are its extras (the recurrent kernel's rows)."""
+def _native_gru_loop(a, u, states, recurrent_bias, *, reset_after=True):
+    """time_loop's results for a GRU from the native op: the reset gates are its extras (the
+    recurrent kernel's rows). reset_after=False has its one bias in a: no recurrent bias."""
     (h0,) = states
     if recurrent_bias is None:
         recurrent_bias = tf.zeros([u.shape[-1]], u.dtype)
-    h_seq, reset = native.gru_sequence(a, u, recurrent_bias, h0)
+    h_seq, reset = native.gru_sequence(a, u, recurrent_bias, h0, reset_after=reset_after)
     h_prev = tf.concat([h0[:, None], h_seq[:, :-1]], 1)
     return h_seq, h_prev, [reset], [h_seq[:, -1]], h_seq[:, -1]
+
+
+# The step maths whose time loop the native ops run, and how.
+_LOOPS = {rnn_cell_math.LSTM_MATH_TYPE: _native_lstm_loop,
+          rnn_cell_math.GRU_MATH_TYPE: _native_gru_loop,
+          rnn_cell_math.GRU_RESET_BEFORE_MATH_TYPE: functools.partial(_native_gru_loop,
+                                                                      reset_after=False)}

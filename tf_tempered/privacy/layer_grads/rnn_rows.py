@@ -31,7 +31,7 @@ r_t ⊙ h_{t-1} instead, as T more rows). The handler runs the layer's own forwa
 itself, with A = X·W + b computed for all steps at once before the time loop:
 the one backward pass then gives δA as the gradient of a recorded tensor, and
 the loop gives the states h_{t-1} (and r_t) entering each step. On CPU the loop of an
-LSTM, or of a GRU with reset_after=True, with Keras' sigmoid gates and tanh is a native op
+LSTM or a GRU (either reset_after) with Keras' sigmoid gates and tanh is a native op
 (native.lstm_sequence, native.gru_sequence: forward and backward, each example's recurrence
 in one task), else TF's while loop (time_loop). Norms and the
 clipped sum are those of rows.py (ghost norm or materialized gradients, the

@@ -130,34 +130,47 @@ def _lstm_sequence_grad(op, grad_h, grad_c, _):
     return grad_a, grad_u, grad_h0, grad_c0
 
 
-def gru_sequence(a, u, recurrent_bias, h0):
-    """(h [B, T, H], reset gates r [B, T, H]) of a Keras GRU with reset_after=True (sigmoid
-    gates, tanh) over its time steps.
+def gru_sequence(a, u, recurrent_bias, h0, *, reset_after=True):
+    """(h [B, T, H], reset gates r [B, T, H]) of a Keras GRU (sigmoid gates, tanh) over its
+    time steps; ``reset_after``: the layer's (False: r acts on h_{t-1} before U's candidate
+    block).
 
     a [B, T, 3H] = x·W + b_in (blocks z, r, h), u [H, 3H], recurrent_bias [3H] (zeros without
-    a bias), h0 [B, H], all float32 (cc/gru_sequence.cc). h is differentiable in a, u,
-    recurrent_bias and h0; r comes through tf.stop_gradient (a value: the recurrent kernel's
-    rows), so the op's other outputs never carry a gradient.
+    a bias, or with reset_after=False, whose one bias is in a), h0 [B, H], all float32
+    (cc/gru_sequence.cc). h is differentiable in a, u, recurrent_bias and h0; r comes through
+    tf.stop_gradient (a value: the recurrent kernel's rows), so the op's other outputs never
+    carry a gradient.
     """
     units = u.shape[0] if u.shape[0] is not None else tf.shape(u)[0]
-    h, gates, _ = library.load().tf_tempered_gru_sequence(a, u, recurrent_bias, h0)
+    h, gates, _ = library.load().tf_tempered_gru_sequence(a, u, recurrent_bias, h0,
+                                                          reset_after=reset_after)
     return h, tf.stop_gradient(gates[:, :, units:2 * units])
 
 
 @tf.RegisterGradient("TfTemperedGruSequence")
 def _gru_sequence_grad(op, grad_h, *_):
     # Only h reaches a loss (gru_sequence stops the reset gates' gradient): the gradients of
-    # the gates and q_h outputs are zero (TF's zeros, pruned when unused).
+    # the gates and recurrent_h outputs are zero (TF's zeros, pruned when unused).
     _, u, _, h0 = op.inputs
     h, gates, recurrent_h = op.outputs
+    reset_after = op.get_attr("reset_after")
     grad_h = tf.zeros_like(h) if grad_h is None else grad_h
-    grad_a, grad_h0 = library.load().tf_tempered_gru_sequence_grad(gates, recurrent_h, h, h0,
-                                                                   u, grad_h)
+    grad_a, grad_h0 = library.load().tf_tempered_gru_sequence_grad(
+        gates, recurrent_h, h, h0, u, grad_h, reset_after=reset_after)
     units = u.shape[0] if u.shape[0] is not None else tf.shape(u)[0]
+    h_prev = tf.reshape(tf.concat([h0[:, None], h[:, :-1]], 1), [-1, units])
+    if not reset_after:
+        # U_zr's rows are h_{t-1}, U_h's r ⊙ h_{t-1} (recurrent_h); the bias joins all three
+        # pre-activations: its gradient is δa's.
+        grad_a_rows = tf.reshape(grad_a, [-1, 3 * units])
+        grad_u = tf.concat([
+            tf.matmul(h_prev, grad_a_rows[:, :2 * units], transpose_a=True),
+            tf.matmul(tf.reshape(recurrent_h, [-1, units]), grad_a_rows[:, 2 * units:],
+                      transpose_a=True)], 1)
+        return grad_a, grad_u, tf.reduce_sum(grad_a_rows, 0), grad_h0
     # ∂ℓ/∂q_t = [δa_z, δa_r, r ⊙ δa_h]: the rows of U's and b_rec's gradients.
     grad_q = tf.concat([grad_a[:, :, :2 * units],
                         gates[:, :, units:2 * units] * grad_a[:, :, 2 * units:]], -1)
     grad_q = tf.reshape(grad_q, [-1, 3 * units])
-    h_prev = tf.reshape(tf.concat([h0[:, None], h[:, :-1]], 1), [-1, units])
     return (grad_a, tf.matmul(h_prev, grad_q, transpose_a=True), tf.reduce_sum(grad_q, 0),
             grad_h0)

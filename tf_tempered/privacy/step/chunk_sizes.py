@@ -41,13 +41,14 @@ __all__ = ["auto_chunk_examples", "auto_physical_batch_size", "dynamic_chunk_row
 # MNIST CNN at 4096 (125 MiB: 2 chunks) 1.05x -> 0.61x, time within 3%; below it (MNIST
 # at 256: 8 MiB) chunks would cost time (1.19x -> 1.27x in 2 chunks).
 AUTO_CHUNK_BYTES = 64 * 2**20
-# A recurrent layer whose time loop is the native op (an LSTM, a GRU with reset_after=True)
+# A recurrent layer whose time loop is the native op (an LSTM, a GRU)
 # keeps T rows an example for its norms, and its loop costs no more time in chunks:
 # Embedding + LSTM(64) / GRU(64) over 64 steps, batch 256, chunks of 64 against whole
 # (benchmarks/results/chunks_rnn.md, Keras 3 / Keras 2): GRU peak 1.87x / 1.64x -> 0.80x /
 # 0.71x non-private, time 0.73x / 1.00x -> 0.70x / 0.96x; LSTM 1.31x / 1.19x -> 0.69x /
 # 0.59x, time 0.92x / 0.96x -> 0.92x / 0.95x. TF's while loop (GRU reset_after=False, XLA,
-# TF_TEMPERED_NATIVE=0) costs time in chunks (1.26x -> 1.51x): those rows do not count here.
+# TF_TEMPERED_NATIVE=0; the GRU reset_after=False before its native loop) costs time in chunks
+# (1.26x -> 1.51x): those rows do not count here.
 AUTO_RECURRENT_CHUNK_BYTES = 8 * 2**20
 # Smaller chunks cost time per example (MNIST CNN at 4096 in chunks of 128: 1.46x
 # non-private against 1.18x whole).
@@ -113,13 +114,16 @@ def _time_step_rows(layer, input_shape):
     """Floats an RNN layer of a Dense-like cell keeps per example for its norms
     (layer_grads/rnn_rows.py): at each of its T steps the input x_t (D), the gate
     gradients δa_t and δr_t (G each, the kernel's width) and the state h_{t-1} (U):
-    T·(D + 2G + U); 0 for other layers."""
+    T·(D + 2G + U); a GRU with reset_after=False, whose recurrent kernel has 2T rows
+    (h_{t-1} and r_t ⊙ h_{t-1}, rnn_cell_math.py), T·(D + 3G + 2U); 0 for other layers."""
     cell = getattr(layer, "cell", None)
     kernel = getattr(cell, "kernel", None)
     if not keras_bridge.is_recurrent_unit(layer) or kernel is None or len(input_shape) != 3:
         return 0
     inputs, gates = keras_bridge.shape_of(kernel)[-2:]
     units = keras_bridge.shape_of(cell.recurrent_kernel)[0]
+    if getattr(cell, "reset_after", True) is False:
+        return input_shape[1] * (inputs + 3 * gates + 2 * units)
     return input_shape[1] * (inputs + 2 * gates + units)
 
 

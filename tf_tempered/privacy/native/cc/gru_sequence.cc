@@ -12,8 +12,9 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 //
-// TfTemperedGruSequence: the time loop of a Keras GRU with reset_after=True (sigmoid gates,
-// tanh) from its precomputed input part a = x·W + b_in, batch-major [B, T, 3H]:
+// TfTemperedGruSequence: the time loop of a Keras GRU (sigmoid gates, tanh) from its
+// precomputed input part a = x·W + b_in, batch-major [B, T, 3H]. With reset_after=True
+// (Keras' default):
 //
 //     q_t = h_{t-1}·U + b_rec,   z = σ(a_z + q_z),   r = σ(a_r + q_r)
 //     ĥ = tanh(a_h + r ⊙ q_h),   h_t = z ⊙ h_{t-1} + (1 − z) ⊙ ĥ
@@ -24,6 +25,13 @@
 //     δh = δh_out_t + δq_{t+1}·Uᵀ + δh_{t+1} ⊙ z_{t+1}
 //     δa_z = δh ⊙ (h_{t-1} − ĥ) ⊙ z(1−z),   δa_h = δh ⊙ (1 − z) ⊙ (1 − ĥ²)
 //     δa_r = δa_h ⊙ q_h ⊙ r(1−r),   δq = [δa_z, δa_r, r ⊙ δa_h]
+//
+// With reset_after=False the reset gate acts on the state before its product with U's
+// candidate block: q_zr = h_{t-1}·U_zr + b_zr, ĥ = tanh(a_h + (r ⊙ h_{t-1})·U_h + b_h), and
+// the third output holds r ⊙ h_{t-1} (U_h's rows); backwards
+//
+//     δ(r ⊙ h) = δa_h·U_hᵀ,   δa_r = δ(r ⊙ h) ⊙ h_{t-1} ⊙ r(1−r)
+//     δh_{t-1} = δh ⊙ z + δ(r ⊙ h) ⊙ r + [δa_z, δa_r]·U_zrᵀ
 //
 // Blocks of rows run their whole recurrence in parallel, as in lstm_sequence.cc.
 
@@ -53,7 +61,8 @@ REGISTER_OP("TfTemperedGruSequence")
     .Input("h0: float")              // [B, H]
     .Output("h: float")              // [B, T, H]
     .Output("gates: float")          // [B, T, 3H]: z, r, ĥ
-    .Output("recurrent_h: float")    // [B, T, H]: q_h = (h_{t-1}·U + b_rec)'s candidate block
+    .Output("recurrent_h: float")    // [B, T, H]: q_h (reset_after), else r ⊙ h_{t-1}
+    .Attr("reset_after: bool = true")
     .SetShapeFn([](InferenceContext* ctx) {
       ShapeHandle a, h0;
       TF_RETURN_IF_ERROR(ctx->WithRank(ctx->input(0), 3, &a));
@@ -74,6 +83,7 @@ REGISTER_OP("TfTemperedGruSequenceGrad")
     .Input("dh: float")           // [B, T, H]: the loss' gradient of the outputs h
     .Output("da: float")          // [B, T, 3H]
     .Output("dh0: float")         // [B, H]
+    .Attr("reset_after: bool = true")
     .SetShapeFn([](InferenceContext* ctx) {
       ctx->set_output(0, ctx->input(0));
       ctx->set_output(1, ctx->input(3));
@@ -82,7 +92,9 @@ REGISTER_OP("TfTemperedGruSequenceGrad")
 
 class GruSequenceOp : public OpKernel {
  public:
-  explicit GruSequenceOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit GruSequenceOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reset_after", &reset_after_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor &a_t = ctx->input(0), &u_t = ctx->input(1), &bias_t = ctx->input(2);
@@ -110,24 +122,40 @@ class GruSequenceOp : public OpKernel {
       for (int64_t t = 0; t < s.steps; ++t) {
         ConstStrided h_prev = StateBefore(h, h0, row, rows, t, s, n);  // the previous output
         x = StepOf(a, row, rows, t, s, n3);
-        q.noalias() = h_prev * u;
-        q.rowwise() += bias;
         Strided g = StepOf(gates, row, rows, t, s, n3);
-        g.leftCols(2 * n).array() = (x.leftCols(2 * n) + q.leftCols(2 * n)).array().logistic();
-        g.rightCols(n).array() =
-            (x.rightCols(n).array() + g.middleCols(n, n).array() * q.rightCols(n).array()).tanh();
-        StepOf(rh, row, rows, t, s, n) = q.rightCols(n);
+        if (reset_after_) {
+          q.noalias() = h_prev * u;
+          q.rowwise() += bias;
+          g.leftCols(2 * n).array() = (x.leftCols(2 * n) + q.leftCols(2 * n)).array().logistic();
+          g.rightCols(n).array() =
+              (x.rightCols(n).array() + g.middleCols(n, n).array() * q.rightCols(n).array()).tanh();
+          StepOf(rh, row, rows, t, s, n) = q.rightCols(n);
+        } else {
+          q.leftCols(2 * n).noalias() = h_prev * u.leftCols(2 * n);
+          q.leftCols(2 * n).rowwise() += bias.leftCols(2 * n);
+          g.leftCols(2 * n).array() = (x.leftCols(2 * n) + q.leftCols(2 * n)).array().logistic();
+          Strided reset_h = StepOf(rh, row, rows, t, s, n);
+          reset_h.array() = g.middleCols(n, n).array() * h_prev.array();
+          q.rightCols(n).noalias() = reset_h * u.rightCols(n);
+          q.rightCols(n).rowwise() += bias.rightCols(n);
+          g.rightCols(n).array() = (x.rightCols(n) + q.rightCols(n)).array().tanh();
+        }
         const auto z = g.leftCols(n).array();
         StepOf(h, row, rows, t, s, n).array() =
             z * h_prev.array() + (1.0f - z) * g.rightCols(n).array();
       }
     });
   }
+
+ private:
+  bool reset_after_;
 };
 
 class GruSequenceGradOp : public OpKernel {
  public:
-  explicit GruSequenceGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit GruSequenceGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reset_after", &reset_after_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor &gates_t = ctx->input(0), &rh_t = ctx->input(1), &h_t = ctx->input(2);
@@ -155,6 +183,7 @@ class GruSequenceGradOp : public OpKernel {
     float *da = da_t->flat<float>().data(), *dh0 = dh0_t->flat<float>().data();
     ForEachBlock(ctx, s, 3, [&](int64_t row, int64_t rows) {
       Matrix carry = Matrix::Zero(rows, n), dh_total(rows, n), g(rows, n3), dq(rows, n3);
+      Matrix d_reset_h(reset_after_ ? 0 : rows, n);
       for (int64_t t = s.steps - 1; t >= 0; --t) {
         g = StepOf(gates, row, rows, t, s, n3);  // a copy: δa overwrites them below
         ConstStrided h_prev = StateBefore(h, h0, row, rows, t, s, n);
@@ -164,16 +193,26 @@ class GruSequenceGradOp : public OpKernel {
         Strided d = StepOf(da, row, rows, t, s, n3);
         d.leftCols(n).array() = dh_total.array() * (h_prev.array() - hh) * z * (1.0f - z);
         d.rightCols(n).array() = dh_total.array() * (1.0f - z) * (1.0f - hh.square());
-        d.middleCols(n, n).array() =
-            d.rightCols(n).array() * StepOf(rh, row, rows, t, s, n).array() * r * (1.0f - r);
-        dq.leftCols(2 * n) = d.leftCols(2 * n);
-        dq.rightCols(n).array() = r * d.rightCols(n).array();
-        carry.array() = dh_total.array() * z;
-        carry.noalias() += dq * u_transposed;
+        if (reset_after_) {
+          d.middleCols(n, n).array() =
+              d.rightCols(n).array() * StepOf(rh, row, rows, t, s, n).array() * r * (1.0f - r);
+          dq.leftCols(2 * n) = d.leftCols(2 * n);
+          dq.rightCols(n).array() = r * d.rightCols(n).array();
+          carry.array() = dh_total.array() * z;
+          carry.noalias() += dq * u_transposed;
+        } else {
+          d_reset_h.noalias() = d.rightCols(n) * u_transposed.bottomRows(n);
+          d.middleCols(n, n).array() = d_reset_h.array() * h_prev.array() * r * (1.0f - r);
+          carry.array() = dh_total.array() * z + d_reset_h.array() * r;
+          carry.noalias() += d.leftCols(2 * n) * u_transposed.topRows(2 * n);
+        }
       }
       Eigen::Map<Matrix>(dh0 + row * n, rows, n) = carry;
     });
   }
+
+ private:
+  bool reset_after_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("TfTemperedGruSequence").Device(::tensorflow::DEVICE_CPU),
