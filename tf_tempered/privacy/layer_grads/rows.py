@@ -190,7 +190,10 @@ def linear_norms(src, path, layout, *, kernel_shape, use_bias, book_keeping=None
         bias_grad = None
         if materialize is False:
             kernel_grad, scaled_g = book_keeping(weights)
-            if use_bias and ones_column:
+            # The bias's per-microbatch gradients, where the norms needed them, give its
+            # sum by one [M]·[M, d] product instead of a pass over every row of c·g
+            # (MNIST CNN: 1.5-4 against 40-100 µs; benchmarks/results/step_small_ops.md).
+            if use_bias and ones_column and bias is None:
                 bias_grad = bias_from_scaled(scaled_g)
         elif materialize is True:
             kernel_grad = materialized_sum(weights)
