@@ -48,6 +48,7 @@ $PY benchmarks/dp_step.py --keras=3 --model=conv1d --paths=nonprivate,tf_tempere
 $PY benchmarks/dp_step.py --keras=3 --model=mobilenet --paths=nonprivate,tf_tempered --rounds=5 --json=$out/mobilenet_b256_keras3_run_all.json | tee $out/mobilenet_b256_keras3_run_all.md
 $PY benchmarks/dp_step.py --keras=3 --model=lstm --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/lstm_b256_keras3_run_all.json | tee $out/lstm_b256_keras3_run_all.md
 $PY benchmarks/dp_step.py --keras=3 --model=gru --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/gru_b256_keras3.json | tee $out/gru_b256_keras3.md
+$PY benchmarks/dp_step.py --keras=3 --model=gru_reset_before --paths=nonprivate,tf_tempered --steps=2 --rounds=5 --json=$out/gru_reset_before_b256_keras3.json | tee $out/gru_reset_before_b256_keras3.md
 # Issue 30's rows: LoRA fine-tuning (rank-4 LoRA on a 2-block transformer, batch 64) and the XLA-compiled steps
 # (jit_compile=True: the TF-ops paths, what a GPU runs), each against the non-private step compiled the same way.
 $PY benchmarks/dp_step.py --keras=3 --model=lora --paths=nonprivate,tf_tempered --rounds=5 --json=$out/lora_b64_keras3.json | tee $out/lora_b64_keras3.md
@@ -89,6 +90,7 @@ $PY benchmarks/summarize.py $out/mnist_b256.json $out/mnist_b4096.json $out/cifa
   $out/mnist_b256_dynamic.json $out/cifar10_b256_dynamic.json $out/mnist_b256_keras3.json \
   $out/cifar10_b256_keras3.json $out/text_b256_keras3.json $out/conv1d_b256_keras3_run_all.json \
   $out/mobilenet_b256_keras3_run_all.json $out/lstm_b256_keras3_run_all.json $out/gru_b256_keras3.json \
+  $out/gru_reset_before_b256_keras3.json \
   $out/lora_b64_keras3.json \
   $out/mnist_b256_keras3_xla.json $out/cifar10_b256_low_memory_keras3.json \
   $out/cifar10_b256_chunks_keras3.json $out/mnist_b4096_chunks_keras3.json > $out/summary.md
