@@ -46,9 +46,9 @@ AUTO_CHUNK_BYTES = 64 * 2**20
 # Embedding + LSTM(64) / GRU(64) over 64 steps, batch 256, chunks of 64 against whole
 # (benchmarks/results/chunks_rnn.md, Keras 3 / Keras 2): GRU peak 1.87x / 1.64x -> 0.80x /
 # 0.71x non-private, time 0.73x / 1.00x -> 0.70x / 0.96x; LSTM 1.31x / 1.19x -> 0.69x /
-# 0.59x, time 0.92x / 0.96x -> 0.92x / 0.95x. TF's while loop (GRU reset_after=False, XLA,
-# TF_TEMPERED_NATIVE=0; the GRU reset_after=False before its native loop) costs time in chunks
-# (1.26x -> 1.51x): those rows do not count here.
+# 0.59x, time 0.92x / 0.96x -> 0.92x / 0.95x. TF's while loop (XLA, TF_TEMPERED_NATIVE=0, a
+# mask) costs time in chunks (measured on the reset-before GRU before its loop was native:
+# 1.26x -> 1.51x): those rows do not count here.
 AUTO_RECURRENT_CHUNK_BYTES = 8 * 2**20
 # Smaller chunks cost time per example (MNIST CNN at 4096 in chunks of 128: 1.46x
 # non-private against 1.18x whole).
