@@ -30,8 +30,8 @@ from typing import Callable, Tuple
 from tf_tempered import feature_stats
 from tf_tempered.experiments import recipes
 from tf_tempered.experiments.config import (  # noqa: F401  (the scripts' API)
-    ACCOUNTANTS, ACTIVATIONS, DATASETS, DEFAULT_NOISE_MULTIPLIER, FEATURE_NORMS, FEATURES, HEADS,
-    LR_SCHEDULES, OPTIMIZERS, SAMPLINGS, TEMPERED_DEFAULTS, ConfigError, TrainConfig)
+    ACCOUNTANTS, ACTIVATIONS, DATASETS, DEFAULT_NOISE_MULTIPLIER, FEATURE_NORMS, FEATURE_STORAGES,
+    FEATURES, HEADS, LR_SCHEDULES, OPTIMIZERS, SAMPLINGS, TEMPERED_DEFAULTS, ConfigError, TrainConfig)
 
 __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples",
            "DEFAULT_NOISE_MULTIPLIER"]
@@ -156,6 +156,12 @@ _RULES: Tuple[Rule, ...] = (
       for name in ("num_train", "num_test", "microbatches")),
     _positive("augmult", integer=True),
     _between("momentum", 0, 1, closed_low=True, fix="e.g. --momentum=0.9, or 0 for plain SGD."),
+    _choice("feature_storage", FEATURE_STORAGES),
+    Rule(lambda c: c.feature_storage != "float16"
+         and (c.features != "scatternet" or c.augmult == 1),
+         lambda c: f"--feature_storage={c.feature_storage} stores the shifted copies' "
+                   "ScatterNet features: it needs --features=scatternet and --augmult=K "
+                   "(K > 1). Fix: drop --feature_storage, or add those flags."),
     Rule(lambda c: c.augment_flip and c.augmult == 1,
          lambda c: "--augment_flip has no effect without augmentation: give --augmult=K (K > 1), "
                    "or drop --augment_flip."),

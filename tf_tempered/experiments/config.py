@@ -37,6 +37,7 @@ ACCOUNTANTS = accounting.ACCOUNTANTS
 # TF Privacy's MNIST tutorial; used when neither noise_multiplier nor target_epsilon is given.
 DEFAULT_NOISE_MULTIPLIER = 1.1
 FEATURE_NORMS = ("group", "dp_stats", "none")
+FEATURE_STORAGES = ("float16", "log8")  # tf_tempered.scatternet.codes.STORAGES
 # The tempered sigmoid's flags: set to anything else only with --activation=tempered_sigmoid.
 TEMPERED_DEFAULTS = {"scale": 2.0, "inverse_temperature": 2.0, "offset": 1.0,
                      "learnable": False}
@@ -64,6 +65,7 @@ class TrainConfig:
     head: str = "cnn"
     norm_groups: int = 27
     feature_power: float = 1.0
+    feature_storage: str = "float16"
     weight_standardization: bool = False
     feature_norm: str = "group"
     feature_norm_noise: float = 8.0

@@ -32,9 +32,12 @@ Modules, each importing only those before it:
 
 - ``transform``: the transform (kymatio's filters, computed faster, in threads);
 - ``cache``: the cache folder (``$TF_TEMPERED_CACHE_DIR/scatternet``), file names, row reads;
+- ``codes``: 8-bit logarithmic codes ("log8" storage: 1 byte a feature, ≤ 2.2% relative error);
 - ``features``: :func:`scattering_features`, computed once per image array and cached;
-- ``shifted``: :func:`shifted_scattering_features` and :class:`ShiftedFeatures`, the
-  shifted and mirrored copies for augmentation multiplicity, read per batch from disk;
+- ``shifted_rows``: :class:`ShiftedFeatures` (and one variant of it, ``VariantRows``), the
+  cached shifted and mirrored copies, read per batch from disk;
+- ``shifted``: :func:`shifted_scattering_features`, which computes and caches them, for
+  augmentation multiplicity;
 - ``heads``: :func:`scatternet_cnn` and :func:`scatternet_linear`, and :class:`FeaturePower`
   (an optional power-law compression of the features before them; no kymatio needed).
 
@@ -45,10 +48,11 @@ features only.
 from tf_tempered.scatternet.cache import CACHE_DIR_ENV, default_cache_dir
 from tf_tempered.scatternet.features import scatter_dataset, scattering_features
 from tf_tempered.scatternet.heads import FeaturePower, scatternet_cnn, scatternet_linear
-from tf_tempered.scatternet.shifted import ShiftedFeatures, shifted_scattering_features
+from tf_tempered.scatternet.shifted import shifted_scattering_features
+from tf_tempered.scatternet.shifted_rows import ShiftedFeatures, VariantRows
 from tf_tempered.scatternet.transform import INSTALL_HINT, num_channels
 
 __all__ = ["num_channels", "scattering_features", "shifted_scattering_features",
-           "ShiftedFeatures", "scatter_dataset", "scatternet_cnn", "scatternet_linear",
+           "ShiftedFeatures", "VariantRows", "scatter_dataset", "scatternet_cnn", "scatternet_linear",
            "FeaturePower",
            "default_cache_dir", "CACHE_DIR_ENV", "INSTALL_HINT"]

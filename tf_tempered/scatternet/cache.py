@@ -17,8 +17,9 @@ Cache (``$TF_TEMPERED_CACHE_DIR/scatternet``, default ``~/.cache/tf_tempered/sca
 its size for ``--recipe=best``: docs/reproduction.md, "What a run takes"): the features
 of each image array, float32, named by the transform (J, L, kymatio version), the
 array's shape and the SHA-256 of its bytes (so a cached file is never used for other
-images), and of each shifted or mirrored copy, float16. Files can be deleted at any
-time; they are recomputed when needed.
+images), and of each shifted or mirrored copy, float16 or 8-bit codes (``log8``, every
+variant: :mod:`~tf_tempered.scatternet.codes`). Files can be deleted at any time; they
+are recomputed when needed.
 """
 
 import hashlib
@@ -163,9 +164,10 @@ def as_rows(array):
     return array.reshape(len(array), -1).view(np.dtype((np.void, row)))[:, 0]
 
 
-def shifted_path(plain, dy, dx, mirrored, dtype):
+def shifted_path(plain, dy, dx, mirrored, storage):
+    """The file of one shifted (mirrored) variant stored as ``storage`` (float16, log8)."""
     mirror = "_mirror" if mirrored else ""
-    return plain.with_name(f"{plain.stem}{mirror}_shift{dy:+d}{dx:+d}_{np.dtype(dtype).name}.npy")
+    return plain.with_name(f"{plain.stem}{mirror}_shift{dy:+d}{dx:+d}_{storage}.npy")
 
 
 def is_valid_npy(path, shape, dtype):
