@@ -38,7 +38,8 @@ def _write_runs(root, dataset="mnist", target=2.93, accuracies=ACCURACIES, **fla
                             output_dir=str(d), **flag_changes).to_dict()
         results.write_json(d / "metrics.json", {
             "test_accuracy": acc, "epsilon": target - 1e-4 * seed, "delta": 1e-5,
-            "epsilon_holds": True, "dp_randomness": "secret", "flags": flags})
+            "epsilon_holds": True, "dp_randomness": "secret", "flags": flags,
+            "wall_time_s": 60.0 + seed, "peak_rss_mib": 1000.0 + seed})
         dirs.append(str(d))
     return dirs
 
@@ -50,7 +51,9 @@ def test_rows_have_the_issue_format_and_values(tmp_path):
                                                         ("fashion_mnist", [3, 4])]
     mnist = rows[0]
     assert set(mnist) == {"dataset", "recipe", "mean_test_accuracy", "std_test_accuracy",
-                          "epsilon", "delta", "seeds", "command"}
+                          "epsilon", "delta", "seeds", "command", "wall_time_s", "peak_rss_mib"}
+    assert mnist["wall_time_s"] == [60.0, 61.0, 62.0]  # each seed's, in seed order
+    assert mnist["peak_rss_mib"] == [1000.0, 1001.0, 1002.0]
     values = np.array(list(ACCURACIES.values()))
     assert mnist["mean_test_accuracy"] == pytest.approx(values.mean(), abs=1e-15)
     assert mnist["std_test_accuracy"] == pytest.approx(values.std(ddof=1), abs=1e-15)

@@ -501,3 +501,37 @@ def test_private_training_sees_through_the_feature_power():
     private.fit(features, labels, batch_size=8, epochs=1, shuffle=False, verbose=0)
     np.testing.assert_allclose(kernel_before - model.get_layer("logits").kernel.numpy(),
                                expected, rtol=1e-4, atol=1e-6)
+
+
+def test_log8_storage_holds_every_variant_in_one_byte_a_feature(tmp_path):
+    """storage="log8": nine files of codes (the unshifted one too, no float32 file), read
+    as float32 within 2.2% of the float features; copies() and one variant's rows read
+    what the in-memory array holds."""
+    from tf_tempered import augment  # pylint: disable=g-import-not-at-top
+    images = _images(5, 8)
+    exact = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
+                                                   cache=False, storage="float16")
+    in_memory = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
+                                                       cache=False, storage="log8")
+    cached = scatternet.shifted_scattering_features(images, max_shift=1, J=1, L=2,
+                                                    cache_dir=tmp_path, storage="log8")
+    assert cached.dtype == in_memory.dtype == np.float32 and cached.storage == "log8"
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 9 and all(f.endswith("_log8.npy") for f in files)
+    assert any("_shift+0+0_log8" in f for f in files)
+    assert sum(p.stat().st_size for p in tmp_path.iterdir()) < 9 * (5 * 48 + 128 + 1)
+    np.testing.assert_array_equal(np.asarray(cached), in_memory)
+    float_values = exact.astype(np.float32)
+    big = float_values > 1e-4
+    assert np.abs(in_memory[big] / float_values[big] - 1).max() < 0.0221
+    plain = cached.variant((0, 0, False))
+    assert isinstance(plain, scatternet.VariantRows) and plain.shape == (5, 4, 4, 3)
+    np.testing.assert_array_equal(plain[1:4], in_memory[1:4, 4])
+    np.testing.assert_array_equal(plain[2], in_memory[2, 4])
+    np.testing.assert_array_equal(np.asarray(plain.without_rows(0, 2)), in_memory[2:, 4])
+    copies = cached.copies(tf.constant([4, 0, -1], tf.int64), 3, seed=[7, 8]).numpy()
+    expected = augment.pick_variants(tf.constant(in_memory[[4, 0, 0]]), 3, seed=[7, 8]).numpy()
+    np.testing.assert_allclose(copies[:6], expected[:6], rtol=1e-6, atol=0)
+    assert not copies[6:].any()  # padding
+    with pytest.raises(ValueError, match="storage='int4' is invalid"):
+        scatternet.shifted_scattering_features(images, max_shift=1, storage="int4")

@@ -59,6 +59,8 @@ def test_train_writes_metrics_and_a_model_that_reproduces_them(tmp_path):
                                         "tf_tempered"}
     assert metrics["keras_major"] == KERAS_MAJOR  # the Keras that trained, as selected
     assert metrics["wall_time_s"] > 0
+    # The process's peak resident memory (Linux: getrusage's KiB): TensorFlow alone is > 100 MiB.
+    assert 100 < metrics["peak_rss_mib"] < 64 * 1024
     assert metrics["test_accuracy"] == pytest.approx(returned["test_accuracy"])
     assert [h["epoch"] for h in metrics["history"]] == [1, 2]
     for h in metrics["history"]:

@@ -22,6 +22,7 @@ import pytest
 
 from tf_tempered import data, scatternet
 from tf_tempered.experiments import common, feature_norm, train_data
+from tf_tempered.scatternet import codes
 
 pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
 
@@ -110,3 +111,34 @@ def test_batches_of_a_file_map_are_read_through_row_files(monkeypatch, tmp_path)
     np.testing.assert_array_equal(batch_x.numpy(), ref_x.numpy())
     np.testing.assert_array_equal(batch_x.numpy()[keep], x[batch_y.numpy()[keep]])
     assert not batch_x.numpy()[~keep].any() and (~keep).any()
+
+
+def test_log8_storage_trains_on_the_codes_and_tests_on_float_features(tmp_path, monkeypatch):
+    """--feature_storage=log8: the training features (statistics, validation block) are the
+    unshifted variant's codes, the test features float32 computed in memory, and the cache
+    holds only code files."""
+    monkeypatch.setenv("TF_TEMPERED_CACHE_DIR", str(tmp_path))
+    config = _config(feature_norm="dp_stats", augmult=2, augment_shift=1,
+                     feature_storage="log8", validation_size=100, num_train=600, num_test=50)
+    prepared = train_data.prepare_data(config)
+    assert isinstance(prepared.dataset.x_train, scatternet.VariantRows)
+    assert isinstance(prepared.train_x, scatternet.ShiftedFeatures)
+    assert len(prepared.dataset.x_train) == len(prepared.train_x) == 500
+    x_val = prepared.validation[0]
+    assert isinstance(x_val, np.ndarray) and x_val.dtype == np.float32 and len(x_val) == 100
+    assert set(np.unique(x_val)) <= set(codes.code_values())  # read from the codes
+    x_test = prepared.dataset.x_test
+    images = data.load("digits", num_train=600, num_test=50).x_test
+    np.testing.assert_array_equal(x_test, scatternet.scattering_features(images, cache=False))
+    names = [p.name for p in (tmp_path / "scatternet").iterdir()]
+    assert len(names) == 9 and all(n.endswith("_log8.npy") for n in names)
+    assert prepared.feature_stats is not None
+
+
+def test_log8_storage_needs_the_shifted_scatternet_copies():
+    for flags in (dict(features="scatternet"), dict(augmult=2)):
+        with pytest.raises(common.ConfigError, match="--feature_storage=log8 stores"):
+            common.validate_config(common.TrainConfig(dataset="digits", feature_storage="log8",
+                                                      **flags))
+    with pytest.raises(common.ConfigError, match="feature_storage"):
+        common.validate_config(common.TrainConfig(dataset="digits", feature_storage="int4"))

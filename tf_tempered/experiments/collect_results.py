@@ -96,7 +96,10 @@ def aggregate(metrics, recipe=None, command=None):
                      "mean_test_accuracy": float(accuracy.mean()),
                      "std_test_accuracy": float(accuracy.std(ddof=1)) if len(runs) > 1 else 0.0,
                      "epsilon": max(float(m["epsilon"]) for _, m, _ in runs),
-                     "delta": float(runs[0][1]["delta"]), "seeds": seeds, "command": cmd})
+                     "delta": float(runs[0][1]["delta"]), "seeds": seeds, "command": cmd,
+                     # Per seed, as each run recorded them (None: not recorded by its version).
+                     "wall_time_s": [m.get("wall_time_s") for _, m, _ in runs],
+                     "peak_rss_mib": [m.get("peak_rss_mib") for _, m, _ in runs]})
     return rows
 
 

@@ -22,13 +22,15 @@ import json
 import math
 import os
 import pathlib
+import sys
 
 import numpy as np  # noqa: F401  (used by the doctest)
 
 from tf_tempered.experiments.common import ConfigError, TrainConfig, validate_config
 from tf_tempered.version import __version__
 
-__all__ = ["package_versions", "write_json", "read_json", "write_csv", "run_all"]
+__all__ = ["package_versions", "peak_rss_mib", "write_json", "read_json", "write_csv",
+           "run_all"]
 
 
 def package_versions():
@@ -41,6 +43,20 @@ def package_versions():
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
     return versions
+
+
+def peak_rss_mib():
+    """This process's peak resident memory so far, in MiB (None where the OS does not say).
+
+    >>> peak_rss_mib() > 0
+    True
+    """
+    try:
+        import resource  # pylint: disable=g-import-not-at-top  (Unix only)
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2 ** 20 if sys.platform == "darwin" else peak / 2 ** 10
 
 
 def _plain(value):

@@ -169,6 +169,7 @@ def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, st
             eval_ds, verbose=0, return_dict=True),
         replicas=1 if strategy is None else strategy.num_replicas_in_sync)
     result["wall_time_s"] = time.monotonic() - start
+    result["peak_rss_mib"] = results.peak_rss_mib()  # the process's: data, model and all
     if out is not None:
         if config.save_model:
             model.save(out / "model.keras")
