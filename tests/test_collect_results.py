@@ -63,6 +63,19 @@ def test_rows_have_the_issue_format_and_values(tmp_path):
     assert mnist["command"].endswith("--seed=SEED")
 
 
+def test_peak_memory_from_a_time_v_file_when_the_run_did_not_record_it(tmp_path):
+    dirs = _write_runs(tmp_path)
+    for d in dirs[:2]:
+        older = results.read_json(pathlib.Path(d) / "metrics.json")
+        del older["peak_rss_mib"]  # written before the script recorded it
+        results.write_json(pathlib.Path(d) / "metrics.json", older)
+    (pathlib.Path(dirs[0]) / "time_v.txt").write_text(
+        "\tElapsed (wall clock) time (h:mm:ss or m:ss): 6:28.37\n"
+        "\tMaximum resident set size (kbytes): 2162748\n")
+    rows = collect_results.aggregate(dirs, recipe="paper")
+    assert rows[0]["peak_rss_mib"] == [2162748 / 1024, None, 1002.0]
+
+
 def test_a_flag_missing_from_an_older_run_counts_as_its_default(tmp_path):
     dirs = _write_runs(tmp_path)
     older = results.read_json(pathlib.Path(dirs[0]) / "metrics.json")

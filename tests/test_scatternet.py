@@ -374,7 +374,8 @@ def test_progress_lines(tmp_path, capsys):
     scatternet.shifted_scattering_features(_images(3, 8, seed=1), max_shift=1, J=1, L=2,
                                            cache_dir=tmp_path, progress=True)
     out = capsys.readouterr().out
-    assert "8 shifted copies of 3 images: computing 24 transforms" in out and "24/24" in out
+    assert "8 copies (shifts within ±1 px) of 3 images: computing 24 transforms" in out \
+        and "24/24" in out
 
 
 def test_large_training_arrays_are_read_per_batch(monkeypatch):

@@ -99,8 +99,21 @@ def aggregate(metrics, recipe=None, command=None):
                      "delta": float(runs[0][1]["delta"]), "seeds": seeds, "command": cmd,
                      # Per seed, as each run recorded them (None: not recorded by its version).
                      "wall_time_s": [m.get("wall_time_s") for _, m, _ in runs],
-                     "peak_rss_mib": [m.get("peak_rss_mib") for _, m, _ in runs]})
+                     "peak_rss_mib": [_peak_rss_mib(where, m) for where, m, _ in runs]})
     return rows
+
+
+def _peak_rss_mib(where, metrics):
+    """The run's peak resident memory: its metrics.json's, else that of a ``time_v.txt``
+    (``/usr/bin/time -v``'s output) beside it, else None."""
+    if metrics.get("peak_rss_mib") is not None or where == "<dict>":
+        return metrics.get("peak_rss_mib")
+    time_v = pathlib.Path(where).parent / "time_v.txt"
+    if time_v.is_file():
+        for line in time_v.read_text().splitlines():
+            if "Maximum resident set size (kbytes)" in line:
+                return int(line.rsplit(":", 1)[1]) / 1024
+    return None
 
 
 def markdown_row(row):

@@ -88,8 +88,8 @@ def shifted_scattering_features(images, *, max_shift, flip=False, J=2, L=8, cach
     else:
         todo = list(range(len(shifts)))
     show = show_progress(progress, n * c * (len(todo) or len(shifts)))  # all cached: says so
-    label = (f"ScatterNet features (J={J}, L={L}) of {len(todo)} shifted "
-             f"{'or mirrored ' if flip else ''}copies of {n} images")
+    label = (f"ScatterNet features (J={J}, L={L}) of {len(todo)} copies (shifts within "
+             f"±{max_shift} px{', mirrored or not' if flip else ''}) of {n} images")
     if show and todo and cache:
         size = n * np.prod(feature_shape) * _STORED[storage].itemsize
         print(f"{label}: not cached yet, writing {len(todo)} files of {human_size(size)} "
