@@ -31,7 +31,8 @@ from tf_tempered import feature_stats
 from tf_tempered.experiments import recipes
 from tf_tempered.experiments.config import (  # noqa: F401  (the scripts' API)
     ACCOUNTANTS, ACTIVATIONS, DATASETS, DEFAULT_NOISE_MULTIPLIER, FEATURE_NORMS, FEATURE_STORAGES,
-    FEATURES, HEADS, LR_SCHEDULES, OPTIMIZERS, SAMPLINGS, TEMPERED_DEFAULTS, ConfigError, TrainConfig)
+    FEATURES, HEADS, LR_SCHEDULES, OPTIMIZERS, SAMPLINGS, TEMPERED_DEFAULTS, ConfigError,
+    TrainConfig)
 
 __all__ = ["ConfigError", "TrainConfig", "validate_config", "check_num_examples",
            "DEFAULT_NOISE_MULTIPLIER"]

@@ -37,10 +37,10 @@
   results/records_protocol.md (+0.14; each alone +0.07; ``--accountant=rdp --ema_decay=0``
   gives the recipe before it); the shifted copies' features are cached in 8-bit codes
   (``feature_storage="log8"``: 2.14 GB instead of 4.9 GB, same accuracy within the seeds'
-  spread; ``--feature_storage=float16`` gives the cache before it). Fashion-MNIST normalizes with GroupNorm
-  (27 groups, no affine parameters) and trains Tramèr & Boneh's linear head on the
-  normalized features (``head="linear"``, 39,700 parameters) at their published setting,
-  evaluated on an exponential moving average of its weights (``ema_decay=0.99``,
+  spread; ``--feature_storage=float16`` gives the cache before it). Fashion-MNIST
+  normalizes with GroupNorm (27 groups, no affine parameters) and trains Tramèr & Boneh's
+  linear head on the normalized features (``head="linear"``, 39,700 parameters) at their
+  published setting, evaluated on an exponential moving average of its weights (``ema_decay=0.99``,
   post-processing: no privacy cost). Both selected by results/records_protocol.md's
   3-fold cross-validation: the linear head in its first round (+0.84 points over the CNN
   on the same features, the largest of six candidates; ``--head=cnn`` gives the CNN

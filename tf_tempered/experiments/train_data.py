@@ -72,7 +72,8 @@ def prepare_data(config, backup_dir=None):
         # The features of every shifted (and with --augment_flip mirrored) image, once
         # (for all images, so one cache serves every split): augmentation copies pick
         # among them.
-        shifted = shifted or _shifted_features(config, images)
+        if shifted is None:  # float16 storage: not read above
+            shifted = _shifted_features(config, images)
         train_x = data_lib.without_block(shifted, *held_out)
     plan = plan_privacy(config, len(dataset.y_train))
     # --feature_norm=dp_stats: released once, from the training part only (plan accounts it);
@@ -93,7 +94,7 @@ def _scattered(config, dataset):
 
     --feature_storage=log8 (with --augmult > 1): the training images' features are the
     unshifted variant of the shifted copies' 8-bit files (scatternet.VariantRows, read
-    when indexed), the test images' are computed in memory (float32, 2 s for MNIST's
+    when indexed), the test images' are computed in memory (float32, 3-5 s for MNIST's
     10,000), so the cache holds one byte a feature and no float32 file (MNIST: 2.14 GB).
     """
     if config.feature_storage != "log8":

@@ -53,6 +53,7 @@ from tf_tempered.scatternet.shifted_rows import ShiftedFeatures, VariantRows
 from tf_tempered.scatternet.transform import INSTALL_HINT, num_channels
 
 __all__ = ["num_channels", "scattering_features", "shifted_scattering_features",
-           "ShiftedFeatures", "VariantRows", "scatter_dataset", "scatternet_cnn", "scatternet_linear",
+           "ShiftedFeatures", "VariantRows", "scatter_dataset", "scatternet_cnn",
+           "scatternet_linear",
            "FeaturePower",
            "default_cache_dir", "CACHE_DIR_ENV", "INSTALL_HINT"]

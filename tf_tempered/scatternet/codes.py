@@ -16,7 +16,7 @@
 A feature x (the scattering coefficients are moduli: x ≥ 0, up to float rounding) is
 stored as the byte
 
-    q(x) = clip(round(255 + 16·log2(x)), 0, 255),   read as 2^((q − 255)/16) for q ≥ 1, 0 for q = 0,
+    q(x) = clip(round(255 + 16·log2 x), 0, 255),   read as 2^((q − 255)/16) (q ≥ 1), 0 (q = 0),
 
 so every value in [2^-15.9, 1] keeps its relative error within 2^(1/32) − 1 = 2.2%, smaller
 ones (below 1.7e-5) read as 0, and larger ones as 1 (the scattering of an image in
