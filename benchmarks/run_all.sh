@@ -4,10 +4,13 @@
 # [peers] extra> adds the Opacus and JAX steps (benchmarks/peers/) to the same run.
 # Each command names its Keras (--keras=2|3), whatever TF_USE_LEGACY_KERAS says; the unsuffixed
 # files are Keras 2 (with TF Privacy's paths), the *_keras3* ones Keras 3.
+# OUT=<folder> writes every file there instead (e.g. one host's whole run beside the files the
+# docs cite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-out=benchmarks/results
+out=${OUT:-benchmarks/results}
+mkdir -p "$out"
 $PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=256 --json=$out/mnist_b256.json | tee $out/mnist_b256.md
 $PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=4096 --paths=nonprivate,tf_tempered --steps=3 --json=$out/mnist_b4096.json | tee $out/mnist_b4096.md
 $PY benchmarks/dp_step.py --keras=2 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --steps=3 --json=$out/cifar10_b256.json | tee $out/cifar10_b256.md
