@@ -33,9 +33,13 @@ import numpy as np
 
 from tf_tempered._compat import tf
 
-__all__ = ["STORAGES", "encode", "decode", "decode_tensor", "code_values"]
+__all__ = ["STORAGES", "STORED_DTYPES", "READ_DTYPES", "encode", "decode", "decode_tensor",
+           "code_values"]
 
 STORAGES = ("float16", "log8")  # how shifted copies are stored (shifted_scattering_features)
+# Each storage's dtype in the files, and as read (log8's bytes decode to float32).
+STORED_DTYPES = {"float16": np.dtype(np.float16), "log8": np.dtype(np.uint8)}
+READ_DTYPES = {"float16": np.dtype(np.float16), "log8": np.dtype(np.float32)}
 _STEPS_PER_OCTAVE = 16
 _TOP_CODE = 255
 

@@ -112,8 +112,7 @@ def shifted_scattering_features(images, *, max_shift, flip=False, J=2, L=8, cach
     return ShiftedFeatures(paths, shifts, np.arange(n), feature_shape, storage)
 
 
-_STORED = {"float16": np.dtype(np.float16), "log8": np.dtype(np.uint8)}  # in the files
-_READ = {"float16": np.dtype(np.float16), "log8": np.dtype(np.float32)}  # as read
+_STORED, _READ = codes.STORED_DTYPES, codes.READ_DTYPES
 
 
 def _cache_files(x, folder, shifts, J, L, feature_shape, storage, progress):

@@ -47,8 +47,7 @@ class ShiftedFeatures:
         self.paths, self.shifts = tuple(map(str, paths)), tuple(shifts)
         self.rows = np.asarray(rows, np.int64)
         self.feature_shape, self.storage = tuple(feature_shape), storage
-        self._stored = np.dtype(np.uint8 if storage == "log8" else np.float16)
-        self.dtype = np.dtype(np.float32 if storage == "log8" else np.float16)
+        self._stored, self.dtype = codes.STORED_DTYPES[storage], codes.READ_DTYPES[storage]
         self._files, self._lock = None, threading.Lock()
 
     @property
