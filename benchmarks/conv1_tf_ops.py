@@ -16,8 +16,20 @@ timed over 30 calls per round, the rounds alternating:
   the batched matmul;
 * slices: the 64 kernel offsets as strided slices, concatenated;
 * space_to_depth: 8×8 stride 2 as 4×4 stride 1 on space_to_depth(2) of the padded image, 16 slices;
+* extract_patches: tf.image.extract_patches of the padded image, then the batched matmul;
+* identity_conv: the patches as the output of a Conv2D whose kernel is the 64×64 identity
+  (oneDNN's convolution moving the pixels), then the batched matmul;
+* depthwise_forward: the batch folded into channels as the *forward* depthwise conv of the
+  padded image [1, 34, 34, B] with g as its filter [14, 14, B, 16], dilation 2;
+* grouped_phases (XLA only, --jit_compile; TF's CPU kernels have no grouped convolution): the
+  4 stride phases of the padded image as a batch, convolved with g as a filter of B groups;
 * nonprivate_filter_gradient (for scale): the non-private step's work for this layer, the batch's
   summed filter gradient (TF's Conv2DBackpropFilter).
+
+With --jit_compile every formulation (and the non-private filter gradient) is compiled by
+XLA, what a GPU user's jit_compile=True step runs; the depthwise backprop is then XLA's
+grouped convolution, not oneDNN's kernel, and the offsets formulation
+(conv_grads.per_example_kernel_grads_by_offsets, the engine's XLA path) is added.
 
 Used for docs/benchmarks.md's TF-ops paragraph (issue 30, item 5): the non-private step's own
 conv1 filter gradient (the last row) is several times cheaper than the fastest of them.
@@ -57,7 +69,7 @@ def _padded(x):
     return tf.pad(x, [[0, 0], [PAD, PAD], [PAD, PAD], [0, 0]])
 
 
-def formulations(layer):
+def formulations(layer, jit_compile=False):
     starts = np.arange(OUT) * STRIDE
     frames = (starts[:, None] + np.arange(KERNEL)[None]).reshape(-1)
     side = SIZE + 2 * PAD
@@ -87,21 +99,54 @@ def formulations(layer):
         parts = [blocks[:, a:a + OUT, b:b + OUT, :] for a in range(k) for b in range(k)]
         return _norms_from_patches(tf.reshape(tf.stack(parts, 3), [BATCH, OUT * OUT, -1]), g)
 
-    return {name: tf.function(fn) for name, fn in (
-        ("depthwise", depthwise), ("gather", gather), ("two_gathers", two_gathers),
-        ("slices", slices), ("space_to_depth", space_to_depth))}
+    def extract_patches(x, g):
+        patches = tf.image.extract_patches(_padded(x), [1, KERNEL, KERNEL, 1],
+                                           [1, STRIDE, STRIDE, 1], [1, 1, 1, 1], "VALID")
+        return _norms_from_patches(tf.reshape(patches, [BATCH, OUT * OUT, -1]), g)
+
+    identity = tf.reshape(tf.eye(KERNEL * KERNEL), [KERNEL, KERNEL, 1, KERNEL * KERNEL])
+
+    def identity_conv(x, g):
+        patches = tf.nn.conv2d(x, identity, [1, STRIDE, STRIDE, 1], "SAME")
+        return _norms_from_patches(tf.reshape(patches, [BATCH, OUT * OUT, -1]), g)
+
+    def depthwise_forward(x, g):
+        folded = tf.transpose(_padded(x)[..., 0], [1, 2, 0])[None]  # [1, 34, 34, B]
+        grads = tf.nn.depthwise_conv2d(folded, tf.transpose(g, [1, 2, 0, 3]), [1, 1, 1, 1],
+                                       "VALID", dilations=[STRIDE, STRIDE])  # [1, 8, 8, B·16]
+        return tf.reduce_sum(tf.square(tf.reshape(grads, [-1, BATCH, FILTERS])), [0, 2])
+
+    def grouped_phases(x, g):
+        phases = tf.transpose(tf.nn.space_to_depth(_padded(x), STRIDE), [3, 1, 2, 0])
+        kernel = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [OUT, OUT, 1, BATCH * FILTERS])
+        grads = tf.nn.conv2d(phases, kernel, [1, 1, 1, 1], "VALID")  # [4, 4, 4, B·16]
+        return tf.reduce_sum(tf.square(tf.reshape(grads, [-1, BATCH, FILTERS])), [0, 2])
+
+    def offsets(x, g):
+        per_example = conv_grads.per_example_kernel_grads_by_offsets(layer, x, g)
+        return tf.reduce_sum(tf.square(tf.reshape(per_example, [-1, BATCH, FILTERS])), [0, 2])
+
+    fns = [("depthwise", depthwise), ("gather", gather), ("two_gathers", two_gathers),
+           ("slices", slices), ("space_to_depth", space_to_depth),
+           ("extract_patches", extract_patches), ("identity_conv", identity_conv),
+           ("depthwise_forward", depthwise_forward)]
+    if jit_compile:
+        fns += [("grouped_phases", grouped_phases), ("offsets", offsets)]
+    return {name: tf.function(fn, jit_compile=jit_compile) for name, fn in fns}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=30)
+    parser.add_argument("--jit_compile", action="store_true",
+                        help="compile every formulation with XLA")
     parser.add_argument("--json")
     args = parser.parse_args()
     x = tf.random.normal([BATCH, SIZE, SIZE, 1], seed=1)
     g = tf.random.normal([BATCH, OUT, OUT, FILTERS], seed=2)
-    fns = formulations(_layer())
-    reference = fns["depthwise"](x, g).numpy()
+    fns = formulations(_layer(), args.jit_compile)
+    reference = formulations(_layer())["depthwise"](x, g).numpy()  # TF's executor, oneDNN
     for name, fn in fns.items():
         error = float(np.max(np.abs(fn(x, g).numpy() - reference) / reference))
         if error > 1e-4:
@@ -109,7 +154,8 @@ def main():
     # The non-private step's own work for this layer: the batch's summed filter gradient.
     fns["nonprivate_filter_gradient"] = tf.function(
         lambda x, g: tf.compat.v1.nn.conv2d_backprop_filter(
-            x, [KERNEL, KERNEL, 1, FILTERS], g, strides=[1, STRIDE, STRIDE, 1], padding="SAME"))
+            x, [KERNEL, KERNEL, 1, FILTERS], g, strides=[1, STRIDE, STRIDE, 1], padding="SAME"),
+        jit_compile=args.jit_compile)
     times = {name: [] for name in fns}
     for _ in range(args.rounds):
         for name, fn in fns.items():
@@ -120,7 +166,7 @@ def main():
                 fn(x, g)
             times[name].append((time.perf_counter() - start) / args.calls * 1000)
     print(f"conv1 of the MNIST CNN, batch {BATCH}, TF {tf.__version__}, {platform.machine()}, "
-          f"oneDNN kernels: {keras_bridge.onednn_enabled()}")
+          f"oneDNN kernels: {keras_bridge.onednn_enabled()}, XLA: {args.jit_compile}")
     print("| formulation | ms per call (median of rounds) | rounds |")
     print("|---|---:|---|")
     for name, values in times.items():

@@ -215,7 +215,9 @@ def test_peer_scripts_skip_without_their_framework(script, package):
     assert f"skipped: {package} not installed (pip install -e .[peers])" in result.stdout
 
 
-def test_conv1_tf_ops_formulations_give_the_engines_norms():
+@pytest.mark.parametrize("jit_compile", [
+    False, pytest.param(True, marks=pytest.mark.keras3_suite)], ids=["executor", "xla"])
+def test_conv1_tf_ops_formulations_give_the_engines_norms(jit_compile):
     """benchmarks/conv1_tf_ops.py times formulations of the same per-example norms: they must
     agree with the engine's (and with a per-example filter gradient), or the timing compares
     different work."""
@@ -227,7 +229,9 @@ def test_conv1_tf_ops_formulations_give_the_engines_norms():
         x[i:i + 1], [8, 8, 1, 16], g[i:i + 1], strides=[1, 2, 2, 1], padding="SAME")
         for i in range(3)]
     direct = np.array([float(tf.reduce_sum(tf.square(f))) for f in first])
-    for name, fn in bench.formulations(layer).items():
+    formulations = bench.formulations(layer, jit_compile)
+    assert ("offsets" in formulations) == jit_compile
+    for name, fn in formulations.items():
         np.testing.assert_allclose(fn(x, g).numpy()[:3], direct, rtol=1e-4, err_msg=name)
 
 

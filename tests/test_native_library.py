@@ -87,11 +87,11 @@ def _reference(layer, x, g, groups):
     return per_example.reshape(groups, -1, per_example.shape[-1]).sum(axis=1)
 
 
-def _kernel_grads(layer, x, g, num_groups, output_grads):
+def _kernel_grads(layer, x, g, num_groups, output_grads, bias_grads=False):
     return native_ops.conv2d_group_kernel_grads(
         x, g, num_groups, kernel_size=layer.kernel_size, strides=layer.strides,
         dilations=layer.dilation_rate, pads=conv_grads.padding_before(layer, x),
-        output_grads=output_grads)
+        output_grads=output_grads, bias_grads=bias_grads)
 
 
 @pytest.fixture
@@ -109,8 +109,18 @@ def op(monkeypatch):
 @pytest.mark.parametrize("case", _CASES, ids=_case_id)
 def test_group_kernel_grads_equal_per_example_tapes(op, case, dtype, output_grads):
     layer, x, g, groups = _setup(case, dtype)
-    sq_norms, grads = _kernel_grads(layer, x, g, groups, output_grads)
+    # The bias's sums with and without the kept kernel gradients: all four pairs over the dtypes.
+    bias_grads = output_grads == (dtype == "float32")
+    sq_norms, grads, bias = _kernel_grads(layer, x, g, groups, output_grads, bias_grads)
     reference = _reference(layer, x, g, groups)
+    cout = g.shape[-1]
+    if bias_grads:
+        expected_bias = g.numpy().reshape(groups, -1, cout).sum(axis=1)
+        assert bias.shape == (groups, cout) and bias.dtype == tf.as_dtype(dtype)
+        np.testing.assert_allclose(bias.numpy(), expected_bias, rtol=_RTOL[dtype],
+                                   atol=_RTOL[dtype] * np.abs(expected_bias).max())
+    else:
+        assert bias.shape == (0, cout)
     size = int(np.prod(layer.kernel.shape))
     assert reference.shape == (groups, size)
     assert sq_norms.dtype == grads.dtype == tf.as_dtype(dtype)
@@ -131,11 +141,14 @@ def test_group_kernel_grads_equal_per_example_tapes(op, case, dtype, output_grad
 def test_group_kernel_grads_in_tf_function(op):
     layer, x, g, groups = _setup(_CASES[3], "float32", seed=1)
     size = int(np.prod(layer.kernel.shape))
-    fn = tf.function(lambda x, g: _kernel_grads(layer, x, g, groups, True))
-    sq_norms, grads = fn(x, g)
+    fn = tf.function(lambda x, g: _kernel_grads(layer, x, g, groups, True, bias_grads=True))
+    sq_norms, grads, bias = fn(x, g)
     reference = _reference(layer, x, g, groups)
     graph_out = fn.get_concrete_function(x, g).structured_outputs
     assert graph_out[1].shape.as_list() == [None, size]
+    assert graph_out[2].shape.as_list() == [None, g.shape[-1]]
+    np.testing.assert_allclose(bias.numpy(), g.numpy().reshape(groups, -1, g.shape[-1]).sum(1),
+                               rtol=1e-5, atol=1e-5)
     assert np.abs(grads.numpy() - reference).max() <= 1e-5 * np.abs(reference).max()
     np.testing.assert_allclose(sq_norms.numpy(), np.square(reference).sum(axis=1), rtol=2e-5)
 
@@ -144,7 +157,7 @@ def test_group_kernel_grads_in_tf_function(op):
 def test_float32_layer_takes_float64_input(op):
     # x is cast to g's dtype: a float64 input with a float32 output gradient computes in float32.
     layer, x, g, groups = _setup(_CASES[1], "float32", seed=2)
-    sq_norms, grads = _kernel_grads(layer, tf.cast(x, tf.float64), g, groups, True)
+    sq_norms, grads, _ = _kernel_grads(layer, tf.cast(x, tf.float64), g, groups, True)
     reference = _reference(layer, x, g, groups)
     assert grads.dtype == tf.float32
     assert np.abs(grads.numpy() - reference).max() <= 1e-5 * np.abs(reference).max()

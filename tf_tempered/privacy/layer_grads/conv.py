@@ -112,9 +112,9 @@ class Conv2DHandler(Handler):
         src = _row_source(call.inputs, call.grad_output, hparams, layout.options)
         path = choose_path(src, hparams, layout.num_microbatches, layout.examples_per_microbatch,
                            xla=layout.xla)
-        kernel = None
+        kernel, bias = None, None
         if path.native:
-            kernel = _native_kernel(src, hparams, path, layout.num_microbatches)
+            kernel, bias = _native_kernel(src, hparams, path, layout.num_microbatches)
         elif path.depthwise:
             kernel = _kept_kernel(conv_grads.per_example_kernel_grads(
                 hparams, src.inputs, src.grad_output, chunk=src.options.depthwise_chunk),
@@ -126,7 +126,8 @@ class Conv2DHandler(Handler):
                                   layout.num_microbatches)
         return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
                                  use_bias=hparams.use_bias, kernel=kernel,
-                                 book_keeping=lambda w: _book_keeping(src, hparams, w))
+                                 book_keeping=lambda w: _book_keeping(src, hparams, w),
+                                 bias_per_microbatch=None if bias is None else lambda m: bias)
 
 
 def _row_source(x, g, hparams, options):
@@ -197,20 +198,24 @@ def _use_native(src, hparams, g_rows):
 
 
 def _native_kernel(src, hparams, path, num_microbatches):
+    """(KernelGrads, the bias's per-microbatch gradients [M, cout] or None) by the native op,
+    which sums the bias's gradients as it reads g (no separate pass over g's pixels)."""
     def native_grads(output_grads):
         return native.conv2d_group_kernel_grads(
             src.inputs, src.grad_output, num_microbatches, kernel_size=hparams.kernel_size,
             strides=hparams.strides, dilations=hparams.dilation_rate,
-            pads=conv_grads.padding_before(hparams, src.inputs), output_grads=output_grads)
+            pads=conv_grads.padding_before(hparams, src.inputs), output_grads=output_grads,
+            bias_grads=hparams.use_bias)
 
     materialize = path.materialize
     if isinstance(materialize, bool):
-        sq, per_microbatch = native_grads(materialize)
+        sq, per_microbatch, bias = native_grads(materialize)
     else:
-        sq, per_microbatch = tf.cond(materialize, lambda: native_grads(True),
-                                     lambda: native_grads(False))
-    return rows.KernelGrads(sq, lambda w: clip.weighted_sum(w.zero_nonfinite(per_microbatch),
-                                                            w.scale))
+        sq, per_microbatch, bias = tf.cond(materialize, lambda: native_grads(True),
+                                           lambda: native_grads(False))
+    kernel = rows.KernelGrads(sq, lambda w: clip.weighted_sum(w.zero_nonfinite(per_microbatch),
+                                                              w.scale))
+    return kernel, bias if hparams.use_bias else None
 
 
 def _kept_kernel(per_row, num_microbatches):

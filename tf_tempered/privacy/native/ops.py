@@ -26,8 +26,9 @@ __all__ = ["box_muller", "box_muller_pieces", "conv2d_group_kernel_grads",
 
 
 def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilations, pads,
-                              output_grads):
-    """(‖G_m‖² [M], G_m as [M, kh·kw·cin·cout] or [0, ...]): G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ.
+                              output_grads, bias_grads=False):
+    """(‖G_m‖² [M], G_m as [M, kh·kw·cin·cout] or [0, ...], Σ_{e ∈ m} Σ_r g_e,r as [M, cout]
+    or [0, cout]): G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ, and the bias's gradient when ``bias_grads``.
 
     x [B, H, W, cin] the Conv2D's input, g [B, H', W', cout] its output gradient, the M
     microbatches consecutive rows of B; a_r the input patch under output pixel r, read
@@ -35,11 +36,12 @@ def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilatio
     spatial sizes needed (they fix the padding).
     """
     (kh, kw), size = kernel_size, kernel_size[0] * kernel_size[1] * x.shape[-1] * g.shape[-1]
-    sq_norms, grads = library.load().tf_tempered_conv2d_group_kernel_grads(
+    sq_norms, grads, bias = library.load().tf_tempered_conv2d_group_kernel_grads(
         tf.cast(x, g.dtype), g, tf.cast(num_groups, tf.int32), kernel_size=[kh, kw],
         strides=list(strides), dilations=list(dilations), pads=list(pads),
-        output_grads=output_grads)
-    return tf.ensure_shape(sq_norms, [None]), tf.ensure_shape(grads, [None, size])
+        output_grads=output_grads, bias_grads=bias_grads)
+    return (tf.ensure_shape(sq_norms, [None]), tf.ensure_shape(grads, [None, size]),
+            tf.ensure_shape(bias, [None, g.shape[-1]]))
 
 
 def depthwise_kernel_grads(x, g, *, kernel_size, strides, dilations, pads):
