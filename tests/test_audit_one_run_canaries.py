@@ -249,6 +249,9 @@ def test_audit_refuses_a_model_that_is_already_private():
 
 # ----------------------------------------------------------------- the command
 
+# keras3_suite: the command line, as tests/test_audit_one_run.py (the Keras 2 suite runs the
+# audits it calls, above).
+@pytest.mark.keras3_suite
 def test_one_run_command_prints_bounds_and_writes_json_and_plot(tmp_path, capsys):
     from absl import flags
     from tf_tempered.audit import one_run_cli

@@ -163,6 +163,9 @@ def test_augmult_batches_validates(kwargs, name):
         augment.augmult_batches(ds, **kwargs)
 
 
+# keras3_suite: the train script sits above make_private and fit, which the Keras 2 suite
+# tests directly (as tests/test_train.py).
+@pytest.mark.keras3_suite
 def test_train_script_trains_on_k_copies_with_the_same_epsilon():
     from tf_tempered.experiments import common, privacy_plan, train, train_data
     base = common.TrainConfig(dataset="digits", num_train=256, num_test=64, batch_size=32,
@@ -214,6 +217,9 @@ def test_augmult_batches_with_copies_of_precomputed_variants():
     np.testing.assert_array_equal(bx.numpy()[:, 0, 0, 0], by.numpy())
 
 
+# keras3_suite: the train script sits above make_private and fit, which the Keras 2 suite
+# tests directly (as tests/test_train.py).
+@pytest.mark.keras3_suite
 def test_train_script_augments_scatternet_features_with_shifted_images():
     pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
     from tf_tempered.experiments import (  # pylint: disable=g-import-not-at-top
@@ -233,6 +239,9 @@ def test_train_script_augments_scatternet_features_with_shifted_images():
     assert 0.0 <= result["test_accuracy"] <= 1.0
 
 
+# keras3_suite: the train script sits above make_private and fit, which the Keras 2 suite
+# tests directly (as tests/test_train.py).
+@pytest.mark.keras3_suite
 def test_train_script_mirrors_scatternet_features_with_augment_flip(monkeypatch):
     """--augment_flip with --features=scatternet: the copies pick among the features of the
     plain and the mirrored images (here without shifts), at no privacy cost."""

@@ -26,6 +26,10 @@ from tf_tempered._compat import keras, tensorflow_privacy, tf
 
 # Also run on Python 3.11 with Keras 3 and TF Privacy installed (see conftest, .ci/run).
 pytestmark = pytest.mark.keras_matrix
+# The tests marked keras3_suite run a child process whose Keras they choose (its
+# TF_USE_LEGACY_KERAS set or removed, not inherited): the same child whichever Keras
+# this process binds, so the Keras 2 suite leaves them to the Keras 3 suite and to
+# Python 3.11's keras_matrix run (tests/test_keras_versions.py does the same).
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -56,6 +60,7 @@ def test_legacy_keras_requested_follows_tensorflows_rule(value, legacy):
     assert _compat.legacy_keras_requested(environ) is legacy
 
 
+@pytest.mark.keras3_suite
 def test_import_has_no_side_effect_on_the_keras_version():
     result = _run("import tf_tempered, keras, tensorflow as tf, sys, os; "
                   "print(keras.__version__, tf.keras.__name__, 'tf_keras' in sys.modules, "
@@ -66,6 +71,7 @@ def test_import_has_no_side_effect_on_the_keras_version():
     assert (tf_keras_loaded, env) == ("False", "None")
 
 
+@pytest.mark.keras3_suite
 def test_legacy_keras_is_selected_the_standard_way():
     result = _run("import tf_tempered, tensorflow as tf; from tf_tempered._compat import keras; "
                   "print(tf.keras.__name__, keras.__version__)", TF_USE_LEGACY_KERAS="1")
@@ -88,6 +94,7 @@ except TypeError as e:
 
 # Keras 2 active with a Keras 3 model by default; the other way round with --extended (the
 # same refusal, 18 s of subprocess each).
+@pytest.mark.keras3_suite
 @pytest.mark.parametrize("active, other", [pytest.param("3", "tf_keras", marks=pytest.mark.extended),
                                            ("2", "keras")])
 def test_mixing_the_two_kerases_fails_with_one_clear_message(active, other):
@@ -133,6 +140,7 @@ def test_import_first_then_tensorflow_works_in_fresh_process():
     assert result.stdout.strip().endswith("tf_keras.api._v2.keras") or "tf_keras" in result.stdout
 
 
+@pytest.mark.keras3_suite
 def test_tensorflow_imported_but_keras_unbound_is_fine():
     result = _run("import tensorflow as tf; import tf_tempered; print(tf.keras.__name__)",
                   TF_USE_LEGACY_KERAS="1")
@@ -140,6 +148,7 @@ def test_tensorflow_imported_but_keras_unbound_is_fine():
     assert "tf_keras" in result.stdout
 
 
+@pytest.mark.keras3_suite
 def test_legacy_requested_after_keras3_was_bound_raises_with_the_fix():
     result = _run("import os, tensorflow as tf; tf.keras.layers; "
                   "os.environ['TF_USE_LEGACY_KERAS'] = '1'; import tf_tempered")
@@ -153,6 +162,7 @@ def test_bootstrap_is_idempotent():
     assert _compat.bootstrap()[0] is tf
 
 
+@pytest.mark.keras3_suite
 def test_without_tf_privacy_the_package_trains_privately_and_says_how_to_get_it():
     # sys.modules[name] = None makes the import fail as if it were not installed
     # (as on Python 3.12+), also where it is installed.

@@ -165,6 +165,9 @@ def test_model_normalizes_with_the_frozen_released_statistics():
                                   normalization=(stats.mean, stats.variance + 1e-5))
 
 
+# keras3_suite: the train script sits above make_private and fit, which the Keras 2 suite
+# tests directly (as tests/test_train.py).
+@pytest.mark.keras3_suite
 def test_train_script_accounts_for_the_release():
     pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
     from tf_tempered.experiments.train import run_training  # pylint: disable=g-import-not-at-top
@@ -209,6 +212,9 @@ def test_release_is_stored_once_and_reused_on_resume(tmp_path):
         feature_norm.release(config, x[:40], store=store)
 
 
+# keras3_suite: the train script sits above make_private and fit, which the Keras 2 suite
+# tests directly (as tests/test_train.py).
+@pytest.mark.keras3_suite
 def test_train_script_reuses_the_release_in_backup_dir(tmp_path):
     pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
     from tf_tempered.experiments.train import run_training  # pylint: disable=g-import-not-at-top

@@ -36,6 +36,10 @@ from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 # Also run on Python 3.11 with Keras 3 and TF Privacy installed (see conftest, .ci/run).
 pytestmark = pytest.mark.keras_matrix
+# The tests marked keras3_suite run a child process whose Keras they choose (its
+# TF_USE_LEGACY_KERAS set or removed, not inherited): the same child whichever Keras
+# this process binds, so the Keras 2 suite leaves them to the Keras 3 suite and to
+# Python 3.11's keras_matrix run (tests/test_keras_versions.py does the same).
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACTIVE_PACKAGE = "keras" if KERAS_MAJOR == 3 else "tf_keras"
@@ -89,6 +93,7 @@ def _child(legacy):
     return json.loads(lines[-1][len("RESULT:"):])
 
 
+@pytest.mark.keras3_suite
 def test_import_leaves_keras3_bound_without_the_legacy_variable():
     out = _child(legacy=False)
     assert out["keras_version"].startswith("3.") and out["keras_major"] == 3
@@ -97,6 +102,7 @@ def test_import_leaves_keras3_bound_without_the_legacy_variable():
     assert out["layer_base_module"].startswith("keras.")
 
 
+@pytest.mark.keras3_suite
 @pytest.mark.skipif(importlib.util.find_spec("tf_keras") is None, reason="tf-keras not installed")
 def test_legacy_variable_gives_keras2_objects():
     out = _child(legacy=True)

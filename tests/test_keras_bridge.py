@@ -24,6 +24,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
@@ -206,6 +207,8 @@ def test_unpack_x_y_sample_weight():
     assert keras_bridge.unpack_x_y_sample_weight((x, y, y))[2] is y
 
 
+# keras3_suite: TensorFlow's oneDNN switch, read without Keras; the same on either Keras.
+@pytest.mark.keras3_suite
 def test_onednn_enabled_follows_tensorflows_switch():
     """TF_ENABLE_ONEDNN_OPTS=1/0 turns TF's oneDNN CPU kernels on/off; the bridge reads which."""
     env = dict(os.environ, PYTHONPATH=str(PACKAGE.parent), TF_CPP_MIN_LOG_LEVEL="3")

@@ -447,6 +447,8 @@ print("RESULT:" + json.dumps(out))
 '''
 
 
+# The tests of this Keras 3 child are marked keras3_suite: the same child whichever Keras
+# this process binds (the Keras 3 suite runs them).
 @pytest.fixture(scope="module")
 def keras3_child(tmp_path_factory):
     pytest.importorskip("keras")
@@ -468,6 +470,7 @@ def _run_keras3_child():
     return json.loads(lines[-1][len("RESULT:"):])
 
 
+@pytest.mark.keras3_suite
 def test_keras3_layers_parse_and_match_tapes(keras3_child):
     assert keras3_child["keras_version"].startswith("3.")
     assert keras3_child["module"].startswith("keras.src.")
@@ -484,6 +487,7 @@ def test_keras3_layers_parse_and_match_tapes(keras3_child):
     assert keras3_child["relu"] == "relu"
 
 
+@pytest.mark.keras3_suite
 def test_keras3_multi_head_attention_is_row_form(keras3_child):
     found = keras3_child["mha"]
     assert [(m["equation"], m["bias_axes"]) for m in found] == (
@@ -494,5 +498,6 @@ def test_keras3_multi_head_attention_is_row_form(keras3_child):
     assert max(m["max_error"] for m in found) < 1e-11, found
 
 
+@pytest.mark.keras3_suite
 def test_keras3_lora_layer_is_refused(keras3_child):
     assert "LoRA or quantization" in keras3_child["lora"]

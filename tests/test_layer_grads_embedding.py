@@ -386,6 +386,8 @@ KERAS3_CHILD = textwrap.dedent(r'''
 ''')
 
 
+# keras3_suite: a Keras 3 child whichever Keras this process binds (the Keras 3 suite runs it).
+@pytest.mark.keras3_suite
 def test_keras3_layer_in_a_subprocess():
     """Keras 3's Embedding: the adapter's values and the norms (negative and float ids)."""
     import json
@@ -432,6 +434,8 @@ MEMORY_CHILD = textwrap.dedent(r'''
 ''')
 
 
+# keras3_suite: TF ops only (no Keras) in a child process; the same on either Keras.
+@pytest.mark.keras3_suite
 def test_memory_independent_of_vocabulary():
     """V=50 000 vs 500 000 (B=256, T=64, d=64): the same peak, no V-sized tensor.
 
