@@ -21,8 +21,8 @@ timed over 30 calls per round, the rounds alternating:
   (oneDNN's convolution moving the pixels), then the batched matmul;
 * depthwise_forward: the batch folded into channels as the *forward* depthwise conv of the
   padded image [1, 34, 34, B] with g as its filter [14, 14, B, 16], dilation 2;
-* grouped_phases (XLA only, --jit_compile; TF's CPU kernels have no grouped convolution): the
-  4 stride phases of the padded image as a batch, convolved with g as a filter of B groups;
+* grouped_phases (with --jit_compile only; not timed on TF's executor): the 4 stride phases of
+  the padded image as a batch, convolved with g as a filter of B groups;
 * nonprivate_filter_gradient (for scale): the non-private step's work for this layer, the batch's
   summed filter gradient (TF's Conv2DBackpropFilter).
 
