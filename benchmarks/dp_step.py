@@ -64,6 +64,8 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=time_distributed --paths=nonprivate,tf_tempered
     python benchmarks/dp_step.py --model=conv_lstm --paths=nonprivate,tf_tempered   # batch 64:
         # ConvLSTM2D(8, 3) on [B, 4, 16, 16, 3] + Dense
+    python benchmarks/dp_step.py --keras=2 --model=locally_connected --paths=nonprivate,tf_tempered
+        # tf-keras' LocallyConnected2D/1D (Keras 2 only)
     python benchmarks/dp_step.py --model=lora --paths=nonprivate,tf_tempered   # batch 64:
         # a 2-block transformer, rank-4 LoRA on its Dense/EinsumDense (Keras 3)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
@@ -291,6 +293,24 @@ def _mobilenet_model():
     ])
 
 
+def _locally_connected_model():
+    """tf-keras' LocallyConnected2D and 1D (Keras 3 has neither) after a Conv2D on 32×32×3:
+    LocallyConnected2D(16, 3) on 16×16×16 (196 positions, a 144×16 kernel each), then
+    LocallyConnected1D(8, 4, strides=4) on its 196 pixels as a sequence."""
+    if KERAS_MAJOR == 3:
+        raise SystemExit("--model=locally_connected needs Keras 2 (--keras=2): "
+                         "Keras 3 has no LocallyConnected layers.")
+    return keras.Sequential([
+        keras.Input((32, 32, 3)),
+        keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="tanh"),
+        keras.layers.LocallyConnected2D(16, 3, activation="tanh"),
+        keras.layers.Reshape((196, 16)),
+        keras.layers.LocallyConnected1D(8, 4, strides=4, activation="tanh"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(10),
+    ])
+
+
 def _model(kind, activation="tanh"):
     if kind == "text":
         return _text_model()
@@ -308,6 +328,8 @@ def _model(kind, activation="tanh"):
         return _recurrent_model(kind)
     if kind == "mobilenet":
         return _mobilenet_model()
+    if kind == "locally_connected":
+        return _locally_connected_model()
     return models.mnist_cnn(activation) if kind == "mnist" else models.cifar10_cnn(activation)
 
 
@@ -370,7 +392,8 @@ def _input_shape(kind):
     return {"mnist": (28, 28, 1), "cifar10": (32, 32, 3), "text": (TEXT_LENGTH,),
             **{kind: (TEXT_LENGTH,) for kind in RECURRENT_MODELS}, "lora": (TEXT_LENGTH,),
             "conv1d": (128, 16), "conv1d_family": (128, 16), "time_distributed": (4, 16, 16, 3),
-            "conv_lstm": (4, 16, 16, 3), "mobilenet": (32, 32, 3)}[kind]
+            "conv_lstm": (4, 16, 16, 3), "mobilenet": (32, 32, 3),
+            "locally_connected": (32, 32, 3)}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
@@ -409,7 +432,8 @@ def main():
     global TEXT_LENGTH  # pylint: disable=global-statement  (--sequence_length)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "conv1d_family",
-                                            "time_distributed", "conv_lstm", "mobilenet", "lora")
+                                            "time_distributed", "conv_lstm", "mobilenet", "lora",
+                                            "locally_connected")
                         + RECURRENT_MODELS,
                         default="mnist")
     parser.add_argument("--sequence_length", type=int, default=TEXT_LENGTH,

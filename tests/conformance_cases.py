@@ -395,6 +395,28 @@ def _grouped_conv3d(dtype):
     ])
 
 
+def _locally_connected(dtype):
+    # tf-keras' LocallyConnected1D/2D (implementation=1: a kernel per output position): 2-D
+    # strided in both data formats, 1-D in both, one without bias; implementation=2 takes the
+    # generic VJP.
+    layers = keras.layers
+    return keras.Sequential([
+        keras.Input((7, 6, 2), dtype=dtype),
+        layers.LocallyConnected2D(3, (3, 2), strides=(2, 1), activation="tanh", dtype=dtype),
+        layers.Permute((3, 1, 2), dtype=dtype),
+        layers.LocallyConnected2D(2, 2, data_format="channels_first", activation="tanh",
+                                  dtype=dtype),
+        layers.Reshape((2, 8), dtype=dtype),
+        layers.LocallyConnected1D(3, 2, data_format="channels_first", use_bias=False,
+                                  activation="tanh", dtype=dtype),
+        layers.LocallyConnected1D(2, 2, strides=2, implementation=2, dtype=dtype),
+        layers.Permute((2, 1), dtype=dtype),
+        layers.LocallyConnected1D(4, 2, dtype=dtype),
+        layers.Flatten(dtype=dtype),
+        layers.Dense(3, dtype=dtype),
+    ])
+
+
 def _conv3d(dtype):
     # The Conv3D handler: "valid", strided "same" with an uneven kernel, dilated "same"
     # and dilated "valid" (patches from strided slices).
@@ -561,6 +583,7 @@ class ConformanceCase:
         with oneDNN (dp_reference.onednn_conv_gradients).
     keras3_only: uses Keras 3 features (LoRA, per-variable trainable flags); not a case on
         Keras 2.
+    keras2_only: uses layers only tf-keras has (LocallyConnected1D/2D); not a case on Keras 3.
     """
 
     name: str
@@ -572,6 +595,7 @@ class ConformanceCase:
     default_paths: Optional[FrozenSet[str]] = None
     onednn_only: bool = False
     keras3_only: bool = False
+    keras2_only: bool = False
 
 
 _Case = ConformanceCase
@@ -620,6 +644,12 @@ _FAMILIES = {
               {"Conv2D": "conv2d", "Dense": "dense"}),
         _Case("grouped_conv3d", _grouped_conv3d, lambda s: _floats((3, 4, 4, 4), s),
               {"auto": {}}, {"Conv3D": "conv3d", "Dense": "dense"}),
+        _Case("locally_connected", _locally_connected, lambda s: _floats((7, 6, 2), s),
+              {"auto": {}, "ghost": {"norm_path": "ghost"},
+               "materialize": {"norm_path": "materialize"}},
+              {"LocallyConnected2D": "locally_connected",
+               "LocallyConnected1D": frozenset({"locally_connected", "generic"}),
+               "Dense": "dense"}, keras2_only=True),
     ),
     "conv_transpose": (
         _Case("conv_transpose", _conv_transpose, lambda s: _floats((3, 2, 3), s), CONV_PATHS,
@@ -688,7 +718,8 @@ _FAMILIES = {
 
 # The cases this Keras runs, per family and by name (family order, then each family's).
 CASES_BY_FAMILY = {family: tuple(case for case in cases
-                                 if KERAS_MAJOR == 3 or not case.keras3_only)
+                                 if not (case.keras3_only and KERAS_MAJOR == 2)
+                                 and not (case.keras2_only and KERAS_MAJOR == 3))
                    for family, cases in _FAMILIES.items()}
 CASES = {case.name: case for cases in CASES_BY_FAMILY.values() for case in cases}
 FAMILY_OF = {case.name: family for family, cases in CASES_BY_FAMILY.items() for case in cases}

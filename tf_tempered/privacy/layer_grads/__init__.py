@@ -17,8 +17,9 @@
   call) and returns (:class:`LayerResult`), and the :class:`Handler` base class;
 * :mod:`.registry`: ``register``, ``lookup`` (MRO- and weight-checked), the generic
   fallback ``GENERIC`` and the supported-layers table;
-* one module per layer family (dense, conv, ..., rnn_rows, conv_lstm, lora), and the layer
-  math they share (rows, rows_path, grouped, einsum_equation, the conv patches and the native op).
+* one module per layer family (dense, conv, ..., rnn_rows, conv_lstm, lora,
+  locally_connected), and the layer math they share (rows, rows_path, grouped,
+  einsum_equation, the conv patches and the native op).
 
 This ``__init__`` only imports the handler modules (they register themselves) and
 re-exports the contract and the registry.
@@ -51,6 +52,7 @@ from tf_tempered.privacy.layer_grads import rnn  # noqa: F401
 from tf_tempered.privacy.layer_grads import tempered_sigmoid  # noqa: F401
 from tf_tempered.privacy.layer_grads import weight_standardized  # noqa: F401
 from tf_tempered.privacy.layer_grads import lora  # noqa: F401
+from tf_tempered.privacy.layer_grads import locally_connected  # noqa: F401
 # pylint: enable=unused-import
 
 __all__ = ["GENERIC", "Handler", "LayerResult", "MicrobatchLayout",

@@ -32,12 +32,16 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import generic, multi_call
 from tf_tempered.privacy.layer_grads.contract import NamedPath
 
-__all__ = ["GENERIC", "describe_path", "handler_for", "lookup", "register",
+__all__ = ["GENERIC", "describe_path", "handler_for", "lookup", "register", "register_named",
            "registered", "registered_all", "supported_layers_markdown"]
 
 GENERIC = generic.GenericHandler()
 
 _REGISTRY = {}  # layer class -> tuple of handler instances, tried in registration order
+# Class name -> handlers registered for a layer class this Keras does not have (tf-keras'
+# LocallyConnected1D/2D under Keras 3): listed in the supported-layers table all the same,
+# so that the README's table is one text on both Kerases.
+_ABSENT = {}
 
 
 def register(*layer_classes):
@@ -47,6 +51,21 @@ def register(*layer_classes):
         handler = handler_class()
         for cls in layer_classes:
             _REGISTRY[cls] = _REGISTRY.get(cls, ()) + (handler,)
+        return handler_class
+
+    return decorate
+
+
+def register_named(namespace, *names):
+    """`register` for the classes of `namespace` (e.g. keras.layers) called `names` that this
+    Keras has; the others appear in the supported-layers table only."""
+    def decorate(handler_class):
+        present = [getattr(namespace, name) for name in names if hasattr(namespace, name)]
+        register(*present)(handler_class)
+        handler = _REGISTRY[present[0]][-1] if present else handler_class()
+        for name in names:
+            if not hasattr(namespace, name):
+                _ABSENT[name] = _ABSENT.get(name, ()) + (handler,)
         return handler_class
 
     return decorate
@@ -149,9 +168,10 @@ def supported_layers_markdown():
     """
     lines = ["| Layer | Handler | How per-example gradient norms and the clipped sum are computed |",
              "|---|---|---|"]
-    for cls, handlers in sorted(registered_all().items(), key=lambda item: item[0].__name__):
+    named = [(cls.__name__, handlers) for cls, handlers in registered_all().items()]
+    for name, handlers in sorted(named + list(_ABSENT.items()), key=lambda item: item[0]):
         for handler in handlers:
-            lines.append(f"| `{cls.__name__}` | `{handler.name}` | {handler.summary} |")
+            lines.append(f"| `{name}` | `{handler.name}` | {handler.summary} |")
     lines.append(f"| every other layer with trainable weights | `{GENERIC.name}` | "
                  f"{GENERIC.summary} |")
     lines.append(f"| a layer called more than once (shared weights) | `multi_call` | "
