@@ -14,6 +14,8 @@ mkdir -p "$out"
 $PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=256 --json=$out/mnist_b256.json | tee $out/mnist_b256.md
 $PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=4096 --paths=nonprivate,tf_tempered --steps=3 --json=$out/mnist_b4096.json | tee $out/mnist_b4096.md
 $PY benchmarks/dp_step.py --keras=2 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --steps=3 --json=$out/cifar10_b256.json | tee $out/cifar10_b256.md
+# tf-keras' LocallyConnected2D/1D (Keras 3 has none).
+$PY benchmarks/dp_step.py --keras=2 --model=locally_connected --paths=nonprivate,tf_tempered --rounds=5 --json=$out/locally_connected_b256.json | tee $out/locally_connected_b256.md
 # The batch size unknown while tracing: what model.fit(x, y, batch_size=...) on arrays runs after a short last batch.
 $PY benchmarks/dp_step.py --keras=2 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered --dynamic_batch --json=$out/mnist_b256_dynamic.json | tee $out/mnist_b256_dynamic.md
 $PY benchmarks/dp_step.py --keras=2 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --steps=3 --dynamic_batch --json=$out/cifar10_b256_dynamic.json | tee $out/cifar10_b256_dynamic.md
@@ -90,6 +92,7 @@ if [ -n "${PEERS_PYTHON:-}" ]; then
 fi
 # One table of every dp_step.py row above, with commands and per-layer paths.
 $PY benchmarks/summarize.py $out/mnist_b256.json $out/mnist_b4096.json $out/cifar10_b256.json \
+  $out/locally_connected_b256.json \
   $out/mnist_b256_dynamic.json $out/cifar10_b256_dynamic.json $out/mnist_b256_keras3.json \
   $out/cifar10_b256_keras3.json $out/text_b256_keras3.json $out/conv1d_b256_keras3_run_all.json \
   $out/mobilenet_b256_keras3_run_all.json $out/lstm_b256_keras3_run_all.json $out/gru_b256_keras3.json \
