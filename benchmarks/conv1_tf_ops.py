@@ -21,6 +21,9 @@ timed over 30 calls per round, the rounds alternating:
   (oneDNN's convolution moving the pixels), then the batched matmul;
 * depthwise_forward: the batch folded into channels as the *forward* depthwise conv of the
   padded image [1, 34, 34, B] with g as its filter [14, 14, B, 16], dilation 2;
+* grouped_backprop: the batch folded into channels as a grouped convolution of B groups, its
+  filter gradient (TF's Conv2DBackpropFilter of [1, 34, 34, B] against [1, 14, 14, B·16]: the
+  per-example gradients, as oneDNN's grouped kernel rather than its depthwise one);
 * grouped_phases (with --jit_compile only; not timed on TF's executor): the 4 stride phases of
   the padded image as a batch, convolved with g as a filter of B groups;
 * nonprivate_filter_gradient (for scale): the non-private step's work for this layer, the batch's
@@ -116,6 +119,14 @@ def formulations(layer, jit_compile=False):
                                        "VALID", dilations=[STRIDE, STRIDE])  # [1, 8, 8, B·16]
         return tf.reduce_sum(tf.square(tf.reshape(grads, [-1, BATCH, FILTERS])), [0, 2])
 
+    def grouped_backprop(x, g):
+        folded = tf.transpose(_padded(x)[..., 0], [1, 2, 0])[None]  # [1, 34, 34, B]
+        g_folded = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, OUT, OUT, BATCH * FILTERS])
+        grads = tf.raw_ops.Conv2DBackpropFilter(
+            input=folded, filter_sizes=[KERNEL, KERNEL, 1, BATCH * FILTERS], out_backprop=g_folded,
+            strides=[1, STRIDE, STRIDE, 1], padding="VALID")  # [8, 8, 1, B·16]
+        return tf.reduce_sum(tf.square(tf.reshape(grads, [-1, BATCH, FILTERS])), [0, 2])
+
     def grouped_phases(x, g):
         phases = tf.transpose(tf.nn.space_to_depth(_padded(x), STRIDE), [3, 1, 2, 0])
         kernel = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [OUT, OUT, 1, BATCH * FILTERS])
@@ -129,7 +140,7 @@ def formulations(layer, jit_compile=False):
     fns = [("depthwise", depthwise), ("gather", gather), ("two_gathers", two_gathers),
            ("slices", slices), ("space_to_depth", space_to_depth),
            ("extract_patches", extract_patches), ("identity_conv", identity_conv),
-           ("depthwise_forward", depthwise_forward)]
+           ("depthwise_forward", depthwise_forward), ("grouped_backprop", grouped_backprop)]
     if jit_compile:
         fns += [("grouped_phases", grouped_phases), ("offsets", offsets)]
     return {name: tf.function(fn, jit_compile=jit_compile) for name, fn in fns}
