@@ -396,20 +396,23 @@ def _grouped_conv3d(dtype):
 
 
 def _locally_connected(dtype):
-    # tf-keras' LocallyConnected1D/2D (implementation=1: a kernel per output position): 2-D
-    # strided in both data formats, 1-D in both, one without bias; implementation=2 takes the
-    # generic VJP.
+    # tf-keras' LocallyConnected1D/2D: implementation=1 (a kernel per output position) 2-D
+    # strided, 1-D in both data formats, one without bias; implementation=2 (a masked dense
+    # kernel) 2-D and 1-D channels_first. implementation=3's sparse matmul has no XLA kernel
+    # (tests/test_conformance_xla.py compiles every case): its tests are in
+    # tests/test_layer_grads_locally_connected.py.
     layers = keras.layers
     return keras.Sequential([
         keras.Input((7, 6, 2), dtype=dtype),
         layers.LocallyConnected2D(3, (3, 2), strides=(2, 1), activation="tanh", dtype=dtype),
         layers.Permute((3, 1, 2), dtype=dtype),
-        layers.LocallyConnected2D(2, 2, data_format="channels_first", activation="tanh",
-                                  dtype=dtype),
+        layers.LocallyConnected2D(2, 2, data_format="channels_first", implementation=2,
+                                  activation="tanh", dtype=dtype),
         layers.Reshape((2, 8), dtype=dtype),
         layers.LocallyConnected1D(3, 2, data_format="channels_first", use_bias=False,
                                   activation="tanh", dtype=dtype),
-        layers.LocallyConnected1D(2, 2, strides=2, implementation=2, dtype=dtype),
+        layers.LocallyConnected1D(2, 2, strides=2, data_format="channels_first",
+                                  implementation=2, activation="tanh", dtype=dtype),
         layers.Permute((2, 1), dtype=dtype),
         layers.LocallyConnected1D(4, 2, dtype=dtype),
         layers.Flatten(dtype=dtype),
@@ -648,8 +651,7 @@ _FAMILIES = {
               {"auto": {}, "ghost": {"norm_path": "ghost"},
                "materialize": {"norm_path": "materialize"}},
               {"LocallyConnected2D": "locally_connected",
-               "LocallyConnected1D": frozenset({"locally_connected", "generic"}),
-               "Dense": "dense"}, keras2_only=True),
+               "LocallyConnected1D": "locally_connected", "Dense": "dense"}, keras2_only=True),
     ),
     "conv_transpose": (
         _Case("conv_transpose", _conv_transpose, lambda s: _floats((3, 2, 3), s), CONV_PATHS,

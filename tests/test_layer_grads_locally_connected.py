@@ -18,6 +18,8 @@ tests/conformance_cases.py's ``locally_connected`` case (Keras 2 only: Keras 3 h
 LocallyConnected layers); here its pieces and mixed precision.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -25,22 +27,28 @@ from dp_reference import assert_update, engine_update, median_clip, per_example_
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import EngineOptions, layer_grads, layer_paths
 from tf_tempered.privacy.layer_grads import locally_connected as lc
+from tf_tempered.privacy.layer_grads import locally_connected_flat as lc_flat
 
 pytestmark = pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3 has no LocallyConnected layers")
 
 _LAYERS = {
     "2d": lambda: keras.layers.LocallyConnected2D(3, (3, 2), strides=(2, 1)),
+    "2d_implementation_2": lambda: keras.layers.LocallyConnected2D(3, (3, 2), strides=(2, 1),
+                                                                   implementation=2),
+    "1d_implementation_3": lambda: keras.layers.LocallyConnected1D(3, 3, strides=2,
+                                                                   implementation=3),
     "2d_channels_first": lambda: keras.layers.LocallyConnected2D(
         2, 2, strides=(1, 2), data_format="channels_first"),
     "1d": lambda: keras.layers.LocallyConnected1D(3, 3, strides=2),
     "1d_channels_first": lambda: keras.layers.LocallyConnected1D(2, 2,
                                                                  data_format="channels_first"),
 }
-_INPUTS = {"2d": (7, 6, 2), "2d_channels_first": (2, 5, 6), "1d": (9, 4),
+_INPUTS = {"2d": (7, 6, 2), "2d_implementation_2": (7, 6, 2), "1d_implementation_3": (9, 4),
+           "2d_channels_first": (2, 5, 6), "1d": (9, 4),
            "1d_channels_first": (3, 7)}
 
 
-@pytest.mark.parametrize("kind", list(_LAYERS))
+@pytest.mark.parametrize("kind", [kind for kind in _LAYERS if "implementation" not in kind])
 def test_windows_times_each_positions_kernel_is_the_layers_output(kind):
     """z_{e,r} = p_{e,r}·W_r + b_r: the windows are cut and ordered as the layer's kernel reads them."""
     layer = _LAYERS[kind]()
@@ -67,8 +75,8 @@ def test_the_handlers_own_forward_is_the_layers_call(kind):
                                                         lambda t: t)
     np.testing.assert_allclose(outputs.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.tanh(z.numpy()), expected.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(recorded_inputs.numpy(),
-                                  lc._windows(x, hparams).numpy())  # pylint: disable=protected-access
+    windows = x if "implementation" in kind else lc._windows(x, hparams)  # pylint: disable=protected-access
+    np.testing.assert_array_equal(recorded_inputs.numpy(), windows.numpy())
 
 
 @pytest.mark.parametrize("examples", [1, 3])
@@ -85,20 +93,26 @@ def test_ghost_norms_equal_the_materialized_gradients_norms(examples):
                                    np.sum(expected.reshape(6 // examples, -1) ** 2, 1))
 
 
-def test_other_implementations_take_the_generic_path():
-    for implementation in (2, 3):
-        layer = keras.layers.LocallyConnected2D(2, 2, implementation=implementation)
-        layer.build((None, 5, 5, 1))
-        assert layer_grads.lookup(layer)[0] is layer_grads.GENERIC
+@pytest.mark.parametrize("rows", [1, 2, None])
+def test_masked_norms_equal_the_masked_gradients_norms(rows):
+    """implementation=2: Σ_{e,e'} ((x_e ⊙ x_e')ᵀ Mask)·(g_e ⊙ g_e') = ‖(X_mᵀ G_m) ⊙ Mask‖²."""
+    rng = np.random.default_rng(5)
+    x, g = tf.constant(rng.normal(size=(6, 5))), tf.constant(rng.normal(size=(6, 4)))
+    mask = tf.constant((rng.random((5, 4)) < 0.5).astype(np.float64))
+    m = 6 // (rows or 2)
+    grads = np.einsum("mei,meo->mio", x.numpy().reshape(m, -1, 5), g.numpy().reshape(m, -1, 4))
+    expected = np.sum((grads * mask.numpy()) ** 2, (1, 2))
+    np.testing.assert_allclose(lc_flat.masked_sq_norms(x, g, mask, m, rows).numpy(), expected)
 
 
-def _model(dtype):
+def _model(dtype, implementation=1):
     return keras.Sequential([
         keras.Input((7, 6, 2), dtype=dtype),
         keras.layers.LocallyConnected2D(3, (3, 2), strides=(2, 1), activation="tanh",
-                                        dtype=dtype),
+                                        implementation=implementation, dtype=dtype),
         keras.layers.Reshape((15, 3), dtype=dtype),
-        keras.layers.LocallyConnected1D(2, 3, strides=2, dtype=dtype),
+        keras.layers.LocallyConnected1D(2, 3, strides=2, implementation=implementation,
+                                        dtype=dtype),
         keras.layers.Flatten(dtype=dtype),
         keras.layers.Dense(3, dtype=dtype)])
 
@@ -109,20 +123,23 @@ def _sce(y, logits, model):
                                                                        from_logits=True))
 
 
-@pytest.mark.parametrize("jit_compile", [False, True])
-def test_mixed_float16_gives_the_float32_update(jit_compile):
-    """Half-precision windows and output gradients: norms and sums in float32, the update
-    the float64 reference's to half precision's forward pass."""
+@pytest.mark.parametrize("implementation,jit_compile", [(1, False), (1, True), (2, False),
+                                                        (2, True), (3, False)])
+def test_mixed_float16_gives_the_float32_update(implementation, jit_compile):
+    """Half-precision inputs and output gradients: norms and sums in float32, the update
+    the float64 reference's to half precision's forward pass (implementation=3's sparse
+    matmul has no XLA kernel, with or without DP)."""
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=(8, 7, 6, 2)).astype(np.float32), rng.integers(0, 3, 8)
-    weights = _model("float32").get_weights()
-    norms, reference = per_example_reference(_model, weights, x, y, _sce)
+    build = functools.partial(_model, implementation=implementation)
+    weights = build("float32").get_weights()
+    norms, reference = per_example_reference(build, weights, x, y, _sce)
     clip = median_clip(norms)
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
         model = keras.Sequential([keras.Input((7, 6, 2))] + [
             type(layer).from_config({**layer.get_config(), "dtype": "mixed_float16"})
-            for layer in _model("float32").layers[:-1]] + [keras.layers.Dense(3, dtype="float32")])
+            for layer in build("float32").layers[:-1]] + [keras.layers.Dense(3, dtype="float32")])
         model.set_weights(weights)
         ours, history = engine_update(model, x, y, clip=clip,
                                       loss=keras.losses.SparseCategoricalCrossentropy(
@@ -135,14 +152,16 @@ def test_mixed_float16_gives_the_float32_update(jit_compile):
     assert_update(ours, reference(clip), rtol=5e-3)
 
 
-def _shared_and_time_distributed(dtype):
+def _shared_and_time_distributed(dtype, implementation=1):
     # One LocallyConnected2D called on two inputs (its calls' rows summed per example), and
     # tf-keras' TimeDistributed(LocallyConnected1D), which folds 3 frames into its batch.
     x = keras.Input((3, 6, 4), dtype=dtype)
-    shared = keras.layers.LocallyConnected2D(2, 2, activation="tanh", dtype=dtype)
+    shared = keras.layers.LocallyConnected2D(2, 2, activation="tanh", dtype=dtype,
+                                             implementation=implementation)
     frames = keras.layers.Reshape((3, 6, 4), dtype=dtype)(x)
     spread = keras.layers.TimeDistributed(
-        keras.layers.LocallyConnected1D(2, 3, strides=3, dtype=dtype), dtype=dtype)(frames)
+        keras.layers.LocallyConnected1D(2, 3, strides=3, dtype=dtype,
+                                        implementation=implementation), dtype=dtype)(frames)
     both = keras.layers.Concatenate(dtype=dtype)([
         keras.layers.Flatten(dtype=dtype)(shared(x)),
         keras.layers.Flatten(dtype=dtype)(shared(-x)),
@@ -150,13 +169,18 @@ def _shared_and_time_distributed(dtype):
     return keras.Model(x, keras.layers.Dense(3, dtype=dtype)(both))
 
 
+@pytest.mark.parametrize("implementation", [1, 2, 3])
 @pytest.mark.parametrize("norm_path", ["ghost", "materialize"])
 @pytest.mark.parametrize("num_microbatches,static_batch", [(None, False), (3, True)])
 def test_shared_layer_and_time_distributed_rows_match_the_reference(num_microbatches,
-                                                                    static_batch, norm_path):
+                                                                    static_batch, norm_path,
+                                                                    implementation):
     from dp_reference import assert_engine_matches_reference, seeded  # pylint: disable=g-import-not-at-top
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(6, 3, 6, 4)), rng.integers(0, 3, 6)
-    assert_engine_matches_reference(seeded(_shared_and_time_distributed), x, y,
+    def build(dtype):
+        return _shared_and_time_distributed(dtype, implementation)
+
+    assert_engine_matches_reference(seeded(build), x, y,
                                     num_microbatches=num_microbatches, static_batch=static_batch,
                                     options=EngineOptions(norm_path=norm_path))

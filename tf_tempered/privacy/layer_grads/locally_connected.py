@@ -13,6 +13,7 @@
 # limitations under the License.
 """LocallyConnected1D/2D (tf-keras; Keras 3 has neither): a Dense of its own at every output position.
 
+``implementation=2`` and ``3`` (a masked dense kernel, a sparse one) in locally_connected_flat.py.
 With ``implementation=1`` (the default) output position r has kernel W_r [k, f] (k: the
 window's pixels × input channels) and z_{e,r} = p_{e,r}·W_r (+ b_r), p_{e,r} the input window of
 example e at r. With g_{e,r} = ∂(Σ_m ℓ_m)/∂z_{e,r}, microbatch m's gradient of W_r is
@@ -44,7 +45,9 @@ from typing import Tuple
 import numpy as np
 
 from tf_tempered._compat import keras, tf
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import clip_weights as clip
+from tf_tempered.privacy.layer_grads import locally_connected_flat as flat
 from tf_tempered.privacy.layer_grads.contract import Handler, LayerResult
 from tf_tempered.privacy.layer_grads.rows_path import RowsPath
 from tf_tempered.privacy.layer_grads.registry import register_named
@@ -54,14 +57,17 @@ __all__ = ["LocallyConnectedHandler", "LocallyConnectedHyperparameters", "ghost_
 
 @dataclasses.dataclass(frozen=True)
 class LocallyConnectedHyperparameters:
-    """Plain hyperparameters of a LocallyConnected1D/2D layer with implementation=1."""
+    """Plain hyperparameters of a LocallyConnected1D/2D layer."""
     name: str
+    implementation: int
     kernel_size: Tuple[int, ...]
     strides: Tuple[int, ...]
     channels_first: bool
     use_bias: bool
-    kernel_shape: Tuple[int, int, int]  # (positions R, window k, filters f)
+    # The kernel variable's shape: (positions R, window k, filters f) for implementation=1.
+    kernel_shape: Tuple[int, ...]
     bias_shape: Tuple[int, ...]
+    flat_sizes: Tuple[int, int]  # (I, O): the input's and the output's values per example
 
 
 @register_named(keras.layers, "LocallyConnected1D", "LocallyConnected2D")
@@ -69,33 +75,46 @@ class LocallyConnectedHandler(Handler):
     """Ghost norm per output position or materialized per-microbatch gradients."""
 
     name = "locally_connected"
-    summary = ("(tf-keras only) `implementation=1`: a ghost norm per output position (each has "
-               "its own kernel) or materialized per-microbatch gradients, whichever is cheaper; "
-               "bias from the output gradients; book-keeping clipped sum")
+    summary = ("(tf-keras only) `implementation=1`: the layer's forward by kh·kw slices and one "
+               "batched matmul, a ghost norm per output position (each has its own kernel) or "
+               "materialized per-microbatch gradients, whichever is cheaper; `implementation=2`: "
+               "(x²)ᵀ·Mask·(g²) per example, book-keeping (XᵀG)⊙Mask; `implementation=3`: "
+               "per-example gradients of the sparse kernel by two gathers, kept per microbatch; "
+               "bias from the output gradients")
     records_own_forward = True
     # Several calls (a shared layer; tf-keras' TimeDistributed folds time into the batch):
     # K rows per example, example-major, summed per microbatch by the math below.
     sums_rows_per_example = True
 
     def hyperparameters(self, layer):
-        if getattr(layer, "implementation", None) != 1:
-            return None  # 2 (masked dense kernel) and 3 (sparse): the generic VJP
+        implementation = getattr(layer, "implementation", None)
+        if implementation not in (1, 2, 3):
+            return None
         bias_shape = tuple(layer.bias.shape) if layer.use_bias else ()
         return LocallyConnectedHyperparameters(
-            layer.name, tuple(layer.kernel_size), tuple(layer.strides),
+            layer.name, implementation, tuple(layer.kernel_size), tuple(layer.strides),
             layer.data_format == "channels_first", bool(layer.use_bias),
-            tuple(int(d) for d in layer.kernel.shape), bias_shape)
+            tuple(int(d) for d in layer.kernel.shape), bias_shape, _flat_sizes(layer))
 
     def variables(self, layer, hparams):
         return [layer.kernel, layer.bias] if hparams.use_bias else [layer.kernel]
 
     def recorded_call(self, layer, hparams, call_fn, inputs, args, kwargs, wrap, options=None):
-        """(activation(z), the windows p [B, R, k], z): the layer's output by its own math."""
-        del call_fn, options
+        """(activation(z), the windows p [B, R, k], z): the layer's output by its own math
+        (implementation 2 and 3: by its own call, the input recorded)."""
+        del options
         if args or any(v is not None for k, v in kwargs.items() if k != "training"):
             return None
         if not isinstance(inputs, tf.Tensor):
             return None
+        if hparams.implementation != 1:  # the layer's own call, its activation bypassed
+            activation = layer.activation
+            keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
+            try:
+                z = wrap(call_fn(inputs))
+            finally:
+                keras_bridge.set_untracked(layer, "activation", activation)
+            return activation(z), inputs, z
         p = _windows(inputs, hparams)
         kernel = tf.cast(layer.kernel, p.dtype)
         z = tf.transpose(tf.matmul(tf.transpose(p, [1, 0, 2]), kernel), [1, 0, 2])  # [B, R, f]
@@ -112,34 +131,61 @@ class LocallyConnectedHandler(Handler):
 
     def layer_result(self, call, hparams, layout):
         g_out = clip.widen(call.grad_output)
-        g = _output_rows(g_out, hparams)
-        p = tf.cast(call.inputs, g.dtype)  # the windows (recorded_call)
-        m = layout.num_microbatches
-        rows = _rows_per_microbatch(p, layout)
-        materialize = _choose_materialize(hparams, layout, rows, g.dtype.size)
-        if materialize:
-            per_microbatch = _materialized(p, g, m)
-            sq = clip.row_sq_norms(per_microbatch, layout.options)
-        else:
-            sq = ghost_sq_norms(p, g, m, rows)
+        norms = _window_norms if hparams.implementation == 1 else _flat_norms
+        sq, kernel_sum, materialize = norms(call, g_out, hparams, layout)
         bias = None
-        if hparams.use_bias:
+        if hparams.use_bias:  # each example's bias gradient is its g, in the output's layout
             bias = clip.sum_microbatches(tf.reshape(g_out, [-1, int(np.prod(hparams.bias_shape))]),
-                                         m)
+                                         layout.num_microbatches)
             sq += tf.reduce_sum(tf.square(bias), 1)
 
         def clipped_sum(weights):
-            if materialize:
-                kernel = clip.weighted_sum(weights.zero_nonfinite(per_microbatch), weights.scale)
-            else:
-                kernel = _book_keeping(p, g, weights)
-            grads = [tf.reshape(kernel, hparams.kernel_shape)]
+            grads = [tf.reshape(kernel_sum(weights), hparams.kernel_shape)]
             if hparams.use_bias:
                 grads.append(tf.reshape(clip.weighted_sum(weights.zero_nonfinite(bias),
                                                           weights.scale), hparams.bias_shape))
             return grads
 
         return LayerResult(sq, clipped_sum, RowsPath(materialize))
+
+
+def _window_norms(call, g_out, hparams, layout):
+    """implementation=1: (sq [M], ClipWeights → kernel sum, materialized?) from the windows."""
+    g = _output_rows(g_out, hparams)
+    p = tf.cast(call.inputs, g.dtype)  # the windows (recorded_call)
+    m = layout.num_microbatches
+    rows = _rows_per_microbatch(p, layout)
+    if _choose_materialize(hparams, layout, rows, g.dtype.size):
+        per_microbatch = _materialized(p, g, m)
+        return (clip.row_sq_norms(per_microbatch, layout.options),
+                lambda weights: clip.weighted_sum(weights.zero_nonfinite(per_microbatch),
+                                                  weights.scale), True)
+    return ghost_sq_norms(p, g, m, rows), lambda weights: _book_keeping(p, g, weights), False
+
+
+def _flat_norms(call, g_out, hparams, layout):
+    """implementation=2 and 3 (locally_connected_flat.py) on the flattened input and output."""
+    flat_in, flat_out = hparams.flat_sizes
+    g = tf.reshape(g_out, [-1, flat_out])
+    x = tf.reshape(tf.cast(call.inputs, g.dtype), [-1, flat_in])
+    m, layer = layout.num_microbatches, call.layer
+    if hparams.implementation == 2:
+        mask = np.broadcast_to(np.asarray(layer.kernel_mask), hparams.kernel_shape)
+        mask = tf.constant(mask.reshape(flat_in, flat_out), g.dtype)
+        return flat.masked_result(x, g, mask, m, _rows_per_microbatch(x, layout), layout.options)
+    index_pairs = tf.constant(np.asarray(layer.kernel_idxs, np.int32).reshape(-1, 2))
+    return flat.sparse_result(x, g, index_pairs, m, layout.options) + (True,)
+
+
+def _flat_sizes(layer):
+    """(I, O) of implementation 2 (the kernel's two halves) and 3 (its sparse [O, I] shape)."""
+    if layer.implementation == 2:
+        shape = [int(d) for d in layer.kernel.shape]
+        half = len(shape) // 2
+        return int(np.prod(shape[:half])), int(np.prod(shape[half:]))
+    if layer.implementation == 3:
+        return int(layer.kernel_shape[1]), int(layer.kernel_shape[0])
+    return 0, 0  # implementation 1 works on windows
 
 
 def _windows(x, hparams):
