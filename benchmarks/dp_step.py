@@ -65,7 +65,7 @@ to nonprivate, and the peak of TF's CPU allocator during that path's steps
     python benchmarks/dp_step.py --model=conv_lstm --paths=nonprivate,tf_tempered   # batch 64:
         # ConvLSTM2D(8, 3) on [B, 4, 16, 16, 3] + Dense
     python benchmarks/dp_step.py --keras=2 --model=locally_connected --paths=nonprivate,tf_tempered
-        # tf-keras' LocallyConnected2D/1D (Keras 2 only)
+        # tf-keras' LocallyConnected2D/1D (Keras 2 only); _masked, _sparse: implementation=2, 3
     python benchmarks/dp_step.py --model=lora --paths=nonprivate,tf_tempered   # batch 64:
         # a 2-block transformer, rank-4 LoRA on its Dense/EinsumDense (Keras 3)
     python benchmarks/dp_step.py --keras=2             # Keras 2 (tf-keras) + TF Privacy's paths
@@ -215,6 +215,9 @@ LSTM_VOCAB = 10_000
 
 
 RECURRENT_MODELS = ("lstm", "gru", "gru_reset_before", "rnn_lstm_cell")
+# tf-keras' LocallyConnected layers, by their `implementation` (Keras 2 only).
+LOCALLY_CONNECTED_MODELS = {"locally_connected": 1, "locally_connected_masked": 2,
+                            "locally_connected_sparse": 3}
 
 
 def _recurrent_model(unit="lstm"):
@@ -293,22 +296,31 @@ def _mobilenet_model():
     ])
 
 
-def _locally_connected_model():
-    """tf-keras' LocallyConnected2D and 1D (Keras 3 has neither) after a Conv2D on 32×32×3:
-    LocallyConnected2D(16, 3) on 16×16×16 (196 positions, a 144×16 kernel each), then
-    LocallyConnected1D(8, 4, strides=4) on its 196 pixels as a sequence."""
+def _locally_connected_model(implementation=1):
+    """tf-keras' LocallyConnected layers (Keras 3 has none) after a Conv2D on 32×32×3.
+
+    implementation=1 (--model=locally_connected): LocallyConnected2D(16, 3) on 16×16×16 (196
+    positions, a 144×16 kernel each), then LocallyConnected1D(8, 4, strides=4) on its 196
+    pixels as a sequence. implementation=2 (_masked) and 3 (_sparse), whose kernels are a
+    masked dense [I, O] and its nonzero entries: LocallyConnected2D(8, 3, strides=2) on 16×16×8
+    (I = 2048, O = 392).
+    """
     if KERAS_MAJOR == 3:
-        raise SystemExit("--model=locally_connected needs Keras 2 (--keras=2): "
+        raise SystemExit("--model=locally_connected* needs Keras 2 (--keras=2): "
                          "Keras 3 has no LocallyConnected layers.")
-    return keras.Sequential([
-        keras.Input((32, 32, 3)),
-        keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="tanh"),
-        keras.layers.LocallyConnected2D(16, 3, activation="tanh"),
-        keras.layers.Reshape((196, 16)),
-        keras.layers.LocallyConnected1D(8, 4, strides=4, activation="tanh"),
-        keras.layers.Flatten(),
-        keras.layers.Dense(10),
-    ])
+    layers = [keras.Input((32, 32, 3))]
+    if implementation == 1:
+        layers += [
+            keras.layers.Conv2D(16, 3, strides=2, padding="same", activation="tanh"),
+            keras.layers.LocallyConnected2D(16, 3, activation="tanh"),
+            keras.layers.Reshape((196, 16)),
+            keras.layers.LocallyConnected1D(8, 4, strides=4, activation="tanh")]
+    else:
+        layers += [
+            keras.layers.Conv2D(8, 3, strides=2, padding="same", activation="tanh"),
+            keras.layers.LocallyConnected2D(8, 3, strides=2, activation="tanh",
+                                            implementation=implementation)]
+    return keras.Sequential(layers + [keras.layers.Flatten(), keras.layers.Dense(10)])
 
 
 def _model(kind, activation="tanh"):
@@ -328,8 +340,8 @@ def _model(kind, activation="tanh"):
         return _recurrent_model(kind)
     if kind == "mobilenet":
         return _mobilenet_model()
-    if kind == "locally_connected":
-        return _locally_connected_model()
+    if kind in LOCALLY_CONNECTED_MODELS:
+        return _locally_connected_model(LOCALLY_CONNECTED_MODELS[kind])
     return models.mnist_cnn(activation) if kind == "mnist" else models.cifar10_cnn(activation)
 
 
@@ -393,7 +405,7 @@ def _input_shape(kind):
             **{kind: (TEXT_LENGTH,) for kind in RECURRENT_MODELS}, "lora": (TEXT_LENGTH,),
             "conv1d": (128, 16), "conv1d_family": (128, 16), "time_distributed": (4, 16, 16, 3),
             "conv_lstm": (4, 16, 16, 3), "mobilenet": (32, 32, 3),
-            "locally_connected": (32, 32, 3)}[kind]
+            **{kind: (32, 32, 3) for kind in LOCALLY_CONNECTED_MODELS}}[kind]
 
 
 def _dataset(kind, batch_size, dynamic_batch=False):
@@ -432,8 +444,8 @@ def main():
     global TEXT_LENGTH  # pylint: disable=global-statement  (--sequence_length)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=("mnist", "cifar10", "text", "conv1d", "conv1d_family",
-                                            "time_distributed", "conv_lstm", "mobilenet", "lora",
-                                            "locally_connected")
+                                            "time_distributed", "conv_lstm", "mobilenet", "lora")
+                        + tuple(LOCALLY_CONNECTED_MODELS)
                         + RECURRENT_MODELS,
                         default="mnist")
     parser.add_argument("--sequence_length", type=int, default=TEXT_LENGTH,
