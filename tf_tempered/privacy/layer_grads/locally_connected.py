@@ -72,7 +72,8 @@ class LocallyConnectedHyperparameters:
 
 @register_named(keras.layers, "LocallyConnected1D", "LocallyConnected2D")
 class LocallyConnectedHandler(Handler):
-    """Ghost norm per output position or materialized per-microbatch gradients."""
+    """implementation=1: ghost norm per output position or materialized per-microbatch
+    gradients, from windows its own forward made; 2 and 3: locally_connected_flat.py."""
 
     name = "locally_connected"
     summary = ("(tf-keras only) `implementation=1`: the layer's forward by kh·kw slices and one "
