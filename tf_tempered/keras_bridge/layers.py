@@ -14,6 +14,8 @@
 """Keras internals about layers, models and variables: traversal, ownership, recurrent units,
 Functional models, registered activation names, the XLA grouped convolution."""
 
+import contextlib
+
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "receives_mask",
@@ -21,7 +23,7 @@ __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rec
            "rnn_call_result",
            "vectorized_map_takes_recurrent_layers",
            "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
-           "random_layers", "set_untracked", "shape_of", "step_losses", "unpack_x_y_sample_weight",
+           "random_layers", "set_untracked", "shape_of", "without_activation", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
            "is_functional_model", "layer_normalized_input", "register_activation_name",
@@ -224,6 +226,18 @@ def is_trainable_batch_norm(layer):
 
 
 linear_activation = keras.activations.linear
+
+
+@contextlib.contextmanager
+def without_activation(layer):
+    """Within it, ``layer`` calls (and traces) with a linear activation: its output is the
+    pre-activation z. Set untracked, so the layer's weights and sub-layers stay as they were."""
+    activation = layer.activation
+    set_untracked(layer, "activation", linear_activation)
+    try:
+        yield activation
+    finally:
+        set_untracked(layer, "activation", activation)
 
 
 def step_losses(model):

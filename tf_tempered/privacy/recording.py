@@ -211,14 +211,10 @@ def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):
     if record is not None:
         pass  # recorded by the handler
     elif handler.records_pre_activation:
-        activation = layer.activation
-        # Record the pre-activation output: bypass Keras attribute tracking so
-        # the layer's weight order and sub-layer list stay untouched.
-        keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
-        try:
+        # Record the pre-activation output (the activation swapped untracked, so the
+        # layer's weight order and sub-layer list stay untouched).
+        with keras_bridge.without_activation(layer) as activation:
             z = original_call(inputs, *args, **kwargs)
-        finally:
-            keras_bridge.set_untracked(layer, "activation", activation)
         record = LayerRecord(layer, handler, hparams, inputs, z, args, kwargs, original_call)
         if recorder.norm_hooks is not None:
             z = recorder.norm_hooks.wrap(record, z)

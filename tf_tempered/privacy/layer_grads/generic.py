@@ -110,12 +110,8 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
 
     if not bypass_activation:
         return all_examples()
-    layer, activation = call.layer, call.layer.activation
-    keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
-    try:  # the per-example function is traced now: the swap covers the trace
+    with keras_bridge.without_activation(call.layer):  # the trace happens now, inside it
         return all_examples()
-    finally:
-        keras_bridge.set_untracked(layer, "activation", activation)
 
 
 def _is_per_example(value):

@@ -109,12 +109,8 @@ class LocallyConnectedHandler(Handler):
         if not isinstance(inputs, tf.Tensor):
             return None
         if hparams.implementation != 1:  # the layer's own call, its activation bypassed
-            activation = layer.activation
-            keras_bridge.set_untracked(layer, "activation", keras_bridge.linear_activation)
-            try:
+            with keras_bridge.without_activation(layer) as activation:
                 z = wrap(call_fn(inputs))
-            finally:
-                keras_bridge.set_untracked(layer, "activation", activation)
             return activation(z), inputs, z
         p = _windows(inputs, hparams)
         kernel = tf.cast(layer.kernel, p.dtype)
