@@ -116,13 +116,13 @@ class Conv2DHandler(Handler):
         if path.native:
             kernel, bias = _native_kernel(src, hparams, path, layout.num_microbatches)
         elif path.depthwise:
-            kernel = _kept_kernel(conv_grads.per_example_kernel_grads(
+            kernel = rows.kept_offsets_kernel(conv_grads.per_example_kernel_grads(
                 hparams, src.inputs, src.grad_output, chunk=src.options.depthwise_chunk),
                 layout.num_microbatches)
         elif path.kept_by != "patches":
             by = {"offsets": conv_grads.per_example_kernel_grads_by_offsets,
                   "blocks": conv_grads.per_example_kernel_grads_by_blocks}[path.kept_by]
-            kernel = _kept_kernel(by(hparams, src.inputs, src.grad_output),
+            kernel = rows.kept_offsets_kernel(by(hparams, src.inputs, src.grad_output),
                                   layout.num_microbatches)
         return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
                                  use_bias=hparams.use_bias, kernel=kernel,
@@ -216,21 +216,6 @@ def _native_kernel(src, hparams, path, num_microbatches):
     kernel = rows.KernelGrads(sq, lambda w: clip.weighted_sum(w.zero_nonfinite(per_microbatch),
                                                               w.scale))
     return kernel, bias if hparams.use_bias else None
-
-
-def _kept_kernel(per_row, num_microbatches):
-    """KernelGrads of per-row kernel gradients [kh·kw, rows, cin·cout], kept for a
-    matrix-vector clipped sum."""
-    # Summed per microbatch even with one example each: an example may have
-    # several rows (TimeDistributed gives its layer [B·T, ...]).
-    middle = tf.reduce_sum(tf.reshape(
-        per_row, [per_row.shape[0], num_microbatches, -1, per_row.shape[-1]]), 2)
-
-    def materialized_sum(weights):  # middle: [kh·kw, M, cin·cout]
-        kept = weights.zero_nonfinite(middle, axis=1)
-        return tf.matmul(tf.cast(weights.scale, kept.dtype)[None, None, :], kept)
-
-    return rows.KernelGrads(tf.reduce_sum(tf.square(middle), [0, 2]), materialized_sum)
 
 
 def _book_keeping(src, hparams, weights):

@@ -140,16 +140,7 @@ def depthwise_norms(x, g, hparams, layout):
     path = choose_path(hparams, layout.options, x, g)
     num_microbatches = layout.num_microbatches
     per_row = per_example_kernel_grads(hparams, x, g, path, layout.options.depthwise_chunk)
-    # Summed per microbatch even with one example each: an example may have
-    # several rows (TimeDistributed gives its layer [B·T, ...]).
-    middle = tf.reduce_sum(tf.reshape(
-        per_row, [per_row.shape[0], num_microbatches, -1, per_row.shape[-1]]), 2)
-
-    def materialized_sum(weights):  # middle: [kh·kw, M, cin·dm]
-        kept = weights.zero_nonfinite(middle, axis=1)
-        return tf.matmul(tf.cast(weights.scale, kept.dtype)[None, None, :], kept)
-
-    kernel = rows.KernelGrads(tf.reduce_sum(tf.square(middle), [0, 2]), materialized_sum)
+    kernel = rows.kept_offsets_kernel(per_row, num_microbatches)
     src = rows.RowSource(x, g, hparams.kernel_size[0] * hparams.kernel_size[1], layout.options)
     return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
                              use_bias=hparams.use_bias, kernel=kernel)

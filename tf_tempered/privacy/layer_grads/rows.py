@@ -53,7 +53,7 @@ from tf_tempered.privacy.layer_grads.rows_path import (ALWAYS_MATERIALIZE_BYTES,
                                                        static_rows)
 
 __all__ = ["ALWAYS_MATERIALIZE_BYTES", "KernelGrads", "RowSource", "RowsPath",
-           "choose_materialize", "fits", "linear_norms", "static_rows"]
+           "choose_materialize", "fits", "kept_offsets_kernel", "linear_norms", "static_rows"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -62,6 +62,35 @@ class KernelGrads:
     Σ_m c_m·G_m function for when its per-microbatch gradients are kept."""
     sq_norms: Any
     materialized_sum: Callable[[Any], Any]
+
+
+def kept_offsets_kernel(per_row, num_microbatches):
+    """KernelGrads of per-row kernel gradients [k, rows, d] (k kernel offsets; the depthwise
+    backprop's layout), kept for a matrix-vector clipped sum.
+
+    G_m = Σ_{r∈m} G_r (an example may have several rows: TimeDistributed gives its layer
+    [B·T, ...]); ‖G_m‖² = Σ_o (Σ_j G_m[o, j]²) summed over the offsets o first, a column sum:
+    TF's CPU reduction over axes [0, 2] at once took 3-5x longer for the MNIST CNN's conv1
+    ([64, 256, 16]: 0.55 against 0.10-0.19 ms; benchmarks/results/kept_offsets_norms.md).
+
+    >>> per_row = tf.reshape(tf.range(24.0), [2, 4, 3])  # 2 offsets, 4 rows, 2 microbatches
+    >>> kept = kept_offsets_kernel(per_row, 2)
+    >>> kept.sq_norms.numpy().tolist()  # ‖rows 2m + 2m+1‖², both offsets: 83 + 2531, 875 + 5051
+    [2614.0, 5926.0]
+    """
+    k, d = per_row.shape[0], per_row.shape[-1]
+    grouped = tf.reshape(per_row, [k, num_microbatches, -1, d])
+    if grouped.shape[2] == 1:
+        per_microbatch = tf.reshape(grouped, [k, num_microbatches, d])  # no pass over the data
+    else:
+        per_microbatch = tf.reduce_sum(grouped, 2)
+
+    def materialized_sum(weights):  # Σ_m c_m G_m as [k, 1, d]
+        kept = weights.zero_nonfinite(per_microbatch, axis=1)
+        return tf.matmul(tf.cast(weights.scale, kept.dtype)[None, None, :], kept)
+
+    sq_norms = tf.reduce_sum(tf.reduce_sum(tf.square(per_microbatch), 0), 1)
+    return KernelGrads(sq_norms, materialized_sum)
 
 
 def _input_rows(src, x, num_microbatches):

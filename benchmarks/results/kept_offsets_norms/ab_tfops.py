@@ -1,0 +1,70 @@
+"""In-process A/B of the MNIST CNN's TF-ops DP step (EngineOptions(native=False)): the per-example
+kernel gradients' norms as one reduction over axes [0, 2] (old) against the column sum first
+(rows.kept_offsets_kernel, new). Each variant is tf.function(model.train_step) of its own model,
+traced under its variant, timed in interleaved rounds of 10 steps.
+
+    TF_TEMPERED_ROOT=<checkout> python ab_tfops.py ROUNDS nonprivate,new,old,new2,old2
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.environ.get("TF_TEMPERED_ROOT", ".")
+sys.path.insert(0, ROOT + "/benchmarks")
+sys.path.insert(0, ROOT)
+import dp_step  # noqa: E402
+from tf_tempered._compat import tf, keras  # noqa: E402
+from tf_tempered.privacy import make_private, DPKerasSGDOptimizer, EngineOptions  # noqa: E402
+from tf_tempered.privacy.layer_grads import rows  # noqa: E402
+
+data = next(iter(dp_step._dataset("mnist", 256)))
+new_kept = rows.kept_offsets_kernel
+
+
+def old_kept(per_row, num_microbatches):  # the code before rows.kept_offsets_kernel
+    middle = tf.reduce_sum(tf.reshape(
+        per_row, [per_row.shape[0], num_microbatches, -1, per_row.shape[-1]]), 2)
+
+    def materialized_sum(weights):
+        kept = weights.zero_nonfinite(middle, axis=1)
+        return tf.matmul(tf.cast(weights.scale, kept.dtype)[None, None, :], kept)
+
+    return rows.KernelGrads(tf.reduce_sum(tf.square(middle), [0, 2]), materialized_sum)
+
+
+def dp_model():
+    model = dp_step._model("mnist")
+    make_private(model, options=EngineOptions(native=False))
+    model.compile(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1, learning_rate=0.15),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                  reduction="none"))
+    return model
+
+
+variants = sys.argv[2].split(",")
+steps = {}
+for name in variants:
+    model = dp_step._compiled("nonprivate", "mnist", 256) if name == "nonprivate" else dp_model()
+    rows.kept_offsets_kernel = old_kept if name.startswith("old") else new_kept
+    steps[name] = tf.function(model.train_step)
+    for _ in range(5):
+        steps[name](data)
+    rows.kept_offsets_kernel = new_kept
+times = {n: [] for n in steps}
+for _ in range(int(sys.argv[1])):
+    for n, f in steps.items():
+        t = time.perf_counter()
+        for _ in range(10):
+            f(data)
+        times[n].append((time.perf_counter() - t) / 10 * 1000)
+base = np.median(times[variants[0]])
+for n, v in times.items():
+    print(f"{n:12s} median {np.median(v):.2f} ms  x{np.median(v) / base:.3f} of {variants[0]} "
+          f"(q25 {np.percentile(v, 25):.2f} q75 {np.percentile(v, 75):.2f})")
+for a in variants[1:]:
+    for b in variants[1:]:
+        if a < b:
+            ratio = np.median(np.array(times[b]) / np.array(times[a]))
+            print(f"{b}/{a} per-round median {ratio:.3f}")
