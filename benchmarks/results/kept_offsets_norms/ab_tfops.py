@@ -4,6 +4,8 @@ kernel gradients' norms as one reduction over axes [0, 2] (old) against the colu
 traced under its variant, timed in interleaved rounds of 10 steps.
 
     TF_TEMPERED_ROOT=<checkout> python ab_tfops.py ROUNDS nonprivate,new,old,new2,old2
+
+A variant chunkN is `new` with EngineOptions(depthwise_chunk=N) (examples per depthwise backprop).
 """
 import os
 import sys
@@ -34,9 +36,10 @@ def old_kept(per_row, num_microbatches):  # the code before rows.kept_offsets_ke
     return rows.KernelGrads(tf.reduce_sum(tf.square(middle), [0, 2]), materialized_sum)
 
 
-def dp_model():
+def dp_model(name):
+    chunk = int(name[5:]) if name.startswith("chunk") else EngineOptions().depthwise_chunk
     model = dp_step._model("mnist")
-    make_private(model, options=EngineOptions(native=False))
+    make_private(model, options=EngineOptions(native=False, depthwise_chunk=chunk))
     model.compile(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1, learning_rate=0.15),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                                   reduction="none"))
@@ -46,7 +49,7 @@ def dp_model():
 variants = sys.argv[2].split(",")
 steps = {}
 for name in variants:
-    model = dp_step._compiled("nonprivate", "mnist", 256) if name == "nonprivate" else dp_model()
+    model = dp_step._compiled("nonprivate", "mnist", 256) if name == "nonprivate" else dp_model(name)
     rows.kept_offsets_kernel = old_kept if name.startswith("old") else new_kept
     steps[name] = tf.function(model.train_step)
     for _ in range(5):
