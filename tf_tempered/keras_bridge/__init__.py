@@ -25,6 +25,7 @@ re-exports:
 * :mod:`.training`: optimizers (loss scaling, the DP mark), XLA, fit's arguments, the
   compile config saved with a model, callbacks;
 * :mod:`.tf_privacy`: the settings of TF Privacy's DP optimizers;
+* :mod:`.compiled_state`: Keras 3's compiled metrics and loss, built before fit traces;
 * :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's);
 * :mod:`.preprocessing`: preprocessing layers whose state adapt() fit to data.
 """
@@ -37,10 +38,12 @@ from tf_tempered.keras_bridge.training import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.training import __all__ as _training_all
 from tf_tempered.keras_bridge.tf_privacy import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.tf_privacy import __all__ as _tf_privacy_all
+from tf_tempered.keras_bridge.compiled_state import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.compiled_state import __all__ as _compiled_state_all
 from tf_tempered.keras_bridge.runtime import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.runtime import __all__ as _runtime_all
 from tf_tempered.keras_bridge.preprocessing import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.preprocessing import __all__ as _preprocessing_all
 
 __all__ = [*_layers_all, *_losses_all, *_training_all, *_tf_privacy_all, *_runtime_all,
-           *_preprocessing_all]
+           *_preprocessing_all, *_compiled_state_all]

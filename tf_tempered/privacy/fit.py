@@ -35,7 +35,7 @@ import warnings
 from tf_tempered._compat import keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import accounting
-from tf_tempered.privacy.fit_data import plan_fit_data
+from tf_tempered.privacy.fit_data import batch_spec, plan_fit_data
 from tf_tempered.privacy.ledger import Segment
 from tf_tempered.privacy.ledger_file import backup_ledgers
 from tf_tempered.privacy.public_layers import refuse_data_fitted_layers
@@ -191,6 +191,9 @@ def private_fit(model, *args, **kwargs):
     # BackupAndRestore (read before the run's ε is first logged).
     arguments["callbacks"] = [EpsilonLog(account), *backup_ledgers(account, callbacks),
                               *callbacks]
+    # Keras 3 would build the compiled metrics inside the step's first trace, and trace
+    # the (costly) DP step twice for their variables.
+    keras_bridge.build_compiled_state(model, batch_spec(arguments))
     try:
         return type(model).fit(model, **arguments)
     finally:

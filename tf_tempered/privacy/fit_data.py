@@ -39,7 +39,7 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import data_sampling, sampling
 
-__all__ = ["RunSampling", "plan_fit_data", "UNKNOWN_PIPELINE_WARNING"]
+__all__ = ["RunSampling", "batch_spec", "plan_fit_data", "UNKNOWN_PIPELINE_WARNING"]
 
 UNKNOWN_PIPELINE_WARNING = (
     "fit on a pipeline tf_tempered did not build ({what}): its batches are accounted "
@@ -76,6 +76,24 @@ def _in_memory(x):
     leaves = tf.nest.flatten(x)
     return bool(leaves) and all(_is_array(leaf) for leaf in leaves) and not isinstance(
         x, tf.data.Dataset)
+
+
+def batch_spec(arguments):
+    """The TypeSpecs of one batch of fit's (planned) data, ``(x, y[, ...])``, or None
+    (a generator or PyDataset: not known before fit reads it).
+
+    >>> spec = batch_spec({"x": np.zeros([6, 3], np.float32), "y": np.zeros([6], np.int64)})
+    >>> spec[0].shape.as_list(), spec[1].shape.as_list(), spec[1].dtype.name
+    ([None, 3], [None], 'int64')
+    """
+    x, y = arguments.get("x"), arguments.get("y")
+    if isinstance(x, tf.data.Dataset):
+        return x.element_spec
+    if not _in_memory(x) or y is None or not _in_memory(y):
+        return None
+    as_spec = lambda a: tf.TensorSpec([None, *np.shape(a)[1:]],  # noqa: E731
+                                      tf.as_dtype(getattr(a, "dtype", np.float32)))
+    return tf.nest.map_structure(as_spec, (_tuples(x), _tuples(y)))
 
 
 def _tuples(value):
