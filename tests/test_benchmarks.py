@@ -248,3 +248,19 @@ def test_dp_step_ratios_are_against_the_step_compiled_the_same_way():
     # Never an XLA row against the step without XLA (nor the reverse): no ratio instead.
     assert baselines(["nonprivate", "tf_tempered_xla"], ["nonprivate", "tf_tempered_xla"]) == {
         "nonprivate": "nonprivate", "tf_tempered_xla": None}
+
+
+def test_interleaved_times_every_variant_each_round_and_reports_ratios(capsys):
+    interleaved = _load_module("interleaved")
+    calls = []
+    steps = {"base": lambda d: calls.append(("base", d)),
+             "other": lambda d: calls.append(("other", d))}
+    times = interleaved.time_rounds(steps, "batch", rounds=3, calls=2)
+    assert [len(v) for v in times.values()] == [3, 3]
+    # Rounds alternate the variants: base twice, other twice, base twice...
+    assert [name for name, _ in calls] == (["base"] * 2 + ["other"] * 2) * 3
+    assert all(d == "batch" for _, d in calls)
+    interleaved.report({"base": [1.0, 2.0, 3.0], "other": [2.0, 4.0, 6.0], "third": [1.0, 1.0, 3.0]})
+    out = capsys.readouterr().out
+    assert "other        median 4.00 ms  x2.000 of base" in out
+    assert "third/other per-round median 0.500" in out

@@ -9,16 +9,15 @@ A variant chunkN is `new` with EngineOptions(depthwise_chunk=N) (examples per de
 """
 import os
 import sys
-import time
 
-import numpy as np
 
 ROOT = os.environ.get("TF_TEMPERED_ROOT", ".")
 sys.path.insert(0, ROOT + "/benchmarks")
 sys.path.insert(0, ROOT)
 import dp_step  # noqa: E402
-from tf_tempered._compat import tf, keras  # noqa: E402
-from tf_tempered.privacy import make_private, DPKerasSGDOptimizer, EngineOptions  # noqa: E402
+import interleaved  # noqa: E402
+from tf_tempered._compat import tf  # noqa: E402
+from tf_tempered.privacy import EngineOptions  # noqa: E402
 from tf_tempered.privacy.layer_grads import rows  # noqa: E402
 
 data = next(iter(dp_step._dataset("mnist", 256)))
@@ -38,12 +37,7 @@ def old_kept(per_row, num_microbatches):  # the code before rows.kept_offsets_ke
 
 def dp_model(name):
     chunk = int(name[5:]) if name.startswith("chunk") else EngineOptions().depthwise_chunk
-    model = dp_step._model("mnist")
-    make_private(model, options=EngineOptions(native=False, depthwise_chunk=chunk))
-    model.compile(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1, learning_rate=0.15),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  reduction="none"))
-    return model
+    return interleaved.mnist_dp_model(EngineOptions(native=False, depthwise_chunk=chunk))
 
 
 variants = sys.argv[2].split(",")
@@ -55,19 +49,4 @@ for name in variants:
     for _ in range(5):
         steps[name](data)
     rows.kept_offsets_kernel = new_kept
-times = {n: [] for n in steps}
-for _ in range(int(sys.argv[1])):
-    for n, f in steps.items():
-        t = time.perf_counter()
-        for _ in range(10):
-            f(data)
-        times[n].append((time.perf_counter() - t) / 10 * 1000)
-base = np.median(times[variants[0]])
-for n, v in times.items():
-    print(f"{n:12s} median {np.median(v):.2f} ms  x{np.median(v) / base:.3f} of {variants[0]} "
-          f"(q25 {np.percentile(v, 25):.2f} q75 {np.percentile(v, 75):.2f})")
-for a in variants[1:]:
-    for b in variants[1:]:
-        if a < b:
-            ratio = np.median(np.array(times[b]) / np.array(times[a]))
-            print(f"{b}/{a} per-round median {ratio:.3f}")
+interleaved.report(interleaved.time_rounds(steps, data, int(sys.argv[1])))

@@ -11,16 +11,15 @@ native op), patched in while its step is traced. The "new" variant of the result
 import dataclasses
 import os
 import sys
-import time
 
-import numpy as np
 
 ROOT = os.environ.get("TF_TEMPERED_ROOT", ".")
 sys.path.insert(0, ROOT + "/benchmarks")
 sys.path.insert(0, ROOT)
 import dp_step  # noqa: E402
-from tf_tempered._compat import tf, keras  # noqa: E402
-from tf_tempered.privacy import make_private, DPKerasSGDOptimizer, EngineOptions  # noqa: E402
+import interleaved  # noqa: E402
+from tf_tempered._compat import tf  # noqa: E402
+from tf_tempered.privacy import EngineOptions  # noqa: E402
 from tf_tempered.privacy.layer_grads import conv  # noqa: E402
 
 data = next(iter(dp_step._dataset("mnist", 256)))
@@ -31,43 +30,19 @@ def old_native_kernel(src, hparams, path, m):  # no bias sums: linear_norms' red
     return native_kernel(src, dataclasses.replace(hparams, use_bias=False), path, m)[0], None
 
 
-def dp_model(options=None):
-    model = dp_step._model("mnist")
-    make_private(model, options=options)
-    model.compile(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.1, learning_rate=0.15),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                                  reduction="none"))
-    return model
-
-
 variants = sys.argv[2].split(",")
 steps = {}
 for name in variants:
     if name == "nonprivate":
         model = dp_step._compiled("nonprivate", "mnist", 256)
     elif name.startswith("matconv2"):
-        model = dp_model(EngineOptions(native_materialize_min_rows=16))
+        model = interleaved.mnist_dp_model(EngineOptions(native_materialize_min_rows=16))
     else:
-        model = dp_model()
+        model = interleaved.mnist_dp_model()
     if name.startswith("old"):
         conv._native_kernel = old_native_kernel
     steps[name] = tf.function(model.train_step)
     for _ in range(5):
         steps[name](data)
     conv._native_kernel = native_kernel
-times = {n: [] for n in steps}
-for _ in range(int(sys.argv[1])):
-    for n, f in steps.items():
-        t = time.perf_counter()
-        for _ in range(10):
-            f(data)
-        times[n].append((time.perf_counter() - t) / 10 * 1000)
-base = np.median(times[variants[0]])
-for n, v in times.items():
-    print(f"{n:12s} median {np.median(v):.2f} ms  x{np.median(v) / base:.3f} of {variants[0]} "
-          f"(q25 {np.percentile(v, 25):.2f} q75 {np.percentile(v, 75):.2f})")
-for a in variants[1:]:
-    for b in variants[1:]:
-        if a < b:
-            ratio = np.median(np.array(times[b]) / np.array(times[a]))
-            print(f"{b}/{a} per-round median {ratio:.3f}")
+interleaved.report(interleaved.time_rounds(steps, data, int(sys.argv[1])))
