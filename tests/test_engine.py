@@ -238,26 +238,32 @@ def _count_native_calls(monkeypatch):
 @pytest.mark.cover_each()
 @pytest.mark.parametrize("static_batch", [False, True], ids=["dynamic-batch", "static-batch"])
 @pytest.mark.parametrize("num_microbatches", [None, 4])
-@pytest.mark.parametrize("gradients", ["materialized", "norms-only", "default"])
+@pytest.mark.parametrize("gradients", ["materialized", "norms-only", "separate", "default"])
 def test_native_op_paths_equal_tf_privacy(monkeypatch, gradients, num_microbatches, static_batch):
     # Both Conv2D layers through the native op: with per-microbatch gradients
     # materialized (dynamic batch, one example per microbatch: decided per step),
-    # with norms only and the book-keeping clipped sum, or as the rules choose.
+    # with norms only (one of them fused: its norms, the clip factors and its clipped
+    # sum in one op; "separate": neither, the book-keeping clipped sum), or as the rules
+    # choose.
     if not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
     options = {"materialized": EngineOptions(norm_path="native", native_materialize_min_rows=0),
                "norms-only": EngineOptions(norm_path="native", materialize_max_bytes=0),
+               "separate": EngineOptions(norm_path="native", materialize_max_bytes=0,
+                                         fused_clipped_sum=False),
                "default": EngineOptions(norm_path="native")}[gradients]
     calls = _count_native_calls(monkeypatch)
+    fused = record_calls(monkeypatch, "conv2d_clipped_kernel_sum")
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0,
                                       num_microbatches=num_microbatches)
     _assert_update_matches_tf_privacy(_cnn, opt, x, y, static_batch=static_batch,
                                       options=options)
-    if gradients == "norms-only":
+    if gradients in ("norms-only", "separate"):
         assert set(calls) == {False}
+        assert bool(fused) == (gradients == "norms-only")
     elif gradients == "materialized":
-        assert True in calls
+        assert True in calls and not fused
     else:
         assert calls
 
@@ -402,12 +408,15 @@ def test_history_reports_clipping_statistics():
 
 
 @pytest.mark.cover_each()
-@pytest.mark.parametrize("forced", ["ghost", "materialize", "native", "native-materialized"])
+@pytest.mark.parametrize("forced", ["ghost", "materialize", "native", "native-materialized",
+                                    "native-separate"])
 def test_nonfinite_example_contributes_zero_and_is_counted(forced):
     if forced.startswith("native") and not native.available():
         pytest.skip("the native op cannot be built here (no C++ compiler)")
+    # "native": one Conv2D's clipped sum fused with its norms (the default), "-separate" not.
     options = EngineOptions(norm_path=forced.split("-")[0], native_materialize_min_rows=(
-        0 if forced == "native-materialized" else EngineOptions().native_materialize_min_rows))
+        0 if forced == "native-materialized" else EngineOptions().native_materialize_min_rows),
+        fused_clipped_sum=forced != "native-separate")
     x, y = _data(_cnn())
     opt = lambda: DPKerasSGDOptimizer(l2_norm_clip=0.3, noise_multiplier=0.0, learning_rate=1.0)
     clean, _ = _update(_cnn, opt, True, x[1:], y[1:], options=options)

@@ -113,6 +113,12 @@ class EngineOptions:
         input-gradient chain ahead and hold every layer's output gradient and activation
         at once. Less peak memory (CIFAR-10 CNN 1.69–1.75× → 1.36–1.55× non-private), the
         same time within noise (docs/benchmarks.md); False computes them after it.
+      fused_clipped_sum: with "bookkeeping" and the native op, the Conv2D whose clipped sum
+        costs most (one whose per-microbatch gradients are not kept) computes its norms
+        and its clipped sum in one native op, after every other layer's norms: its
+        per-microbatch gradients are summed with their clip factors as they are formed,
+        instead of TF's backprop-filter op over c·g afterwards. The same clip factors,
+        for every layer, and the same sum to float rounding.
       physical_batch_size: how many examples go through the forward and backward passes
         at once. The chunks run one after the other and their clipped sums add up (each
         example's clip factor is its own); the noise is drawn once: the same update (to
@@ -184,6 +190,8 @@ class EngineOptions:
     clipped_sum: str = "bookkeeping"
     # On: lower peak memory at the same time (measured on eight models: docs/benchmarks.md).
     norms_in_backward: bool = True
+    # On: the MNIST CNN's native step measured faster (docs/engine.md); off for A/B.
+    fused_clipped_sum: bool = True
     # Opt-in: four times the noise draw (benchmarks/results/noise_modes.md); the default
     # stays the fast one.
     noise: str = "gaussian"
@@ -192,7 +200,7 @@ class EngineOptions:
     physical_batch_size: Union[int, str, None] = "auto"
 
     def __post_init__(self):
-        for name in ("native", "vectorize_recurrent", "norms_in_backward"):
+        for name in ("native", "vectorize_recurrent", "norms_in_backward", "fused_clipped_sum"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"EngineOptions.{name} must be True or False, got "
                                  f"{getattr(self, name)!r}.")

@@ -28,8 +28,8 @@ handler import it; it imports none of them.
 import dataclasses
 from typing import Any, Callable, ClassVar, List, Optional
 
-__all__ = ["Handler", "LayerPath", "LayerResult", "MicrobatchLayout", "NamedPath",
-           "NoHyperparameters"]
+__all__ = ["FusedClippedSum", "FusedPath", "Handler", "LayerPath", "LayerResult", "MicrobatchLayout",
+           "NamedPath", "NoHyperparameters"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +62,29 @@ class NamedPath(LayerPath):
 
 
 @dataclasses.dataclass(frozen=True)
+class FusedPath(LayerPath):
+    """The path of the layer whose FusedClippedSum the engine ran (its handler's path ``of``)."""
+    of: LayerPath
+
+
+@dataclasses.dataclass(frozen=True)
 class NoHyperparameters:
     """The hyperparameters of a handler that needs none beyond the recorded tensors."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FusedClippedSum:
+    """A layer's norms and clipped sum in one pass, once every other layer's norms are known.
+
+    run: (S [M] float32, the other layers' summed squared norms; C) → (its own squared
+      norms n [M], the clip factors c_m = C / max(√(S_m + n_m), C) [M] float32 (0 where
+      not finite), [Σ_m c_m·g_m for each of its variables]). The engine uses that c for
+      every layer.
+    cost: multiply-adds its separate clipped sum would take; the engine fuses the
+      costliest such layer of a step (one only: its c needs all the others' norms).
+    """
+    run: Callable[[Any, float], Any]
+    cost: int
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -77,15 +98,20 @@ class LayerResult:
       inspection and tests.
     variables: the variables `clipped_sum` returns gradients for, when they are
       not `handler.variables(layer, hparams)` (multi_call: all the layer's own).
+    fused: a FusedClippedSum the engine may run instead of `sq_norms` and `clipped_sum`
+      (then the op behind sq_norms is never run: nothing depends on it).
     """
     sq_norms: Any
     clipped_sum: Callable[[Any], List[Any]]
     path: Optional[LayerPath] = None
     variables: Any = None
+    fused: Optional[FusedClippedSum] = None
 
     def __post_init__(self):
         if self.path is not None and not isinstance(self.path, LayerPath):
             raise TypeError(f"LayerResult.path must be a LayerPath, got {self.path!r}.")
+        if self.fused is not None and not isinstance(self.fused, FusedClippedSum):
+            raise TypeError(f"LayerResult.fused must be a FusedClippedSum, got {self.fused!r}.")
 
 
 class Handler:

@@ -41,7 +41,7 @@ from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy import native
 from tf_tempered.privacy.layer_grads import conv_grads
 from tf_tempered.privacy.layer_grads import grouped, rows
-from tf_tempered.privacy.layer_grads.contract import Handler, LayerPath
+from tf_tempered.privacy.layer_grads.contract import FusedClippedSum, Handler, LayerPath
 from tf_tempered.privacy.layer_grads.registry import register
 
 __all__ = ["Conv2DHandler", "Conv2DHyperparameters", "ConvPath", "choose_path"]
@@ -124,10 +124,13 @@ class Conv2DHandler(Handler):
                   "blocks": conv_grads.per_example_kernel_grads_by_blocks}[path.kept_by]
             kernel = rows.kept_offsets_kernel(by(hparams, src.inputs, src.grad_output),
                                   layout.num_microbatches)
-        return rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
-                                 use_bias=hparams.use_bias, kernel=kernel,
-                                 book_keeping=lambda w: _book_keeping(src, hparams, w),
-                                 bias_per_microbatch=None if bias is None else lambda m: bias)
+        result = rows.linear_norms(src, path, layout, kernel_shape=hparams.kernel_shape,
+                                   use_bias=hparams.use_bias, kernel=kernel,
+                                   book_keeping=lambda w: _book_keeping(src, hparams, w),
+                                   bias_per_microbatch=None if bias is None else lambda m: bias)
+        if path.native and path.materialize is False and src.options.fused_clipped_sum:
+            result = dataclasses.replace(result, fused=_fused_sum(src, hparams, layout))
+        return result
 
 
 def _row_source(x, g, hparams, options):
@@ -216,6 +219,22 @@ def _native_kernel(src, hparams, path, num_microbatches):
     kernel = rows.KernelGrads(sq, lambda w: clip.weighted_sum(w.zero_nonfinite(per_microbatch),
                                                               w.scale))
     return kernel, bias if hparams.use_bias else None
+
+
+def _fused_sum(src, hparams, layout):
+    """FusedClippedSum by the native op: this layer's norms and clipped sum in one pass over
+    its per-microbatch gradients, instead of its norms now and TF's backprop-filter op over
+    c·g once the clip factors are known (MNIST CNN conv2: docs/engine.md)."""
+    def run(other_sq_norms, l2_norm_clip):
+        sq, scale, kernel, bias = native.conv2d_clipped_kernel_sum(
+            src.inputs, src.grad_output, layout.num_microbatches, other_sq_norms, l2_norm_clip,
+            kernel_size=hparams.kernel_size, strides=hparams.strides,
+            dilations=hparams.dilation_rate, pads=conv_grads.padding_before(hparams, src.inputs),
+            bias_grads=hparams.use_bias)
+        return sq, scale, [kernel, bias] if hparams.use_bias else [kernel]
+
+    g = src.grad_output
+    return FusedClippedSum(run, cost=g.shape[1] * g.shape[2] * src.d_in * g.shape[-1])
 
 
 def _book_keeping(src, hparams, weights):

@@ -17,6 +17,9 @@
   G_m = Σ_{e ∈ m} Σ_r a_r g_rᵀ and ‖G_m‖², the patches read straight from the image
   (cc/conv_kernel_grads.cc): several times faster per layer than the best TF-ops form,
   about the cost of the batch's ordinary filter gradient (docs/benchmarks.md).
+  ``conv2d_clipped_kernel_sum``: the same products giving the norms, every layer's clip
+  factors (from the other layers' norms) and the clipped sum Σ_m c_m·G_m in one pass
+  (cc/conv_clipped_sum.cc), for the last layer whose norms are known.
 * ``depthwise_kernel_grads``: a depthwise convolution's per-example kernel gradients,
   examples in parallel (cc/depthwise_kernel_grads.cc): where TF's only form folds the batch
   into channels of oneDNN's depthwise backprop-filter, several times slower.
@@ -41,11 +44,12 @@ ops, as under XLA and with ``TF_TEMPERED_NATIVE=0``.
 from tf_tempered.privacy.native.library import (BUILD_MIN_VALUES, available, build,
                                                 library_path, load, usable)
 from tf_tempered.privacy.native.ops import (box_muller, box_muller_pieces,
+                                            conv2d_clipped_kernel_sum,
                                             conv2d_group_kernel_grads, depthwise_kernel_grads,
                                             embedding_sq_norms, gru_sequence, lstm_sequence,
                                             row_sq_norms, scatter_rows)
 
 __all__ = ["BUILD_MIN_VALUES", "available", "box_muller", "box_muller_pieces", "build",
-           "conv2d_group_kernel_grads", "depthwise_kernel_grads",
+           "conv2d_clipped_kernel_sum", "conv2d_group_kernel_grads", "depthwise_kernel_grads",
            "embedding_sq_norms", "gru_sequence", "library_path", "load", "lstm_sequence",
            "row_sq_norms", "scatter_rows", "usable"]

@@ -45,12 +45,14 @@ __all__ = ["available", "build", "library_path", "load", "switched_off", "usable
            "BUILD_MIN_VALUES"]
 
 _CC = pathlib.Path(__file__).with_name("cc")
-_SOURCES = tuple(_CC / name for name in ("conv_kernel_grads.cc", "depthwise_kernel_grads.cc",
+_SOURCES = tuple(_CC / name for name in ("conv_kernel_grads.cc", "conv_clipped_sum.cc",
+                                         "depthwise_kernel_grads.cc",
                                          "box_muller.cc", "embedding_sq_norms.cc",
                                          "scatter_rows.cc", "row_sq_norms.cc",
                                          "lstm_sequence.cc", "gru_sequence.cc"))
 # In the cache key with the sources: an edit rebuilds.
-_HEADERS = (_CC / "conv_geometry.h", _CC / "philox.h", _CC / "recurrent_blocks.h")
+_HEADERS = (_CC / "conv_geometry.h", _CC / "conv_group_grads.h", _CC / "philox.h",
+            _CC / "recurrent_blocks.h")
 _ENV_SWITCH = "TF_TEMPERED_NATIVE"
 _ENV_CACHE = "TF_TEMPERED_CACHE_DIR"
 _LOG = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ callers ask :func:`~tf_tempered.privacy.native.library.usable` (or ``available``
 from tf_tempered._compat import tf
 from tf_tempered.privacy.native import library
 
-__all__ = ["box_muller", "box_muller_pieces", "conv2d_group_kernel_grads",
+__all__ = ["box_muller", "box_muller_pieces", "conv2d_clipped_kernel_sum",
+           "conv2d_group_kernel_grads",
            "depthwise_kernel_grads", "embedding_sq_norms", "gru_sequence", "lstm_sequence",
            "row_sq_norms", "scatter_rows"]
 
@@ -42,6 +43,27 @@ def conv2d_group_kernel_grads(x, g, num_groups, *, kernel_size, strides, dilatio
         output_grads=output_grads, bias_grads=bias_grads)
     return (tf.ensure_shape(sq_norms, [None]), tf.ensure_shape(grads, [None, size]),
             tf.ensure_shape(bias, [None, g.shape[-1]]))
+
+
+def conv2d_clipped_kernel_sum(x, g, num_groups, other_sq_norms, l2_norm_clip, *, kernel_size,
+                              strides, dilations, pads, bias_grads=False):
+    """(n [M], c [M] float32, Σ_m c_m·G_m as [kh, kw, cin, cout], Σ_m c_m·b_m [cout] or None):
+    a Conv2D's norms and clipped sum in one pass, given the other layers' squared norms.
+
+    With S_m = ``other_sq_norms`` [M] (float32) and G_m, b_m the kernel's and (when
+    ``bias_grads``) the bias's gradient of microbatch m (as :func:`conv2d_group_kernel_grads`):
+    n_m = ‖G_m‖² + ‖b_m‖² and c_m = C / max(√(S_m + n_m), C), 0 where not finite, in
+    float32 as the engine's clip factors (cc/conv_clipped_sum.cc).
+    """
+    kh, kw = kernel_size
+    shape = [kh, kw, x.shape[-1], g.shape[-1]]
+    sq_norms, scale, kernel, bias = library.load().tf_tempered_conv2d_clipped_kernel_sum(
+        tf.cast(x, g.dtype), g, tf.cast(num_groups, tf.int32),
+        tf.cast(other_sq_norms, tf.float32), tf.cast(l2_norm_clip, tf.float32),
+        kernel_size=[kh, kw], strides=list(strides), dilations=list(dilations),
+        pads=list(pads), bias_grads=bias_grads)
+    return (tf.ensure_shape(sq_norms, [None]), tf.ensure_shape(scale, [None]),
+            tf.reshape(kernel, shape), bias if bias_grads else None)
 
 
 def depthwise_kernel_grads(x, g, *, kernel_size, strides, dilations, pads):

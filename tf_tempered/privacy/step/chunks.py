@@ -45,10 +45,10 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy.step.backward import backward
 from tf_tempered.privacy.step.batch import Batch
 from tf_tempered.privacy.step import chunk_sizes
-from tf_tempered.privacy.step.clip_factors import clip_factors
+from tf_tempered.privacy.step.clip_factors import clip_factors, fused_clip_factors
 from tf_tempered.privacy.step.forward import record_forward
 from tf_tempered.privacy.step.metrics import local_stats, update_compiled_metrics
-from tf_tempered.privacy.step.norms import layer_norms
+from tf_tempered.privacy.step.norms import keep_layer_paths, layer_norms
 
 __all__ = ["Passes", "clipped_passes", "even_chunk_examples", "AUTO"]
 
@@ -80,8 +80,13 @@ def one_pass(model, state, plan, batch, losses=None):
     layout, groups = backward(model, forward, plan,
                               static_rows if static_rows is not None else rows)
     layers = layer_norms(model, state, groups, layout, forward.recorder.norm_hooks)
-    norm, finite, weights = clip_factors(layers, forward.num_microbatches,
-                                         plan.config.l2_norm_clip)
+    if plan.clipped_sum.fuses_layers:
+        norm, finite, weights, layers = fused_clip_factors(layers, forward.num_microbatches,
+                                                           plan.config.l2_norm_clip)
+    else:
+        norm, finite, weights = clip_factors(layers, forward.num_microbatches,
+                                             plan.config.l2_norm_clip)
+    keep_layer_paths(state, layers)
     summed = plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables)
     return Passes(summed, local_stats(plan, batch, forward, norm, finite), forward.total, rows,
                   forward.y_pred)

@@ -67,6 +67,9 @@ class ClippedSum:
     """The interface of the three strategies: what the step asks of the one it runs."""
 
     persistent_tape = False  # whether the forward pass's tape is used twice
+    # Whether a layer's FusedClippedSum may replace its norms and clipped sum (only where
+    # the sum is each layer's own, not a second backward pass).
+    fuses_layers = False
 
     def new_hooks(self):
         """NormHooks that compute each layer's norms inside the backward pass, or None."""
@@ -90,6 +93,8 @@ class BookKeeping(ClippedSum):
     per-microbatch gradients frees its input and output gradient at once, and the
     executor cannot run the input-gradient chain ahead of the norms.
     """
+
+    fuses_layers = True
 
     def __init__(self, norms_in_backward=True, native=False):
         self.norms_in_backward = norms_in_backward

@@ -58,6 +58,10 @@ class NormHooks:
                 record.inputs = tf.nest.map_structure(clip.widen, record.inputs)
                 layer_norms = record.handler.layer_result(record, record.hparams, self.layout)
                 self.results[id(record)] = layer_norms
+                if layer_norms.fused is not None:
+                    # Its norms may come from the fused op after the backward pass: a
+                    # dependency here would run the separate norms op for nothing.
+                    return dy
                 with tf.control_dependencies([layer_norms.sq_norms]):
                     return tf.identity(dy)
             return tf.identity(x), grad

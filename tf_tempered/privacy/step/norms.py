@@ -24,7 +24,7 @@ from typing import Any, List
 
 from tf_tempered.privacy import layer_grads, layer_report
 
-__all__ = ["CoveredLayer", "layer_norms"]
+__all__ = ["CoveredLayer", "keep_layer_paths", "layer_norms"]
 
 _LOG = logging.getLogger("tf_tempered.privacy.engine")
 
@@ -48,7 +48,7 @@ def _norms_of(first, calls, layout, hooks):
 
 
 def layer_norms(model, state, groups, layout, hooks):
-    """[LayerNorms] of every recorded layer (each handler's path is kept for layer_paths)."""
+    """[CoveredLayer] of every recorded layer."""
     _log_generic_layers(state, [first for first, _ in groups])
     result = []
     for first, calls in groups:
@@ -56,8 +56,14 @@ def layer_norms(model, state, groups, layout, hooks):
         variables = (norms.variables if norms.variables is not None
                      else first.handler.variables(first.layer, first.hparams))
         result.append(CoveredLayer(first, calls, norms, variables))
-    state.layer_paths = layer_report.describe(groups, [r.result for r in result])
     return result
+
+
+def keep_layer_paths(state, layers):
+    """Each layer's handler and path (after the clip factors: one may have run fused), for
+    layer_paths."""
+    state.layer_paths = layer_report.describe([(layer.first, layer.calls) for layer in layers],
+                                              [layer.result for layer in layers])
 
 
 def _log_generic_layers(state, records):
