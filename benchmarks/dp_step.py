@@ -20,6 +20,8 @@ Paths (paper MNIST CNN unless noted; synthetic inputs of the real shapes):
                   own DPKerasSGDOptimizer, as tests/test_optimizers.py checks)
   tf_tempered_ghost  the same with EngineOptions(norm_path="ghost"): every row layer by its ghost
                   norm (less memory than kept per-microbatch gradients, more time)
+  tf_tempered_separate  the same with EngineOptions(fused_clipped_sum=False): no Conv2D's
+                  clipped sum fused with its norms (the default before 2026-12-05) (on request)
   tf_tempered_norms_after  the same with EngineOptions(norms_in_backward=False): each layer's
                   norms computed after the backward pass (the default before 2026-11-27)
   tf_tempered_chunks64 / _chunks128 / _whole  the same with
@@ -128,7 +130,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import DPKerasSGDOptimizer, EngineOptions, is_private, layer_paths, make_private
 
 PATHS = ("nonprivate", "tf_tempered", "tf_tempered_ghost", "tf_tempered_norms_after",
-         "tf_tempered_tf_ops",
+         "tf_tempered_separate", "tf_tempered_tf_ops",
          "tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches",
          "tf_tempered_tf_ops_blocks", "tf_tempered_second_pass", "tf_tempered_low_memory",
          "tf_tempered_chunks64", "tf_tempered_chunks128", "tf_tempered_whole",
@@ -148,7 +150,8 @@ XLA_PATHS = ("nonprivate_xla", "tf_tempered_xla")  # what --jit_compile adds
 TF_OPS_CONV_PATHS = ("tf_tempered_tf_ops_depthwise", "tf_tempered_tf_ops_patches",
                      "tf_tempered_tf_ops_blocks")
 DEFAULT_PATHS = tuple(p for p in PATHS if p not in (
-    LOW_MEMORY_PATHS + TF_OPS_CONV_PATHS + ("tf_tempered_ghost", "tf_tempered_norms_after")) and (
+    LOW_MEMORY_PATHS + TF_OPS_CONV_PATHS
+    + ("tf_tempered_ghost", "tf_tempered_norms_after", "tf_tempered_separate")) and (
     tensorflow_privacy is not None or p not in TF_PRIVACY_PATHS))
 
 
@@ -360,7 +363,8 @@ def _compiled(path, kind, batch_size):
         model.compile(sgd(0.15),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     elif path in ("tf_tempered", "tf_tempered_tf_ops", "tf_tempered_ghost",
-                  "tf_tempered_norms_after") + LOW_MEMORY_PATHS + TF_OPS_CONV_PATHS:
+                  "tf_tempered_norms_after", "tf_tempered_separate") + LOW_MEMORY_PATHS \
+            + TF_OPS_CONV_PATHS:
         model = _model(kind)
         # tf_tempered_tf_ops: the engine without the native conv op; _ghost: ghost norms
         # wherever a layer has them; _second_pass: the clipped sum by a second backward
@@ -373,6 +377,7 @@ def _compiled(path, kind, batch_size):
                    "tf_tempered_whole": EngineOptions(physical_batch_size=None),
                    "tf_tempered_ghost": EngineOptions(norm_path="ghost"),
                    "tf_tempered_norms_after": EngineOptions(norms_in_backward=False),
+                   "tf_tempered_separate": EngineOptions(fused_clipped_sum=False),
                    "tf_tempered_tf_ops_depthwise": EngineOptions(
                        native=False, depthwise_max_channel_pairs=64),
                    "tf_tempered_tf_ops_patches": EngineOptions(

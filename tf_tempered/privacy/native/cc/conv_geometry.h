@@ -12,7 +12,7 @@
 // See the License for the specific language governing permissions and
 // limitations under the License.
 //
-// What the per-example convolution-gradient ops (conv_kernel_grads.cc,
+// What the per-example convolution-gradient ops (conv_kernel_grads.cc, conv_clipped_sum.cc,
 // depthwise_kernel_grads.cc) share: their geometry attributes, read and checked
 // once, and the check of their NHWC input / output-gradient pair.
 
