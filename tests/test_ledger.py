@@ -74,3 +74,23 @@ def test_events_that_differ_anywhere_have_different_memo_keys():
     assert "..." in repr(first)
     assert ledger_lib._memo_key("rdp", 1e-5, [first]) != ledger_lib._memo_key(
         "rdp", 1e-5, [second])
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_many_fits_compose_as_one_segment_per_mechanism(monkeypatch, accountant):
+    # fit in a loop adds a segment per fit; ε composes each mechanism once, its counts
+    # added, and equals the ε of one segment of all those steps.
+    composed = []
+    real = ledger_lib._composed_epsilon
+    monkeypatch.setattr(ledger_lib, "_composed_epsilon",
+                        lambda name, delta, events: composed.append(events) or real(
+                            name, delta, events))
+    many = PrivacyLedger(delta=1e-5, accountant=accountant)
+    for _ in range(30):
+        many.add(Segment("poisson", noise_multiplier=1.1, steps=10, sampling_probability=0.01))
+    many.add(Segment("shuffle", noise_multiplier=2.0, steps=8, passes=2))
+    one = PrivacyLedger(delta=1e-5, accountant=accountant, segments=[
+        Segment("poisson", noise_multiplier=1.1, steps=300, sampling_probability=0.01),
+        Segment("shuffle", noise_multiplier=2.0, steps=8, passes=2)])
+    assert many.epsilon() == pytest.approx(one.epsilon(), rel=1e-9)
+    assert [e.count for e in composed[0]] == [300, 2]

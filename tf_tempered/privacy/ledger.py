@@ -156,7 +156,7 @@ class PrivacyLedger:
         segments = [s for s in [*self.segments, *extra] if s.mechanisms]
         if any(s.noise_multiplier == 0 for s in segments):
             return math.inf
-        events = [*self.prior_events, *(s.event() for s in segments)]
+        events = merged_events([*self.prior_events, *(s.event() for s in segments)])
         if not events:
             return 0.0
         return _composed_epsilon(self.accountant, self.delta, events)
@@ -184,6 +184,34 @@ class PrivacyLedger:
         return cls(delta=config["delta"], accountant=config["accountant"],
                    segments=[Segment(**s) for s in config["segments"]],
                    prior_events=[_event(e) for e in config.get("prior_events", ())])
+
+
+def merged_events(events):
+    """``events`` with the self-composed ones of one mechanism merged into one (counts added).
+
+    The same composition (composition is commutative): RDP adds an event's RDP curve
+    ``count`` times, PLD self-composes it ``count`` times. Without it ε after k fits (each
+    its own segment: ``fit`` in a loop, a benchmark's short fits) composed k events: the
+    epoch-end ε took 0.2 ms per segment on the MNIST run, 6 ms after 30 fits.
+
+    >>> gauss = dp_accounting.GaussianDpEvent(1.1)
+    >>> merged_events([dp_accounting.SelfComposedDpEvent(gauss, 3), gauss,
+    ...                dp_accounting.SelfComposedDpEvent(gauss, 4)])
+    [SelfComposedDpEvent(event=GaussianDpEvent(noise_multiplier=1.1), count=7), GaussianDpEvent(noise_multiplier=1.1)]
+    """
+    groups = {}  # repr of the inner event -> [the event, its summed count]
+    merged = []  # events, and the groups (lists) in the order they first appear
+    for event in events:
+        if not isinstance(event, dp_accounting.SelfComposedDpEvent):
+            merged.append(event)
+            continue
+        key = _memo_key(None, None, [event.event])
+        if key in groups:
+            groups[key][1] += event.count
+        else:
+            groups[key] = [event.event, event.count]
+            merged.append(groups[key])
+    return [dp_accounting.SelfComposedDpEvent(*e) if isinstance(e, list) else e for e in merged]
 
 
 # ε of one composition, by (accountant, δ, repr of the events): a fit asks for the same ε
