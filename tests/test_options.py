@@ -76,6 +76,7 @@ def test_every_norm_path_is_accepted(norm_path):
     ("depthwise_chunk", 0, "depthwise_chunk must be an integer >= 1"),
     ("vectorize_recurrent", 0, "vectorize_recurrent must be True or False"),
     ("norms_in_backward", "no", "norms_in_backward must be True or False"),
+    ("fused_clipped_sum", 1, "fused_clipped_sum must be True or False"),
     ("clipped_sum", "ghost", "clipped_sum must be one of bookkeeping, second_pass, recompute"),
 ])
 def test_bad_values_name_the_option_and_the_allowed_values(field, value, message):
