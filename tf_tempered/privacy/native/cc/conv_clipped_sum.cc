@@ -86,12 +86,8 @@ class Conv2DClippedKernelSumOp : public OpKernel {
     const Tensor& g = ctx->input(1);
     OP_REQUIRES_OK(ctx, CheckNhwcPair(x, g));
     const int64_t batch = x.dim_size(0), cout = g.dim_size(3);
-    OP_REQUIRES(ctx, ::tensorflow::TensorShapeUtils::IsScalar(ctx->input(2).shape()),
-                absl::InvalidArgumentError("num_groups must be a scalar"));
-    const int32_t num_groups = ctx->input(2).scalar<int32_t>()();
-    OP_REQUIRES(ctx, num_groups >= 0 && (num_groups == 0 ? batch == 0 : batch % num_groups == 0),
-                absl::InvalidArgumentError(absl::StrCat(
-                    "batch size ", batch, " is not a multiple of num_groups ", num_groups)));
+    int32_t num_groups = 0;
+    OP_REQUIRES_OK(ctx, ReadNumGroups(ctx, batch, /*allow_empty=*/true, &num_groups));
     const Tensor& other = ctx->input(3);
     OP_REQUIRES(ctx, other.dims() == 1 && other.dim_size(0) == num_groups,
                 absl::InvalidArgumentError(absl::StrCat(

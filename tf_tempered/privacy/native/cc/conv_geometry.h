@@ -14,7 +14,7 @@
 //
 // What the per-example convolution-gradient ops (conv_kernel_grads.cc, conv_clipped_sum.cc,
 // depthwise_kernel_grads.cc) share: their geometry attributes, read and checked
-// once, and the check of their NHWC input / output-gradient pair.
+// once, the check of their NHWC input / output-gradient pair, and their number of groups.
 
 #ifndef TF_TEMPERED_CONV_GEOMETRY_H_
 #define TF_TEMPERED_CONV_GEOMETRY_H_
@@ -54,6 +54,22 @@ inline absl::Status CheckNhwcPair(const ::tensorflow::Tensor& x, const ::tensorf
     return absl::InvalidArgumentError("input and out_grad must be 4-D (NHWC)");
   if (g.dim_size(0) != x.dim_size(0))
     return absl::InvalidArgumentError("input and out_grad batch sizes differ");
+  return absl::OkStatus();
+}
+
+// The per-microbatch ops' num_groups (input 2): a scalar M dividing the batch into groups of
+// consecutive examples; M = 0 only for an empty batch, and only where allow_empty.
+inline absl::Status ReadNumGroups(::tensorflow::OpKernelContext* ctx, int64_t batch,
+                                  bool allow_empty, int32_t* num_groups) {
+  const ::tensorflow::Tensor& m = ctx->input(2);
+  if (!::tensorflow::TensorShapeUtils::IsScalar(m.shape()))
+    return absl::InvalidArgumentError("num_groups must be a scalar");
+  *num_groups = m.scalar<int32_t>()();
+  const bool empty_ok = allow_empty && *num_groups == 0 && batch == 0;
+  if (!empty_ok && !(*num_groups > 0 && batch % *num_groups == 0))
+    return absl::InvalidArgumentError(absl::StrCat("batch size ", batch,
+                                                   " is not a multiple of num_groups ",
+                                                   *num_groups));
   return absl::OkStatus();
 }
 
