@@ -131,6 +131,22 @@ def test_gradients_kept_only_where_smaller_than_the_ghost_norms_inputs():
     assert rows.fits(_cifar_conv(64, 64, 16)[0], 8, None) is True
 
 
+def test_tf_ops_memory_slack_follows_the_ghost_norms_extra_cost():
+    tf_ops = dict(native=False, depthwise_max_channel_pairs=0)
+    # CIFAR-10 conv4 (16×16×64 → 64): the ghost norm 256·(576 + 64) = 163 840 multiply-adds
+    # per example against 36 864 (4.4×, slack capped at 2); its 36 864 gradient values
+    # against 32 768 kept (1.125×): materialized on the TF-ops path, not on the native one.
+    conv4 = _record(keras.layers.Conv2D(64, 3, padding="same"), (16, 16, 64), **tf_ops)
+    assert _choice(conv4) == (256, False, False, True)
+    # 10×10×64 → 64: the ghost norm 1.74× the multiply-adds (slack 1.74), the gradients
+    # 36 864 values against 12 800 kept (2.9×): the ghost norm.
+    wide = _record(keras.layers.Conv2D(64, 3, padding="same"), (10, 10, 64), **tf_ops)
+    assert _choice(wide) == (100, False, False, False)
+    assert rows.fits(wide[0], BATCH, 1, slack=2.9) and not rows.fits(wide[0], BATCH, 1, slack=2.8)
+    # A slack of 1 (the rule for the native op's paths) keeps conv4's ghost norm.
+    assert not rows.fits(conv4[0], BATCH, 1) and rows.fits(conv4[0], BATCH, 1, slack=1.125)
+
+
 def test_kept_bytes_rule_decides_per_step_with_an_unknown_microbatch_count():
     # 16 384 gradient values per example against 256 kept: 16 MiB for 256 microbatches
     # (above ALWAYS_MATERIALIZE_BYTES), 0.5 MiB for 8.

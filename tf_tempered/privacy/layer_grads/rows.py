@@ -48,11 +48,11 @@ from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import conv_grads
 from tf_tempered.privacy.layer_grads.contract import LayerResult
 # Re-exported: the handlers use them as rows.RowSource, rows.choose_materialize, ...
-from tf_tempered.privacy.layer_grads.rows_path import (ALWAYS_MATERIALIZE_BYTES, RowSource,
-                                                       RowsPath, choose_materialize, fits,
-                                                       static_rows)
+from tf_tempered.privacy.layer_grads.rows_path import (ALWAYS_MATERIALIZE_BYTES,
+                                                       MAX_MEMORY_SLACK, RowSource, RowsPath,
+                                                       choose_materialize, fits, static_rows)
 
-__all__ = ["ALWAYS_MATERIALIZE_BYTES", "KernelGrads", "RowSource", "RowsPath",
+__all__ = ["ALWAYS_MATERIALIZE_BYTES", "KernelGrads", "MAX_MEMORY_SLACK", "RowSource", "RowsPath",
            "choose_materialize", "fits", "kept_offsets_kernel", "linear_norms", "static_rows"]
 
 
