@@ -393,6 +393,20 @@ def test_auto_chunks_a_batch_whose_kept_tensors_exceed_the_budget(monkeypatch):
     assert len(calls) == traced
 
 
+def test_auto_runs_the_whole_batch_under_xla(monkeypatch):
+    """Over the budget, "auto" chunks a static batch outside XLA and not under it (XLA's CPU
+    backend ran the CIFAR-10 CNN's step 22x slower in chunks); an explicit size still does."""
+    per_row = chunk_sizes.kept_bytes_per_row(_model())
+    calls = _spy_chunked(monkeypatch)
+    monkeypatch.setattr(chunk_sizes, "AUTO_CHUNK_BYTES", 10 * per_row)
+    monkeypatch.setattr(chunk_sizes, "AUTO_MIN_CHUNK", 4)
+    whole = _step(_model(None, jit_compile=True), _batches(24))
+    _assert_same_step(whole, _step(_model("auto", jit_compile=True), _batches(24)))
+    assert not calls
+    _step(_model(8, jit_compile=True), _batches(24))
+    assert calls and set(calls) == {(8, True)}
+
+
 def _recurrent(layer, steps=7):
     return keras.Sequential([keras.Input((steps, 2)), layer, keras.layers.Dense(3)])
 

@@ -130,7 +130,8 @@ class EngineOptions:
         examples that fit (CIFAR-10 CNN at batch 256: 4 chunks, peak 0.5x non-private
         instead of 1.4x, at the same time; a GRU text classifier 0.8x instead of 1.9x,
         no slower); a batch of unknown size in chunks sized in the step, if any batch
-        of 128 examples or more would be over budget; None: always the whole batch; an
+        of 128 examples or more would be over budget; never under XLA (its CPU backend
+        ran the CIFAR-10 CNN's step 20x slower in chunks); None: always the whole batch; an
         int P: chunks of at most P examples (for logical batches larger than memory allows;
         small chunks cost time: docs/engine.md, "Less memory at the same speed"). Chunks
         need one example per microbatch (num_microbatches=None); under XLA, equal chunks.
