@@ -58,6 +58,8 @@ $PY benchmarks/dp_step.py --keras=3 --model=gru_reset_before --paths=nonprivate,
 # (jit_compile=True: the TF-ops paths, what a GPU runs), each against the non-private step compiled the same way.
 $PY benchmarks/dp_step.py --keras=3 --model=lora --paths=nonprivate,tf_tempered --rounds=5 --json=$out/lora_b64_keras3.json | tee $out/lora_b64_keras3.md
 $PY benchmarks/dp_step.py --keras=3 --model=mnist --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_tf_ops --jit_compile --rounds=5 --json=$out/mnist_b256_keras3_xla.json | tee $out/mnist_b256_keras3_xla.md
+# The CIFAR-10 CNN under XLA (what Keras 3 compiles on a GPU by default): its chunks were 33x once (xla_chunks.md).
+$PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered --jit_compile --steps=1 --rounds=3 --json=$out/cifar10_b256_keras3_xla.json | tee $out/cifar10_b256_keras3_xla.md
 $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_low_memory --steps=2 --rounds=5 --json=$out/cifar10_b256_low_memory_keras3.json | tee $out/cifar10_b256_low_memory_keras3.md
 # The passes in chunks (EngineOptions.physical_batch_size, default "auto"), against the whole batch.
 $PY benchmarks/dp_step.py --keras=3 --model=cifar10 --batch_size=256 --paths=nonprivate,tf_tempered,tf_tempered_whole,tf_tempered_chunks128,tf_tempered_tf_ops --steps=2 --rounds=5 --json=$out/cifar10_b256_chunks_keras3.json | tee $out/cifar10_b256_chunks_keras3.md
