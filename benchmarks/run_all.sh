@@ -100,5 +100,5 @@ $PY benchmarks/summarize.py $out/mnist_b256.json $out/mnist_b4096.json $out/cifa
   $out/mobilenet_b256_keras3_run_all.json $out/lstm_b256_keras3_run_all.json $out/gru_b256_keras3.json \
   $out/gru_reset_before_b256_keras3.json \
   $out/lora_b64_keras3.json \
-  $out/mnist_b256_keras3_xla.json $out/cifar10_b256_low_memory_keras3.json \
+  $out/mnist_b256_keras3_xla.json $out/cifar10_b256_keras3_xla.json $out/cifar10_b256_low_memory_keras3.json \
   $out/cifar10_b256_chunks_keras3.json $out/mnist_b4096_chunks_keras3.json > $out/summary.md

@@ -135,7 +135,7 @@ def _auto_passes(model, state, plan, batch, losses, rows):
     of whole examples, one example per microbatch; a batch of unknown size in chunks only
     if any batch that could be split (2·AUTO_MIN_CHUNK examples or more) is over budget.
     Never under XLA: its CPU backend ran the CIFAR-10 CNN's step in 4 chunks in 14.2 s,
-    whole in 0.65 s (non-private 0.44 s; benchmarks/results/xla_chunks.md)."""
+    whole in 0.64 s (non-private 0.43 s; benchmarks/results/xla_chunks.md)."""
     multiplicity = plan.multiplicity
     if plan.config.num_microbatches is not None or plan.xla:
         return one_pass(model, state, plan, batch, losses)
