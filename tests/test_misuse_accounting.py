@@ -319,3 +319,22 @@ def test_private_models_sharing_weights_count_each_others_steps():
     alone = _model()
     alone.fit(x, y, batch_size=BATCH, verbose=0)
     assert epsilon_spent(alone)[0] == pytest.approx(_rdp(_poisson(4)))
+
+
+def test_a_sequential_without_input_shares_the_ledger_of_its_built_layers():
+    # tf-keras refuses `weights` of a Sequential without an Input until its first call
+    # (make_private raised Keras' own "Weights ... have not yet been created"); the weights
+    # of its layers built elsewhere are shared all the same.
+    x, y = _data()
+    encoder = keras.layers.Dense(4, activation="tanh")
+    inputs = keras.Input((5,))
+    first = make_private(keras.Model(inputs, keras.layers.Dense(3)(encoder(inputs))),
+                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    first.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    first.fit(x, y, batch_size=BATCH, verbose=0)
+    second = make_private(keras.Sequential([encoder, keras.layers.Dense(3)]),
+                          l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    assert epsilon_spent(second)[0] == pytest.approx(_rdp(_poisson(4)))
+    second.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    second.fit(x, y, batch_size=BATCH, verbose=0)
+    assert epsilon_spent(first)[0] == pytest.approx(_rdp(_poisson(8)))

@@ -53,12 +53,15 @@ def _mlp(dtype="float32"):
 
 # Keras 3's legacy H5 loading gives an optimizer it cannot train, private or not
 # ("Unknown variable"): the .keras format there; tf-keras also saves H5 and SavedModel.
+# An optimizer given by name: tf-keras' .keras file stored the name, and its loader compiled
+# a fresh, plain optimizer from it, which trained without DP.
 @pytest.mark.parametrize("suffix", [".keras"] + ([".h5", ""] if KERAS_MAJOR == 2 else []))
-def test_a_loaded_private_model_refuses_to_train_until_make_private(tmp_path, suffix):
+@pytest.mark.parametrize("by_name", [False, True])
+def test_a_loaded_private_model_refuses_to_train_until_make_private(tmp_path, suffix, by_name):
     x, y = _data()
     model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle",
                          delta=1e-6)
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=LOSS)
+    model.compile(optimizer="adam" if by_name else keras.optimizers.Adam(0.01), loss=LOSS)
     model.fit(x, y, batch_size=4, epochs=2, verbose=0)
     spent = epsilon_spent(model)
     model.save(tmp_path / f"model{suffix}")

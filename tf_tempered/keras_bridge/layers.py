@@ -24,7 +24,7 @@ __all__ = ["flatten_layers", "inside_recurrent_units", "is_recurrent_unit", "rec
            "vectorized_map_takes_recurrent_layers",
            "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "without_activation", "step_losses", "unpack_x_y_sample_weight",
-           "variable_key", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
+           "variable_key", "existing_weights", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
            "is_functional_model", "layer_normalized_input", "register_activation_name",
            "declared_input_shapes"]
@@ -180,6 +180,19 @@ def layer_normalized_input(layer, x):
 def variable_key(variable):
     """A hashable key of a variable (Keras 3 variables have no `.ref()`)."""
     return id(variable)
+
+
+def existing_weights(model):
+    """The variables ``model`` holds so far.
+
+    tf-keras refuses ``model.weights`` of a Sequential without an Input until its first
+    call ("Weights ... have not yet been created"); its layers' weights that exist (layers
+    built elsewhere, shared) are then all it holds.
+    """
+    try:
+        return list(model.weights)
+    except ValueError:
+        return [w for layer in getattr(model, "layers", []) for w in existing_weights(layer)]
 
 
 def overwritten_with_gradient(variable):

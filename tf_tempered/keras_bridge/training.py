@@ -22,7 +22,8 @@ __all__ = ["activity_regularized_layers", "class_registered_as", "dataset_inputs
            "dataset_kind", "fit_arguments", "inner_optimizer", "jit_compiled",
            "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
            "swap_class", "deserialize", "batching_of", "has_compiled_loss",
-           "reduction_method_is_default", "overriding_class", "update_metrics_state"]
+           "reduction_method_is_default", "overriding_class", "update_metrics_state",
+           "save_compiled_optimizer_object"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -102,6 +103,21 @@ def fit_arguments(model, args, kwargs):
     if extra:
         arguments.update(extra)
     return arguments
+
+
+def save_compiled_optimizer_object(model):
+    """Makes the model's compile config, which its ``.keras`` file stores, hold its optimizer
+    object (the marked one) rather than the string ``compile`` was given.
+
+    tf-keras keeps ``compile``'s own arguments (``optimizer="sgd"``) and its ``.keras``
+    loader compiles a fresh, plain optimizer from them: the model's DP settings and
+    ledger would be lost and it would train without DP. Keras 3 stores the object already.
+    """
+    config = getattr(model, "_compile_config", None)
+    if IS_KERAS3 or config is None or not isinstance(getattr(config, "config", None), dict):
+        return
+    if isinstance(config.config.get("optimizer"), (str, dict)):  # a name or a config
+        config.config["optimizer"] = model.optimizer
 
 
 def swap_class(obj, cls):

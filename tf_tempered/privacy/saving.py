@@ -112,6 +112,7 @@ def bind_optimizer(model, state, describe):
     if optimizer is None or isinstance(optimizer, str):
         return
     mark_optimizer(optimizer)
+    keras_bridge.save_compiled_optimizer_object(model)
     keras_bridge.set_untracked(optimizer, "_tf_tempered_describe",
                                (weakref.ref(state), describe))
 

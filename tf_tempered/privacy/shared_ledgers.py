@@ -40,11 +40,11 @@ def register(model):
 def shared_ledger(model, ledger):
     """The ledger ``model`` should use: ``ledger``, or the one of a live private model
     sharing a weight with it, into which ``ledger``'s segments and prior releases go."""
-    mine = {keras_bridge.variable_key(v) for v in model.weights}
+    mine = {keras_bridge.variable_key(v) for v in keras_bridge.existing_weights(model)}
     for other in list(_PRIVATE_MODELS.values()):
         state = get_state(other) if other is not model else None
         if state is None or state.ledger is ledger or not mine & {
-                keras_bridge.variable_key(v) for v in other.weights}:
+                keras_bridge.variable_key(v) for v in keras_bridge.existing_weights(other)}:
             continue
         state.ledger.segments.extend(ledger.segments)
         state.ledger.add_prior_events(ledger.prior_events)
