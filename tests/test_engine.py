@@ -480,6 +480,61 @@ def test_poisson_padding_rows_do_not_change_the_update():
         np.testing.assert_allclose(ours * 10, r * 8, atol=1e-5)
 
 
+class _LossIgnoringWeights(keras.Model):
+    """A compute_loss override that returns each example's loss and ignores sample_weight."""
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, **kwargs):
+        del x, sample_weight, kwargs
+        return keras.losses.sparse_categorical_crossentropy(y, y_pred, from_logits=True)
+
+
+def _regularized_mlp():
+    inputs = keras.Input((5,))
+    hidden = keras.layers.Dense(4, activation="tanh",
+                                activity_regularizer=keras.regularizers.L2(0.5))(inputs)
+    return keras.Model(inputs, keras.layers.Dense(3)(hidden))
+
+
+def _mlp_ignoring_weights():
+    inputs = keras.Input((5,))
+    return _LossIgnoringWeights(inputs, keras.layers.Dense(3)(
+        keras.layers.Dense(4, activation="tanh")(inputs)))
+
+
+@pytest.mark.parametrize("model_fn", [_regularized_mlp, _mlp_ignoring_weights])
+def test_no_loss_of_a_poisson_padding_row_reaches_the_update(model_fn):
+    # The compiled loss is masked through sample_weight, but an activity penalty and a
+    # compute_loss override ignoring sample_weight were not: every padding row's loss
+    # joined the update (the padded batch, not the sampled one, and the sum moved by up to
+    # 2C when an example replaced a padding row).
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(16, 5)).astype(np.float32), rng.integers(0, 3, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+
+        def update(mask):
+            model = make_private(_fresh(model_fn), l2_norm_clip=1e6, noise_multiplier=0.0)
+            model.compile(optimizer=_plain_sgd(learning_rate=1.0), loss=LOSS)
+            before = model.get_weights()
+            weights = {"mask": tf.constant(mask, tf.float32),
+                       "expected_batch_size": tf.constant(8.0)}
+            model.fit(tf.data.Dataset.from_tensors((x, y, weights)), verbose=0)
+            return [a - b for a, b in zip(model.get_weights(), before)]
+
+        real = update(np.r_[np.ones(8), np.zeros(8)])
+        every_row = update(np.ones(16))
+    model = _fresh(model_fn)
+    with tf.GradientTape() as tape:  # the first 8 rows' summed losses, / 8: the DP update
+        logits = model(x[:8])
+        loss = tf.reduce_sum(keras.losses.sparse_categorical_crossentropy(y[:8], logits,
+                                                                          from_logits=True))
+        loss += sum(model.losses) * 8 if model_fn is _regularized_mlp else 0.0
+    expected = [-g.numpy() / 8 for g in tape.gradient(loss, model.trainable_variables)]
+    for ours, reference, both in zip(real, expected, every_row):
+        np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-6)
+        assert np.abs(both - ours).max() > 1e-4  # the other 8 rows do count when sampled
+
+
 def test_unpadded_poisson_batches_train_as_the_padded_ones(recwarn):
     # poisson_batches(fixed_size=False): the same examples per step without padding rows;
     # the same update (σ = 0, the same insecure key for the membership), traced once.

@@ -125,6 +125,11 @@ def _losses(model, batch, plan, recorder, container):
                                    static_rows if static_rows is not None else None)
     if penalties is not None:
         losses += penalties
+    if batch.poisson_mask is not None:
+        # A padding row is no example: nothing of it may reach the update, whatever the
+        # compiled loss does with the mask (it weighs only that loss, through
+        # sample_weight): not its activity penalty, not a compute_loss override's loss.
+        losses *= tf.cast(tf.reshape(batch.poisson_mask, [-1]), losses.dtype)
     _refuse_added_losses(model)
     return losses, output_losses, y_pred
 
