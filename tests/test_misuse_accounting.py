@@ -182,12 +182,16 @@ def test_an_unknown_pipeline_warns_once_and_is_accounted_as_shuffled():
 
 @pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
 @pytest.mark.parametrize("source", ["untagged", "shuffled_batches", "repeat_then_batch",
-                                    "twice_then_batch", "unknown_length"])
+                                    "twice_then_batch", "unknown_length", "batches_taken",
+                                    "batches_skipped", "batches_shuffled_after_repeat"])
 def test_an_epoch_of_a_repeated_pipeline_counts_every_pass(source):
     """steps_per_epoch of 2 passes over a repeated pipeline: two shuffled passes (one
     Gaussian each), not one; a pipeline repeated without end whose pass length cannot be
-    read: every step a pass."""
+    read: every step a pass. A take or skip of the batches (2 batches reused: 8 passes of
+    them, counted as 4 before) or a shuffle of the repeated batches (one may come back
+    before the others came once) hides the pass length: every step a pass."""
     x, y = _data()
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(BATCH)
     if source == "shuffled_batches":
         ds = shuffled_batches(x, y, batch_size=BATCH)
     elif source == "untagged":
@@ -196,6 +200,12 @@ def test_an_epoch_of_a_repeated_pipeline_counts_every_pass(source):
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).repeat().batch(BATCH)
     elif source == "twice_then_batch":  # 2N rows batched, in one epoch: two passes
         ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).repeat(2).batch(BATCH)
+    elif source == "batches_taken":
+        ds = batches.take(2)
+    elif source == "batches_skipped":
+        ds = batches.skip(2)
+    elif source == "batches_shuffled_after_repeat":
+        ds = batches.repeat().shuffle(4)
     else:
         ds = tf.data.Dataset.from_generator(
             lambda: iter(zip(x, y)), output_signature=(tf.TensorSpec((5,), tf.float32),
@@ -204,7 +214,8 @@ def test_an_epoch_of_a_repeated_pipeline_counts_every_pass(source):
     model = _model()
     history = model.fit(ds if "then_batch" in source else ds.repeat(),
                         steps_per_epoch=2 * N // BATCH, verbose=0).history
-    passes = 2 if source != "unknown_length" else 2 * N // BATCH
+    every_step = source == "unknown_length" or source.startswith("batches_")
+    passes = 2 * N // BATCH if every_step else 2
     assert history["epsilon"] == pytest.approx([_rdp(_gaussians(passes))], rel=1e-9)
 
 

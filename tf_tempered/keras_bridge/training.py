@@ -194,13 +194,22 @@ def suspended_activity_regularizers(layers):
             _set_activity_regularizer(layer, regularizer)
 
 
-def batching_of(dataset, _depth=0):
+# Above its .batch(), what keeps a pipeline's steps those batches, each once a pass:
+# one output per input, and repeats. A take, skip, shard or filter of the batches does
+# not (ds.batch(50).take(3).repeat() reuses 3 batches, not a pass of them); nor does a
+# shuffle above a repeat (a batch may come back before the others came once).
+_KEEPS_BATCHES = {"MapDataset", "ParallelMapDataset", "PrefetchDataset", "OptionsDataset",
+                  "CacheDataset", "RepeatDataset", "ShuffleDataset"}
+
+
+def batching_of(dataset, _depth=0, _shuffled=False):
     """(batch size, drop_remainder, rows batched) of the nearest ``.batch()`` in a tf.data
-    pipeline of single-input steps, or None where it cannot be read (rows: None if the
-    input's length is unknown)."""
+    pipeline of single-input steps that keep its batches, or None where it cannot be read
+    (rows: None if the input's length is unknown)."""
     if _depth > 64 or not isinstance(dataset, tf.data.Dataset):
         return None
-    if dataset_kind(dataset) in ("BatchDataset", "ParallelBatchDataset"):
+    kind = dataset_kind(dataset)
+    if kind in ("BatchDataset", "ParallelBatchDataset"):
         try:
             batch_size = int(dataset._batch_size)  # pylint: disable=protected-access
             drop = bool(dataset._drop_remainder)  # pylint: disable=protected-access
@@ -208,5 +217,8 @@ def batching_of(dataset, _depth=0):
         except (AttributeError, TypeError, ValueError):
             return None
         return batch_size, drop, rows if rows >= 0 else None
+    if kind not in _KEEPS_BATCHES or kind == "RepeatDataset" and _shuffled:
+        return None
     inputs = dataset_inputs(dataset)
-    return batching_of(inputs[0], _depth + 1) if len(inputs) == 1 else None
+    return (batching_of(inputs[0], _depth + 1, _shuffled or kind == "ShuffleDataset")
+            if len(inputs) == 1 else None)
