@@ -82,6 +82,40 @@ def test_a_loaded_private_model_refuses_to_train_until_make_private(tmp_path, su
     assert state.noise.is_secret
 
 
+# tf-keras' SavedModel restores the optimizer without building it on the model's variables:
+# nothing marks them there, only .keras and H5.
+@pytest.mark.parametrize("suffix", [".keras"] + ([".h5"] if KERAS_MAJOR == 2 else []))
+@pytest.mark.parametrize("then", ["fit", "make_private", "dp_gradients"])
+def test_a_loaded_private_model_recompiled_refuses_until_make_private(tmp_path, suffix, then):
+    # A new compile (say, another learning rate) replaced the loaded model's DP optimizer:
+    # its fit trained without DP, and make_private after it restarted the ledger at ε = 0.
+    x, y = _data()
+    model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    model.fit(x, y, batch_size=4, verbose=0)
+    spent = epsilon_spent(model)
+    model.save(tmp_path / f"model{suffix}")
+    loaded = keras.models.load_model(tmp_path / f"model{suffix}")
+    loaded.compile(optimizer=keras.optimizers.SGD(0.01), loss=LOSS)
+    before = loaded.get_weights()
+    if then == "fit":
+        with pytest.raises(NotPrivateError, match="make_private\\(model\\)"):
+            loaded.fit(x, y, batch_size=4, verbose=0)
+        for b, a in zip(before, loaded.get_weights()):
+            np.testing.assert_array_equal(a, b)
+    elif then == "make_private":
+        make_private(loaded, l2_norm_clip=0.5, noise_multiplier=1.3)
+        assert epsilon_spent(loaded) == pytest.approx(spent)  # the saved ledger, not ε = 0
+        loaded.fit(x, y, batch_size=4, verbose=0)
+        assert epsilon_spent(loaded)[0] > spent[0]
+    else:  # a custom loop: DPGradients makes it private again, a plain optimizer applies
+        from tf_tempered.privacy import DPGradients  # pylint: disable=import-outside-toplevel
+        dp = DPGradients(loaded, LOSS, l2_norm_clip=0.5, noise_multiplier=1.3)
+        grads, _ = dp(x[:4], y[:4])
+        keras.optimizers.SGD(0.01).apply_gradients(zip(grads, loaded.trainable_variables))
+        assert epsilon_spent(loaded)[0] > spent[0]
+
+
 def test_a_second_make_private_keeps_what_the_first_was_given():
     x, y = _data()
     model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle")

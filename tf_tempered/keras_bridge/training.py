@@ -23,7 +23,7 @@ __all__ = ["activity_regularized_layers", "class_registered_as", "dataset_inputs
            "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
            "swap_class", "deserialize", "batching_of", "has_compiled_loss",
            "reduction_method_is_default", "overriding_class", "update_metrics_state",
-           "save_compiled_optimizer_object"]
+           "save_compiled_optimizer_object", "guard_optimizer_updates"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -118,6 +118,42 @@ def save_compiled_optimizer_object(model):
         return
     if isinstance(config.config.get("optimizer"), (str, dict)):  # a name or a config
         config.config["optimizer"] = model.optimizer
+
+
+_GUARDS = []
+
+
+def guard_optimizer_updates(check):
+    """Makes every Keras optimizer call ``check(optimizer, variables)`` before it updates
+    ``variables`` (Keras 3's ``apply``, tf-keras' ``apply_gradients`` of both optimizer
+    families); ``check`` raises to refuse. Installed once; checks run while tracing."""
+    if _GUARDS:
+        return
+    _GUARDS.append(check)
+    if IS_KERAS3:
+        from keras.src.optimizers import base_optimizer  # pylint: disable=g-import-not-at-top
+        apply = base_optimizer.BaseOptimizer.apply
+
+        def guarded_apply(self, grads, trainable_variables=None):
+            variables = (list(trainable_variables) if trainable_variables is not None
+                         else list(getattr(self, "_trainable_variables", None) or []))
+            check(self, variables)
+            return apply(self, grads, variables if trainable_variables is not None else None)
+
+        base_optimizer.BaseOptimizer.apply = guarded_apply
+        return
+    from tf_keras.src.optimizers import optimizer as new_optimizer  # pylint: disable=g-import-not-at-top
+    from tf_keras.src.optimizers.legacy import optimizer_v2  # pylint: disable=g-import-not-at-top
+    for cls in (new_optimizer.Optimizer, optimizer_v2.OptimizerV2):
+        cls.apply_gradients = _guarded_apply_gradients(cls.apply_gradients, check)
+
+
+def _guarded_apply_gradients(apply_gradients, check):
+    def guarded(self, grads_and_vars, *args, **kwargs):
+        grads_and_vars = list(grads_and_vars)  # (often a zip: read once)
+        check(self, [v for _, v in grads_and_vars])
+        return apply_gradients(self, grads_and_vars, *args, **kwargs)
+    return guarded
 
 
 def swap_class(obj, cls):

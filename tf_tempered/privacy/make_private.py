@@ -235,6 +235,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     state = PrivateState(settings, options, noise, sampling, multiplicity, ledger, metrics,
                          public_layers=_public_layers(public_layers, model, previous, saved))
     attach_state(model, state)
+    saving.release_loaded_variables(model)
     shared_ledgers.register(model)
     keras_adapter.install(model)
     saving.bind_optimizer(model, state, keras_adapter.saving_description)

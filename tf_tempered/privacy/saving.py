@@ -36,7 +36,8 @@ from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import NotPrivateError
 
-__all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp"]
+__all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp",
+           "release_loaded_variables", "refuse_unmarked_updates"]
 
 REGISTERED_NAME = "tf_tempered>PrivateOptimizer"
 
@@ -59,6 +60,17 @@ class _Marked:
     def get_config(self):
         return {"optimizer": keras_bridge.serialize_as(self, self._tf_tempered_base),
                 "dp": saved_dp_of(self)}
+
+    def build(self, var_list, *args, **kwargs):
+        """Builds the optimizer; a loaded one also marks the variables as the model's."""
+        result = super().build(var_list, *args, **kwargs)
+        _mark_loaded_variables(self, var_list)
+        return result
+
+    def _create_all_weights(self, var_list):  # tf-keras' legacy optimizers' build
+        result = super()._create_all_weights(var_list)
+        _mark_loaded_variables(self, var_list)
+        return result
 
 
 class _MarkedKeras3(_Marked):
@@ -127,12 +139,57 @@ def saved_dp_of(optimizer):
     return vars(optimizer).get("_tf_tempered_saved_dp")
 
 
+_LOADED = "_tf_tempered_loaded_dp"  # on a loaded model's variables: the DP dict saved with it
+
+
+def _mark_loaded_variables(optimizer, variables):
+    saved = vars(optimizer).get("_tf_tempered_saved_dp")
+    if saved is not None and vars(optimizer).get("_tf_tempered_describe") is None:
+        for variable in variables or []:
+            keras_bridge.set_untracked(variable, _LOADED, saved)
+
+
 def saved_dp(model):
-    """The DP dict saved with a loaded model (on its marked optimizer), or None."""
+    """The DP dict saved with a loaded model (on its marked optimizer, or, once a plain one
+    replaced it, on the variables that one was built on), or None."""
     optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
-    if optimizer is None or not isinstance(optimizer, _Marked):
-        return None
-    return vars(optimizer).get("_tf_tempered_saved_dp")
+    if isinstance(optimizer, _Marked) and vars(optimizer).get("_tf_tempered_saved_dp"):
+        return vars(optimizer).get("_tf_tempered_saved_dp")
+    for variable in keras_bridge.existing_weights(model):
+        saved = vars(variable).get(_LOADED) if hasattr(variable, "__dict__") else None
+        if saved is not None:
+            return saved
+    return None
+
+
+def release_loaded_variables(model):
+    """make_private took the DP dict the model was loaded with: its variables train as its
+    own again (by its marked optimizer in fit, or by DPGradients' in a custom loop)."""
+    for variable in keras_bridge.existing_weights(model):
+        if hasattr(variable, "__dict__") and _LOADED in vars(variable):
+            delattr(variable, _LOADED)
+
+
+def refuse_unmarked_updates(optimizer, variables):
+    """The optimizer guard (keras_bridge.guard_optimizer_updates): a plain optimizer may not
+    train the variables of a private model loaded and not yet made private again (a
+    recompile replaced its marked optimizer: it would train WITHOUT DP)."""
+    if isinstance(optimizer, _Marked):
+        return  # it refuses by itself unless the DP engine marked the update
+    if any(hasattr(v, "__dict__") and _LOADED in vars(v) for v in variables):
+        raise NotPrivateError(_REFUSAL_RECOMPILED.format(name=type(optimizer).__name__))
+
+
+_REFUSAL_RECOMPILED = (
+    "The optimizer {name} would train the weights of a model saved by a private model "
+    "and loaded, whose DP optimizer a new compile replaced: WITHOUT differential privacy, "
+    "and without counting its privacy ledger. Fix: call tf_tempered.make_private(model) "
+    "(no arguments: the DP settings and ledger saved with it, a fresh secret key), then "
+    "fit. To train these weights without DP on purpose (public data), copy them into a "
+    "model make_private has not seen: keras.models.clone_model(model), then set_weights.")
+
+
+keras_bridge.guard_optimizer_updates(refuse_unmarked_updates)
 
 
 @keras.utils.register_keras_serializable(package="tf_tempered", name="PrivateOptimizer")
