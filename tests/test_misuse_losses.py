@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from dp_reference import assert_update, engine_update, median_clip, per_example_reference
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import make_private
 
 pytestmark = pytest.mark.filterwarnings("ignore:noise_multiplier=0")
@@ -230,6 +230,34 @@ def test_a_loss_reducing_over_the_batch_is_refused_with_a_fix_that_fits_it():
         model.fit(x, y, batch_size=4, verbose=0)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3's losses")
+@pytest.mark.parametrize("loss", ["circle", "Circle()"])
+def test_a_loss_comparing_the_batch_examples_is_refused(loss):
+    # Keras 3's Circle loss scores each embedding against the batch's others: one
+    # example's loss depends on all of them (trained silently before: removing one outlier
+    # moved the clipped sum by 10 C).
+    x, y = _data()
+    model = make_private(_classifier("float32"), l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss="circle" if loss == "circle" else keras.losses.Circle())
+    before = model.get_weights()
+    with pytest.raises(ValueError, match="compares the batch's examples.*Fix: a loss computed"):
+        model.fit(x, y, batch_size=4, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3's losses")
+def test_a_dice_loss_over_every_axis_is_refused_naming_its_axis():
+    x, y = _data()
+    model = make_private(_classifier("float32", softmax=True), l2_norm_clip=1.0,
+                         noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss=keras.losses.Dice())
+    with pytest.raises(ValueError, match=r"whole batch.*Dice\(axis=...\) with the non-batch"):
+        model.fit(x, keras.utils.to_categorical(y, 3), batch_size=4, verbose=0)
+    model.compile(optimizer="sgd", loss=keras.losses.Dice(axis=1))  # the fix: it trains
+    model.fit(x, keras.utils.to_categorical(y, 3), batch_size=4, verbose=0)
 
 
 class ScalarLossModel(keras.Sequential):

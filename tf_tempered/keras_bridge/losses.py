@@ -25,11 +25,12 @@ them with the masked means itself.
 
 import contextlib
 
-from tf_tempered._compat import KERAS_MAJOR
+from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.keras_bridge.training import overriding_class
 
 __all__ = ["compiled_loss_per_example", "compiled_loss_trackers", "loss_container",
-           "loss_values", "overrides_compute_loss", "reduction_of"]
+           "loss_values", "overrides_compute_loss", "reduction_of", "mixes_examples",
+           "unreduced_axis_fix"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -46,6 +47,25 @@ class _NoMetric:
 def reduction_of(loss):
     """The reduction string of a Keras loss object ("sum", "none", "sum_over_batch_size", ...)."""
     return str(getattr(loss, "reduction", "sum_over_batch_size") or "none").lower()
+
+
+def mixes_examples(loss):
+    """True for a Keras loss whose value for one example depends on the batch's other
+    examples: Keras 3's ``circle`` (``Circle``), built from the pairwise similarities of
+    the batch's embeddings."""
+    circle = getattr(keras.losses, "circle", None) if IS_KERAS3 else None
+    return circle is not None and getattr(loss, "fn", None) is circle
+
+
+def unreduced_axis_fix(loss):
+    """The fix for a Keras loss with an ``axis`` of None, which reduces over every axis
+    (Keras 3's Dice, Tversky): its class with ``axis`` the non-batch axes; else None."""
+    if IS_KERAS3 and "axis" in getattr(loss, "_fn_kwargs", {}) and \
+            loss._fn_kwargs["axis"] is None:  # pylint: disable=protected-access
+        return (f"{type(loss).__name__}(axis=...) with the non-batch axes (e.g. "
+                f"{type(loss).__name__}(axis=(1, 2, 3)) for images [B, H, W, C]), which gives "
+                f"one loss per example.")
+    return None
 
 
 def loss_values(loss, y_true, y_pred, sample_weight):

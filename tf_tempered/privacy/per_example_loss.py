@@ -89,10 +89,19 @@ class _PerExample:
         self.loss = loss
         self.name = getattr(loss, "name", "loss")
         self._seen = seen
+        if keras_bridge.mixes_examples(loss):
+            raise ValueError(
+                f"The loss {self.name!r} compares the batch's examples with each other "
+                "(Keras' Circle loss: pairwise similarities within the batch), so one "
+                "example's loss depends on the others: clipping each example's gradient "
+                "would not bound what one example changes, and DP-SGD's guarantee would not "
+                "hold. Fix: a loss computed for each example on its own (e.g. a "
+                "classification loss on the labels).")
 
     def __call__(self, y_true, y_pred, sample_weight=None):
         values, raw = keras_bridge.loss_values(self.loss, y_true, y_pred, sample_weight)
-        _check_per_example(raw, y_pred, f"The loss {self.name!r}", _FUNCTION_FIX)
+        _check_per_example(raw, y_pred, f"The loss {self.name!r}",
+                           keras_bridge.unreduced_axis_fix(self.loss) or _FUNCTION_FIX)
         how = "sum" if keras_bridge.reduction_of(self.loss) == "sum" else "mean"
         per_row = reduce_per_example(values, how)
         self._seen.append(per_row)

@@ -73,9 +73,9 @@ def _checked_weights(weight):
     if weight is None or isinstance(weight, dict) or not isinstance(weight, tf.Tensor):
         return weight
     check = tf.debugging.assert_non_negative(
-        weight, message="sample_weight has a negative entry: DP-SGD weighs each example's "
-                        "loss before clipping, and a negative weight is refused. Fix: pass "
-                        "weights >= 0.")
+        weight, message="sample_weight has a negative or NaN entry: DP-SGD weighs each "
+                        "example's loss before clipping, and such a weight is refused. Fix: "
+                        "pass finite weights >= 0.")
     with tf.control_dependencies([check]):
         return tf.identity(weight)
 
