@@ -216,6 +216,8 @@ def test_negative_weights_are_refused_naming_the_argument():
         model.fit(x, y, sample_weight=-np.ones(ROWS), batch_size=4, verbose=0)
     with pytest.raises(ValueError, match="negative"):
         model.fit(x, y, class_weight={0: 1.0, 1: -1.0, 2: 1.0}, batch_size=4, verbose=0)
+    with pytest.raises(ValueError, match="negative or NaN entry.*finite weights >= 0"):
+        model.fit(x, y, sample_weight=np.r_[np.ones(ROWS - 1), np.nan], batch_size=4, verbose=0)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
 

@@ -142,11 +142,11 @@ def _class_sample_weights(y, class_weight):
 def _checked_weights(weights):
     if weights is not None:
         for leaf in tf.nest.flatten(weights):
-            if np.any(np.asarray(leaf) < 0):
+            if not np.all(np.asarray(leaf) >= 0):  # (NaN too)
                 raise ValueError(
-                    "sample_weight (or class_weight) has a negative entry: DP-SGD weighs each "
-                    "example's loss before clipping, and a negative weight is refused. Fix: "
-                    "pass weights >= 0.")
+                    "sample_weight (or class_weight) has a negative or NaN entry: DP-SGD "
+                    "weighs each example's loss before clipping, and such a weight is "
+                    "refused. Fix: pass finite weights >= 0.")
     return weights
 
 
