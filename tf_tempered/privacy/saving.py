@@ -61,16 +61,6 @@ class _Marked:
         return {"optimizer": keras_bridge.serialize_as(self, self._tf_tempered_base),
                 "dp": saved_dp_of(self)}
 
-    def build(self, var_list, *args, **kwargs):
-        """Builds the optimizer; a loaded one also marks the variables as the model's."""
-        result = super().build(var_list, *args, **kwargs)
-        _mark_loaded_variables(self, var_list)
-        return result
-
-    def _create_all_weights(self, var_list):  # tf-keras' legacy optimizers' build
-        result = super()._create_all_weights(var_list)
-        _mark_loaded_variables(self, var_list)
-        return result
 
 
 class _MarkedKeras3(_Marked):
@@ -100,9 +90,23 @@ _MIXIN = _MarkedKeras3 if KERAS_MAJOR == 3 else _MarkedKeras2
 _MARKED_CLASSES = {}  # optimizer class -> its marked subclass
 
 
+def _building(marked, name):
+    """The marked class's ``name`` (its build: ``build``, or tf-keras' legacy
+    ``_create_all_weights``): a loaded optimizer also marks the variables as its model's."""
+    def build(self, var_list, *args, **kwargs):
+        result = getattr(super(marked, self), name)(var_list, *args, **kwargs)
+        _mark_loaded_variables(self, var_list)
+        return result
+    build.__name__ = name
+    return build
+
+
 def _marked_class(cls):
     if cls not in _MARKED_CLASSES:
         marked = type(f"Private{cls.__name__}", (_MIXIN, cls), {"_tf_tempered_base": cls})
+        for name in ("build", "_create_all_weights"):  # only the build the class has:
+            if hasattr(cls, name):                     # Keras probes optimizers for `build`
+                setattr(marked, name, _building(marked, name))
         keras_bridge.class_registered_as(marked, REGISTERED_NAME)
         _MARKED_CLASSES[cls] = marked
     return _MARKED_CLASSES[cls]
