@@ -227,8 +227,13 @@ def test_a_loss_reducing_over_the_batch_is_refused_with_a_fix_that_fits_it():
     model = make_private(_classifier("float32"), l2_norm_clip=1.0, noise_multiplier=1.0)
     model.compile(optimizer="sgd", loss=lambda y_true, y_pred: tf.reduce_mean(
         keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)))
+    _assert_refused_untrained(model, x, y, "one value for the whole batch.*reduce_mean.*axis=-1")
+
+
+def _assert_refused_untrained(model, x, y, match):
+    """fit raises a ValueError matching ``match`` before any update."""
     before = model.get_weights()
-    with pytest.raises(ValueError, match="one value for the whole batch.*reduce_mean.*axis=-1"):
+    with pytest.raises(ValueError, match=match):
         model.fit(x, y, batch_size=4, verbose=0)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
@@ -243,11 +248,7 @@ def test_a_loss_comparing_the_batch_examples_is_refused(loss):
     x, y = _data()
     model = make_private(_classifier("float32"), l2_norm_clip=1.0, noise_multiplier=1.0)
     model.compile(optimizer="sgd", loss="circle" if loss == "circle" else keras.losses.Circle())
-    before = model.get_weights()
-    with pytest.raises(ValueError, match="compares the batch's examples.*Fix: a loss computed"):
-        model.fit(x, y, batch_size=4, verbose=0)
-    for b, a in zip(before, model.get_weights()):
-        np.testing.assert_array_equal(a, b)
+    _assert_refused_untrained(model, x, y, "compares the batch's examples.*Fix: a loss computed")
 
 
 @pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3's losses")
