@@ -170,7 +170,7 @@ def test_unpack_sample_weight_poisson_and_user_weights():
 
 
 def test_negative_sample_weight_is_refused_with_the_fix():
-    with pytest.raises(tf.errors.InvalidArgumentError, match="pass weights >= 0"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="pass finite weights >= 0"):
         batch_stage.unpack_batch((X, Y, tf.constant([1.0, -1.0, 1.0, 1.0])))
 
 
