@@ -27,7 +27,10 @@ So ``model.save("m.keras")`` (or ``.h5``, or a SavedModel with tf-keras) and
 ``keras.models.load_model`` give back a model whose optimizer refuses to train until
 ``make_private(model)`` is called again; called without arguments, it takes the
 settings saved with the model, draws a fresh secret key, and keeps counting ε from
-the saved ledger.
+the saved ledger. A loaded model compiled anew before that (a plain optimizer in place
+of the marked one) is refused too: the marked optimizer, once built on the loaded
+weights, marks them, and Keras' optimizers check for that mark before an update
+(``keras_bridge.guard_optimizer_updates``); make_private finds the saved settings there.
 """
 
 import weakref
@@ -60,7 +63,6 @@ class _Marked:
     def get_config(self):
         return {"optimizer": keras_bridge.serialize_as(self, self._tf_tempered_base),
                 "dp": saved_dp_of(self)}
-
 
 
 class _MarkedKeras3(_Marked):
