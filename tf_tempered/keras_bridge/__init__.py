@@ -19,8 +19,8 @@ through this package; the Keras 2 / Keras 3 differences are branches in its modu
 and the step's stages take plain tensors and numbers and serve both. This file only
 re-exports:
 
-* :mod:`.layers`: layer traversal, the weights a layer owns, recurrent units,
-  activity regularizers;
+* :mod:`.layers`: layer traversal, the weights a layer owns, activity regularizers;
+* :mod:`.recurrent`: recurrent units (RNN layers), their masks and call arguments;
 * :mod:`.losses`: the compiled loss per example (the user's compile as written);
 * :mod:`.training`: optimizers (loss scaling, the DP mark), XLA, fit's arguments, the
   compile config saved with a model, callbacks;
@@ -32,6 +32,8 @@ re-exports:
 
 from tf_tempered.keras_bridge.layers import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.layers import __all__ as _layers_all
+from tf_tempered.keras_bridge.recurrent import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.recurrent import __all__ as _recurrent_all
 from tf_tempered.keras_bridge.losses import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.losses import __all__ as _losses_all
 from tf_tempered.keras_bridge.training import *  # noqa: F401,F403
@@ -45,5 +47,5 @@ from tf_tempered.keras_bridge.runtime import __all__ as _runtime_all
 from tf_tempered.keras_bridge.preprocessing import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.preprocessing import __all__ as _preprocessing_all
 
-__all__ = [*_layers_all, *_losses_all, *_training_all, *_tf_privacy_all, *_runtime_all,
+__all__ = [*_layers_all, *_recurrent_all, *_losses_all, *_training_all, *_tf_privacy_all, *_runtime_all,
            *_preprocessing_all, *_compiled_state_all]
