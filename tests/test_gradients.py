@@ -112,3 +112,57 @@ def test_it_refuses_what_fit_refuses():
     with pytest.raises(ValueError, match="one value for the whole batch"):
         DPGradients(_mlp(), lambda yt, yp: tf.reduce_mean(yp), l2_norm_clip=1.0,
                     noise_multiplier=1.0)(*_data())
+
+
+def _gaussian_epsilon(counts, delta=1e-5):
+    """RDP ε of unamplified Gaussian steps: {noise_multiplier: steps}."""
+    return dp_accounting.rdp.RdpAccountant().compose(dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(sigma), steps)
+        for sigma, steps in counts.items()])).get_epsilon(delta)
+
+
+def test_a_loop_traced_before_make_private_is_called_again_still_counts():
+    # make_private again (to re-key, or a second DPGradients on the model) draws a new key;
+    # a loop traced before goes on drawing from the old one, with the σ it was traced with.
+    x, y = _data()
+    model = _mlp()
+    dp = DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+    optimizer = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(xb, yb):
+        grads, _ = dp(xb, yb)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    for _ in range(4):
+        step(x, y)
+    make_private(model)  # same settings, new key
+    for _ in range(12):
+        step(x, y)
+    assert epsilon_spent(model)[0] == pytest.approx(_gaussian_epsilon({1.0: 16}))
+    DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=2.0)(x, y)  # σ 2: one step
+    for _ in range(3):
+        step(x, y)  # still σ 1: traced with it
+    assert epsilon_spent(model)[0] == pytest.approx(_gaussian_epsilon({1.0: 19, 2.0: 1}))
+
+
+@pytest.mark.parametrize("compiled_dp_optimizer", [False, True])
+def test_saving_after_a_loop_keeps_its_steps_in_the_saved_ledger(tmp_path, compiled_dp_optimizer):
+    x, y = _data()
+    model = _mlp()
+    if compiled_dp_optimizer:  # the settings live on the optimizer, not on the model
+        from tf_tempered.privacy import DPKerasSGDOptimizer
+        model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                    learning_rate=0.1), loss=LOSS)
+        dp = DPGradients(model, LOSS, l2_norm_clip=None, noise_multiplier=None)
+    else:
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+        dp = DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+    optimizer = keras.optimizers.SGD(0.1)
+    for _ in range(5):
+        grads, _ = dp(x, y)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    path = str(tmp_path / "m.keras")
+    model.save(path)  # before any epsilon_spent: the ledger holds none of the 5 steps yet
+    loaded = make_private(keras.models.load_model(path))
+    assert epsilon_spent(loaded)[0] == pytest.approx(_gaussian_epsilon({1.0: 5}))

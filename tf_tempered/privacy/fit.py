@@ -76,13 +76,22 @@ def warn_training_metric_monitors(callbacks):
 def record_outside_steps(state, config):
     """Records the DP steps taken since the ledger last counted (train_on_batch, custom
     loops) as steps on batches the engine did not draw. ``config``: the DPConfig they
-    ran with (with num_microbatches, a microbatch may hold several examples)."""
-    outside = state.steps_taken() - state.steps_accounted
-    if outside > 0:
-        state.ledger.add(Segment(
-            "unsampled", config.noise_multiplier, steps=outside,
-            multi_example_microbatches=config.num_microbatches is not None))
-    state.steps_accounted = state.steps_taken()
+    ran with (with num_microbatches, a microbatch may hold several examples). Steps of a
+    retired noise key (a loop traced before make_private was called again) count with
+    the settings of their key."""
+    for key in state.retired_keys:
+        drawn = int(key.noise.draws())
+        _record_unsampled(state.ledger, drawn - key.steps_accounted, key.config)
+        key.steps_accounted = drawn
+    drawn = state.steps_taken()
+    _record_unsampled(state.ledger, drawn - state.steps_accounted, config)
+    state.steps_accounted = drawn
+
+
+def _record_unsampled(ledger, steps, config):
+    if steps > 0:
+        ledger.add(Segment("unsampled", config.noise_multiplier, steps=steps,
+                           multi_example_microbatches=config.num_microbatches is not None))
 
 
 class RunAccount:
@@ -217,6 +226,6 @@ def epsilon_spent(model):
                          "make_private; tf_tempered does not account its training.")
     if state.run is not None:
         return state.ledger.epsilon(extra=[state.run.segment()]), state.ledger.delta
-    if state.steps_taken() > state.steps_accounted:
+    if state.has_unrecorded_steps():
         record_outside_steps(state, require_dp_settings(model))
     return state.ledger.epsilon(), state.ledger.delta

@@ -29,6 +29,7 @@ import types
 from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import fit, saving
+from tf_tempered.privacy.settings import dp_config
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step import keras_step
 from tf_tempered.privacy.step.batch import unpack_sample_weight
@@ -87,9 +88,13 @@ def _configure_distribution(model):
         model.distribute_reduction_method = "first"
 
 
-def saving_description(state):
-    """The DP dict saved with a private model's optimizer (never the key)."""
+def saving_description(state, optimizer=None):
+    """The DP dict saved with a private model's optimizer (never the key); the steps of a
+    custom loop or train_on_batch not yet in the ledger are recorded first."""
     settings = state.settings
+    config = settings or (dp_config(optimizer) if optimizer is not None else None)
+    if config is not None and state.has_unrecorded_steps():
+        fit.record_outside_steps(state, config)
     ledger = state.ledger.to_config()
     if state.run is not None:  # saved during a fit: its steps so far count too
         ledger["segments"].append(dict(vars(state.run.segment())))

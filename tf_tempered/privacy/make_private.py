@@ -39,7 +39,8 @@ from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.public_layers import check_public_layers
 from tf_tempered.privacy.settings import model_dp_config, settings_config
-from tf_tempered.privacy.state import SAMPLINGS, PrivateState, attach_state, get_state
+from tf_tempered.privacy.state import (SAMPLINGS, PrivateState, RetiredKey, attach_state,
+                                       get_state)
 from tf_tempered.privacy.step.random_ops import refuse_random_layers
 from tf_tempered.privacy.step.metrics import DPMetrics
 
@@ -119,11 +120,23 @@ def _ledger(model, previous, saved, delta, accountant):
     return ledger
 
 
-def _account_old_key(previous, model):
-    """Records the DP steps of the key being replaced that no fit recorded."""
-    if previous is None or previous.steps_taken() <= previous.steps_accounted:
-        return
-    record_outside_steps(previous, previous.settings or model_dp_config(model))
+def _retire_old_key(previous, model):
+    """Records the DP steps of the key being replaced that no fit recorded, and keeps the
+    key: a step traced with it (a DPGradients loop's tf.function) may go on drawing."""
+    if previous is None:
+        return []
+    config = previous.settings or _compiled_settings(model)
+    if config is None:  # no settings: no DP step could have been traced with this key
+        return list(previous.retired_keys)
+    record_outside_steps(previous, config)
+    return [*previous.retired_keys, RetiredKey(previous.noise, config, previous.steps_taken())]
+
+
+def _compiled_settings(model):
+    try:
+        return model_dp_config(model)
+    except ValueError:  # two different settings: no step could have been traced with them
+        return None
 
 
 def _refuse_training_overrides(model):
@@ -228,12 +241,13 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
         refuse_random_layers(model)
     ledger = _ledger(model, previous, saved, delta, accountant)
     recording.instrument(model)
-    _account_old_key(previous, model)
+    retired_keys = _retire_old_key(previous, model)
     with model.distribute_strategy.scope():  # replicated variables under a strategy
         noise = randomness.DPRandomness("noise", insecure_dp_seed=insecure_dp_seed)
         metrics = previous.metrics if previous is not None else DPMetrics()
     state = PrivateState(settings, options, noise, sampling, multiplicity, ledger, metrics,
-                         public_layers=_public_layers(public_layers, model, previous, saved))
+                         public_layers=_public_layers(public_layers, model, previous, saved),
+                         retired_keys=retired_keys)
     attach_state(model, state)
     saving.release_loaded_variables(model)
     shared_ledgers.register(model)

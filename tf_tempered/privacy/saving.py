@@ -125,7 +125,8 @@ def mark_optimizer(optimizer, *, saved=None):
 
 
 def bind_optimizer(model, state, describe):
-    """Marks the model's compiled optimizer and ties what it saves to ``describe(state)``."""
+    """Marks the model's compiled optimizer and ties what it saves to
+    ``describe(state, optimizer)``."""
     optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
     if optimizer is None or isinstance(optimizer, str):
         return
@@ -141,7 +142,7 @@ def saved_dp_of(optimizer):
     if bound is not None:
         state = bound[0]()
         if state is not None:
-            return bound[1](state)
+            return bound[1](state, optimizer)
     return vars(optimizer).get("_tf_tempered_saved_dp")
 
 

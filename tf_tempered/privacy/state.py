@@ -24,13 +24,30 @@ from typing import Any, Optional
 
 from tf_tempered import keras_bridge
 
-__all__ = ["PrivateState", "get_state", "attach_state", "SAMPLINGS"]
+__all__ = ["PrivateState", "RetiredKey", "get_state", "attach_state", "SAMPLINGS"]
 
 # How ``fit`` batches in-memory data: Poisson sampling (the amplified ε), or Keras'
 # shuffled batches (the bound without amplification).
 SAMPLINGS = ("poisson", "shuffle")
 
 _ATTRIBUTE = "_tf_tempered_state"
+
+
+@dataclasses.dataclass(eq=False)
+class RetiredKey:
+    """A noise key a later make_private replaced. A step traced before that call (a
+    ``tf.function`` of a DPGradients loop) still draws from it, with the settings it was
+    traced with: its later steps are counted too (fit.record_outside_steps).
+
+    Attributes:
+      noise: the replaced DPRandomness (its counter counts the steps drawn from it).
+      config: the DPConfig the model trained with under that key.
+      steps_accounted: steps of that key already in the ledger.
+    """
+
+    noise: Any
+    config: Any
+    steps_accounted: int
 
 
 @dataclasses.dataclass(eq=False)
@@ -58,6 +75,7 @@ class PrivateState:
         clipped sum with the audit's gradient canaries added, before the noise.
       public_layers: names of layers whose adapt()-fit state came from public data
         (:mod:`~tf_tempered.privacy.public_layers`).
+      retired_keys: the RetiredKey of every noise key make_private replaced.
     """
 
     settings: Any
@@ -75,10 +93,16 @@ class PrivateState:
     loaded_ledgers: set = dataclasses.field(default_factory=set)
     audit_hook: Any = None
     public_layers: tuple = ()
+    retired_keys: list = dataclasses.field(default_factory=list)
 
     def steps_taken(self):
         """DP steps the model has taken with its current noise key (the noise counter)."""
         return int(self.noise.draws())
+
+    def has_unrecorded_steps(self):
+        """Whether a noise key (the current or a retired one) drew steps no ledger holds."""
+        return self.steps_taken() > self.steps_accounted or any(
+            int(key.noise.draws()) > key.steps_accounted for key in self.retired_keys)
 
 
 def get_state(model):
