@@ -422,6 +422,22 @@ def test_gradient_accumulation_applies_the_mean_of_the_dp_gradients_and_counts_e
     assert epsilon_spent(model)[0] == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
 
 
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3 optimizers' loss_scale_factor")
+def test_an_optimizer_loss_scale_factor_leaves_the_dp_update_unscaled():
+    """SGD(loss_scale_factor=128): Keras divides by it the gradients of the loss it
+    scaled; the DP update was divided too (128 times too small)."""
+    x, y = _data()
+    weights = _mlp().get_weights()
+    norms, reference = per_example_reference(_mlp, weights, x, y, _sce)
+    clip = median_clip(norms)
+    model = _mlp()
+    model.set_weights(weights)
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0, loss_scale_factor=128.0), loss=LOSS)
+    model.fit(x, y, batch_size=ROWS, shuffle=False, verbose=0)
+    assert_update([a - b for a, b in zip(model.get_weights(), weights)], reference(clip))
+
+
 def test_a_fully_frozen_model_fits_without_an_update_then_trains_once_unfrozen():
     """Every layer frozen (Keras 3's optimizer cannot apply an empty update): fit runs,
     changes nothing, and its steps count; unfrozen and recompiled, it trains."""

@@ -23,7 +23,8 @@ __all__ = ["activity_regularized_layers", "class_registered_as", "dataset_inputs
            "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
            "swap_class", "deserialize", "batching_of", "has_compiled_loss",
            "reduction_method_is_default", "overriding_class", "update_metrics_state",
-           "save_compiled_optimizer_object", "guard_optimizer_updates"]
+           "save_compiled_optimizer_object", "guard_optimizer_updates",
+           "loss_scale_factor"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -121,6 +122,12 @@ def save_compiled_optimizer_object(model):
 
 
 _GUARDS = []
+
+
+def loss_scale_factor(optimizer):
+    """Keras 3's ``loss_scale_factor`` of an optimizer (its apply divides the gradients by
+    it), or None (unset, or tf-keras, whose optimizers have none)."""
+    return getattr(optimizer, "loss_scale_factor", None) if IS_KERAS3 else None
 
 
 def guard_optimizer_updates(check):

@@ -18,6 +18,7 @@ precision the wrapped optimizer does, since ĝ comes from a loss nobody scaled. 
 loop (DPGradients) applies ĝ itself.
 """
 
+from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 
 __all__ = ["apply_update"]
@@ -30,5 +31,9 @@ def apply_update(model, grads_and_vars):
     if not grads_and_vars:  # every layer frozen: nothing to update (Keras 3's optimizer
         return              # cannot apply an empty list; Keras skips the update too)
     optimizer = keras_bridge.inner_optimizer(model.optimizer)
+    scale = keras_bridge.loss_scale_factor(optimizer)
+    if scale is not None:  # Keras divides by it the gradients of a loss it scaled; ĝ is not
+        grads_and_vars = [(grad * tf.cast(scale, grad.dtype), variable)
+                          for grad, variable in grads_and_vars]
     keras_bridge.set_dp_mark(optimizer)
     optimizer.apply_gradients(grads_and_vars)
