@@ -115,3 +115,22 @@ def test_a_class_with_its_own_train_step_is_refused_and_dpgradients_serves_it():
     keras_step = _KerasStep()
     keras_step(x)
     assert get_state(make_private(keras_step, l2_norm_clip=1.0, noise_multiplier=1.0))
+
+
+class _PassThroughFit(keras.Sequential):
+    """A fit override as users write one: adds a callback, passes everything through."""
+
+    def fit(self, *args, **kwargs):
+        kwargs["callbacks"] = [*kwargs.get("callbacks", []), keras.callbacks.History()]
+        return super().fit(*args, **kwargs)
+
+
+def test_a_pass_through_fit_override_trains_with_the_dp_step():
+    model = _PassThroughFit([keras.Input((3,)), keras.layers.Dense(2)])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = np.ones((32, 3), np.float32), np.zeros(32, np.int64)
+    history = model.fit(x, y, 8, epochs=2, verbose=0)  # batch_size given by position
+    assert len(history.history["epsilon"]) == 2 and history.history["epsilon"][-1] > 0
+    assert get_state(model).run is None and get_state(model).ledger.segments  # accounted

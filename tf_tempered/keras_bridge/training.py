@@ -95,14 +95,25 @@ def steps_per_execution(model):
 
 
 def fit_arguments(model, args, kwargs):
-    """``Model.fit``'s arguments of this Keras by name, defaults filled in (an OrderedDict)."""
-    bound = inspect.signature(type(model).fit).bind(model, *args, **kwargs)
+    """``Model.fit``'s arguments of this Keras by name, defaults filled in (a dict).
+
+    A model class's own ``fit`` names them; one that passes ``*args, **kwargs`` through
+    (to add callbacks, say) is called with Keras' names, and keywords of its own are kept.
+    """
+    signature = inspect.signature(type(model).fit)
+    own = {}
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in signature.parameters.values()):
+        signature = inspect.signature(keras.Model.fit)
+        own = {k: v for k, v in kwargs.items() if k not in signature.parameters}
+        kwargs = {k: v for k, v in kwargs.items() if k in signature.parameters}
+    bound = signature.bind(model, *args, **kwargs)
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     del arguments["self"]
     extra = arguments.pop("kwargs", None)
     if extra:
         arguments.update(extra)
+    arguments.update(own)
     return arguments
 
 
