@@ -23,7 +23,8 @@ import pytest
 
 from dp_reference import assert_update, median_clip, per_example_reference
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import DPGradients, UnsupportedLayerError, epsilon_spent, make_private
+from tf_tempered.privacy import (DPGradients, NotPrivateError, UnsupportedLayerError,
+                                 epsilon_spent, make_private)
 
 ROWS = 16
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -166,3 +167,14 @@ def test_saving_after_a_loop_keeps_its_steps_in_the_saved_ledger(tmp_path, compi
     model.save(path)  # before any epsilon_spent: the ledger holds none of the 5 steps yet
     loaded = make_private(keras.models.load_model(path))
     assert epsilon_spent(loaded)[0] == pytest.approx(_gaussian_epsilon({1.0: 5}))
+
+
+def test_its_gradients_applied_with_the_models_own_optimizer_are_refused_naming_the_fix():
+    x, y = _data()
+    model = _mlp()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    dp = DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+    grads, _ = dp(x, y)
+    with pytest.raises(NotPrivateError, match=r"Fix: in a training loop of your own.*an "
+                       r"optimizer of your own .*not model\.optimizer"):
+        model.optimizer.apply_gradients(zip(grads, model.trainable_variables))

@@ -53,12 +53,24 @@ _REFUSAL = (
     "with it and draws a fresh secret key).")
 
 
+_REFUSAL_OWN_LOOP = (
+    "The optimizer {name} is the one a private model was compiled with: it applies only "
+    "the updates of the model's own DP step (fit, train_on_batch), so that no other "
+    "update reaches the model WITHOUT differential privacy. Fix: in a training loop of "
+    "your own, apply the gradients of tf_tempered.privacy.DPGradients(model, ...) with an "
+    "optimizer of your own (optimizer = keras.optimizers.SGD(...); "
+    "optimizer.apply_gradients(zip(grads, model.trainable_variables))), not model.optimizer.")
+
+
 class _Marked:
     """Mixin of a marked optimizer class (placed before the optimizer's own class)."""
 
     def _refuse_unless_engine(self):
         if not keras_bridge.dp_mark_is_set(self):
-            raise NotPrivateError(_REFUSAL.format(name=type(self).__name__))
+            bound = vars(self).get("_tf_tempered_describe")
+            private = bound is not None and bound[0]() is not None  # its model's state lives
+            raise NotPrivateError((_REFUSAL_OWN_LOOP if private else _REFUSAL).format(
+                name=type(self).__name__))
 
     def get_config(self):
         return {"optimizer": keras_bridge.serialize_as(self, self._tf_tempered_base),
