@@ -47,6 +47,7 @@ Poisson batches (:func:`~tf_tempered.privacy.poisson_batches`) the smaller, ampl
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy import update_guard
 from tf_tempered.privacy.make_private import make_private, training_overrides_allowed
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.keras_step import dp_gradients
@@ -79,6 +80,7 @@ class DPGradients:
             make_private(model, l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
                          num_microbatches=num_microbatches, options=options,
                          insecure_dp_seed=insecure_dp_seed, delta=delta, accountant=accountant)
+        update_guard.allow_dp_gradient_loops(model)  # the loop's optimizer applies these
         self.model = model
         if loss is None:
             if not keras_bridge.has_compiled_loss(model):

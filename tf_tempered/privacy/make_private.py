@@ -33,7 +33,7 @@ import contextvars
 from tf_tempered._compat import check_same_keras, keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording, saving,
-                                 shared_ledgers)
+                                 shared_ledgers, update_guard)
 from tf_tempered.privacy.fit import record_outside_steps
 from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.options import EngineOptions
@@ -250,6 +250,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
                          retired_keys=retired_keys)
     attach_state(model, state)
     saving.release_loaded_variables(model)
+    update_guard.tag_private_weights(model)
     shared_ledgers.register(model)
     keras_adapter.install(model)
     saving.bind_optimizer(model, state, keras_adapter.saving_description)

@@ -30,7 +30,7 @@ settings saved with the model, draws a fresh secret key, and keeps counting ε f
 the saved ledger. A loaded model compiled anew before that (a plain optimizer in place
 of the marked one) is refused too: the marked optimizer, once built on the loaded
 weights, marks them, and Keras' optimizers check for that mark before an update
-(``keras_bridge.guard_optimizer_updates``); make_private finds the saved settings there.
+(:mod:`~tf_tempered.privacy.update_guard`); make_private finds the saved settings there.
 """
 
 import weakref
@@ -40,7 +40,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp",
-           "release_loaded_variables", "refuse_unmarked_updates"]
+           "release_loaded_variables", "refuse_loaded_updates", "is_marked"]
 
 REGISTERED_NAME = "tf_tempered>PrivateOptimizer"
 
@@ -189,12 +189,16 @@ def release_loaded_variables(model):
             delattr(variable, _LOADED)
 
 
-def refuse_unmarked_updates(optimizer, variables):
-    """The optimizer guard (keras_bridge.guard_optimizer_updates): a plain optimizer may not
-    train the variables of a private model loaded and not yet made private again (a
-    recompile replaced its marked optimizer: it would train WITHOUT DP)."""
-    if isinstance(optimizer, _Marked):
-        return  # it refuses by itself unless the DP engine marked the update
+def is_marked(optimizer):
+    """Whether ``optimizer`` (or the one a LossScaleOptimizer wraps) is a private model's:
+    it applies only the DP engine's updates, refusing any other by itself."""
+    return isinstance(keras_bridge.inner_optimizer(optimizer), _Marked)
+
+
+def refuse_loaded_updates(optimizer, variables):
+    """Refuses a plain optimizer's update of the variables of a private model loaded and
+    not yet made private again (a recompile replaced its marked optimizer: it would train
+    WITHOUT DP)."""
     if any(hasattr(v, "__dict__") and _LOADED in vars(v) for v in variables):
         raise NotPrivateError(_REFUSAL_RECOMPILED.format(name=type(optimizer).__name__))
 
@@ -206,9 +210,6 @@ _REFUSAL_RECOMPILED = (
     "(no arguments: the DP settings and ledger saved with it, a fresh secret key), then "
     "fit. To train these weights without DP on purpose (public data), copy them into a "
     "model make_private has not seen: keras.models.clone_model(model), then set_weights.")
-
-
-keras_bridge.guard_optimizer_updates(refuse_unmarked_updates)
 
 
 @keras.utils.register_keras_serializable(package="tf_tempered", name="PrivateOptimizer")

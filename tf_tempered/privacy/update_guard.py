@@ -1,0 +1,92 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Which optimizers may update a private model's weights: no update without DP.
+
+make_private tags the model's weights. A Keras optimizer then refuses to update a
+tagged weight (NotPrivateError, naming the fix) unless
+
+* it is the model's own optimizer (marked, :mod:`~tf_tempered.privacy.saving`), which
+  applies only the DP step's update (``fit``, ``train_on_batch``), or
+* a :class:`~tf_tempered.privacy.DPGradients` was made for the model: a custom loop
+  applies its DP gradients with an optimizer of its own.
+
+So a ``GradientTape`` loop that applies a private model's raw gradients, or a plain
+model built around a private model's layers, is refused instead of training them
+without clipping or noise. What it cannot see: weights assigned directly (not by a Keras
+optimizer), and, once a DPGradients exists for the model, raw gradients applied
+alongside. The check runs where Keras' optimizers update (once per trace in a
+``tf.function``); weights of a model loaded from a private one are refused the same way
+until make_private (saving.refuse_loaded_updates).
+
+>>> from tf_tempered._compat import keras
+>>> from tf_tempered.privacy import make_private
+>>> model = make_private(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]),
+...                      l2_norm_clip=1.0, noise_multiplier=1.1)
+>>> keras.optimizers.SGD(0.1).apply_gradients(
+...     [(v * 0.0, v) for v in model.trainable_variables])  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+tf_tempered.privacy.errors.NotPrivateError: The optimizer SGD would update the weights ...
+"""
+
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import saving
+from tf_tempered.privacy.errors import NotPrivateError
+
+__all__ = ["tag_private_weights", "allow_dp_gradient_loops", "refuse_updates_without_dp"]
+
+_TAG = "_tf_tempered_private"  # on a private model's weights: who may update them
+_OWN_STEP = "own DP step"        # only the model's own optimizer (fit, train_on_batch)
+_DP_LOOPS = "DPGradients loops"  # also any optimizer of a DPGradients loop
+
+
+def _tag(variable):
+    return vars(variable).get(_TAG) if hasattr(variable, "__dict__") else None
+
+
+def tag_private_weights(model):
+    """Tags the weights ``model`` holds (trainable or not: they may be unfrozen later)."""
+    for variable in keras_bridge.existing_weights(model):
+        if _tag(variable) is None:
+            keras_bridge.set_untracked(variable, _TAG, _OWN_STEP)
+
+
+def allow_dp_gradient_loops(model):
+    """A DPGradients was made for ``model``: a loop's own optimizer may apply its gradients."""
+    for variable in keras_bridge.existing_weights(model):
+        keras_bridge.set_untracked(variable, _TAG, _DP_LOOPS)
+
+
+def refuse_updates_without_dp(optimizer, variables):
+    """The optimizer guard (keras_bridge.guard_optimizer_updates), before every update."""
+    if saving.is_marked(optimizer):
+        return  # it refuses by itself unless the DP engine marked the update
+    saving.refuse_loaded_updates(optimizer, variables)
+    if any(_tag(variable) == _OWN_STEP for variable in variables):
+        raise NotPrivateError(_REFUSAL.format(name=type(optimizer).__name__))
+
+
+_REFUSAL = (
+    "The optimizer {name} would update the weights of a private model (make_private) with "
+    "gradients the DP engine did not compute: WITHOUT differential privacy (no clipping, "
+    "no noise) and outside its ε. Fix: train the model with its own fit (or "
+    "train_on_batch); in a custom loop, take the gradients from "
+    "tf_tempered.privacy.DPGradients(model, loss, l2_norm_clip=..., noise_multiplier=...) "
+    "(docs/custom_loops.md); a model built around a private model's layers: make it "
+    "private too (make_private(outer_model, ...)). To train these weights without DP on "
+    "purpose (public data), copy them into a model make_private has not seen: "
+    "keras.models.clone_model(model), then set_weights.")
+
+
+keras_bridge.guard_optimizer_updates(refuse_updates_without_dp)
