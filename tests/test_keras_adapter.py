@@ -21,7 +21,8 @@ from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_adapter, make_private
 from tf_tempered.privacy.state import get_state
 
-INSTALLED = ("train_step", "fit", "compile", "reset_metrics", "compute_loss", "compute_metrics")
+INSTALLED = ("train_step", "fit", "compile", "train_on_batch", "reset_metrics", "compute_loss",
+             "compute_metrics")
 
 
 def _model():

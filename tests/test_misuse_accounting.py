@@ -30,6 +30,7 @@ from tf_tempered._compat import keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.privacy import (epsilon_spent, make_private, poisson_batches,
                                  shuffled_batches)
+from tf_tempered.privacy.state import get_state
 
 N, BATCH, SIGMA, DELTA = 64, 16, 1.3, 1e-5
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -307,6 +308,33 @@ def test_callbacks_acting_on_training_metrics_warn(tmp_path, callback, warns):
         assert f"monitor={made.monitor!r}" in messages[0] and "val_loss" in messages[0]
 
 
+@pytest.mark.parametrize("then", ["recompile", "save"])
+def test_train_on_batch_steps_keep_the_settings_they_ran_with(tmp_path, then):
+    """Steps outside fit were recorded only when ε was next asked for: a recompile with
+    another DP optimizer in between counted them at its σ (1.9 where 23.6 was spent), and
+    a save in between left them out of the saved ledger (ε 0 after loading)."""
+    from tf_tempered.privacy import DPKerasSGDOptimizer  # pylint: disable=g-import-not-at-top
+    x, y = _data()
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+    if then == "recompile":  # the settings on the optimizer
+        make_private(model)
+        model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.6,
+                                                    learning_rate=0.1), loss=LOSS)
+    else:
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=0.6)
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    for _ in range(5):
+        model.train_on_batch(x[:BATCH], y[:BATCH])
+    if then == "recompile":
+        model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=5.0,
+                                                    learning_rate=0.1), loss=LOSS)
+    else:
+        model.save(str(tmp_path / "m.keras"))
+        model = make_private(keras.models.load_model(str(tmp_path / "m.keras")))
+    assert epsilon_spent(model)[0] == pytest.approx(_rdp(_gaussians(5, sigma=0.6)))
+    assert len(get_state(model).ledger.segments) == 1  # one segment for the 5 calls
+
+
 def test_private_models_sharing_weights_count_each_others_steps():
     # Two heads on one encoder, trained in turn on the same data: the encoder took the DP
     # steps of both fits, so each model reports ε for all of them (each reported its
@@ -323,6 +351,12 @@ def test_private_models_sharing_weights_count_each_others_steps():
         model.fit(x, y, batch_size=BATCH, verbose=0)
     both = dp_accounting.rdp.RdpAccountant().compose(_poisson(8)).get_epsilon(1e-6)
     assert epsilon_spent(first) == epsilon_spent(second) == (pytest.approx(both), 1e-6)
+    for _ in range(3):  # outside fit: counted without epsilon_spent(second) asking
+        second.train_on_batch(x[:BATCH], y[:BATCH])
+    with_steps = dp_accounting.rdp.RdpAccountant().compose(dp_accounting.ComposedDpEvent(
+        [_poisson(8), _gaussians(3)])).get_epsilon(1e-6)
+    assert epsilon_spent(first) == (pytest.approx(with_steps), 1e-6)
+    both = with_steps
     third = make_private(keras.Model(inputs, keras.layers.Dense(2)(hidden)),
                          l2_norm_clip=1.0, noise_multiplier=SIGMA)
     assert epsilon_spent(third) == (pytest.approx(both), 1e-6)

@@ -34,7 +34,7 @@ import warnings
 
 from tf_tempered._compat import keras
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import accounting
+from tf_tempered.privacy import accounting, shared_ledgers
 from tf_tempered.privacy.fit_data import batch_spec, plan_fit_data
 from tf_tempered.privacy.ledger import Segment
 from tf_tempered.privacy.ledger_file import backup_ledgers
@@ -43,6 +43,7 @@ from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.plan import require_dp_settings
 
 __all__ = ["RunAccount", "EpsilonLog", "private_fit", "record_outside_steps",
+           "record_steps_of_ledger",
            "epsilon_spent", "NO_NOISE_WARNING", "warn_training_metric_monitors"]
 
 NO_NOISE_WARNING = (
@@ -88,6 +89,16 @@ def record_outside_steps(state, config):
     state.steps_accounted = drawn
 
 
+def record_steps_of_ledger(model):
+    """Records the steps outside fit of ``model`` and of every private model sharing its
+    ledger (shared weights: each must report ε for the steps of all)."""
+    ledger = get_state(model).ledger
+    for sharing in {id(m): m for m in [model, *shared_ledgers.models_sharing(ledger)]}.values():
+        state = get_state(sharing)
+        if state is not None and state.has_unrecorded_steps():
+            record_outside_steps(state, require_dp_settings(sharing))
+
+
 def _record_unsampled(ledger, steps, config):
     if steps > 0:
         ledger.add(Segment("unsampled", config.noise_multiplier, steps=steps,
@@ -107,8 +118,9 @@ class RunAccount:
         self._epoch_start = None
         self.finished = False
 
-    def begin(self):
+    def begin(self, model):
         record_outside_steps(self.state, self.config)
+        record_steps_of_ledger(model)
         self.start = self.state.steps_taken()
         self._epoch_start = self.start
         self.state.run = self
@@ -170,7 +182,7 @@ class EpsilonLog(keras.callbacks.Callback):
         self.account = account
 
     def on_train_begin(self, logs=None):
-        self.account.begin()
+        self.account.begin(self.model)
 
     def on_epoch_end(self, epoch, logs=None):
         self.account.end_epoch()
@@ -226,6 +238,5 @@ def epsilon_spent(model):
                          "make_private; tf_tempered does not account its training.")
     if state.run is not None:
         return state.ledger.epsilon(extra=[state.run.segment()]), state.ledger.delta
-    if state.has_unrecorded_steps():
-        record_outside_steps(state, require_dp_settings(model))
+    record_steps_of_ledger(model)
     return state.ledger.epsilon(), state.ledger.delta

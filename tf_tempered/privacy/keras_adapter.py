@@ -29,7 +29,7 @@ import types
 from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import fit, saving
-from tf_tempered.privacy.settings import dp_config
+from tf_tempered.privacy.settings import dp_config, model_dp_config
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step import keras_step
 from tf_tempered.privacy.step.batch import unpack_sample_weight
@@ -48,11 +48,34 @@ def _fit(self, *args, **kwargs):
 
 
 def _compile(self, *args, **kwargs):
-    result = type(self).compile(self, *args, **kwargs)
     state = get_state(self)
+    if state is not None and state.has_unrecorded_steps():
+        # A custom loop's steps, with the σ of the optimizer this compile replaces.
+        fit.record_outside_steps(state, model_dp_config(self))
+    result = type(self).compile(self, *args, **kwargs)
     if state is not None:
         saving.bind_optimizer(self, state, saving_description)
     return result
+
+
+def _train_on_batch(self, *args, **kwargs):
+    if KERAS_MAJOR == 3 and self.distribute_strategy.num_replicas_in_sync > 1:
+        raise NotImplementedError(_TRAIN_ON_BATCH_REPLICAS.format(
+            replicas=self.distribute_strategy.num_replicas_in_sync))
+    result = type(self).train_on_batch(self, *args, **kwargs)
+    # Recorded now, with the settings it ran with (a later compile may change them).
+    fit.record_steps_of_ledger(self)
+    return result
+
+
+# Keras 3's train_on_batch hands every replica the whole batch: each example would be
+# clipped and summed R times against noise added once (σ/R in effect).
+_TRAIN_ON_BATCH_REPLICAS = (
+    "train_on_batch of a private model under a tf.distribute strategy of {replicas} "
+    "replicas: Keras 3 gives every replica the whole batch, so each example would count "
+    "{replicas} times in the clipped sum against noise added once (the guarantee would not "
+    "hold). Fix: train with fit (it splits each batch among the replicas), or call "
+    "train_on_batch on a model built outside the strategy's scope.")
 
 
 def _reset_metrics(self):
@@ -116,6 +139,7 @@ def install(model):
     if vars(model).get(_INSTALLED):
         return
     for name, method in (("train_step", _train_step), ("fit", _fit), ("compile", _compile),
+                         ("train_on_batch", _train_on_batch),
                          ("reset_metrics", _reset_metrics), ("compute_loss", _compute_loss),
                          ("compute_metrics", _compute_metrics)):
         keras_bridge.set_untracked(model, name, types.MethodType(method, model))

@@ -131,9 +131,17 @@ class PrivacyLedger:
         self.prior_events = list(accounting.check_prior_events(prior_events))
 
     def add(self, segment):
-        """Records a finished segment (one without steps is dropped)."""
-        if segment.steps or segment.passes:
-            self.segments.append(segment)
+        """Records a finished segment (one without steps is dropped). Unsampled steps
+        right after unsampled steps of the same mechanism extend them (one segment for a
+        loop of train_on_batch calls, each recorded as it returns)."""
+        if not (segment.steps or segment.passes):
+            return
+        last = self.segments[-1] if self.segments else None
+        if (segment.sampling == "unsampled" and last is not None
+                and dataclasses.replace(last, steps=segment.steps) == segment):
+            self.segments[-1] = dataclasses.replace(last, steps=last.steps + segment.steps)
+            return
+        self.segments.append(segment)
 
     def add_prior_events(self, events):
         """Composes releases on the same data into every later ε (each event once)."""

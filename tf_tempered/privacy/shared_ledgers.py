@@ -27,7 +27,7 @@ import weakref
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["register", "shared_ledger"]
+__all__ = ["register", "shared_ledger", "models_sharing"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
 
@@ -50,3 +50,9 @@ def shared_ledger(model, ledger):
         state.ledger.add_prior_events(ledger.prior_events)
         return state.ledger  # its δ and accountant (make_private's delta= may change them)
     return ledger
+
+
+def models_sharing(ledger):
+    """The live private models whose state holds ``ledger``."""
+    return [model for model in list(_PRIVATE_MODELS.values())
+            if get_state(model) is not None and get_state(model).ledger is ledger]
