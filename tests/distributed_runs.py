@@ -139,6 +139,7 @@ def mirrored():
     out["refusal"] = _refusal(two, data)
     out["clipnorm_refusal"] = _clipnorm_refusal(two, data)
     out["uneven_refusal"] = _uneven_refusal(two)
+    out["one_device_refusals"] = _one_device_refusals(two, data)
     out["poisson"] = {"one": poisson_reference(2), "two": poisson_distributed(two)}
     out["dp_gradients"] = {"one": _custom_loop(tf.distribute.get_strategy(), data),
                            "two": _custom_loop(two, data)}
@@ -305,6 +306,30 @@ def _clipnorm_refusal(strategy, data):
     except ValueError as e:
         return str(e)
     return "not refused"
+
+
+def _one_device_refusals(strategy, data):
+    """What would give every replica the same rows (Keras 3's train_on_batch), or batches
+    drawn for one device (poisson_batches): refused, their messages."""
+    from tf_tempered._compat import KERAS_MAJOR
+    from tf_tempered.privacy import poisson_batches
+    x, y = data
+    with strategy.scope():
+        model = _model(x_shape=x.shape[1:], num_microbatches=None, sigma=1.0, seed=None)
+        model.compile(optimizer=_sgd(0.5), loss=_loss())
+    before = [w.copy() for w in model.get_weights()]
+    messages = {}
+    try:
+        model.fit(poisson_batches(x, y, expected_batch_size=8, steps=2), epochs=1, verbose=0)
+    except ValueError as e:
+        messages["poisson_batches"] = str(e)
+    if KERAS_MAJOR == 3:
+        try:
+            model.train_on_batch(x[:8], y[:8])
+        except NotImplementedError as e:
+            messages["train_on_batch"] = str(e)
+    messages["untouched"] = all((a == b).all() for a, b in zip(before, model.get_weights()))
+    return messages
 
 
 def _refusal(strategy, data):

@@ -127,6 +127,18 @@ def test_keras3_optimizer_clipnorm_is_refused_on_two_replicas(mirrored):
     assert "clipnorm=1.0" in message and "Drop clipnorm" in message
 
 
+def test_what_would_give_replicas_one_devices_batches_is_refused(mirrored):
+    # Keras 3's train_on_batch gave each replica the whole batch: every example summed
+    # twice against noise added once (measured: half the noise std). poisson_batches
+    # failed deep in tf.distribute (an IndexError).
+    messages = mirrored["one_device_refusals"]
+    assert messages["untouched"]
+    assert "Fix: tf_tempered.privacy.distributed_poisson_batches(" in messages["poisson_batches"]
+    if KERAS_MAJOR == 3:
+        assert "every replica the whole batch" in messages["train_on_batch"]
+        assert "Fix: train with fit" in messages["train_on_batch"]
+
+
 def test_microbatches_that_would_straddle_replicas_are_refused(mirrored):
     message = mirrored["refusal"]
     assert message is not None and "num_microbatches=3" in message

@@ -37,6 +37,7 @@ from tf_tempered.privacy import (DPConfig, DPKerasAdamOptimizer, DPKerasSGDOptim
 from tf_tempered.privacy import native
 from tf_tempered.privacy.step import chunk_sizes
 from tf_tempered.privacy.optimizers import DPOptimizerMixin
+from tf_tempered.privacy.state import get_state
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 BATCH = 16
@@ -90,6 +91,14 @@ def _fresh(model_fn):
     key = (model_fn.__name__, tuple(w.shape for w in model.weights))
     model.set_weights(_INITIAL_WEIGHTS.setdefault(key, model.get_weights()))
     return model
+
+
+def _non_private_copy(model):
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    for layer, original in zip(copy.layers, model.layers):
+        layer.trainable = original.trainable
+    return copy
 
 
 def _tf_privacy_reference(optimizer):
@@ -147,6 +156,8 @@ def _update(model_fn, optimizer_fn, private, x, y, static_batch=False, options=N
     model = _fresh(model_fn)
     if private:
         make_private(model, options=options)
+    elif get_state(model) is not None:  # a builder that made it private: the reference
+        model = _non_private_copy(model)  # trains a copy (its weights refuse other updates)
     optimizer = optimizer_fn() if private else _tf_privacy_reference(optimizer_fn())
     before = [w.copy() for w in model.get_weights()]
     if optimizer is None:

@@ -215,11 +215,12 @@ def _poisson(model, state, config, arguments):
     if model.distribute_strategy.num_replicas_in_sync > 1:
         if keras_bridge.IS_KERAS3:
             raise ValueError(
-                "fit on arrays under a tf.distribute strategy with several replicas draws "
-                "Poisson batches per replica (tf_tempered.privacy.distributed_poisson_batches),"
-                " which Keras 3's fit cannot take. Fix: train in a custom loop with "
-                "distributed_poisson_batches (docs/distributed.md), or use Keras 2 "
-                "(TF_USE_LEGACY_KERAS=1), or make_private(..., sampling=\"shuffle\").")
+                "fit on arrays under a tf.distribute strategy with several replicas: Poisson "
+                "batches must be drawn per replica, which Keras 3's fit on arrays cannot do. "
+                "Fix: fit on data = tf_tempered.privacy.distributed_poisson_batches(strategy, "
+                "x, y, expected_batch_size=..., steps=steps) with steps_per_epoch=steps "
+                "(docs/distributed.md), or use Keras 2 (TF_USE_LEGACY_KERAS=1), or "
+                "make_private(..., sampling=\"shuffle\").")
         dataset = sampling.distributed_poisson_batches(
             model.distribute_strategy, x, y, sample_weight=weights, expected_batch_size=batch,
             steps=steps, insecure_dp_seed=seed)
@@ -303,8 +304,23 @@ def plan_fit_data(model, state, config, arguments):
     if arguments.get("class_weight"):
         _checked_weights(np.array(list(arguments["class_weight"].values()), np.float32))
     tag = data_sampling.sampling_of(x) if hasattr(x, "__dict__") else None
+    _refuse_poisson_batches_of_one_device(model, x, tag)
     _warn_if_xla_meets_varying_batches(model, state, tag)
     return _pipeline(state, config, arguments, tag)
+
+
+def _refuse_poisson_batches_of_one_device(model, x, tag):
+    """poisson_batches under a strategy of several replicas: Keras would split each padded
+    batch (and its scalar expected batch size) among them, and fails deep in tf.distribute."""
+    replicas = model.distribute_strategy.num_replicas_in_sync
+    if tag is not None and tag.kind == "poisson" and replicas > 1 and isinstance(
+            x, tf.data.Dataset):
+        raise ValueError(
+            f"fit on tf_tempered.privacy.poisson_batches(...) under a tf.distribute strategy "
+            f"of {replicas} replicas: its padded batches are drawn for one device. Fix: "
+            "tf_tempered.privacy.distributed_poisson_batches(strategy, x, y, "
+            "expected_batch_size=..., steps=...), which draws each replica's Poisson batch "
+            "from its shard (docs/distributed.md).")
 
 
 def _warn_if_xla_meets_varying_batches(model, state, tag):
