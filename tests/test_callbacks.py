@@ -69,6 +69,31 @@ def test_stops_before_exceeding_target():
     assert max(history.history["epsilon"]) <= target
 
 
+@pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
+def test_stops_before_exceeding_target_on_a_pipeline_of_unknown_length():
+    """A generator's epochs (one shuffled pass each): the look-ahead was skipped when the
+    epoch length was unknown, and fit trained past the target (5.21 > 4.36, measured)."""
+    x, y = _data()
+    model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=2.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    def batches():
+        for start in range(0, N, BATCH):
+            yield x[start:start + BATCH], y[start:start + BATCH]
+
+    data = tf.data.Dataset.from_generator(batches, output_signature=(
+        tf.TensorSpec((None, 4), tf.float32), tf.TensorSpec((None,), tf.int64)))
+    with pytest.warns(UserWarning, match="WITHOUT privacy amplification"):
+        eps = [compute_epsilon(num_examples=N, batch_size=BATCH, noise_multiplier=2.0,
+                               epochs=k, delta=1e-5, sampling="shuffle") for k in (1, 2, 3)]
+    budget = PrivacyBudget(target_epsilon=(eps[1] + eps[2]) / 2)
+    with pytest.warns(UserWarning, match="stopping after epoch 2"):
+        history = model.fit(data, epochs=10, callbacks=[budget], verbose=0)
+    assert history.history["epsilon"] == pytest.approx(eps[:2], rel=1e-9)
+
+
 def test_no_step_when_one_epoch_exceeds_target():
     x, y = _data()
     model = _model(keras.optimizers.SGD(learning_rate=0.5))

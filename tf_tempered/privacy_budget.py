@@ -178,10 +178,16 @@ class PrivacyBudget(keras.callbacks.Callback):
         steps = self._steps_per_epoch()
         if self._run is not None:
             if more_epochs and steps is None:
-                return self._run.epsilon()  # unknown epoch length: no look-ahead
+                steps = self._epoch_length_so_far()
             return self._run.epsilon(more_steps=more_epochs * (steps or 0),
                                      more_passes=more_epochs)
         return self.epsilon_after(epoch + 1 + more_epochs, steps_per_epoch=steps)
+
+    def _epoch_length_so_far(self):
+        """Steps per epoch of a pipeline of unknown length: the mean of this fit's epochs
+        (0 before the first ends: shuffled batches are accounted by passes, one an epoch,
+        so the look-ahead holds; Poisson steps are then not looked ahead)."""
+        return math.ceil(self._run.steps() / self._run.passes) if self._run.passes else 0
 
     def on_train_begin(self, logs=None):
         state = get_state(self.model) if self.model is not None else None
