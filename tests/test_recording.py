@@ -65,6 +65,19 @@ def test_trainable_batch_normalization_in_training_mode_is_refused_with_the_fix(
     assert len(recorder.records) == 1
 
 
+@pytest.mark.skipif(not hasattr(keras.layers, "MixUp"), reason="Keras 3's MixUp and CutMix")
+@pytest.mark.parametrize("mixing", ["MixUp", "CutMix"])
+def test_a_layer_blending_examples_of_the_batch_is_refused_by_make_private(mixing):
+    # Weightless, so never recorded: it trained silently (a MixUp model's clipped sum moved
+    # by 2.6 C when one example was replaced, over the 2 C bound).
+    from tf_tempered.privacy import make_private  # pylint: disable=g-import-not-at-top
+    model = keras.Sequential([keras.Input((8, 8, 3)), getattr(keras.layers, mixing)(),
+                              keras.layers.Flatten(), keras.layers.Dense(2)])
+    with pytest.raises(errors.UnsupportedLayerError,
+                       match=rf"\({mixing}\) blends each example with another.*Fix: remove it"):
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+
+
 def test_own_trainable_weights_excludes_frozen_layers():
     layer = keras.layers.Dense(2)
     layer.build((None, 3))

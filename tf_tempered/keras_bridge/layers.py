@@ -19,7 +19,7 @@ import contextlib
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.keras_bridge.recurrent import is_recurrent_unit
 
-__all__ = ["flatten_layers", "inside_recurrent_units", "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
+__all__ = ["flatten_layers", "inside_recurrent_units", "mixes_batch_examples", "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "without_activation", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "existing_weights", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
@@ -170,6 +170,16 @@ def unpack_x_y_sample_weight(data):
 # but is not a keras.layers.BatchNormalization; Keras 3 has one class (synchronized=True).
 _BATCH_NORM_CLASS_NAMES = ("BatchNormalization", "BatchNormalizationBase",
                            "SyncBatchNormalization")
+
+
+_BATCH_MIXING_CLASS_NAMES = ("MixUp", "CutMix")  # Keras 3's image augmentation layers
+
+
+def mixes_batch_examples(layer):
+    """True for a Keras layer that blends each example with another example of the batch
+    when training (Keras 3's MixUp and CutMix): one example's data enters others' gradients."""
+    return any(cls.__name__ in _BATCH_MIXING_CLASS_NAMES and cls.__module__.startswith(
+        ("keras.", "tf_keras.")) for cls in type(layer).__mro__)
 
 
 def is_trainable_batch_norm(layer):

@@ -19,6 +19,7 @@ clipping per example no longer bounds one example's influence. In inference mode
 (``training=False``) it is x ↦ γ·(x − μ̂)/√(σ̂² + ε) + β with the moving statistics
 μ̂, σ̂²: a per-channel affine map, per example, whose γ and β the generic path trains
 exactly. The recording hook (:mod:`.recording`) checks each call while a DP step traces.
+Layers that blend examples of the batch (Keras 3's MixUp and CutMix) are refused outright.
 """
 
 import numpy as np
@@ -27,7 +28,7 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
-__all__ = ["refuse_in_training_mode", "error"]
+__all__ = ["refuse_in_training_mode", "error", "mixing_error"]
 
 
 def refuse_in_training_mode(layer, args, kwargs):
@@ -56,3 +57,14 @@ def error(layer):
         "moving statistics, or keep it in inference mode while its γ and β train: call the "
         "model that holds it with training=False (e.g. base_model(inputs, training=False), "
         "as in Keras' fine-tuning guide).")
+
+
+def mixing_error(layer):
+    """The UnsupportedLayerError of a layer that blends examples of the batch (MixUp)."""
+    return UnsupportedLayerError(
+        f"Layer {layer.name!r} ({type(layer).__name__}) blends each example with another "
+        "example of the batch when training: one example's data enters the others' "
+        "gradients, so per-example clipping no longer bounds its influence (DP-SGD's "
+        "guarantee fails). Fix: remove it from the private model; augment each example on "
+        "its own instead (RandomFlip, RandomCrop, RandomRotation, ... or "
+        "tf_tempered.augment.augmult_batches).")

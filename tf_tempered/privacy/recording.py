@@ -134,12 +134,14 @@ def instrument(model):
     or added since make_private are covered. Returns the instrumented layers. The
     hook is a no-op unless a Recorder is active, so inference, evaluation and saving
     are unaffected. A trainable BatchNormalization is refused when it is called in
-    training mode (:mod:`.batch_statistics`).
+    training mode, a layer blending examples (MixUp, CutMix) always (:mod:`.batch_statistics`).
     """
     layers = []
     # A recurrent unit's call is recorded as a whole: its cell and wrapped layers are not.
     nested = keras_bridge.inside_recurrent_units(model)
     for layer in keras_bridge.flatten_layers(model):
+        if keras_bridge.mixes_batch_examples(layer):
+            raise batch_statistics.mixing_error(layer)
         if id(layer) in nested:
             if keras_bridge.is_trainable_batch_norm(layer):  # not wrapped: refused here
                 raise batch_statistics.error(layer)
