@@ -29,7 +29,7 @@ from typing import Any, Callable, List
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import microbatching, recording
+from tf_tempered.privacy import example_rows, microbatching, recording
 from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy.per_example_loss import per_example_losses
 from tf_tempered.privacy.step.random_ops import ForwardOps
@@ -151,6 +151,7 @@ def record_forward(model, batch, plan, *, losses=None):
         microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
         total = tf.reduce_sum(microbatch_losses)
         recorder.end_forward()
+    example_rows.refuse_calls_off_the_batch(recorder.records, batch.x, losses.shape[0])
     plan.clipped_sum.check_forward(forward_ops)
 
     def recompute(after):

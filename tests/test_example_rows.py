@@ -1,0 +1,114 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""tf_tempered/privacy/example_rows.py: a layer called on rows that are not the batch's
+examples (keras.io's position embedding on tf.range(maxlen), a ViT's positions [1, P]) is
+refused before any update; positions broadcast to the batch train with the exact update."""
+
+import numpy as np
+import pytest
+
+from dp_reference import assert_update, engine_update, median_clip, per_example_reference
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import UnsupportedLayerError, make_private
+
+VOCAB, DIM = 20, 4
+
+
+class _TokenAndPosition(keras.layers.Layer):
+    """keras.io's TokenAndPositionEmbedding; broadcast=True: positions broadcast to the batch."""
+
+    def __init__(self, maxlen, broadcast=False, dtype=None):
+        super().__init__(dtype=dtype)
+        self.broadcast = broadcast
+        self.tokens = keras.layers.Embedding(VOCAB, DIM, dtype=dtype)
+        self.positions = keras.layers.Embedding(maxlen, DIM, dtype=dtype)
+
+    def call(self, x):
+        positions = tf.range(tf.shape(x)[-1])
+        if self.broadcast:
+            positions = tf.broadcast_to(positions, tf.shape(x))
+        return self.tokens(x) + self.positions(positions)
+
+
+def _model(maxlen, broadcast=False, dtype="float32"):
+    return keras.Sequential([keras.Input((maxlen,), dtype="int32"),
+                             _TokenAndPosition(maxlen, broadcast, dtype=dtype),
+                             keras.layers.GlobalAveragePooling1D(dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
+
+
+def _data(batch, maxlen, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, VOCAB, (batch, maxlen)).astype(np.int32), rng.integers(0, 3, batch)
+
+
+# Before: B divides maxlen (and B = maxlen) trained with every update wrong, silently (the
+# positions' rows split into "examples"); otherwise TF's reshape error named no fix.
+@pytest.mark.parametrize("batch, maxlen", [(6, 6), (3, 6), (8, 6)])
+def test_a_position_embedding_on_a_range_is_refused_before_any_update(batch, maxlen):
+    x, y = _data(batch, maxlen)
+    model = make_private(_model(maxlen), l2_norm_clip=1.0, noise_multiplier=1.0,
+                         sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(UnsupportedLayerError, match=r"is called on .*rows.*Fix: call it on a "
+                       r"tensor with the batch's examples on the first axis.*broadcast_to"):
+        model.fit(x, y, batch_size=batch, shuffle=False, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
+class _PatchEncoder(keras.layers.Layer):
+    """keras.io's ViT PatchEncoder: positions of shape [1, P]."""
+
+    def __init__(self, patches):
+        super().__init__()
+        self.patches = patches
+        self.projection = keras.layers.Dense(DIM)
+        self.positions = keras.layers.Embedding(patches, DIM)
+
+    def call(self, x):
+        positions = tf.expand_dims(tf.range(self.patches), 0)
+        return self.projection(x) + self.positions(positions)
+
+
+def test_a_vit_patch_encoder_s_positions_of_shape_one_by_p_are_refused():
+    model = keras.Sequential([keras.Input((5, 3)), _PatchEncoder(5), keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(0).normal(size=(16, 5, 3)).astype(np.float32)
+    with pytest.raises(UnsupportedLayerError, match="called on 1 rows for a batch of"):
+        model.fit(x, np.zeros(16), batch_size=4, verbose=0)
+
+
+@pytest.mark.parametrize("batch", [6, 4])
+def test_positions_broadcast_to_the_batch_train_with_the_exact_update(batch):
+    x, y = _data(batch, 6)
+    weights = _model(6, broadcast=True).get_weights()
+
+    def loss(y_true, y_pred, model):
+        del model
+        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+            y_true, y_pred, from_logits=True))
+
+    norms, reference = per_example_reference(
+        lambda dtype="float32": _model(6, broadcast=True, dtype=dtype), weights, x, y, loss)
+    clip = median_clip(norms)
+    model = _model(6, broadcast=True)
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip,
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))

@@ -1,0 +1,117 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Whether each recorded layer call sees the batch's examples on its first axis.
+
+The handlers split a layer's recorded input and output gradient into the batch's
+examples along the first axis ([B, ...] or, after a reshape, [B·k, ...]). A layer called
+on a tensor that is not the batch's (keras.io's position embedding on ``tf.range(maxlen)``,
+a ViT's positions ``[1, P]``) has one output for every example, broadcast when it is
+added to the batch: its output gradient is the sum over the batch, and no split of it is
+an example's. Such a call is refused while the step traces, with the fix, when
+
+* its input does not depend on the batch's values (``Shape`` ops aside: a length read from
+  the batch is no data of it) and its first axis is not the batch's: a static length where
+  the batch's is unknown, or another static length. A tensor broadcast to the batch's shape
+  (``tf.broadcast_to(positions, tf.shape(token_ids))``) passes;
+* or, statically, its first axis is not a multiple of the batch.
+
+Positions ``tf.range(maxlen)`` are refused also when maxlen equals the batch's length. Not
+seen: another tensor of no example's data whose length equals the batch's by chance (with
+static shapes a broadcast and such a tensor look alike), and rows
+of the batch rearranged (``tf.concat([a, b], 0)`` of two halves of each
+example, a time-major transpose): their first axis still has the batch's length or a
+multiple of it. Eagerly (``run_eagerly=True``) there is no graph to read: nothing checked.
+
+>>> import tensorflow as tf
+>>> @tf.function
+... def depends(x):
+...     positions = tf.range(tf.shape(x)[1])
+...     return [_depends_on(t.op, {x.op}, {}, values_only=True)
+...             for t in (positions, tf.range(3), x * 2)] + [
+...         _depends_on(positions.op, {x.op}, {}, values_only=False)]
+>>> [bool(v) for v in depends(tf.ones((2, 3)))]
+[False, False, True, True]
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy.errors import UnsupportedLayerError
+
+__all__ = ["refuse_calls_off_the_batch"]
+
+# Ops that read a tensor's shape, not its values: a length taken from the batch.
+_SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+
+def refuse_calls_off_the_batch(records, x, rows):
+    """Raises UnsupportedLayerError for a recorded call whose input is not the batch's
+    (module docstring). ``x``: the model's inputs; ``rows``: the batch's static length or None."""
+    batch = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor) and hasattr(t, "op")]
+    if tf.executing_eagerly() or not batch:
+        return
+    batch_ops, values = {t.op for t in batch}, {}
+    for record in records:
+        inputs = [t for t in tf.nest.flatten(record.inputs) if isinstance(t, tf.Tensor)]
+        if not inputs or not hasattr(inputs[0], "op") or inputs[0].shape.rank in (None, 0):
+            continue
+        first = inputs[0]
+        length = first.shape[0]
+        if length is not None and rows is not None and length % rows:
+            raise UnsupportedLayerError(_message(record.layer, f"{length} rows for a batch of "
+                                                 f"{rows}"))
+        if (first.graph is not batch[0].graph or length is None
+                or (length == rows and not _is_a_range(first))
+                or _depends_on(first.op, batch_ops, values, values_only=True)):
+            continue  # another graph (a loop's body: not seen), the batch's length, its values
+        raise UnsupportedLayerError(_message(
+            record.layer, f"an input of {length} rows that does not come from the batch"))
+
+
+def _is_a_range(tensor):
+    """Whether ``tensor`` is a tf.range (through identities and casts): positions, which
+    have the batch's static length only by chance."""
+    op = tensor.op
+    while op.type in ("Identity", "Cast") and op.inputs:
+        op = op.inputs[0].op
+    return op.type == "Range"
+
+
+def _message(layer, what):
+    return (f"Layer {layer.name!r} ({type(layer).__name__}) is called on {what}: its rows "
+            "are not the batch's examples, so its output gradient (summed over the batch where "
+            "the output is broadcast to it) cannot be split per example, and every example's "
+            "clipped gradient would be wrong. Fix: call it on a tensor with the batch's "
+            "examples on the first axis, e.g. positions broadcast to the batch "
+            "(tf.broadcast_to(tf.range(length), tf.shape(token_ids))) before a position "
+            "Embedding, or keep the position weights in a layer of your own that adds them "
+            "to its input (add_weight of shape [length, dim]).")
+
+
+def _depends_on(op, batch_ops, memo, *, values_only):
+    """Whether ``op``'s outputs depend on ``batch_ops``' outputs: on their values only
+    (Shape ops cut) or on anything of them. ``memo``: op -> bool, for one kind."""
+    stack = [(op, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in memo:
+            continue
+        if node in batch_ops or (values_only and node.type in _SHAPE_ONLY):
+            memo[node] = node in batch_ops
+            continue
+        parents = [t.op for t in node.inputs]
+        if expanded:
+            memo[node] = any(memo.get(parent, False) for parent in parents)
+        else:
+            stack.append((node, True))
+            stack.extend((parent, False) for parent in parents if parent not in memo)
+    return memo[op]
