@@ -22,6 +22,7 @@ exact for any layer whose examples do not mix.
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import (Handler, LayerResult, NamedPath,
                                                         NoHyperparameters)
@@ -79,6 +80,7 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
     may be a structure ([output, *states]). A handler's
     `per_example_while_loop(options)` may ask for a tf.map_fn over the examples.
     """
+    _refuse_random_draws(call.layer)
     slices = call.handler.slices_call_args
     per_example_args, fixed_args = _split_call_args(call, slices)
 
@@ -112,6 +114,21 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
         return all_examples()
     with keras_bridge.without_activation(call.layer):  # the trace happens now, inside it
         return all_examples()
+
+
+def _refuse_random_draws(layer):
+    """The VJP runs the layer's call again: draws inside it (its dropout, noise) would differ
+    from the forward pass's, and so would the gradient (wrong, silently)."""
+    drawing = keras_bridge.random_layers(layer)
+    if drawing:
+        names = ", ".join(f"{d.name!r} ({type(d).__name__})" for d in drawing[:3])
+        raise UnsupportedLayerError(
+            f"Layer {layer.name!r} ({type(layer).__name__}) takes the generic per-example "
+            f"path, which runs its call again, and random numbers are drawn inside it (by "
+            f"{names}): the second call would draw others than the forward pass and give "
+            "another gradient. Fix: set its dropout (or noise) to 0 and put a "
+            "keras.layers.Dropout before or after the layer instead, or draw the random "
+            "numbers in a layer of their own without weights.")
 
 
 def _is_per_example(value):
