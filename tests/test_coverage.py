@@ -272,12 +272,14 @@ class TiedEmbeddings(keras.Model):
         return tf.matmul(h, self.embed.embeddings, transpose_b=True)
 
 
-def test_weight_read_outside_its_layer_call_is_refused_before_any_update():
-    # Its gradient from the tied projection would be missing from the norm: refuse.
+@pytest.mark.parametrize("run_eagerly", [False, True])
+def test_weight_read_outside_its_layer_call_is_refused_before_any_update(run_eagerly):
+    # Its gradient from the tied projection would be missing from the norm: refuse. Eagerly
+    # the graph the check reads was not there: it trained with that gradient missing.
     model = TiedEmbeddings()
     model(np.zeros((2, 5), "int32"))
     make_private(model, l2_norm_clip=1.0, noise_multiplier=0.0)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS, run_eagerly=run_eagerly)
     before = model.get_weights()
     ids = np.random.default_rng(0).integers(0, 20, (8, 5))
     with pytest.raises(UnsupportedLayerError,
