@@ -54,9 +54,9 @@ _REFUSAL = (
 
 
 _REFUSAL_OWN_LOOP = (
-    "The optimizer {name} is the one a private model was compiled with: it applies only "
-    "the updates of the model's own DP step (fit, train_on_batch), so that no other "
-    "update reaches the model WITHOUT differential privacy. Fix: in a training loop of "
+    "The optimizer {name} is the one a private model (make_private) was compiled with: it "
+    "applies only the updates of the model's own DP step (fit, train_on_batch), so that no "
+    "other update reaches the model WITHOUT differential privacy. Fix: in a training loop of "
     "your own, apply the gradients of tf_tempered.privacy.DPGradients(model, ...) with an "
     "optimizer of your own (optimizer = keras.optimizers.SGD(...); "
     "optimizer.apply_gradients(zip(grads, model.trainable_variables))), not model.optimizer.")
