@@ -288,3 +288,22 @@ def test_weight_read_outside_its_layer_call_is_refused_before_any_update(run_eag
         model.fit(ids, np.arange(8), batch_size=4, verbose=0)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3 keeps such a weight among its non-trainable ones")
+def test_a_weight_made_trainable_after_creation_is_refused_naming_the_fix():
+    class CreatedFrozen(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], 3), trainable=False, name="w")
+
+        def call(self, x):
+            return tf.matmul(x, self.w)
+
+    layer = CreatedFrozen()
+    model = keras.Sequential([keras.Input((4,)), layer])
+    layer.w.trainable = True  # not watched by TF's tapes: plain Keras does not train it
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    with pytest.raises(UnsupportedLayerError, match="created with trainable=False and made "
+                       r"trainable later.*Fix: create it with add_weight\(trainable=True\)"):
+        model.fit(np.ones((8, 4), np.float32), np.zeros(8), batch_size=4, verbose=0)

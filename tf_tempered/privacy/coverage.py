@@ -60,6 +60,14 @@ def check(model, records):
                 "with 'int8' or 'int4' (a frozen base, e.g. under LoRA), or train without "
                 "float8 quantization.")
         if keras_bridge.variable_key(var) not in owner:
+            made = _made_trainable_after_creation(model, var)
+            if made is not None:
+                raise UnsupportedLayerError(
+                    f"Trainable variable {var.name!r} of layer {made.name!r} was created with "
+                    "trainable=False and made trainable later (variable.trainable = True): "
+                    "TensorFlow's gradient tapes do not watch it, so Keras' own fit leaves it "
+                    "untrained too. Fix: create it with add_weight(trainable=True), and freeze "
+                    "it while needed with variable.trainable = False.")
             raise UnsupportedLayerError(
                 f"Trainable variable {var.name!r} does not belong to a layer the DP engine "
                 "instruments (it must be created by a keras Layer with add_weight and used "
@@ -67,6 +75,14 @@ def check(model, records):
                 "or move the variable into a layer.")
     return [(var, owner[keras_bridge.variable_key(var)]) for var in model.trainable_variables
             if id(owner[keras_bridge.variable_key(var)]) not in recorded]
+
+
+def _made_trainable_after_creation(model, var):
+    """The layer that created ``var`` with trainable=False (Keras 3), or None."""
+    for layer in keras_bridge.flatten_layers(model, include_self=True):
+        if any(v is var for v in getattr(layer, "_non_trainable_variables", [])):
+            return layer
+    return None
 
 
 def refuse_unrecorded_dependencies(model, unrecorded, grads):
