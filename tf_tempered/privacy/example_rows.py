@@ -37,11 +37,9 @@ multiple of it. Eagerly (``run_eagerly=True``) there is no graph to read: nothin
 >>> @tf.function
 ... def depends(x):
 ...     positions = tf.range(tf.shape(x)[1])
-...     return [_depends_on(t.op, {x.op}, {}, values_only=True)
-...             for t in (positions, tf.range(3), x * 2)] + [
-...         _depends_on(positions.op, {x.op}, {}, values_only=False)]
+...     return [_depends_on(t.op, {x.op}, {}) for t in (positions, tf.range(3), x * 2)]
 >>> [bool(v) for v in depends(tf.ones((2, 3)))]
-[False, False, True, True]
+[False, False, True]
 """
 
 from tf_tempered._compat import tf
@@ -71,7 +69,7 @@ def refuse_calls_off_the_batch(records, x, rows):
                                                  f"{rows}"))
         if (first.graph is not batch[0].graph or length is None
                 or (length == rows and not _is_a_range(first))
-                or _depends_on(first.op, batch_ops, values, values_only=True)):
+                or _depends_on(first.op, batch_ops, values)):
             continue  # another graph (a loop's body: not seen), the batch's length, its values
         raise UnsupportedLayerError(_message(
             record.layer, f"an input of {length} rows that does not come from the batch"))
@@ -97,15 +95,15 @@ def _message(layer, what):
             "to its input (add_weight of shape [length, dim]).")
 
 
-def _depends_on(op, batch_ops, memo, *, values_only):
-    """Whether ``op``'s outputs depend on ``batch_ops``' outputs: on their values only
-    (Shape ops cut) or on anything of them. ``memo``: op -> bool, for one kind."""
+def _depends_on(op, batch_ops, memo):
+    """Whether ``op``'s outputs depend on the values of ``batch_ops``' outputs (Shape ops
+    cut: a length is no data). ``memo``: op -> bool, shared between calls."""
     stack = [(op, False)]
     while stack:
         node, expanded = stack.pop()
         if node in memo:
             continue
-        if node in batch_ops or (values_only and node.type in _SHAPE_ONLY):
+        if node in batch_ops or node.type in _SHAPE_ONLY:
             memo[node] = node in batch_ops
             continue
         parents = [t.op for t in node.inputs]

@@ -40,7 +40,8 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp",
-           "release_loaded_variables", "refuse_loaded_updates", "is_marked"]
+           "release_loaded_variables", "refuse_loaded_updates", "is_marked",
+           "PUBLIC_COPY_FIX"]
 
 REGISTERED_NAME = "tf_tempered>PrivateOptimizer"
 
@@ -203,13 +204,16 @@ def refuse_loaded_updates(optimizer, variables):
         raise NotPrivateError(_REFUSAL_RECOMPILED.format(name=type(optimizer).__name__))
 
 
+PUBLIC_COPY_FIX = (
+    "To train these weights without DP on purpose (public data), copy them into a model "
+    "make_private has not seen: keras.models.clone_model(model), then set_weights.")
+
 _REFUSAL_RECOMPILED = (
     "The optimizer {name} would train the weights of a model saved by a private model "
     "and loaded, whose DP optimizer a new compile replaced: WITHOUT differential privacy, "
     "and without counting its privacy ledger. Fix: call tf_tempered.make_private(model) "
     "(no arguments: the DP settings and ledger saved with it, a fresh secret key), then "
-    "fit. To train these weights without DP on purpose (public data), copy them into a "
-    "model make_private has not seen: keras.models.clone_model(model), then set_weights.")
+    "fit. " + PUBLIC_COPY_FIX)
 
 
 @keras.utils.register_keras_serializable(package="tf_tempered", name="PrivateOptimizer")

@@ -84,9 +84,7 @@ _REFUSAL = (
     "train_on_batch); in a custom loop, take the gradients from "
     "tf_tempered.privacy.DPGradients(model, loss, l2_norm_clip=..., noise_multiplier=...) "
     "(docs/custom_loops.md); a model built around a private model's layers: make it "
-    "private too (make_private(outer_model, ...)). To train these weights without DP on "
-    "purpose (public data), copy them into a model make_private has not seen: "
-    "keras.models.clone_model(model), then set_weights.")
+    "private too (make_private(outer_model, ...)). " + saving.PUBLIC_COPY_FIX)
 
 
 keras_bridge.guard_optimizer_updates(refuse_updates_without_dp)
