@@ -119,8 +119,7 @@ class RunAccount:
         self.finished = False
 
     def begin(self, model):
-        record_outside_steps(self.state, self.config)
-        record_steps_of_ledger(model)
+        record_steps_of_ledger(model)  # steps outside fit before it, of every sharing model
         self.start = self.state.steps_taken()
         self._epoch_start = self.start
         self.state.run = self

@@ -23,6 +23,7 @@ Each stage is a small module of this package, called in order; data flows one wa
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
+from tf_tempered.privacy.step import graph_checks
 from tf_tempered.privacy.step.batch import unpack_batch
 from tf_tempered.privacy.step.chunks import clipped_passes
 from tf_tempered.privacy.step.metrics import step_logs, update_metrics
@@ -50,30 +51,11 @@ def dp_gradients(model, data, *, losses=None):
     # batch or chunk by chunk (EngineOptions.physical_batch_size).
     passes = clipped_passes(model, state, plan, batch, losses=losses)
     if tf.executing_eagerly():
-        _check_in_a_graph(model, state, data, losses)
+        graph_checks.check_once_in_a_graph(model, state, data, losses)
     stats = plan.replicas.sum(passes.local_stats)
     update = noised_mean(model, state, plan, batch, passes, passes.summed, stats)
     update_metrics(model if losses is None else None, state.metrics, stats, plan.replicas)
     return batch, passes, update
-
-
-@tf.autograph.experimental.do_not_convert
-def _check_in_a_graph(model, state, data, losses):
-    """run_eagerly=True, or an eager DPGradients call: the checks that read the traced graph
-    (a weight read outside its layer's call, a layer called on rows not the batch's) see
-    nothing eagerly. Stages 3-7 are traced once per model (nothing runs; the model is built
-    by the eager pass just taken), so those refusals hold there too, before any update."""
-    if "checked in a graph" in state.warned:
-        return
-
-    def traced(traced_data):
-        plan = plan_step(model, state, check_optimizer=losses is None)
-        batch = unpack_batch(traced_data, xla=plan.xla,
-                             input_shapes=keras_bridge.declared_input_shapes(model))
-        clipped_passes(model, state, plan, batch, losses=losses)
-
-    tf.function(traced, autograph=False).get_concrete_function(data)
-    state.warned.add("checked in a graph")
 
 
 @tf.autograph.experimental.do_not_convert

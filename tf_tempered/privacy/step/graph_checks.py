@@ -1,0 +1,48 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The step's checks that read the traced graph, for a step that runs eagerly.
+
+Two refusals read the graph a traced DP step builds: a weight read outside its layer's
+call (:func:`tf_tempered.privacy.coverage.refuse_reads_outside_calls`) and a layer called on
+rows that are not the batch's (:mod:`tf_tempered.privacy.example_rows`). Eagerly
+(``run_eagerly=True``, a DPGradients call outside ``tf.function``) there is no graph, and
+a tied embedding trained with its tied use's gradient missing. So the first eager step of
+a model also traces stages 3-7 once (nothing runs; the eager pass just taken has built the
+model), before its update is applied.
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered import keras_bridge
+from tf_tempered.privacy.step.batch import unpack_batch
+from tf_tempered.privacy.step.chunks import clipped_passes
+from tf_tempered.privacy.step.plan import plan_step
+
+__all__ = ["check_once_in_a_graph"]
+
+
+@tf.autograph.experimental.do_not_convert
+def check_once_in_a_graph(model, state, data, losses):
+    """Traces stages 3-7 of ``model``'s step on ``data``'s signature once per model; the
+    graph-reading checks raise there. ``losses``: DPGradients' loss container, or None."""
+    if state.graph_checked:
+        return
+
+    def traced(traced_data):
+        plan = plan_step(model, state, check_optimizer=losses is None)
+        batch = unpack_batch(traced_data, xla=plan.xla,
+                             input_shapes=keras_bridge.declared_input_shapes(model))
+        clipped_passes(model, state, plan, batch, losses=losses)
+
+    tf.function(traced, autograph=False).get_concrete_function(data)
+    state.graph_checked = True
