@@ -112,3 +112,79 @@ def test_positions_broadcast_to_the_batch_train_with_the_exact_update(batch):
     ours, _ = engine_update(model, x, y, clip=clip,
                             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     assert_update(ours, reference(clip))
+
+
+class _Rows(keras.layers.Layer):
+    """Rows of the two inputs rearranged before one shared Dense, or kept example-major."""
+
+    def __init__(self, how, dtype=None):
+        super().__init__(dtype=dtype)
+        self.how = how
+        self.dense = keras.layers.Dense(DIM, dtype=dtype)
+
+    def call(self, inputs):
+        a, b = inputs  # [B, T, 3] each
+        if self.how == "concat":  # a siamese encoder run once on both
+            h = self.dense(tf.concat([a, b], 0))
+            return tf.concat(tf.split(h, 2), -1)
+        if self.how == "time_major":
+            h = tf.transpose(self.dense(tf.transpose(a, [1, 0, 2])), [1, 0, 2])
+            return tf.concat([h, h], -1)
+        if self.how == "tile":
+            return tf.concat(tf.split(self.dense(tf.tile(a, [2, 1, 1])), 2), -1)
+        if self.how == "stacked":  # tf.stack on axis 1: rows 2i, 2i + 1 are example i's
+            h = self.dense(tf.reshape(tf.stack([a, b], axis=1), [-1, 4, 3]))
+            return tf.reshape(h, [-1, 4, 2 * DIM])
+        if self.how == "separate":
+            return tf.concat([self.dense(a), self.dense(b)], -1)
+        raise ValueError(self.how)
+
+
+def _rows_model(how, dtype="float32"):
+    a, b = keras.Input((4, 3), dtype=dtype), keras.Input((4, 3), dtype=dtype)
+    h = _Rows(how, dtype=dtype)([a, b])
+    h = keras.layers.GlobalAveragePooling1D(dtype=dtype)(h)
+    return keras.Model([a, b], keras.layers.Dense(3, dtype=dtype)(h))
+
+
+def _rows_data(batch):
+    rng = np.random.default_rng(1)
+    x = [rng.normal(size=(batch, 4, 3)).astype(np.float32) for _ in range(2)]
+    return x, rng.integers(0, 3, batch)
+
+
+# Before: each trained with every update wrong, silently (a probe measured a clipped sum
+# 0.1067 > 2C when one example was replaced): the handler split the rows in order.
+@pytest.mark.parametrize("how, what", [("concat", "rearranged"), ("tile", "rearranged"),
+                                       ("time_major", "on axis 1")])
+def test_rows_rearranged_across_examples_are_refused_before_any_update(how, what):
+    x, y = _rows_data(4)  # T = B: the first axis is the batch's length either way
+    model = make_private(_rows_model(how), l2_norm_clip=1.0, noise_multiplier=1.0,
+                         sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(UnsupportedLayerError, match=rf"{what}.*Fix: call the layer once per "
+                       r"part.*encoder\(a\) and encoder\(b\)"):
+        model.fit(x, y, batch_size=4, shuffle=False, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
+@pytest.mark.parametrize("how", ["separate", "stacked"])
+def test_rows_kept_example_major_train_with_the_exact_update(how):
+    x, y = _rows_data(4)
+    weights = _rows_model(how).get_weights()
+
+    def loss(y_true, y_pred, model):
+        del model
+        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+            y_true, y_pred, from_logits=True))
+
+    norms, reference = per_example_reference(
+        lambda dtype="float32": _rows_model(how, dtype=dtype), weights, x, y, loss)
+    clip = median_clip(norms)
+    model = _rows_model(how)
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip,
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))

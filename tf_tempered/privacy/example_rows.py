@@ -43,6 +43,7 @@ multiple of it. Eagerly (``run_eagerly=True``) there is no graph to read: nothin
 """
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy import row_layout
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
 __all__ = ["refuse_calls_off_the_batch"]
@@ -52,27 +53,44 @@ _SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
 
 def refuse_calls_off_the_batch(records, x, rows):
-    """Raises UnsupportedLayerError for a recorded call whose input is not the batch's
-    (module docstring). ``x``: the model's inputs; ``rows``: the batch's static length or None."""
+    """Raises UnsupportedLayerError for a recorded call whose input is not the batch's, or
+    whose rows were rearranged across examples (module docstring). ``x``: the model's
+    inputs; ``rows``: the batch's static length or None."""
     batch = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor) and hasattr(t, "op")]
     if tf.executing_eagerly() or not batch:
         return
-    batch_ops, values = {t.op for t in batch}, {}
+    graph, batch_ops, values = batch[0].graph, {t.op for t in batch}, {}
+    # A recorded call's outputs hold the examples on axis 0 when its inputs do, which is
+    # checked for that call itself.
+    sources, layouts = batch_ops | _record_output_ops(records, graph), {}
     for record in records:
-        inputs = [t for t in tf.nest.flatten(record.inputs) if isinstance(t, tf.Tensor)]
-        if not inputs or not hasattr(inputs[0], "op") or inputs[0].shape.rank in (None, 0):
-            continue
-        first = inputs[0]
-        length = first.shape[0]
-        if length is not None and rows is not None and length % rows:
-            raise UnsupportedLayerError(_message(record.layer, f"{length} rows for a batch of "
-                                                 f"{rows}"))
-        if (first.graph is not batch[0].graph or length is None
-                or (length == rows and not _is_a_range(first))
-                or _depends_on(first.op, batch_ops, values)):
-            continue  # another graph (a loop's body: not seen), the batch's length, its values
-        raise UnsupportedLayerError(_message(
-            record.layer, f"an input of {length} rows that does not come from the batch"))
+        inputs = [t for t in tf.nest.flatten(record.inputs)
+                  if isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph
+                  and t.shape.rank not in (None, 0)]
+        if not inputs:
+            continue  # another graph (a loop's body): not seen
+        _refuse_rows_off_the_batch(record, inputs[0], rows, batch_ops, values)
+        for tensor in inputs:
+            layout = row_layout.batch_axis(tensor, sources, layouts)
+            if layout is row_layout.REARRANGED or (isinstance(layout, int) and layout):
+                raise UnsupportedLayerError(_rearranged_message(record.layer, layout))
+
+
+def _refuse_rows_off_the_batch(record, first, rows, batch_ops, values):
+    length = first.shape[0]
+    if length is not None and rows is not None and length % rows:
+        raise UnsupportedLayerError(_message(record.layer, f"{length} rows for a batch of "
+                                             f"{rows}"))
+    if (length is None or (length == rows and not _is_a_range(first))
+            or _depends_on(first.op, batch_ops, values)):
+        return  # the batch's length, or its values
+    raise UnsupportedLayerError(_message(
+        record.layer, f"an input of {length} rows that does not come from the batch"))
+
+
+def _record_output_ops(records, graph):
+    return {t.op for record in records for t in tf.nest.flatten(record.output)
+            if isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph}
 
 
 def _is_a_range(tensor):
@@ -93,6 +111,20 @@ def _message(layer, what):
             "(tf.broadcast_to(tf.range(length), tf.shape(token_ids))) before a position "
             "Embedding, or keep the position weights in a layer of your own that adds them "
             "to its input (add_weight of shape [length, dim]).")
+
+
+def _rearranged_message(layer, layout):
+    what = ("rows of the batch's examples rearranged (tf.concat of batch tensors on axis 0, "
+            "or a tile, reverse, roll or gather of the batch's rows)"
+            if layout is row_layout.REARRANGED else
+            f"a tensor holding the batch's examples on axis {layout}, not on the first axis "
+            "(a transpose to time-major, or a stack)")
+    return (f"Layer {layer.name!r} ({type(layer).__name__}) is called on {what}: its handler "
+            "splits the first axis into the batch's examples in order, so every example's "
+            "clipped gradient would be wrong. Fix: call the layer once per part instead of on "
+            "their concatenation (encoder(a) and encoder(b), not encoder(tf.concat([a, b], "
+            "0))), and keep the batch's examples on the first axis (transpose back before the "
+            "layer).")
 
 
 def _depends_on(op, batch_ops, memo):
