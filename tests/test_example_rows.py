@@ -188,3 +188,66 @@ def test_rows_kept_example_major_train_with_the_exact_update(how):
     ours, _ = engine_update(model, x, y, clip=clip,
                             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     assert_update(ours, reference(clip))
+
+
+def _centered(where, dtype="float32"):
+    """Dense layers with the batch mean subtracted before the last one, or after it."""
+    inputs = keras.Input((5,), dtype=dtype)
+    h = keras.layers.Dense(4, activation="tanh", dtype=dtype)(inputs)
+    if where == "between_layers":
+        h = keras.layers.Lambda(lambda t: t - tf.reduce_mean(t, axis=0), dtype=dtype)(h)
+    if where == "per_example":  # over the features: each example's own statistic
+        h = keras.layers.Lambda(lambda t: t - tf.reduce_mean(t, axis=-1, keepdims=True),
+                                dtype=dtype)(h)
+    outputs = keras.layers.Dense(3, dtype=dtype)(h)
+    if where == "after_the_last_layer":
+        outputs = keras.layers.Lambda(lambda t: t - tf.reduce_max(t, axis=0), dtype=dtype)(outputs)
+    return keras.Model(inputs, outputs)
+
+
+def _centroid_loss(y_true, y_pred):
+    """Pulls each example's prediction to the batch's centroid (plus cross-entropy)."""
+    pull = tf.reduce_sum(tf.square(y_pred - tf.reduce_mean(y_pred, axis=0)), axis=-1)
+    return keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True) + pull
+
+
+# Before: each trained silently with DP-SGD's noise but no bound on what one example changes
+# (every example's gradient depended on all of them).
+@pytest.mark.parametrize("where, loss, subject", [
+    ("between_layers", "crossentropy", "is called on values computed from several examples"),
+    ("after_the_last_layer", "crossentropy", "The per-example losses are computed from"),
+    ("none", "centroid", "The per-example losses are computed from")])
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+def test_values_mixing_the_batch_s_examples_are_refused_before_any_update(where, loss, subject,
+                                                                          sampling):
+    model = make_private(_centered(where), l2_norm_clip=1.0, noise_multiplier=1.0,
+                         sampling=sampling)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_centroid_loss if loss == "centroid"
+                  else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(UnsupportedLayerError, match=subject + r".*Fix: compute every "
+                       r"statistic per example"):
+        model.fit(x, np.zeros(32), batch_size=8, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
+def test_a_statistic_of_each_example_s_own_features_trains_with_the_exact_update():
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
+    keras.utils.set_random_seed(0)
+    weights = _centered("per_example").get_weights()
+
+    def loss(y_true, y_pred, model):
+        del model
+        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+            y_true, y_pred, from_logits=True))
+
+    norms, reference = per_example_reference(
+        lambda dtype="float32": _centered("per_example", dtype), weights, x, y, loss)
+    clip = median_clip(norms)
+    model = _centered("per_example")
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip,
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))

@@ -24,14 +24,15 @@ an example's. Such a call is refused while the step traces, with the fix, when
   the batch is no data of it) and its first axis is not the batch's: a static length where
   the batch's is unknown, or another static length. A tensor broadcast to the batch's shape
   (``tf.broadcast_to(positions, tf.shape(token_ids))``) passes;
-* or, statically, its first axis is not a multiple of the batch.
+* or, statically, its first axis is not a multiple of the batch;
+* or its rows were rearranged across examples (``tf.concat([a, b], 0)`` of two batch
+  tensors, a tile, a time-major transpose: ``row_layout``), which keeps the first axis a
+  multiple of the batch.
 
 Positions ``tf.range(maxlen)`` are refused also when maxlen equals the batch's length. Not
 seen: another tensor of no example's data whose length equals the batch's by chance (with
-static shapes a broadcast and such a tensor look alike), and rows
-of the batch rearranged (``tf.concat([a, b], 0)`` of two halves of each
-example, a time-major transpose): their first axis still has the batch's length or a
-multiple of it. Eagerly (``run_eagerly=True``) there is no graph to read: nothing checked.
+static shapes a broadcast and such a tensor look alike). Eagerly (``run_eagerly=True``)
+there is no graph to read: the eager step is traced once for these checks (graph_checks).
 
 >>> import tensorflow as tf
 >>> @tf.function
@@ -58,7 +59,7 @@ def refuse_calls_off_the_batch(records, x, rows):
     inputs; ``rows``: the batch's static length or None."""
     batch = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor) and hasattr(t, "op")]
     if tf.executing_eagerly() or not batch:
-        return
+        return None
     graph, batch_ops, values = batch[0].graph, {t.op for t in batch}, {}
     # A recorded call's outputs hold the examples on axis 0 when its inputs do, which is
     # checked for that call itself.
@@ -70,10 +71,32 @@ def refuse_calls_off_the_batch(records, x, rows):
         if not inputs:
             continue  # another graph (a loop's body): not seen
         _refuse_rows_off_the_batch(record, inputs[0], rows, batch_ops, values)
+        record.shared_args = _shared_args(record, graph, batch_ops, values)
         for tensor in inputs:
             layout = row_layout.batch_axis(tensor, sources, layouts)
+            if layout is row_layout.MIXED:
+                raise UnsupportedLayerError(_mixed_message(
+                    f"Layer {record.layer.name!r} ({type(record.layer).__name__}) is called "
+                    "on"))
             if layout is row_layout.REARRANGED or (isinstance(layout, int) and layout):
                 raise UnsupportedLayerError(_rearranged_message(record.layer, layout))
+    return sources, layouts
+
+
+def refuse_mixed_losses(losses, batch_tensors, walked):
+    """Raises UnsupportedLayerError when the per-example losses (rows of ``losses``) were
+    computed from several examples: a layer without weights after the last recorded call,
+    or the loss itself, mixed the batch (a batch mean subtracted, a loss pulling each
+    example to the batch's centroid). ``walked``: (sources, layouts) returned by
+    refuse_calls_off_the_batch for the same step, or None."""
+    if tf.executing_eagerly() or not hasattr(losses, "op") or walked is None:
+        return
+    sources, layouts = walked
+    sources = sources | {t.op for t in tf.nest.flatten(batch_tensors)
+                         if isinstance(t, tf.Tensor) and getattr(t, "graph", None) is
+                         losses.graph}
+    if row_layout.batch_axis(losses, sources, layouts) is row_layout.MIXED:
+        raise UnsupportedLayerError(_mixed_message("The per-example losses are computed from"))
 
 
 def _refuse_rows_off_the_batch(record, first, rows, batch_ops, values):
@@ -86,6 +109,14 @@ def _refuse_rows_off_the_batch(record, first, rows, batch_ops, values):
         return  # the batch's length, or its values
     raise UnsupportedLayerError(_message(
         record.layer, f"an input of {length} rows that does not come from the batch"))
+
+
+def _shared_args(record, graph, batch_ops, values):
+    """Positions of the call's other tensor arguments that do not depend on the batch."""
+    leaves = tf.nest.flatten((record.call_args, record.call_kwargs))
+    return frozenset(i for i, t in enumerate(leaves) if isinstance(t, tf.Tensor) and (
+        not hasattr(t, "op")  # a constant made eagerly (a Functional model's argument)
+        or (t.graph is graph and not _depends_on(t.op, batch_ops, values))))
 
 
 def _record_output_ops(records, graph):
@@ -125,6 +156,17 @@ def _rearranged_message(layer, layout):
             "their concatenation (encoder(a) and encoder(b), not encoder(tf.concat([a, b], "
             "0))), and keep the batch's examples on the first axis (transpose back before the "
             "layer).")
+
+
+def _mixed_message(subject):
+    return (f"{subject} values computed from several examples of the batch (a mean, sum, max "
+            "or softmax over the batch's axis, a matmul contracting it, or a matrix of pairs "
+            "of examples): one example then changes every example's gradient, and clipping "
+            "each one no longer bounds what it changes, so no ε would hold. Fix: compute "
+            "every statistic per example (over axes 1 and up, e.g. LayerNormalization instead "
+            "of subtracting the batch mean), take statistics from public data (a "
+            "Normalization layer adapted on public data, in make_private(public_layers=...)), "
+            "and use a loss of each example's own prediction and label.")
 
 
 def _depends_on(op, batch_ops, memo):

@@ -24,11 +24,15 @@ whose inputs are checked themselves) through the graph:
 
 * an int: the axis holding the examples (0: example-major);
 * ``REARRANGED``: rows of different examples interleaved or reordered;
-* None: no dependence on the batch; ``UNKNOWN``: an op this walk does not follow (a loop,
-  a call, an einsum that sums the batch letter): nothing is claimed.
+* ``MIXED``: values computed from several examples (a mean, sum, max, cumulative sum or
+  softmax over the batch's axis, a matmul contracting it, a [B, B] matrix of pairs,
+  batch normalization with the batch's statistics);
+* None: no dependence on the batch (its length aside); ``UNKNOWN``: an op this walk does
+  not follow (a loop, a call, a scatter): nothing is claimed.
 
-Ops that could restore the layout (reshape, split, slice, gather) turn ``REARRANGED`` into
-``UNKNOWN``: only a definite rearrangement reaches a layer as one.
+Ops that could restore the layout (reshape, split, unstack, slice, gather) turn
+``REARRANGED`` into ``UNKNOWN``: only a definite rearrangement reaches a layer as one.
+Nothing unmixes: ``MIXED`` stays.
 
 >>> import tensorflow as tf
 >>> found = []
@@ -42,11 +46,24 @@ Ops that could restore the layout (reshape, split, slice, gather) turn ``REARRAN
 >>> where(tf.ones((2, 4, 3)), tf.ones((2, 4, 3)))
 >>> found
 [REARRANGED, 0, 1, 0, 0, REARRANGED, REARRANGED, 0, None]
+>>> found.clear()
+>>> @tf.function
+... def mixed(a):
+...     found.extend(batch_axis(t, {a.op}) for t in (
+...         a - tf.reduce_mean(a, axis=0), a - tf.reduce_mean(a, axis=[1, 2], keepdims=True),
+...         tf.einsum("btd,bsd->bts", a, a), tf.einsum("btd,ctd->bc", a, a),
+...         tf.matmul(a[:, 0], a[:, 0], transpose_b=True), tf.math.cumsum(a[:, -1], axis=0)))
+>>> mixed(tf.ones((2, 4, 3)))
+>>> found
+[MIXED, 0, 0, MIXED, MIXED, MIXED]
 """
 
 from tf_tempered._compat import tf
 
-__all__ = ["REARRANGED", "UNKNOWN", "batch_axis"]
+# Ops that read a tensor's shape, not its values: a length is no data of the batch.
+_SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+
+__all__ = ["MIXED", "REARRANGED", "UNKNOWN", "batch_axis"]
 
 
 class _Mark:
@@ -58,6 +75,7 @@ class _Mark:
 
 
 REARRANGED = _Mark("REARRANGED")
+MIXED = _Mark("MIXED")
 UNKNOWN = _Mark("UNKNOWN")
 
 
@@ -81,8 +99,10 @@ def batch_axis(tensor, sources, memo=None):
 
 
 def _follow(op, layouts):
-    if all(layout is None for layout in layouts):
-        return None
+    if all(layout is None for layout in layouts) or op.type in _SHAPE_ONLY:
+        return None  # no batch in it, or only its length
+    if MIXED in layouts:
+        return MIXED  # nothing unmixes
     rule = _RULES.get(op.type, _same_axes)
     try:
         return rule(op, layouts)
@@ -159,7 +179,7 @@ def _unpack(op, layouts):
         return UNKNOWN
     axis = _axis(op.get_attr("axis"), op.inputs[0].shape.rank)
     if axis == layout:
-        return REARRANGED  # one example per output
+        return UNKNOWN  # one example per output: a loop over the examples may stack them again
     return layout - 1 if axis < layout else layout
 
 
@@ -244,20 +264,86 @@ def _split(op, layouts):
 
 def _einsum(op, layouts):
     inputs, output = op.get_attr("equation").decode().replace(" ", "").split("->")
-    found = set()
-    for letters, layout in zip(inputs.split(","), layouts):
+    letters = set()
+    for names, layout in zip(inputs.split(","), layouts):
         if layout is None:
             continue
-        if not isinstance(layout, int) or "." in letters or letters[layout] not in output:
+        if not isinstance(layout, int) or "." in names:
             return UNKNOWN
-        found.add(output.index(letters[layout]))
-    return found.pop() if len(found) == 1 else UNKNOWN
+        letters.add(names[layout])
+    if any(letter not in output for letter in letters) or len(letters) > 1:
+        return MIXED  # the batch's letter summed over, or pairs of examples
+    return output.index(letters.pop())
 
 
 def _matmul(op, layouts):
-    if layouts[1] is not None or op.get_attr("transpose_a"):
-        return UNKNOWN  # the batch in the contraction, or on the right: not followed
+    """[m, k]·[k, n]: the batch on a contracted axis, or on both free axes (pairs of
+    examples), mixes examples; on one free axis it is that output axis."""
+    x = (0, 1) if op.get_attr("transpose_a") else (1, 0)  # (contracted, free) axes
+    y = (1, 0) if op.get_attr("transpose_b") else (0, 1)
+    return _product(op, layouts, (x, y), ranks=(2, 2))
+
+
+def _batch_matmul(op, layouts):
+    ranks = [t.shape.rank for t in op.inputs[:2]]
+    if None in ranks or op.outputs[0].shape.rank is None:
+        return UNKNOWN
+    (rx, ry) = ranks
+    x = (rx - 2, rx - 1) if op.get_attr("adj_x") else (rx - 1, rx - 2)
+    y = (ry - 1, ry - 2) if op.get_attr("adj_y") else (ry - 2, ry - 1)
+    return _product(op, layouts, (x, y), ranks)
+
+
+def _product(op, layouts, axes, ranks):
+    """Where the batch goes through a (batched) matrix product; ``axes``: (contracted,
+    free) axis of each operand."""
+    rank, found = op.outputs[0].shape.rank, set()
+    for layout, (contracted, free), r, out in zip(layouts, axes, ranks, (-2, -1)):
+        if layout is None:
+            continue
+        if not isinstance(layout, int):
+            return layout
+        if layout == contracted:
+            return MIXED
+        found.add(rank + out if layout == free else layout + rank - r)  # free, or batch dim
+    if found == {rank - 2, rank - 1}:
+        return MIXED  # [.., B, B]: pairs of examples
+    return found.pop() if len(found) == 1 else UNKNOWN
+
+
+def _reduction(op, layouts):
+    layout, rank = layouts[0], op.inputs[0].shape.rank
+    if not isinstance(layout, int):
+        return layout
+    axes = [_axis(a, rank) for a in _static(op.inputs[1])]
+    if layout in axes:
+        return MIXED  # a statistic of the batch
+    return layout if op.get_attr("keep_dims") else layout - sum(a < layout for a in axes)
+
+
+def _along_one_axis(drops):
+    def rule(op, layouts):
+        layout = layouts[0]
+        if not isinstance(layout, int):
+            return layout
+        axis = _axis(_static(op.inputs[1])[0], op.inputs[0].shape.rank)
+        if axis == layout:
+            return MIXED
+        return layout - 1 if drops and axis < layout else layout
+    return rule
+
+
+def _last_axis(op, layouts):
+    layout = layouts[0]
+    if isinstance(layout, int) and layout == op.inputs[0].shape.rank - 1:
+        return MIXED  # a softmax over the examples
     return _same_axes(op, layouts)
+
+
+def _fused_batch_norm(op, layouts):
+    if op.get_attr("is_training") and layouts[0] is not None:
+        return MIXED  # normalized with the batch's statistics
+    return UNKNOWN
 
 
 def _unknown(op, layouts):
@@ -265,7 +351,16 @@ def _unknown(op, layouts):
 
 
 def _slice(op, layouts):
-    return UNKNOWN if layouts[0] is REARRANGED else _same_axes(op, layouts)
+    layout = layouts[0]
+    if layout is REARRANGED:
+        return UNKNOWN
+    if op.type != "StridedSlice" or not isinstance(layout, int) or any(
+            op.get_attr(mask) for mask in ("ellipsis_mask", "new_axis_mask")):
+        return _same_axes(op, layouts)
+    shrunk = op.get_attr("shrink_axis_mask")  # x[:, 0], x[:, -1]: axes dropped
+    if shrunk >> layout & 1:
+        return UNKNOWN  # one example's rows
+    return layout - bin(shrunk & ((1 << layout) - 1)).count("1")
 
 
 _RULES = {
@@ -279,5 +374,13 @@ _RULES = {
                                    "PartitionedCall", "StatefulPartitionedCall", "GatherNd",
                                    "ScatterNd", "TensorScatterUpdate", "SpaceToBatchND",
                                    "BatchToSpaceND", "SpaceToDepth", "DepthToSpace")},
-    **{name: (lambda op, layouts: None) for name in ("Shape", "ShapeN", "Size", "Rank")},
+    **{name: _reduction for name in ("Sum", "Mean", "Max", "Min", "Prod", "All", "Any",
+                                     "EuclideanNorm")},
+    "ArgMax": _along_one_axis(drops=True), "ArgMin": _along_one_axis(drops=True),
+    **{name: _along_one_axis(drops=False) for name in ("Cumsum", "Cumprod",
+                                                       "CumulativeLogsumexp")},
+    "Softmax": _last_axis, "LogSoftmax": _last_axis, "L2Loss": lambda op, layouts: MIXED,
+    "BatchMatMulV2": _batch_matmul, "BatchMatMulV3": _batch_matmul,
+    **{name: _fused_batch_norm for name in ("FusedBatchNorm", "FusedBatchNormV2",
+                                            "FusedBatchNormV3")},
 }

@@ -151,7 +151,10 @@ def record_forward(model, batch, plan, *, losses=None):
         microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
         total = tf.reduce_sum(microbatch_losses)
         recorder.end_forward()
-    example_rows.refuse_calls_off_the_batch(recorder.records, batch.x, losses.shape[0])
+    walked = example_rows.refuse_calls_off_the_batch(recorder.records, batch.x,
+                                                     losses.shape[0])
+    example_rows.refuse_mixed_losses(losses, (batch.y, batch.loss_weight, batch.poisson_mask),
+                                     walked)
     plan.clipped_sum.check_forward(forward_ops)
 
     def recompute(after):
