@@ -29,7 +29,7 @@ from typing import Any, Callable, List
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import example_rows, microbatching, recording
+from tf_tempered.privacy import example_rows, microbatching, recording, state_writes
 from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy.per_example_loss import per_example_losses
 from tf_tempered.privacy.step.random_ops import ForwardOps
@@ -155,6 +155,8 @@ def record_forward(model, batch, plan, *, losses=None):
                                                      losses.shape[0])
     example_rows.refuse_mixed_losses(losses, (batch.y, batch.loss_weight, batch.poisson_mask),
                                      walked)
+    state_writes.refuse_writes_from_the_batch(recorder.forward_ops,
+                                              (batch.x, batch.y, batch.loss_weight))
     plan.clipped_sum.check_forward(forward_ops)
 
     def recompute(after):

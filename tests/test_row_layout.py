@@ -1,0 +1,65 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""tf_tempered/privacy/row_layout.py: where the batch's examples are after each op between
+layers: kept example-major, moved to another axis, rearranged across examples, or mixed."""
+
+import pytest
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy.row_layout import MIXED, REARRANGED, UNKNOWN, batch_axis
+
+TABLE = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+
+CASES = {  # x: [B, T, d] = [2, 4, 3], ids: [B, T] int32
+    "attention scores q·kᵀ": (lambda x, ids: tf.matmul(x, x, transpose_b=True), 0),
+    "attention by einsum": (lambda x, ids: tf.einsum("btd,bsd->bts", x, x), 0),
+    "scores times values": (lambda x, ids: tf.matmul(tf.nn.softmax(
+        tf.matmul(x, x, transpose_b=True)), x), 0),
+    "heads split and merged": (lambda x, ids: tf.reshape(tf.transpose(tf.reshape(
+        x, [2, 4, 3, 1]), [0, 2, 1, 3]), [2, 12]), 0),
+    "time-major and back": (lambda x, ids: tf.transpose(
+        tf.nn.tanh(tf.transpose(x, [1, 0, 2])), [1, 0, 2]), 0),
+    "time-major": (lambda x, ids: tf.transpose(x, [1, 0, 2]), 1),
+    "last time step": (lambda x, ids: x[:, -1], 0),
+    "a time step of time-major": (lambda x, ids: tf.transpose(x, [1, 0, 2])[-1], 0),
+    "embedding lookup": (lambda x, ids: tf.gather(TABLE, ids % 3), 0),
+    "examples reordered": (lambda x, ids: tf.gather(x, [1, 0]), REARRANGED),
+    "examples reversed": (lambda x, ids: tf.reverse(x, [0]), REARRANGED),
+    "examples rolled": (lambda x, ids: tf.roll(x, 1, 0), REARRANGED),
+    "batch of pairs": (lambda x, ids: tf.concat([x, x[:, ::-1]], 0), REARRANGED),
+    "halves split again": (lambda x, ids: tf.split(tf.concat([x, x], 0), 2)[0], UNKNOWN),
+    "batch mean": (lambda x, ids: x - tf.reduce_mean(x, [0, 1]), MIXED),
+    "batch max, kept dims": (lambda x, ids: tf.reduce_max(x, 0, keepdims=True) + x, MIXED),
+    "global max": (lambda x, ids: x / tf.reduce_max(tf.abs(x)), MIXED),
+    "cumulative sum over examples": (lambda x, ids: tf.math.cumsum(x, 0), MIXED),
+    "gram matrix of examples": (lambda x, ids: tf.matmul(x[:, 0], x[:, 0], transpose_b=True),
+                                MIXED),
+    "xᵀx over the batch": (lambda x, ids: tf.matmul(x[:, 0], x[:, 0], transpose_a=True), MIXED),
+    "per-example statistic": (lambda x, ids: x - tf.reduce_mean(x, [1, 2], keepdims=True), 0),
+    "mixed, then sliced": (lambda x, ids: (x - tf.reduce_mean(x, 0))[:1], MIXED),
+    "a length of the batch": (lambda x, ids: tf.range(tf.shape(x)[0]), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layout_after_each_op(name):
+    build, expected = CASES[name]
+    found = []
+
+    @tf.function
+    def trace(x, ids):
+        found.append(batch_axis(build(x, ids), {x.op, ids.op}))
+
+    trace.get_concrete_function(tf.TensorSpec((2, 4, 3)), tf.TensorSpec((2, 4), tf.int32))
+    assert found == [expected]

@@ -1,0 +1,219 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""How ops move the batch's axis, or rearrange its rows: the rules of row_layout's walk,
+with the layouts they return (an axis, REARRANGED, MIXED, UNKNOWN, None).
+
+Each rule takes the op and the layouts of its inputs (at least one not None) and returns
+its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
+"""
+
+from tf_tempered._compat import tf
+
+__all__ = ["MIXED", "REARRANGED", "RULES", "UNKNOWN", "normalized_axis", "one_layout",
+           "same_axes", "static_values"]
+
+
+class _Mark:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+REARRANGED = _Mark("REARRANGED")
+MIXED = _Mark("MIXED")
+UNKNOWN = _Mark("UNKNOWN")
+
+
+def one_layout(layouts):
+    """The one layout of the batch-dependent inputs, REARRANGED if one is, else UNKNOWN
+    when they disagree."""
+    found = {layout for layout in layouts if layout is not None}
+    if REARRANGED in found:
+        return REARRANGED
+    return found.pop() if len(found) == 1 else UNKNOWN
+
+
+def same_axes(op, layouts):
+    """Elementwise ops, matmuls, convolutions, reductions over other axes, ...: the axis
+    is kept when the output's rank is that of every batch-dependent input."""
+    layout = one_layout(layouts)
+    if layout is REARRANGED or layout is UNKNOWN or not op.outputs:
+        return layout
+    ranks = {t.shape.rank for t, found in zip(op.inputs, layouts) if found is not None}
+    return layout if ranks == {op.outputs[0].shape.rank} != {None} else UNKNOWN
+
+
+def static_values(tensor):
+    value = tf.get_static_value(tensor)
+    if value is None:
+        raise ValueError("not static")
+    return [int(v) for v in tf.nest.flatten(value.tolist())]
+
+
+def static_at(tensor, index):
+    """Element ``index`` of a static vector, also of a tf.stack of scalars some of which
+    are not static (tf.repeat's multiples)."""
+    if tensor.op.type == "Pack" and tf.get_static_value(tensor) is None:
+        return static_values(tensor.op.inputs[index])[0]
+    return static_values(tensor)[index]
+
+
+def normalized_axis(value, rank):
+    return value + rank if value < 0 else value
+
+
+def _transpose(op, layouts):
+    layout = layouts[0]
+    if not isinstance(layout, int):
+        return layout
+    return static_values(op.inputs[1]).index(layout)
+
+
+def _concat(op, layouts):
+    values, rank = layouts[:-1], op.outputs[0].shape.rank
+    layout = one_layout(values)
+    if not isinstance(layout, int):
+        return layout
+    if len(values) > 1 and normalized_axis(static_values(op.inputs[-1])[0], rank) == layout:
+        return REARRANGED  # the rows of several tensors (or of a batch and others), in turn
+    return layout
+
+
+def _pack(op, layouts):
+    layout = one_layout(layouts)
+    if not isinstance(layout, int):
+        return layout
+    axis = normalized_axis(op.get_attr("axis"), op.outputs[0].shape.rank)
+    return layout + 1 if axis <= layout else layout
+
+
+def _unpack(op, layouts):
+    layout = layouts[0]
+    if not isinstance(layout, int):
+        return UNKNOWN
+    axis = normalized_axis(op.get_attr("axis"), op.inputs[0].shape.rank)
+    if axis == layout:
+        return UNKNOWN  # one example per output: a loop over the examples may stack them again
+    return layout - 1 if axis < layout else layout
+
+
+def _expand_dims(op, layouts):
+    layout = layouts[0]
+    if not isinstance(layout, int):
+        return layout
+    axis = normalized_axis(static_values(op.inputs[1])[0], op.outputs[0].shape.rank)
+    return layout + 1 if axis <= layout else layout
+
+
+def _squeeze(op, layouts):
+    layout, rank = layouts[0], op.inputs[0].shape.rank
+    if not isinstance(layout, int):
+        return layout
+    axes = [normalized_axis(a, rank) for a in op.get_attr("squeeze_dims")]
+    if not axes or layout in axes:
+        return UNKNOWN
+    return layout - sum(a < layout for a in axes)
+
+
+def _reshape(op, layouts):
+    layout = layouts[0]
+    if not isinstance(layout, int):
+        return UNKNOWN  # a reshape may undo a rearrangement
+    if layout == 0:
+        return 0  # example-major rows merged or split: still example-major
+    before, after = op.inputs[0].shape, op.outputs[0].shape
+    if after.rank is None:
+        return UNKNOWN
+    if after.rank > layout and before[:layout + 1].as_list() == after[:layout + 1].as_list():
+        return layout
+    return REARRANGED  # the batch axis merged with the axes before it: rows in their order
+
+
+def _on_batch_axis(attribute_input):
+    """Ops whose listed axes (static input ``attribute_input``) rearrange rows when the
+    batch axis is among them: reverse, roll."""
+    def rule(op, layouts):
+        layout = layouts[0]
+        if not isinstance(layout, int):
+            return layout
+        rank = op.inputs[0].shape.rank
+        axes = [normalized_axis(a, rank) for a in static_values(op.inputs[attribute_input])]
+        return REARRANGED if layout in axes else layout
+    return rule
+
+
+def _tile(op, layouts):
+    layout = layouts[0]
+    if not isinstance(layout, int):
+        return layout
+    return REARRANGED if static_at(op.inputs[1], layout) != 1 else layout
+
+
+def _gather(op, layouts):
+    params, indices = layouts[0], layouts[1]
+    if params is REARRANGED or indices is REARRANGED or (params is not None
+                                                         and indices is not None):
+        return UNKNOWN
+    axis = static_values(op.inputs[2])[0] if op.type == "GatherV2" else 0
+    axis = normalized_axis(axis, op.inputs[0].shape.rank)
+    if isinstance(params, int):
+        if params == axis:
+            return REARRANGED  # rows of the batch picked by index
+        return params if params < axis else params + op.inputs[1].shape.rank - 1
+    return axis + indices if isinstance(indices, int) else UNKNOWN
+
+
+def _resource_gather(op, layouts):
+    return layouts[1] if isinstance(layouts[1], int) else UNKNOWN
+
+
+def _split(op, layouts):
+    value, axis_input = (1, 0) if op.type == "Split" else (0, 2)
+    layout = layouts[value]
+    if not isinstance(layout, int):
+        return UNKNOWN
+    axis = normalized_axis(static_values(op.inputs[axis_input])[0], op.inputs[value].shape.rank)
+    return UNKNOWN if axis == layout else layout
+
+
+def _unknown(op, layouts):
+    return UNKNOWN
+
+
+def _slice(op, layouts):
+    layout = layouts[0]
+    if layout is REARRANGED:
+        return UNKNOWN
+    if op.type != "StridedSlice" or not isinstance(layout, int) or any(
+            op.get_attr(mask) for mask in ("ellipsis_mask", "new_axis_mask")):
+        return same_axes(op, layouts)
+    shrunk = op.get_attr("shrink_axis_mask")  # x[:, 0], x[:, -1]: axes dropped
+    if shrunk >> layout & 1:
+        return UNKNOWN  # one example's rows
+    return layout - bin(shrunk & ((1 << layout) - 1)).count("1")
+
+
+RULES = {
+    "Transpose": _transpose, "ConcatV2": _concat, "Pack": _pack, "Unpack": _unpack,
+    "ExpandDims": _expand_dims, "Squeeze": _squeeze, "Reshape": _reshape,
+    "ReverseV2": _on_batch_axis(1), "Roll": _on_batch_axis(2), "Tile": _tile,
+    "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
+    "Split": _split, "SplitV": _split, "Slice": _slice, "StridedSlice": _slice,
+    **{name: _unknown for name in ("While", "StatelessWhile", "If", "StatelessIf",
+                                   "PartitionedCall", "StatefulPartitionedCall", "GatherNd",
+                                   "ScatterNd", "TensorScatterUpdate", "SpaceToBatchND",
+                                   "BatchToSpaceND", "SpaceToDepth", "DepthToSpace")},
+}
