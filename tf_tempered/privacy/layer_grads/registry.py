@@ -94,8 +94,34 @@ def handler_for(layer, skip=()):
         for handler in _REGISTRY.get(cls, ()):
             if handler in skip:
                 continue
-            if handler.vjp_of_own_call or type(layer).call is cls.call:
+            if handler.vjp_of_own_call or (type(layer).call is cls.call
+                                           and overridden_hook(type(layer), cls) is None):
                 return handler
+    return None
+
+
+# Methods a subclass may override without changing what the registered class's call computes.
+_OUTSIDE_THE_CALL = frozenset({
+    "__init__", "build", "get_config", "from_config", "compute_output_shape",
+    "compute_output_spec", "compute_mask", "get_build_config", "build_from_config",
+    "save_own_variables", "load_own_variables", "__repr__", "__str__"})
+
+
+def overridden_hook(layer_type, cls):
+    """The name of a method or property of ``cls`` that a user's subclass between
+    ``layer_type`` and ``cls`` overrides (Conv2D's ``convolution_op``, a ``kernel`` property
+    computing a normalized kernel), or None. The registered class's call uses such hooks, so
+    its handler's math would not be the layer's: the generic VJP of the layer's own call
+    takes it instead. Classes of Keras and tf_tempered are trusted."""
+    for sub in layer_type.__mro__:
+        if sub is cls:
+            return None
+        if sub.__module__.split(".")[0] in ("keras", "tf_keras", "tf_tempered"):
+            continue
+        for name, value in vars(sub).items():
+            if (name not in _OUTSIDE_THE_CALL and hasattr(cls, name)
+                    and (callable(value) or isinstance(value, property))):
+                return name
     return None
 
 
