@@ -250,3 +250,14 @@ def test_scripts_reuse_the_accounting_defaults():
     # model tf_tempered does not train, shuffled batches (Keras' own) unless told.
     parameters = inspect.signature(callbacks.PrivacyBudget.__init__).parameters
     assert parameters["sampling"].default is None and parameters["accountant"].default is None
+
+
+def test_pld_calibration_below_its_tight_bracket_searches_lower():
+    # A short run where PLD's σ is under 0.85 × RDP's: the fallback search crashed
+    # (AttributeError) before.
+    settings = dict(num_examples=1000, batch_size=50, steps=7, delta=1e-4)
+    sigma_rdp = noise_multiplier_for_epsilon(target_epsilon=0.5, **settings)
+    assert compute_epsilon(noise_multiplier=0.85 * sigma_rdp, accountant="pld", **settings) < 0.5
+    sigma = noise_multiplier_for_epsilon(target_epsilon=0.5, accountant="pld", **settings)
+    assert sigma < 0.85 * sigma_rdp
+    assert 0.495 <= compute_epsilon(noise_multiplier=sigma, accountant="pld", **settings) <= 0.5

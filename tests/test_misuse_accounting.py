@@ -278,6 +278,10 @@ def test_a_delta_of_at_least_one_over_n_warns_at_fit():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         quiet.fit(x, y, batch_size=BATCH, verbose=0)
+    # The same δ given to a PrivacyBudget replaced the model's without the warning before.
+    with pytest.warns(UserWarning, match=r"delta=0.5 >= 1/num_examples=0.0156"):
+        _model().fit(x, y, batch_size=BATCH, verbose=0,
+                     callbacks=[PrivacyBudget(target_epsilon=100.0, delta=0.5)])
 
 
 @pytest.mark.parametrize("callback, warns", [

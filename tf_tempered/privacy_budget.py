@@ -151,6 +151,8 @@ class PrivacyBudget(keras.callbacks.Callback):
             checked = PrivacyLedger(delta=self.delta or state.ledger.delta,
                                     accountant=self.accountant or state.ledger.accountant)
             state.ledger.delta, state.ledger.accountant = checked.delta, checked.accountant
+            if self.delta is not None:  # make_private warned of its own δ only
+                accounting.warn_if_weak_delta(self.delta, drawn.num_examples)
         state.ledger.add_prior_events(self.prior_events)
         self._run = run
 

@@ -273,10 +273,10 @@ def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, ep
                              sampling=sampling, microbatch_size=microbatch_size,
                              prior_events=prior_events)
 
-    def calibrate(acc, bracket, rel_tol):
+    def calibrate(acc, bracket, rel_tol, scale):
         return dp_accounting.calibrate_dp_mechanism(
             lambda: make_accountant(acc), make_event, target_epsilon, delta,
-            bracket_interval=bracket, tol=rel_tol * bracket.endpoint_1)
+            bracket_interval=bracket, tol=rel_tol * scale)
 
     def rdp_epsilon(sigma):
         return make_accountant("rdp").compose(make_event(sigma)).get_epsilon(delta)
@@ -294,7 +294,7 @@ def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, ep
     while rdp_epsilon(upper) > target_epsilon:
         lower, upper = upper, 2.0 * upper
     # tol is on σ: 1e-5 relative moves ε by far less than 1%.
-    sigma = calibrate("rdp", dp_accounting.ExplicitBracketInterval(lower, upper), 1e-5)
+    sigma = calibrate("rdp", dp_accounting.ExplicitBracketInterval(lower, upper), 1e-5, lower)
     if accountant == "pld":
         # PLD's ε is (up to discretization) a little below RDP's, so its σ is a little
         # smaller; each PLD evaluation is far slower than an RDP one (docs/accounting.md),
@@ -302,8 +302,8 @@ def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, ep
         # of the target).
         try:
             sigma = calibrate("pld", dp_accounting.ExplicitBracketInterval(
-                0.85 * sigma, 1.02 * sigma), 1e-3)
-        except ValueError:  # not bracketed: let dp_accounting search upwards
+                0.85 * sigma, 1.02 * sigma), 1e-3, sigma)
+        except ValueError:  # not bracketed: let dp_accounting search from a quarter of it
             sigma = calibrate("pld", dp_accounting.LowerEndpointAndGuess(
-                0.25 * sigma, sigma), 1e-3)
+                0.25 * sigma, sigma), 1e-3, sigma)
     return float(sigma)
