@@ -219,7 +219,11 @@ def compute_epsilon(*, num_examples, batch_size, noise_multiplier, epochs=None, 
     ``poisson_batches`` trains with). ``sampling="shuffle"``: once-per-epoch bound
     WITHOUT amplification, ``ceil(epochs)`` Gaussian mechanisms of noise σ (a warning
     says so). Give exactly one of ``epochs`` (steps = ceil(epochs·N/B), TF Privacy's
-    convention) and ``steps``. ``microbatch_size > 1`` doubles the sensitivity (σ/2).
+    convention) and ``steps``. A Poisson ``fit(epochs=E)`` takes E·round(N/B) steps
+    (:func:`~tf_tempered.privacy.poisson_steps_per_epoch`), which can be more (N = 1438,
+    B = 256, E = 5: 30 steps against 29): to plan for exactly that run pass
+    ``steps=E * poisson_steps_per_epoch(num_examples=N, expected_batch_size=B)``.
+    ``microbatch_size > 1`` doubles the sensitivity (σ/2).
     ``prior_events`` (see :func:`make_dp_event`) are composed in.
 
     >>> round(compute_epsilon(num_examples=60000, batch_size=256, noise_multiplier=1.1,
@@ -243,7 +247,10 @@ def noise_multiplier_for_epsilon(*, target_epsilon, num_examples, batch_size, ep
     """Smallest σ with ``compute_epsilon(σ, ...) ≤ target_epsilon`` (dp_accounting calibration).
 
     With ``prior_events``, σ is calibrated for the budget they leave: the composition of
-    them and DP-SGD ends at ``target_epsilon``.
+    them and DP-SGD ends at ``target_epsilon``. ``epochs`` counts steps as
+    :func:`compute_epsilon` does; for a Poisson ``fit(epochs=E)`` pass ``steps=E *
+    poisson_steps_per_epoch(num_examples=N, expected_batch_size=B)`` instead, the steps that
+    fit takes (or attach a ``PrivacyBudget``, which stops before the target is exceeded).
 
     Uses ``dp_accounting.calibrate_dp_mechanism`` (Brent's method on σ ↦ ε(σ) − target);
     the returned σ satisfies ε(σ) ≤ target_epsilon, with ε(σ) within 1% of it.
