@@ -78,6 +78,10 @@ def test_train_writes_metrics_and_a_model_that_reproduces_them(tmp_path):
     assert "Poisson sampling (as trained)" in metrics["epsilon_label"]
     assert metrics["dp_randomness"] == "secret" and metrics["epsilon_holds"] is True
     assert "NOT PRIVATE" not in metrics["epsilon_label"]
+    # Statistics of the private batches without noise are listed as outside ε.
+    assert {"history.train_loss", "history.train_accuracy", "history.dp_grad_norm",
+            "history.dp_clipped_fraction"} <= set(metrics["not_covered_by_epsilon"])
+    assert not any("test_" in key for key in metrics["not_covered_by_epsilon"])
 
     model = keras.models.load_model(tmp_path / "model.keras", compile=False)
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -117,6 +121,7 @@ def test_non_private_run_reports_infinite_epsilon(tmp_path):
     assert math.isinf(result["epsilon"]) and math.isinf(float(metrics["epsilon"]))
     assert math.isinf(float(metrics["history"][0]["epsilon"]))
     assert metrics["test_accuracy"] > 0.5
+    assert metrics["not_covered_by_epsilon"] == []  # no ε covers anything here
 
 
 @pytest.mark.parametrize("changes, message", [

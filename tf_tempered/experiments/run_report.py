@@ -26,8 +26,13 @@ from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.experiments import results
 from tf_tempered.privacy import epsilon_spent
 
-__all__ = ["EpochReport", "check_verbosity", "print_summary", "progress_verbosity",
-           "run_metrics"]
+__all__ = ["EpochReport", "NOT_COVERED_NOTE", "check_verbosity", "not_covered_by_epsilon",
+           "print_summary", "progress_verbosity", "run_metrics"]
+
+NOT_COVERED_NOTE = (
+    "Note: the training loss and accuracy and the clipping statistics (clipped fraction, "
+    "gradient norm) are computed from the private batches without noise: ε does not cover "
+    "them, so do not publish them (metrics.json lists them under not_covered_by_epsilon).")
 
 
 class EpochReport(keras.callbacks.Callback):
@@ -58,6 +63,8 @@ class EpochReport(keras.callbacks.Callback):
                     key if key.startswith("dp_") else f"train_{key}")
                 record[name] = float(value)
         self.records.append(record)
+        if self.verbose and epoch == 0 and self.plan.config.dpsgd:
+            print(NOT_COVERED_NOTE, flush=True)
         if self.verbose:
             extra = "" if self.plan.config.sampling == "poisson" or not self.plan.config.dpsgd \
                 else " [shuffled batches: no amplification by subsampling]"
@@ -142,10 +149,24 @@ def run_metrics(config, plan, data, model, *, report, budget, test, validation, 
                     "input_shape": list(dataset.input_shape)},
         "model": {"name": model.name, "params": int(model.count_params())},
         "history": report.records,
+        "not_covered_by_epsilon": not_covered_by_epsilon(config, report.records),
         "versions": results.package_versions(),
         # 3 by default; 2 with TF_USE_LEGACY_KERAS=1 (both are installed, see versions).
         "keras_major": KERAS_MAJOR,
     }
+
+
+def not_covered_by_epsilon(config, records):
+    """The history's keys that are statistics of the private training data without noise:
+    the training batches' loss, accuracy and clipping statistics, and the validation
+    metrics when the validation set is split from the training data (--validation_size).
+    Empty for a non-private run (no ε to cover anything)."""
+    if not config.dpsgd:
+        return []
+    private = ("train_", "dp_") + (("validation_",) if config.validation_size else ())
+    held_out = ["validation_accuracy", "validation_loss"] if config.validation_size else []
+    return held_out + sorted({f"history.{key}" for record in records for key in record
+                              if key.startswith(private)})
 
 
 def print_summary(result, plan, out, saved_model):
