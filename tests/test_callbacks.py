@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import keras, tensorflow_privacy, tf
-from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
+from tf_tempered.privacy import DPKerasSGDOptimizer, NotPrivateError, make_private
 from tf_tempered.callbacks import ActivationNormMonitor, PrivacyBudget, plot_activation_norms
 from tf_tempered.privacy.accounting import compute_epsilon
 
@@ -96,37 +96,39 @@ def test_stops_before_exceeding_target_on_a_pipeline_of_unknown_length():
 
 def test_no_step_when_one_epoch_exceeds_target():
     x, y = _data()
-    model = _model(keras.optimizers.SGD(learning_rate=0.5))
+    model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=1.0, delta=DELTA)
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.5),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     before = [w.copy() for w in model.get_weights()]
-    budget = PrivacyBudget(target_epsilon=0.01, delta=DELTA, num_examples=N, batch_size=BATCH,
-                           noise_multiplier=1.0)
+    budget = PrivacyBudget(target_epsilon=0.01)
     with pytest.warns(UserWarning, match="not training"):
         history = model.fit(x, y, batch_size=BATCH, epochs=3, callbacks=[budget], verbose=0)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)  # not a single step was taken
-    assert "epsilon" not in history.history and budget.stopped_epoch == -1
+    assert history.history["epsilon"] == [0.0] and budget.stopped_epoch == -1  # no step
     # The model trains normally afterwards.
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
     assert not np.array_equal(model.get_weights()[0], before[0])
 
 
-def test_explicit_noise_multiplier_and_shuffle():
+def test_a_model_without_dp_is_refused_whatever_the_budget_is_told():
+    # Before: a plain model trained without clipping or noise while the budget logged the ε
+    # of the noise_multiplier it was given (4.24, 6.33, 8.04).
     x, y = _data()
     model = _model(keras.optimizers.SGD(learning_rate=0.1))
+    before = [w.copy() for w in model.get_weights()]
     budget = PrivacyBudget(target_epsilon=1000.0, delta=DELTA, num_examples=N, batch_size=BATCH,
                            noise_multiplier=1.5, sampling="shuffle", microbatch_size=1)
-    with pytest.warns(UserWarning, match="WITHOUT privacy amplification"):
-        history = model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
-    with pytest.warns(UserWarning):
-        expected = [compute_epsilon(num_examples=N, batch_size=BATCH, noise_multiplier=1.5,
-                                    epochs=k, delta=DELTA, sampling="shuffle")
-                    for k in (1, 2)]
-    assert history.history["epsilon"] == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(NotPrivateError, match=r"nothing on this model clips and noises.*"
+                       r"Fix: make_private\(model"):
+        model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
 
 
 def test_clear_errors():
     x, y = _data()
-    with pytest.raises(ValueError, match="noise_multiplier"):
+    with pytest.raises(NotPrivateError, match="noise_multiplier"):
         _model(keras.optimizers.SGD()).fit(x, y, batch_size=BATCH, verbose=0, callbacks=[
             PrivacyBudget(target_epsilon=1.0, delta=DELTA, num_examples=N, batch_size=BATCH)])
     with pytest.raises(ValueError, match="batch_size"):

@@ -94,3 +94,18 @@ def test_many_fits_compose_as_one_segment_per_mechanism(monkeypatch, accountant)
         Segment("shuffle", noise_multiplier=2.0, steps=8, passes=2)])
     assert many.epsilon() == pytest.approx(one.epsilon(), rel=1e-9)
     assert [e.count for e in composed[0]] == [300, 2]
+
+
+def test_prior_events_are_a_multiset_union_of_the_lists_given():
+    # Before: two equal releases in one list (two statistics of the same noise) counted once.
+    first, second = dp_accounting.GaussianDpEvent(2.0), dp_accounting.GaussianDpEvent(2.0)
+    other = dp_accounting.GaussianDpEvent(5.0)
+    ledger = PrivacyLedger(delta=1e-5)
+    ledger.add_prior_events([first, second])
+    assert ledger.prior_events == [first, second]
+    ledger.add_prior_events([first, second, other])  # the same releases again, and one more
+    ledger.add_prior_events([first])
+    assert ledger.prior_events == [first, second, other]
+    both = dp_accounting.rdp.RdpAccountant().compose(
+        dp_accounting.ComposedDpEvent([first, second, other])).get_epsilon(1e-5)
+    assert ledger.epsilon() == pytest.approx(both, rel=1e-9)

@@ -82,6 +82,20 @@ def legacy_dp_settings(model, *, num_examples, batch_size, noise_multiplier, mic
             "the data size): pass them, e.g. PrivacyBudget(..., num_examples=60000, "
             "batch_size=256), or call make_private(model) (then they are known).")
     found = _model_dp_settings(model) if model is not None else None
+    if model is not None and found is None:
+        raise errors.NotPrivateError(
+            "PrivacyBudget: nothing on this model clips and noises its gradients (it was not "
+            "prepared by tf_tempered.make_private, is not compiled with a DP optimizer, and "
+            "is not a TF Privacy DPModel), so it trains without differential privacy and no "
+            "ε holds for it. Fix: make_private(model, l2_norm_clip=..., noise_multiplier=...) "
+            "before compile; fit then draws Poisson batches and the budget reads the settings "
+            "from the model.")
+    if found and noise_multiplier is not None and not math.isclose(
+            float(noise_multiplier), float(found[0]), rel_tol=1e-9):
+        raise ValueError(
+            f"PrivacyBudget(noise_multiplier={noise_multiplier!r}), but the model's DP "
+            f"optimizer adds noise_multiplier={found[0]!r}. Fix: drop noise_multiplier= (the "
+            "budget reads it from the model).")
     sigma = noise_multiplier if noise_multiplier is not None else (
         found[0] if found else None)
     if sigma is None:
@@ -91,10 +105,14 @@ def legacy_dp_settings(model, *, num_examples, batch_size, noise_multiplier, mic
             "noise_multiplier=...) and is not compiled with a DP optimizer "
             "(tf_tempered.privacy.DPKeras*Optimizer, or TF Privacy's "
             "DPKeras*/GenericDP*/VectorizedDPKeras*). Pass noise_multiplier= explicitly.")
-    microbatch = microbatch_size
-    if microbatch is None:
-        count = found[1] if found else None
-        microbatch = 1 if count is None else max(1, math.ceil(batch_size / int(count)))
+    count = found[1] if found else None
+    used = None if count is None else max(1, math.ceil(batch_size / int(count)))
+    if microbatch_size is not None and used is not None and microbatch_size != used:
+        raise ValueError(
+            f"PrivacyBudget(microbatch_size={microbatch_size!r}), but the model's DP optimizer "
+            f"splits each batch of {batch_size} into {count} microbatches of {used}. Fix: drop "
+            "microbatch_size= (the budget reads it from the model).")
+    microbatch = microbatch_size if microbatch_size is not None else (used or 1)
     return float(sigma), microbatch
 
 

@@ -119,7 +119,28 @@ class PrivacyBudget(keras.callbacks.Callback):
         self._legacy = budget_settings.legacy_dp_settings(
             self.model, num_examples=self.num_examples, batch_size=self.batch_size,
             noise_multiplier=self.noise_multiplier, microbatch_size=self.microbatch_size)
+        if self.sampling == "poisson" and self.model is not None:
+            raise ValueError(
+                "PrivacyBudget(sampling=\"poisson\") on a model tf_tempered does not train: "
+                "Keras' fit draws shuffled fixed-size batches here, which earn only the bound "
+                "without amplification. Fix: drop sampling= (that bound is accounted), or "
+                "make_private(model) so that fit draws Poisson batches.")
         self.epsilon_after(1, steps_per_epoch=None)  # raises ValueError on bad settings
+
+    def _legacy_epsilon(self, more_epochs, steps_per_epoch):
+        """ε of every step the model's optimizer has taken (earlier fits too), plus
+        ``more_epochs`` epochs: on a model tf_tempered does not train."""
+        steps = int(self.model.optimizer.iterations.numpy())
+        steps += more_epochs * (steps_per_epoch or math.ceil(self.num_examples / self.batch_size))
+        if steps == 0:
+            return 0.0
+        sigma, microbatch = self._legacy
+        return accounting.compute_epsilon(
+            num_examples=self.num_examples, batch_size=self.batch_size, noise_multiplier=sigma,
+            steps=steps, delta=self.delta or accounting.DEFAULT_DELTA,
+            sampling=self.sampling or "shuffle",
+            accountant=self.accountant or accounting.DEFAULT_ACCOUNTANT,
+            microbatch_size=microbatch or 1, prior_events=self.prior_events)
 
     # -- a private model's fit ----------------------------------------------------------
     def _resolve_private(self, state):
@@ -183,7 +204,7 @@ class PrivacyBudget(keras.callbacks.Callback):
                 steps = self._epoch_length_so_far()
             return self._run.epsilon(more_steps=more_epochs * (steps or 0),
                                      more_passes=more_epochs)
-        return self.epsilon_after(epoch + 1 + more_epochs, steps_per_epoch=steps)
+        return self._legacy_epsilon(more_epochs, steps)
 
     def _epoch_length_so_far(self):
         """Steps per epoch of a pipeline of unknown length: the mean of this fit's epochs

@@ -144,10 +144,18 @@ class PrivacyLedger:
         self.segments.append(segment)
 
     def add_prior_events(self, events):
-        """Composes releases on the same data into every later ε (each event once)."""
-        for event in accounting.check_prior_events(events):
-            if not any(event == e for e in self.prior_events):
-                self.prior_events.append(event)
+        """Composes releases on the same data into every later ε.
+
+        ``events`` lists the releases made: the ledger keeps, of each distinct event, as many
+        as the most any call listed (a multiset union), so a list given again (each fit's
+        PrivacyBudget, a resumed run) is not counted twice, while two equal releases in one
+        list (two statistics of the same noise) are two.
+        """
+        events = list(accounting.check_prior_events(events))
+        for event in events:
+            listed = sum(event == e for e in events)
+            held = sum(event == e for e in self.prior_events)
+            self.prior_events.extend([event] * max(0, listed - held))
 
     @property
     def steps(self):
