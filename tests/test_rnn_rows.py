@@ -125,6 +125,19 @@ def test_a_custom_cell_takes_the_recurrent_unit_path():
     assert layer_grads.lookup(layer)[0].name == "rnn"
 
 
+def test_a_cell_with_gate_math_of_its_own_takes_the_recurrent_unit_path():
+    # Before: rnn_rows ran the stock LSTM math for it (every update wrong, the forward pass
+    # not the model's): the cell overrides only the hook LSTMCell.call computes gates with.
+    class CoupledCell(keras.layers.LSTMCell):
+        def _compute_carry_and_output_fused(self, z, c_tm1):
+            forget = tf.sigmoid(z[1])
+            return forget * c_tm1 + (1.0 - forget) * tf.tanh(z[2]), tf.sigmoid(z[3])
+
+    layer = keras.layers.RNN(CoupledCell(3))
+    layer.build((None, T, D))
+    assert layer_grads.lookup(layer)[0].name == "rnn"
+
+
 @pytest.mark.skipif(KERAS_MAJOR != 2, reason="tf-keras passes initial states in a list input")
 def test_keras2_list_inputs_carry_the_initial_states():
     layer = keras.layers.GRU(5)

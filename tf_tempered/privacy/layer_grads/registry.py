@@ -32,8 +32,8 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import generic, multi_call
 from tf_tempered.privacy.layer_grads.contract import NamedPath
 
-__all__ = ["GENERIC", "describe_path", "handler_for", "lookup", "register", "register_named",
-           "registered", "registered_all", "supported_layers_markdown"]
+__all__ = ["GENERIC", "describe_path", "handler_for", "lookup", "overridden_hook", "register",
+           "register_named", "registered", "registered_all", "supported_layers_markdown"]
 
 GENERIC = generic.GenericHandler()
 

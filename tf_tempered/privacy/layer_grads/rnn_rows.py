@@ -65,7 +65,7 @@ from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import rnn_native_loops, rnn_norms
 from tf_tempered.privacy.layer_grads.contract import Handler
-from tf_tempered.privacy.layer_grads.registry import register
+from tf_tempered.privacy.layer_grads.registry import overridden_hook, register
 from tf_tempered.privacy.layer_grads.rnn_cell_math import cell_math
 
 __all__ = ["RNNRowsHandler", "RNNRowsHyperparameters", "bind_call", "merge_calls_on_time_axis",
@@ -105,8 +105,9 @@ class RNNRowsHandler(Handler):
     def hyperparameters(self, layer):
         cell = getattr(layer, "cell", None)
         entry = cell_math(layer) if cell is not None else None
-        if entry is None or type(cell).call is not entry[0].call:
-            return None  # a custom cell: the recurrent unit's VJP
+        if (entry is None or type(cell).call is not entry[0].call
+                or overridden_hook(type(cell), entry[0]) is not None):
+            return None  # a custom cell (or gate math of its own): the recurrent unit's VJP
         if (getattr(cell, "dropout", 0) or getattr(cell, "recurrent_dropout", 0)
                 or getattr(layer, "stateful", False) or getattr(layer, "time_major", False)
                 or tf.as_dtype(cell.kernel.dtype).name != _compute_dtype(layer)):
