@@ -331,3 +331,14 @@ def test_script_trains_audits_saves_and_reloads(tmp_path, capsys):
     for before, after in zip(audits, reloaded):
         assert after.attacks[0].auc == pytest.approx(before.attacks[0].auc)
         assert after.epsilon == pytest.approx(before.epsilon)
+
+
+def test_saved_models_without_their_run_configuration_are_refused(tmp_path):
+    # Before: the flags' defaults (σ 1.1, 40 epochs) stood in for how dp.keras was trained,
+    # and the audit printed their ε (10.28 for a model whose run spent 16.28).
+    from tf_tempered.audit import experiment  # pylint: disable=g-import-not-at-top
+    (tmp_path / "dp.keras").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"not audit_config.json.*Fix: pass the folder "
+                       r"an audit run wrote"):
+        experiment.run_audit(experiment.AuditConfig(), model_path=str(tmp_path),
+                             log=lambda *_: None)

@@ -263,6 +263,15 @@ def run_audit(config, *, output_dir=None, model_path=None, log=print):
             config = dataclasses.replace(AuditConfig.load(saved), **{
                 name: getattr(config, name) for name in AUDIT_ONLY_FIELDS})
             log(f"Loaded the run configuration from {saved}: {config}")
+        elif any(os.path.exists(os.path.join(model_path, f)) for f in _FILES.values()):
+            # The flags would stand in for how the models were trained: an ε (and a
+            # membership split) of a run that never happened.
+            raise FileNotFoundError(
+                f"--model_path={model_path} holds saved models but not {CONFIG_FILE}, the "
+                "configuration they were trained with (σ, epochs, batch size, data split), so "
+                "their accounted ε and membership labels cannot be known. Fix: pass the folder "
+                "an audit run wrote with --output_dir (it saves that file), or drop "
+                "--model_path to train the models again.")
     if config.insecure_dp_seed is not None:
         log(f"NOT PRIVATE: insecure_dp_seed={config.insecure_dp_seed}: the dp-sgd model's "
             f"noise and batches are reproducible, so its accounted ε does not hold.")
