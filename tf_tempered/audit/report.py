@@ -47,7 +47,7 @@ def attack_table(audits):
     confidence = audits[0].attacks[0].epsilon_lb.confidence if audits else 0.95
     fprs = list(audits[0].attacks[0].tpr_at) if audits else []
     header = (["model", "attack", "AUC", "adv"] + [f"TPR@{100 * f:g}%" for f in fprs]
-              + [f"eps_lb({100 * confidence:g}%CP)", "eps_lb(split)", "eps_lb(point)",
+              + [f"eps_lb({100 * confidence:g}%CP)", "eps_lb(split)", "eps_est(max, biased)",
                  "eps_accounted"])
     rows = []
     for audit in audits:
@@ -87,7 +87,10 @@ def format_report(audits):
         f"log((1 - FPR_hi - delta) / (1 - TPR_lo)),",
         "  with Clopper-Pearson bounds TPR_lo, FPR_hi; split: t picked on one random half "
         "of the scores,",
-        "  bound on the other (no selection bias); point: the raw rates, no confidence.",
+        "  bound on the other (no selection bias). eps_est(max, biased): the same maximum of "
+        "the raw rates,",
+        "  no confidence and biased upwards by the choice of t: NOT a lower bound, it may "
+        "exceed eps_accounted.",
         f"exposure = log2({num_candidates}) - log2(rank of the canary's wrong label by loss) "
         f"(max {math.log2(num_candidates):.2f});",
         "  controls are canaries made the same way but never trained on."])
@@ -144,7 +147,7 @@ def to_dict(audits):
                 "tpr_at_fpr": {str(f): t for f, t in a.tpr_at.items()},
                 "epsilon_lb": a.epsilon_lb.epsilon,
                 "epsilon_lb_split": a.epsilon_lb_split.epsilon,
-                "epsilon_lb_point": a.epsilon_lb.point_estimate,
+                "epsilon_estimate_max_biased": a.epsilon_lb.point_estimate,
                 "epsilon_lb_threshold": a.epsilon_lb.threshold,
                 "epsilon_lb_form": a.epsilon_lb.form,
                 "confidence": a.epsilon_lb.confidence, "delta": a.epsilon_lb.delta,
