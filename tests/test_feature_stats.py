@@ -227,3 +227,14 @@ def test_train_script_reuses_the_release_in_backup_dir(tmp_path):
                          store=tmp_path / feature_norm.STORE_NAME)
     with pytest.raises(ValueError, match="released with"):
         run_training(config, verbose=0, backup_dir=tmp_path)
+
+
+def test_an_example_with_a_non_finite_feature_adds_nothing_to_the_release():
+    # Before: one inf pixel made its channel's released mean NaN (inf · 0 in the clipping),
+    # revealing the example with certainty; a NaN made every channel NaN.
+    features = np.random.default_rng(0).uniform(size=(200, 2, 2, 3))
+    for bad in (np.inf, np.nan):
+        poisoned = np.concatenate([features, np.full((1, 2, 2, 3), 0.5)], axis=0)
+        poisoned[-1, 0, 0, 0] = bad
+        stats = feature_stats.dp_channel_stats(poisoned, noise_multiplier=8.0, insecure_dp_seed=0)
+        assert np.all(np.isfinite(stats.mean)) and np.all(np.isfinite(stats.variance))

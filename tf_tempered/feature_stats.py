@@ -78,11 +78,15 @@ def channel_moments(features):
 
 
 def clip_rows(rows, clip):
-    """Each row scaled to L2 norm ``min(‖row‖, clip)``.
+    """Each row scaled to L2 norm ``min(‖row‖, clip)``; a row with a non-finite entry
+    contributes zeros (as the DP step drops such an example: an inf · 0 would be a NaN in
+    the release, revealing the row with certainty).
 
-    >>> clip_rows(np.array([[3.0, 4.0], [0.3, 0.4]]), 1.0).tolist()
-    [[0.6, 0.8], [0.3, 0.4]]
+    >>> clip_rows(np.array([[3.0, 4.0], [0.3, 0.4], [np.inf, 0.0]]), 1.0).tolist()
+    [[0.6, 0.8], [0.3, 0.4], [0.0, 0.0]]
     """
+    finite = np.all(np.isfinite(rows), axis=1, keepdims=True)
+    rows = np.where(finite, rows, 0.0)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     return rows * np.minimum(1.0, clip / np.maximum(norms, 1e-300))
 
