@@ -368,3 +368,11 @@ def test_one_run_audit_reuses_the_metrics():
 def test_errors_name_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_a_white_box_audit_without_noise_is_refused_before_loading_data():
+    # Before: --noise_multiplier=0 passed the flag's check, then crashed deep in the audit.
+    from tf_tempered.audit import one_run_experiment  # pylint: disable=g-import-not-at-top
+    config = one_run_experiment.OneRunConfig(noise_multiplier=0.0, data_dir="/nonexistent")
+    with pytest.raises(ValueError, match=r"white-box audit needs noise.*--audits=black_box"):
+        one_run_experiment.run_one_run(config, log=lambda *_: None)

@@ -94,6 +94,12 @@ def run_one_run(config, *, log=print):
     """Runs the audits ``config.audits`` names; returns their OneRunResults."""
     if config.audits not in AUDITS:
         raise ValueError(f"audits must be one of {AUDITS}, got {config.audits!r}.")
+    if config.audits != "black_box" and not config.noise_multiplier > 0:
+        # Before any data is loaded (it crashed deep in the white-box audit).
+        raise ValueError(
+            f"noise_multiplier={config.noise_multiplier!r}: the white-box audit needs noise "
+            "(its canary gradients are scored against σ·C). Fix: --noise_multiplier > 0, or "
+            "--audits=black_box to audit a run without noise.")
     x, y, num_classes = _load(config)
     model_fn = model_builder(config.model, tuple(x.shape[1:]), num_classes)
     common = dict(num_canaries=config.num_canaries, l2_norm_clip=config.l2_norm_clip,
