@@ -287,3 +287,26 @@ def test_a_subclass_overriding_a_hook_of_its_call_takes_the_generic_path(layer):
     assert_engine_matches_reference(seeded(_hook_overridden(layer)), x, y)
     model = make_private(_hook_overridden(layer)("float32"))
     assert layer_grads.lookup(model.layers[0])[0].name == "generic"
+
+
+class _CastsItsWeight(keras.layers.Layer):
+    """A mixed-precision-aware custom layer: its weight cast to its compute dtype."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 3), initializer="glorot_uniform",
+                                 name="w")
+
+    def call(self, x):  # pylint: disable=arguments-differ
+        return tf.matmul(x, tf.cast(self.w, self.compute_dtype))
+
+
+def test_a_mixed_precision_layer_the_generic_path_cannot_run_in_float32_names_the_fix():
+    # Before: a bare TypeError from MatMul (float16 against float32) and no fix.
+    model = keras.Sequential([keras.Input((5,)), _CastsItsWeight(dtype="mixed_float16"),
+                              keras.layers.Dense(3, dtype="float32")])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0, sampling="shuffle")
+    model.compile(loss="mse", optimizer=keras.optimizers.SGD(0.1))
+    x = np.random.default_rng(0).normal(size=(8, 5)).astype(np.float32)
+    with pytest.raises(UnsupportedLayerError, match=r"(?s)runs its call in float32.*Fix: give "
+                       r"this layer dtype=\"float32\""):
+        model.train_on_batch(x, np.zeros((8, 3), np.float32))

@@ -110,10 +110,22 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
                 tf.TensorSpec(v.shape, v.dtype) for v in variables])
         return tf.vectorized_map(one_example, elems)
 
-    if not bypass_activation:
-        return all_examples()
-    with keras_bridge.without_activation(call.layer):  # the trace happens now, inside it
-        return all_examples()
+    try:
+        if not bypass_activation:
+            return all_examples()
+        with keras_bridge.without_activation(call.layer):  # the trace happens now, inside it
+            return all_examples()
+    except TypeError as error:  # while tracing: a dtype mismatch inside the layer's call
+        compute_dtype = getattr(call.layer, "compute_dtype", "float32")
+        if compute_dtype == "float32":
+            raise
+        raise UnsupportedLayerError(
+            f"Layer {call.layer.name!r} ({type(call.layer).__name__}) takes the generic "
+            f"per-example VJP, which runs its call in float32 (its inputs widened from "
+            f"{compute_dtype} for exact norms), and its call mixes that with {compute_dtype} "
+            f"tensors (it casts its weights to its compute dtype?): "
+            f"{str(error).strip().splitlines()[-1]} Fix: give this "
+            "layer dtype=\"float32\" (the rest of the model keeps mixed precision).") from error
 
 
 def _refuse_random_draws(layer):
