@@ -30,6 +30,8 @@ def test_axes_parse_as_the_flag_types():
     assert search_space.parse_axis("learning_rate=0.5,2") == ("learning_rate", [0.5, 2.0])
     assert search_space.parse_axis("batch_size=64,128") == ("batch_size", [64, 128])
     assert search_space.parse_axis("ema_decay=none,0.99") == ("ema_decay", [None, 0.99])
+    # A flag unset by default takes names (a TypeError before).
+    assert search_space.parse_axis("recipe=paper,best") == ("recipe", ["paper", "best"])
     name, values = search_space.parse_axis("activation=tanh,ts:1/4/0.5,ts_learnable:2/2/1")
     assert values[0]["activation"] == "tanh" and values[0]["scale"] == 2.0
     assert values[1] == {"activation": "tempered_sigmoid", "scale": 1.0,

@@ -204,7 +204,10 @@ _RULES: Tuple[Rule, ...] = (
     Rule(lambda c: c.noise_multiplier is not None and c.target_epsilon is not None,
          lambda c: f"--noise_multiplier={c.noise_multiplier} and --target_epsilon="
                    f"{c.target_epsilon} are mutually exclusive: --target_epsilon calibrates "
-                   "the noise multiplier. Fix: give only one of them."),
+                   "the noise multiplier. Fix: give only one of them"
+                   + (f" (--recipe={c.recipe} sets --target_epsilon: drop --noise_multiplier, "
+                      "or drop --recipe and give its other flags yourself)."
+                      if c.recipe is not None else ".")),
     *(Rule(lambda c, name=name: not c.dpsgd and getattr(c, name) is not None,
            lambda c, name=name: f"--{name} has no effect with --nodpsgd (non-private "
                                 f"training). Fix: drop --{name}, or train with --dpsgd.")

@@ -59,6 +59,8 @@ def _parse_value(name, text):
         defaults = common.TrainConfig()
         return {"activation": text, **{n: getattr(defaults, n) for n in _TEMPERED}}
     kind = type(getattr(common.TrainConfig(), name))
+    if kind is type(None):  # a flag unset by default (--recipe, ...): its values are names
+        kind = str
     kind = {"learning_rate": float, "l2_norm_clip": float, "ema_decay": float,
             "num_train": int, "num_test": int, "microbatches": int}.get(name, kind)
     try:
