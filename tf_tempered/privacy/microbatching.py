@@ -35,7 +35,7 @@ to C as one unit. Three layouts:
 
 from tf_tempered._compat import tf
 
-__all__ = ["validate_multiplicity", "microbatch_layout", "microbatch_mask"]
+__all__ = ["inputs_checked", "validate_multiplicity", "microbatch_layout", "microbatch_mask"]
 
 def validate_multiplicity(value):
     """``value`` as an int >= 1; ValueError naming ``augmentation_multiplicity`` otherwise."""
@@ -46,6 +46,24 @@ def validate_multiplicity(value):
             "augmentation multiplicity). Fix: e.g. augmentation_multiplicity=4 with "
             "tf_tempered.augment.augmult_batches(..., multiplicity=4).")
     return value
+
+
+def inputs_checked(x, *, num_microbatches, multiplicity=1):
+    """``x`` (the batch's inputs) with the check that M·K divides its rows before them, when
+    the rows are known only at run time: every reshape into microbatches (the layers'
+    recorded inputs too, not only the losses) then runs after it, so a short batch gets the
+    message naming the fix, not a bare reshape error."""
+    per = (num_microbatches or 1) * multiplicity
+    first = next((t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor)), None)
+    if per == 1 or first is None or first.shape.rank in (None, 0) or first.shape[0] is not None:
+        return x
+    check = tf.debugging.assert_equal(
+        tf.shape(first)[0] % per, 0, message=(
+            _microbatch_message("a short", num_microbatches, multiplicity) if num_microbatches
+            else _multiplicity_message("this", multiplicity)))
+    with tf.control_dependencies([check]):
+        return tf.nest.map_structure(
+            lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, x)
 
 
 def microbatch_layout(losses, *, num_microbatches, multiplicity=1, poisson):

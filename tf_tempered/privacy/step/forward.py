@@ -141,6 +141,9 @@ def record_forward(model, batch, plan, *, losses=None):
     """
     container = losses
     recording.instrument(model)  # layers unfrozen or added since make_private too
+    if batch.poisson_mask is None:
+        batch = dataclasses.replace(batch, x=microbatching.inputs_checked(
+            batch.x, num_microbatches=plan.local_microbatches, multiplicity=plan.multiplicity))
     recorder = recording.Recorder(norm_hooks=plan.clipped_sum.new_hooks(), options=plan.options)
     forward_ops = ForwardOps(traced_only=plan.options.clipped_sum == "recompute")
     with tf.GradientTape(persistent=plan.clipped_sum.persistent_tape) as tape:
