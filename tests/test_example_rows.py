@@ -251,3 +251,29 @@ def test_a_statistic_of_each_example_s_own_features_trains_with_the_exact_update
     ours, _ = engine_update(model, x, y, clip=clip,
                             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     assert_update(ours, reference(clip))
+
+
+class _HandWrittenBatchNorm(keras.layers.Layer):
+    """Batch normalization written out: a layer with weights (the generic path) whose call
+    normalizes with the batch's mean and variance."""
+
+    def build(self, input_shape):
+        self.gamma = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="gamma")
+        self.beta = self.add_weight(shape=(input_shape[-1],), initializer="zeros", name="beta")
+
+    def call(self, x):  # pylint: disable=arguments-differ
+        mean, variance = tf.nn.moments(x, axes=[0])
+        return self.gamma * (x - mean) / tf.sqrt(variance + 1e-3) + self.beta
+
+
+# Before: it trained; removing one outlier example moved the clipped sum by 3.0 C (a probe).
+def test_a_custom_layer_mixing_the_batch_inside_its_own_call_is_refused():
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), _HandWrittenBatchNorm(),
+                              keras.layers.Dense(3)])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
+    with pytest.raises(UnsupportedLayerError, match=r"Layer 'dense_\d+' \(Dense\) is called on "
+                       r"values computed from several examples"):
+        model.fit(x, np.zeros(32), batch_size=8, verbose=0)

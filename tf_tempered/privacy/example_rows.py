@@ -61,7 +61,7 @@ def refuse_calls_off_the_batch(records, x, rows):
     if tf.executing_eagerly() or not batch:
         return None
     graph, batch_ops, values = batch[0].graph, {t.op for t in batch}, {}
-    # A recorded call's outputs hold the examples on axis 0 when its inputs do, which is
+    # A registered layer's outputs hold the examples on axis 0 when its inputs do, which is
     # checked for that call itself.
     sources, layouts = batch_ops | _record_output_ops(records, graph), {}
     for record in records:
@@ -120,8 +120,16 @@ def _shared_args(record, graph, batch_ops, values):
 
 
 def _record_output_ops(records, graph):
-    return {t.op for record in records for t in tf.nest.flatten(record.output)
+    """Outputs of recorded calls whose handler's math is per example (a registered layer's);
+    the walk goes through the calls of custom layers (the generic VJP, a custom recurrent
+    cell), whose own ops may mix examples (a hand-written batch normalization)."""
+    return {t.op for record in records if not _runs_own_call(record)
+            for t in tf.nest.flatten(record.output)
             if isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph}
+
+
+def _runs_own_call(record):
+    return record.kind == "generic" or getattr(record.handler, "vjp_of_own_call", False)
 
 
 def _is_a_range(tensor):
