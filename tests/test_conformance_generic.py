@@ -310,3 +310,33 @@ def test_a_mixed_precision_layer_the_generic_path_cannot_run_in_float32_names_th
     with pytest.raises(UnsupportedLayerError, match=r"(?s)runs its call in float32.*Fix: give "
                        r"this layer dtype=\"float32\""):
         model.train_on_batch(x, np.zeros((8, 3), np.float32))
+
+
+class _PerExampleLoop(keras.layers.Layer):
+    """h ← tanh(Wᵀh) + x/2 until ‖h‖ < 1.2 (at most 6 times), each example its own loop."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], input_shape[-1]),
+                                 initializer="glorot_uniform", name="w")
+
+    def _one(self, row):
+        def body(i, h):
+            return i + 1, tf.tanh(tf.linalg.matvec(self.w, h, transpose_a=True)) + 0.5 * row
+        return tf.while_loop(lambda i, h: tf.logical_and(i < 6, tf.norm(h) > 1.2), body,
+                             (tf.constant(0), row))[1]
+
+    def call(self, x):  # pylint: disable=arguments-differ
+        return tf.map_fn(self._one, x)
+
+
+def _per_example_loop(dtype):
+    return keras.Sequential([keras.Input((5,), dtype=dtype), _PerExampleLoop(dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
+
+
+# Before: tf.vectorized_map could not convert the loop ("Required handle data not set") and
+# the step crashed naming no fix; now such a call runs one example at a time.
+def test_a_call_vectorized_map_cannot_convert_runs_one_example_at_a_time():
+    x, y = random_batch((5,))
+    x[::2] *= 6.0  # some examples loop several times, some once
+    assert_engine_matches_reference(seeded(_per_example_loop), x, y)

@@ -106,9 +106,15 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
             # TF 2.21's vectorized_map (pfor) of a batched matmul's gradient with oneDNN
             # on corrupts memory (aborts, or once a wrong norm): a while loop instead.
             # (So do handlers whose call pfor cannot convert: tf-keras' fused LSTM/GRU.)
-            return tf.map_fn(one_example, elems, fn_output_signature=[
-                tf.TensorSpec(v.shape, v.dtype) for v in variables])
-        return tf.vectorized_map(one_example, elems)
+            return one_at_a_time(elems)
+        try:
+            return tf.vectorized_map(one_example, elems)
+        except ValueError:  # pfor could not convert the call (a data-dependent loop in it)
+            return one_at_a_time(elems)
+
+    def one_at_a_time(elems):
+        return tf.map_fn(one_example, elems, fn_output_signature=[
+            tf.TensorSpec(v.shape, v.dtype) for v in variables])
 
     try:
         if not bypass_activation:
