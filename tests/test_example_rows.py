@@ -53,20 +53,44 @@ def _data(batch, maxlen, seed=0):
     return rng.integers(0, VOCAB, (batch, maxlen)).astype(np.int32), rng.integers(0, 3, batch)
 
 
+def _sparse_crossentropy_mean(y_true, y_pred, model):
+    del model
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+        y_true, y_pred, from_logits=True))
+
+
+def _assert_exact_update(build, x, y):
+    """One fit's update (noise 0, clip at the median norm) equals the float64 reference."""
+    weights = build().get_weights()
+    norms, reference = per_example_reference(build, weights, x, y, _sparse_crossentropy_mean)
+    clip = median_clip(norms)
+    model = build()
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip,
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))
+
+
+def _assert_refused_before_any_update(model, x, y, match, *, batch_size,
+                                      sampling="shuffle", loss=None):
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0, sampling=sampling)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss or
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(UnsupportedLayerError, match=match):
+        model.fit(x, y, batch_size=batch_size, shuffle=False, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
+
 # Before: B divides maxlen (and B = maxlen) trained with every update wrong, silently (the
 # positions' rows split into "examples"); otherwise TF's reshape error named no fix.
 @pytest.mark.parametrize("batch, maxlen", [(6, 6), (3, 6), (8, 6)])
 def test_a_position_embedding_on_a_range_is_refused_before_any_update(batch, maxlen):
     x, y = _data(batch, maxlen)
-    model = make_private(_model(maxlen), l2_norm_clip=1.0, noise_multiplier=1.0,
-                         sampling="shuffle")
-    model.compile(optimizer=keras.optimizers.SGD(0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    before = [w.copy() for w in model.get_weights()]
-    with pytest.raises(UnsupportedLayerError, match=r"is called on .*rows.*Fix: call it on a "
-                       r"tensor with the batch's examples on the first axis.*broadcast_to"):
-        model.fit(x, y, batch_size=batch, shuffle=False, verbose=0)
-    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    _assert_refused_before_any_update(
+        _model(maxlen), x, y, r"is called on .*rows.*Fix: call it on a tensor with the batch's "
+        r"examples on the first axis.*broadcast_to", batch_size=batch)
 
 
 class _PatchEncoder(keras.layers.Layer):
@@ -97,21 +121,7 @@ def test_a_vit_patch_encoder_s_positions_of_shape_one_by_p_are_refused():
 @pytest.mark.parametrize("batch", [6, 4])
 def test_positions_broadcast_to_the_batch_train_with_the_exact_update(batch):
     x, y = _data(batch, 6)
-    weights = _model(6, broadcast=True).get_weights()
-
-    def loss(y_true, y_pred, model):
-        del model
-        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-            y_true, y_pred, from_logits=True))
-
-    norms, reference = per_example_reference(
-        lambda dtype="float32": _model(6, broadcast=True, dtype=dtype), weights, x, y, loss)
-    clip = median_clip(norms)
-    model = _model(6, broadcast=True)
-    model.set_weights(weights)
-    ours, _ = engine_update(model, x, y, clip=clip,
-                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    assert_update(ours, reference(clip))
+    _assert_exact_update(lambda dtype="float32": _model(6, broadcast=True, dtype=dtype), x, y)
 
 
 class _Rows(keras.layers.Layer):
@@ -159,35 +169,15 @@ def _rows_data(batch):
                                        ("time_major", "on axis 1")])
 def test_rows_rearranged_across_examples_are_refused_before_any_update(how, what):
     x, y = _rows_data(4)  # T = B: the first axis is the batch's length either way
-    model = make_private(_rows_model(how), l2_norm_clip=1.0, noise_multiplier=1.0,
-                         sampling="shuffle")
-    model.compile(optimizer=keras.optimizers.SGD(0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    before = [w.copy() for w in model.get_weights()]
-    with pytest.raises(UnsupportedLayerError, match=rf"{what}.*Fix: call the layer once per "
-                       r"part.*encoder\(a\) and encoder\(b\)"):
-        model.fit(x, y, batch_size=4, shuffle=False, verbose=0)
-    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    _assert_refused_before_any_update(
+        _rows_model(how), x, y, rf"{what}.*Fix: call the layer once per part.*encoder\(a\) and "
+        r"encoder\(b\)", batch_size=4)
 
 
 @pytest.mark.parametrize("how", ["separate", "stacked"])
 def test_rows_kept_example_major_train_with_the_exact_update(how):
     x, y = _rows_data(4)
-    weights = _rows_model(how).get_weights()
-
-    def loss(y_true, y_pred, model):
-        del model
-        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-            y_true, y_pred, from_logits=True))
-
-    norms, reference = per_example_reference(
-        lambda dtype="float32": _rows_model(how, dtype=dtype), weights, x, y, loss)
-    clip = median_clip(norms)
-    model = _rows_model(how)
-    model.set_weights(weights)
-    ours, _ = engine_update(model, x, y, clip=clip,
-                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    assert_update(ours, reference(clip))
+    _assert_exact_update(lambda dtype="float32": _rows_model(how, dtype=dtype), x, y)
 
 
 def _centered(where, dtype="float32"):
@@ -220,37 +210,18 @@ def _centroid_loss(y_true, y_pred):
 @pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
 def test_values_mixing_the_batch_s_examples_are_refused_before_any_update(where, loss, subject,
                                                                           sampling):
-    model = make_private(_centered(where), l2_norm_clip=1.0, noise_multiplier=1.0,
-                         sampling=sampling)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_centroid_loss if loss == "centroid"
-                  else keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
-    before = [w.copy() for w in model.get_weights()]
-    with pytest.raises(UnsupportedLayerError, match=subject + r".*Fix: compute every "
-                       r"statistic per example"):
-        model.fit(x, np.zeros(32), batch_size=8, verbose=0)
-    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    _assert_refused_before_any_update(
+        _centered(where), x, np.zeros(32), subject + r".*Fix: compute every statistic per "
+        "example", batch_size=8, sampling=sampling,
+        loss=_centroid_loss if loss == "centroid" else None)
 
 
 def test_a_statistic_of_each_example_s_own_features_trains_with_the_exact_update():
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
     keras.utils.set_random_seed(0)
-    weights = _centered("per_example").get_weights()
-
-    def loss(y_true, y_pred, model):
-        del model
-        return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-            y_true, y_pred, from_logits=True))
-
-    norms, reference = per_example_reference(
-        lambda dtype="float32": _centered("per_example", dtype), weights, x, y, loss)
-    clip = median_clip(norms)
-    model = _centered("per_example")
-    model.set_weights(weights)
-    ours, _ = engine_update(model, x, y, clip=clip,
-                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    assert_update(ours, reference(clip))
+    _assert_exact_update(lambda dtype="float32": _centered("per_example", dtype), x, y)
 
 
 class _HandWrittenBatchNorm(keras.layers.Layer):
@@ -270,10 +241,7 @@ class _HandWrittenBatchNorm(keras.layers.Layer):
 def test_a_custom_layer_mixing_the_batch_inside_its_own_call_is_refused():
     model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(4), _HandWrittenBatchNorm(),
                               keras.layers.Dense(3)])
-    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
-    model.compile(optimizer=keras.optimizers.SGD(0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
-    with pytest.raises(UnsupportedLayerError, match=r"Layer 'dense_\d+' \(Dense\) is called on "
-                       r"values computed from several examples"):
-        model.fit(x, np.zeros(32), batch_size=8, verbose=0)
+    _assert_refused_before_any_update(
+        model, x, np.zeros(32), r"Layer 'dense_\d+' \(Dense\) is called on values computed "
+        "from several examples", batch_size=8, sampling="poisson")
