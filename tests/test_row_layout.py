@@ -49,6 +49,25 @@ CASES = {  # x: [B, T, d] = [2, 4, 3], ids: [B, T] int32
     "per-example statistic": (lambda x, ids: x - tf.reduce_mean(x, [1, 2], keepdims=True), 0),
     "mixed, then sliced": (lambda x, ids: (x - tf.reduce_mean(x, 0))[:1], MIXED),
     "a length of the batch": (lambda x, ids: tf.range(tf.shape(x)[0]), None),
+    # Escapes a probe found in the first version of the walk:
+    "flattened after a concatenation": (lambda x, ids: tf.reshape(tf.concat([x, x], 0),
+                                                                  [4, -1]), REARRANGED),
+    "examples reversed by a stride": (lambda x, ids: x[::-1], REARRANGED),
+    "examples shuffled": (lambda x, ids: tf.random.shuffle(x), REARRANGED),
+    "shifted by one example": (lambda x, ids: tf.pad(x, [[1, 0], [0, 0], [0, 0]])[:-1],
+                               REARRANGED),
+    "gathered by the batch's values": (lambda x, ids: tf.gather(x, ids[:, 0] % 2), REARRANGED),
+    "the first example as reference": (lambda x, ids: x - x[:1], MIXED),
+    "segment mean": (lambda x, ids: tf.math.segment_mean(x, [0, 0]), MIXED),
+    "sorted over the examples": (lambda x, ids: tf.sort(x, axis=0), MIXED),
+    "softmax over the examples": (lambda x, ids: tf.nn.softmax(x[:, 0], axis=0), MIXED),
+    "pooled over the examples": (lambda x, ids: tf.nn.avg_pool1d(
+        tf.transpose(x, [1, 0, 2]), 2, 1, "VALID"), MIXED),
+    "einsum with an ellipsis": (lambda x, ids: tf.einsum("b...,b...->...", x, x), MIXED),
+    "count of positives": (lambda x, ids: tf.cast(tf.shape(tf.where(x > 0))[0], tf.float32)
+                           + x, MIXED),
+    "per-example einsum with an ellipsis": (lambda x, ids: tf.einsum("b...d,de->b...e", x,
+                                                                    tf.ones((3, 2))), 0),
 }
 
 

@@ -62,7 +62,8 @@ def test_a_running_mean_of_the_inputs_is_refused_before_any_update(train_on_batc
     model = keras.Sequential([keras.Input((5,)), _RunningMean(), keras.layers.Dense(3)])
     before = [w.copy() for w in model.get_weights()]
     with pytest.raises(NotPrivateError, match=r"writes values computed from the training batch "
-                       r"into a variable \(.*running_mean.*\).*Fix: keep no statistics"):
+                       r"into a variable, a summary or a print \(.*running_mean.*\).*Fix: keep "
+                       r"no statistics"):
         _fit(model, x, y, train_on_batch)
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
     assert epsilon_spent(model)[0] == 0
@@ -78,3 +79,44 @@ def test_a_write_that_does_not_depend_on_the_batch_trains():
     assert float(layer.calls.numpy()) >= 1 and not layer.mean.numpy().any()
     assert epsilon_spent(model)[0] > 0
 
+
+
+class _Writes(keras.layers.Layer):
+    """A Dense-like layer writing the batch somewhere: a queue, inside a tf.cond, a summary."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 3), initializer="glorot_uniform",
+                                 name="w")
+        self.queue = self.add_weight(shape=(32, input_shape[-1]), initializer="zeros",
+                                     trainable=False, name="queue")
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (3,)
+
+    def call(self, x):  # pylint: disable=arguments-differ
+        if self.how == "queue":  # MoCo-style: the batch's rows into a slice of the queue
+            self.queue[0:4].assign(x[:4])
+        elif self.how == "cond":  # ActNorm-style data-dependent initialization
+            def initialize():
+                self.queue.assign(tf.tile(x[:1], [32, 1]))
+                return tf.constant(0)
+            tf.cond(tf.reduce_all(tf.equal(self.queue, 0.0)), initialize,
+                    lambda: tf.constant(1))
+        elif self.how == "print":
+            tf.print(x[0])
+        return tf.matmul(x, self.w)
+
+
+# Before: each trained silently (the queue held example 0's exact values; tf.print printed it).
+@pytest.mark.parametrize("how", ["queue", "cond", "print"])
+def test_writes_of_the_batch_anywhere_in_the_forward_pass_are_refused(how):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 5)).astype(np.float32), rng.normal(size=(8, 3))
+    model = keras.Sequential([keras.Input((5,)), _Writes(how), keras.layers.Dense(3)])
+    with pytest.raises(NotPrivateError, match=r"writes values computed from the training batch "
+                       r"into a variable, a summary or a print"):
+        _fit(model, x, y)

@@ -71,7 +71,6 @@ def refuse_calls_off_the_batch(records, x, rows):
         if not inputs:
             continue  # another graph (a loop's body): not seen
         _refuse_rows_off_the_batch(record, inputs[0], rows, batch_ops, values)
-        record.shared_args = _shared_args(record, graph, batch_ops, values)
         for tensor in inputs:
             layout = row_layout.batch_axis(tensor, sources, layouts)
             if layout is row_layout.MIXED:
@@ -109,14 +108,6 @@ def _refuse_rows_off_the_batch(record, first, rows, batch_ops, values):
         return  # the batch's length, or its values
     raise UnsupportedLayerError(_message(
         record.layer, f"an input of {length} rows that does not come from the batch"))
-
-
-def _shared_args(record, graph, batch_ops, values):
-    """Positions of the call's other tensor arguments that do not depend on the batch."""
-    leaves = tf.nest.flatten((record.call_args, record.call_kwargs))
-    return frozenset(i for i, t in enumerate(leaves) if isinstance(t, tf.Tensor) and (
-        not hasattr(t, "op")  # a constant made eagerly (a Functional model's argument)
-        or (t.graph is graph and not _depends_on(t.op, batch_ops, values))))
 
 
 def _record_output_ops(records, graph):

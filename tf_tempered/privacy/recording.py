@@ -59,9 +59,6 @@ class LayerRecord:
         self.output = output
         self.call_args = call_args
         self.call_kwargs = call_kwargs
-        # Positions among the leaves of (call_args, call_kwargs) of tensors that do not depend
-        # on the batch (a [T, T] attention bias): not per example whatever their length.
-        self.shared_args = frozenset()
         self.call_fn = call_fn  # the layer's own, uninstrumented call
         self.grad_output = None  # ∂(Σ ℓ_m)/∂output, filled after the backward pass
         self.ops = ()  # graph ops this call created (while tracing)

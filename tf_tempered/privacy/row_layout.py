@@ -30,9 +30,10 @@ whose inputs are checked themselves) through the graph:
 * None: no dependence on the batch (its length aside); ``UNKNOWN``: an op this walk does
   not follow (a loop, a call, a scatter): nothing is claimed.
 
-Ops that could restore the layout (reshape, split, unstack, slice, gather) turn
-``REARRANGED`` into ``UNKNOWN``: only a definite rearrangement reaches a layer as one.
-Nothing unmixes: ``MIXED`` stays.
+Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
+``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
+it (a Flatten after a concatenation, a slice of shifted rows). Nothing unmixes: ``MIXED``
+stays.
 
 >>> import tensorflow as tf
 >>> found = []
@@ -66,6 +67,10 @@ __all__ = ["MIXED", "REARRANGED", "UNKNOWN", "batch_axis"]
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
 _SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 _RULES = {**row_layout_ops.RULES, **row_layout_mixing.RULES}
+# Ops whose output's length is decided by values: a shape read after them is a count of the
+# batch's data (tf.shape(tf.where(y > 0))[0], the positives of the batch).
+_LENGTH_FROM_VALUES = frozenset({"Where", "Unique", "UniqueV2", "UniqueWithCounts",
+                                 "UniqueWithCountsV2", "ListDiff", "SetSize"})
 
 
 def batch_axis(tensor, sources, memo=None):
@@ -87,9 +92,26 @@ def batch_axis(tensor, sources, memo=None):
     return memo[tensor.op]
 
 
+def _length_of_values(tensor, limit=500):
+    """Whether ``tensor``'s shape may have been decided by values (an op of
+    _LENGTH_FROM_VALUES among its ancestors; the search stops after ``limit`` ops)."""
+    stack, seen = [tensor.op], set()
+    while stack and len(seen) < limit:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        if op.type in _LENGTH_FROM_VALUES:
+            return True
+        stack.extend(t.op for t in op.inputs)
+    return False
+
+
 def _follow(op, layouts):
-    if all(layout is None for layout in layouts) or op.type in _SHAPE_ONLY:
-        return None  # no batch in it, or only its length
+    if all(layout is None for layout in layouts):
+        return None
+    if op.type in _SHAPE_ONLY:  # only the batch's length, unless values decided a length
+        return MIXED if _length_of_values(op.inputs[0]) else None
     if MIXED in layouts:
         return MIXED  # nothing unmixes
     rule = _RULES.get(op.type, row_layout_ops.same_axes)

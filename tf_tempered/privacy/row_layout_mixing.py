@@ -22,17 +22,33 @@ __all__ = ["RULES"]
 
 
 def _einsum(op, layouts):
-    inputs, output = op.get_attr("equation").decode().replace(" ", "").split("->")
+    inputs, output = _without_ellipsis(op)
     letters = set()
-    for names, layout in zip(inputs.split(","), layouts):
+    for names, layout in zip(inputs, layouts):
         if layout is None:
             continue
-        if not isinstance(layout, int) or "." in names:
+        if not isinstance(layout, int):
             return UNKNOWN
         letters.add(names[layout])
     if any(letter not in output for letter in letters) or len(letters) > 1:
         return MIXED  # the batch's letter summed over, or pairs of examples
     return output.index(letters.pop())
+
+
+def _without_ellipsis(op):
+    """The equation's input and output letters, "..." spelled out as the axes it stands for
+    (right-aligned, as einsum broadcasts them)."""
+    inputs, output = op.get_attr("equation").decode().replace(" ", "").split("->")
+    inputs = inputs.split(",")
+    spare = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in "".join(inputs) + output]
+    widest = 0
+    for i, (names, tensor) in enumerate(zip(inputs, op.inputs)):
+        if "..." in names:
+            count = tensor.shape.rank - (len(names) - 3)
+            widest = max(widest, count)
+            inputs[i] = names.replace("...", "".join(spare[len(spare) - count:]))
+    output = output.replace("...", "".join(spare[len(spare) - widest:]))
+    return inputs, output
 
 
 def _matmul(op, layouts):
@@ -99,10 +115,31 @@ def _last_axis(op, layouts):
     return same_axes(op, layouts)
 
 
+def _segments(op, layouts):
+    """Segment sums and means: rows of the first axis (the examples') summed by segment."""
+    return MIXED if layouts[0] == 0 or layouts[0] is UNKNOWN else UNKNOWN
+
+
+def _windows(op, layouts):
+    """Pooling and convolutions (NHWC): windows over the axes after the first, and a
+    convolution's sum over the channels: the examples anywhere but first are mixed."""
+    layout = layouts[0]
+    if not isinstance(layout, int) or any(found is not None for found in layouts[1:]):
+        return UNKNOWN
+    return MIXED if layout != 0 else 0
+
+
 def _fused_batch_norm(op, layouts):
-    if op.get_attr("is_training") and layouts[0] is not None:
+    """Statistics over every axis but the channels': the examples on the channel axis are
+    normalized each on its own (tf-keras' LayerNormalization), elsewhere together."""
+    layout = layouts[0]
+    if not isinstance(layout, int):
+        return UNKNOWN
+    channels = 1 if op.get_attr("data_format").decode().startswith("NC") else (
+        op.inputs[0].shape.rank - 1)
+    if op.get_attr("is_training") and layout != channels:
         return MIXED  # normalized with the batch's statistics
-    return UNKNOWN
+    return layout
 
 
 RULES = {
@@ -114,6 +151,14 @@ RULES = {
     **{name: _along_one_axis(drops=False) for name in ("Cumsum", "Cumprod",
                                                        "CumulativeLogsumexp")},
     "Softmax": _last_axis, "LogSoftmax": _last_axis, "L2Loss": lambda op, layouts: MIXED,
+    "TopKV2": _last_axis, "TopK": _last_axis,  # tf.sort, tf.argsort and top_k, on the last axis
+    **{name: _segments for name in ("SegmentSum", "SegmentMean", "SegmentMax", "SegmentMin",
+                                     "SegmentProd", "UnsortedSegmentSum", "UnsortedSegmentMax",
+                                     "UnsortedSegmentMin", "UnsortedSegmentProd",
+                                     "SparseSegmentSum", "SparseSegmentMean",
+                                     "SparseSegmentSqrtN")},
+    **{name: _windows for name in ("AvgPool", "MaxPool", "MaxPoolV2", "AvgPool3D", "MaxPool3D",
+                                   "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2dNative")},
     **{name: _fused_batch_norm for name in ("FusedBatchNorm", "FusedBatchNormV2",
                                             "FusedBatchNormV3")},
 }

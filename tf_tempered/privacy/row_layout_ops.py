@@ -79,7 +79,17 @@ def _transpose(op, layouts):
     layout = layouts[0]
     if not isinstance(layout, int):
         return layout
-    return static_values(op.inputs[1]).index(layout)
+    try:
+        return static_values(op.inputs[1]).index(layout)
+    except ValueError:  # a permutation built at run time (tf.nn.softmax(x, axis=0)'s)
+        # The output axis with the batch axis's length, if only one has it (the batch's
+        # length unknown while tracing: the one unknown dimension).
+        size = op.inputs[0].shape.as_list()[layout]
+        before = op.inputs[0].shape.as_list()
+        after = op.outputs[0].shape.as_list()
+        if before.count(size) != 1 or after.count(size) != 1:
+            return UNKNOWN
+        return after.index(size)
 
 
 def _concat(op, layouts):
@@ -131,12 +141,15 @@ def _squeeze(op, layouts):
 def _reshape(op, layouts):
     layout = layouts[0]
     if not isinstance(layout, int):
-        return UNKNOWN  # a reshape may undo a rearrangement
-    if layout == 0:
-        return 0  # example-major rows merged or split: still example-major
+        return layout  # a Flatten after rearranged rows keeps them rearranged
     before, after = op.inputs[0].shape, op.outputs[0].shape
-    if after.rank is None:
+    if after.rank is None or before.rank is None:
         return UNKNOWN
+    if all(size == 1 for size in before.as_list()[:layout]):
+        # Example-major rows merged or split: still example-major, after the leading axes
+        # of length 1 the reshape puts first (tf-keras' LayerNormalization: [1, B·T, d, 1]).
+        ones = next((i for i, size in enumerate(after.as_list()) if size != 1), None)
+        return UNKNOWN if ones is None else ones
     if after.rank > layout and before[:layout + 1].as_list() == after[:layout + 1].as_list():
         return layout
     return REARRANGED  # the batch axis merged with the axes before it: rows in their order
@@ -164,14 +177,14 @@ def _tile(op, layouts):
 
 def _gather(op, layouts):
     params, indices = layouts[0], layouts[1]
+    axis = static_values(op.inputs[2])[0] if op.type == "GatherV2" else 0
+    axis = normalized_axis(axis, op.inputs[0].shape.rank)
+    if isinstance(params, int) and params == axis:
+        return REARRANGED  # rows of the batch picked by index (indices of the batch's too)
     if params is REARRANGED or indices is REARRANGED or (params is not None
                                                          and indices is not None):
         return UNKNOWN
-    axis = static_values(op.inputs[2])[0] if op.type == "GatherV2" else 0
-    axis = normalized_axis(axis, op.inputs[0].shape.rank)
     if isinstance(params, int):
-        if params == axis:
-            return REARRANGED  # rows of the batch picked by index
         return params if params < axis else params + op.inputs[1].shape.rank - 1
     return axis + indices if isinstance(indices, int) else UNKNOWN
 
@@ -196,14 +209,37 @@ def _unknown(op, layouts):
 def _slice(op, layouts):
     layout = layouts[0]
     if layout is REARRANGED:
-        return UNKNOWN
+        return REARRANGED  # a slice of shifted rows (tf.pad(t, [[1, 0], ...])[:-1])
     if op.type != "StridedSlice" or not isinstance(layout, int) or any(
             op.get_attr(mask) for mask in ("ellipsis_mask", "new_axis_mask")):
         return same_axes(op, layouts)
     shrunk = op.get_attr("shrink_axis_mask")  # x[:, 0], x[:, -1]: axes dropped
     if shrunk >> layout & 1:
         return UNKNOWN  # one example's rows
+    begin, end, strides = (static_values(t) for t in op.inputs[1:4])
+    if layout >= len(begin):  # an axis the slice does not name: whole
+        return layout - bin(shrunk).count("1")
+    if strides[layout] != 1:
+        return REARRANGED  # x[::-1]: the examples reversed (or every other one)
+    size = op.inputs[0].shape[layout]
+    whole = ((op.get_attr("begin_mask") >> layout & 1 or begin[layout] == 0)
+             and (op.get_attr("end_mask") >> layout & 1
+                  or (size is not None and end[layout] >= size)))
+    if not whole:
+        return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
     return layout - bin(shrunk & ((1 << layout) - 1)).count("1")
+
+
+def _pad(op, layouts):
+    layout = layouts[0]
+    if not isinstance(layout, int):
+        return layout
+    paddings = static_values(op.inputs[1])
+    return REARRANGED if any(paddings[2 * layout: 2 * layout + 2]) else layout
+
+
+def _shuffle(op, layouts):
+    return REARRANGED if layouts[0] == 0 else UNKNOWN
 
 
 RULES = {
@@ -212,6 +248,7 @@ RULES = {
     "ReverseV2": _on_batch_axis(1), "Roll": _on_batch_axis(2), "Tile": _tile,
     "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
     "Split": _split, "SplitV": _split, "Slice": _slice, "StridedSlice": _slice,
+    "Pad": _pad, "PadV2": _pad, "MirrorPad": _pad, "RandomShuffle": _shuffle,
     **{name: _unknown for name in ("While", "StatelessWhile", "If", "StatelessIf",
                                    "PartitionedCall", "StatefulPartitionedCall", "GatherNd",
                                    "ScatterNd", "TensorScatterUpdate", "SpaceToBatchND",

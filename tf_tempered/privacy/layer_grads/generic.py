@@ -158,13 +158,14 @@ def _split_call_args(call, slices):
 
     With `slices` every tensor of rank > 0 is sliced per example; otherwise those whose
     first axis is the batch's (a mask of the inputs, a per-example condition): the
-    same static length as the inputs', or both unknown while tracing, unless the traced
-    step found they do not depend on the batch (`call.shared_args`, from example_rows).
+    same static length as the inputs', or both unknown while tracing. (A tensor shared by
+    the examples whose length equals the batch's by chance is sliced too: with static
+    shapes a mask tiled to the batch and such a tensor look alike.)
     """
     leaves = tf.nest.flatten((call.call_args, call.call_kwargs))
     rows = tf.nest.flatten(call.inputs)[0].shape[0]
     per_example = {i: t for i, t in enumerate(leaves) if _is_per_example(t) and (
-        slices or (t.shape[0] == rows and i not in call.shared_args))}
+        slices or t.shape[0] == rows)}
     return per_example, leaves
 
 
