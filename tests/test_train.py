@@ -424,10 +424,12 @@ def test_cli_prints_one_line_per_epoch_when_stdout_is_not_a_terminal(tmp_path):
     assert returncode == 0, stderr[-3000:]
     assert "\r" not in stdout and "\b" not in stdout  # no progress bar updates
     lines = stdout.splitlines()
-    assert len(lines) == 3, stdout  # two epochs and the summary, nothing else
-    matches = _check_epoch_lines(lines[:2])
+    # What ε does not cover, two epochs and the summary, nothing else.
+    assert len(lines) == 4, stdout
+    assert lines[0] == run_report.NOT_COVERED_NOTE
+    matches = _check_epoch_lines(lines[1:3])
     metrics = _read(tmp_path / "metrics.json")
-    assert lines[2].startswith(f"Test accuracy {metrics['test_accuracy']:.4f}; ε = ")
+    assert lines[3].startswith(f"Test accuracy {metrics['test_accuracy']:.4f}; ε = ")
     # The printed numbers are the recorded ones.
     for m, record in zip(matches, metrics["history"]):
         assert float(m.group(2)) == pytest.approx(record["train_loss"], abs=5e-5)
@@ -490,17 +492,3 @@ def test_weight_standardization_flag_builds_scaled_convolutions_on_scatternet_on
     assert all(c.scaled for c in convs)
     plain = model_builders.build_model(config.replace(weight_standardization=False), dataset)
     assert plain.count_params() == model.count_params()
-
-
-@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3's backup file layout")
-def test_a_torn_backup_names_the_files_to_delete_and_the_ledger_to_keep(tmp_path):
-    # Before: a bare OSError from h5py; deleting the whole folder, the obvious fix, would
-    # also delete the privacy ledger and restart ε at zero.
-    (tmp_path / "latest.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n torn")
-    callback = train_lib._BackupAndRestore(str(tmp_path))  # pylint: disable=protected-access
-    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-    model.compile(optimizer="sgd", loss="mse")
-    callback.set_model(model)
-    with pytest.raises(RuntimeError, match=r"cannot be read.*Fix: delete the backup's weights "
-                       r"and training metadata.*keep privacy_ledger.json"):
-        callback.on_train_begin()

@@ -55,7 +55,7 @@ import time
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.ema import ExponentialMovingAverage
-from tf_tempered.experiments import (command_line, common, model_builders, results,
+from tf_tempered.experiments import (backup, command_line, common, model_builders, results,
                                      run_report, train_data)
 from tf_tempered.privacy import has_secret_dp_randomness, make_private, optimizers
 
@@ -115,23 +115,6 @@ def make_strategy(name):
         devices = [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices)
     return tf.distribute.MultiWorkerMirroredStrategy()
-
-
-class _BackupAndRestore(keras.callbacks.BackupAndRestore):
-    """Keras' BackupAndRestore, with the fix named when its backup cannot be read."""
-
-    def on_train_begin(self, logs=None):
-        try:
-            super().on_train_begin(logs)
-        except OSError as error:  # a kill while the only backup's weights were written
-            raise RuntimeError(
-                f"--backup_dir={self.backup_dir}: the backup cannot be read ({error}); a run "
-                "killed while it was written leaves it torn. Fix: delete the backup's weights "
-                "and training metadata in that folder (Keras 3: latest.weights.h5 and "
-                "training_metadata.json) but keep privacy_ledger.json, which counts the DP "
-                "steps already taken (and the DP feature statistics' release): deleting the "
-                "whole folder would restart ε at zero. The run then restarts from its first "
-                "epoch and its ε continues from the ledger.") from error
 
 
 def run_training(config, *, verbose=1, extra_callbacks=None, backup_dir=None, strategy=None):
@@ -258,7 +241,7 @@ def _callbacks(config, plan, verbose, report, backup_dir):
         callbacks.append(ExponentialMovingAverage(decay=config.ema_decay))
     ledger = None
     if backup_dir is not None:
-        callbacks.append(_BackupAndRestore(str(backup_dir)))
+        callbacks.append(backup.BackupAndRestore(str(backup_dir)))
         ledger = pathlib.Path(backup_dir) / "privacy_ledger.json"
     budget = None
     if config.dpsgd:

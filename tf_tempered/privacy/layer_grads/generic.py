@@ -122,16 +122,19 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
         with keras_bridge.without_activation(call.layer):  # the trace happens now, inside it
             return all_examples()
     except TypeError as error:  # while tracing: a dtype mismatch inside the layer's call
-        compute_dtype = getattr(call.layer, "compute_dtype", "float32")
-        if compute_dtype == "float32":
+        if getattr(call.layer, "compute_dtype", "float32") == "float32":
             raise
-        raise UnsupportedLayerError(
-            f"Layer {call.layer.name!r} ({type(call.layer).__name__}) takes the generic "
-            f"per-example VJP, which runs its call in float32 (its inputs widened from "
-            f"{compute_dtype} for exact norms), and its call mixes that with {compute_dtype} "
-            f"tensors (it casts its weights to its compute dtype?): "
-            f"{str(error).strip().splitlines()[-1]} Fix: give this "
-            "layer dtype=\"float32\" (the rest of the model keeps mixed precision).") from error
+        raise _mixed_precision_error(call.layer, error) from error
+
+
+def _mixed_precision_error(layer, error):
+    compute_dtype = layer.compute_dtype
+    return UnsupportedLayerError(
+        f"Layer {layer.name!r} ({type(layer).__name__}) takes the generic per-example VJP, "
+        f"which runs its call in float32 (its inputs widened from {compute_dtype} for exact "
+        f"norms), and its call mixes that with {compute_dtype} tensors (it casts its weights "
+        f"to its compute dtype?): {str(error).strip().splitlines()[-1]} Fix: give this layer "
+        "dtype=\"float32\" (the rest of the model keeps mixed precision).")
 
 
 def _refuse_random_draws(layer):
