@@ -307,3 +307,69 @@ def test_a_weight_made_trainable_after_creation_is_refused_naming_the_fix():
     with pytest.raises(UnsupportedLayerError, match="created with trainable=False and made "
                        r"trainable later.*Fix: create it with add_weight\(trainable=True\)"):
         model.fit(np.ones((8, 4), np.float32), np.zeros(8), batch_size=4, verbose=0)
+
+
+def _spectral_normalized(dtype="float32"):
+    return keras.Sequential([
+        keras.Input((6,), dtype=dtype),
+        keras.layers.SpectralNormalization(keras.layers.Dense(5, activation="tanh", dtype=dtype),
+                                           dtype=dtype),
+        keras.layers.Dense(3, dtype=dtype)])
+
+
+def _stopped_tie():
+    """Tied embeddings whose output projection reads the table under tf.stop_gradient."""
+    class StoppedTie(TiedEmbeddings):
+        def call(self, ids):
+            h = self.hidden(tf.reduce_mean(self.embed(ids), axis=1))
+            return tf.matmul(h, tf.stop_gradient(self.embed.embeddings), transpose_b=True)
+    return StoppedTie()
+
+
+@pytest.mark.parametrize("build", [_spectral_normalized, _stopped_tie],
+                         ids=["spectral-normalization", "stop-gradient-tie"])
+def test_a_weight_read_that_carries_no_gradient_outside_its_call_trains_exactly(build):
+    # SpectralNormalization reads its wrapped layer's kernel outside that layer's call,
+    # but only to compare it with 0 and to assign the normalized kernel, which the call
+    # then reads: refused as a tied weight before, though that read adds no gradient.
+    rng = np.random.default_rng(2)
+    if build is _spectral_normalized:
+        x, y = rng.normal(size=(8, 6)).astype(np.float32), rng.integers(0, 3, 8)
+    else:
+        x, y = rng.integers(0, 20, (8, 5)), rng.integers(0, 20, 8)
+    model = build()
+    model(x[:1])
+    initial = [v.numpy() for v in model.variables]
+
+    def restore():
+        for v, value in zip(model.variables, initial):
+            v.assign(value)
+
+    per_example = []
+    for i in range(len(x)):  # each example from the same state, as the batch's one forward
+        restore()
+        with tf.GradientTape() as tape:
+            loss = LOSS(y[i:i + 1], model(x[i:i + 1], training=True))
+        per_example.append([tf.convert_to_tensor(g).numpy()
+                            for g in tape.gradient(loss, model.trainable_variables)])
+    norms = np.array([np.sqrt(sum(np.sum(g ** 2) for g in grads)) for grads in per_example])
+    clip = float(np.median(norms))
+    assert 0 < np.mean(norms > clip) < 1
+    reference = [-sum(min(1.0, clip / n) * grads[k] for n, grads in zip(norms, per_example))
+                 / len(x) for k in range(len(model.trainable_variables))]
+    restore()
+    before = [v.numpy() for v in model.trainable_variables]
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=LOSS)
+    model.fit(x, y, batch_size=len(x), shuffle=False, verbose=0)
+    ours = [v.numpy() for v in model.trainable_variables]
+    # The update applies to the variables as the step's forward left them (the
+    # normalized kernel): that state, plus the clipped mean.
+    restore()
+    model(x, training=True)
+    after_forward = [v.numpy() for v in model.trainable_variables]
+    scale = max(np.abs(r).max() for r in reference)
+    for o, a, r in zip(ours, after_forward, reference):
+        np.testing.assert_allclose(o - a, r, rtol=0, atol=1e-5 * scale)
+    assert any(np.abs(a - b).max() > 0 for a, b in zip(after_forward, before)) == \
+        (build is _spectral_normalized)

@@ -290,3 +290,68 @@ def test_the_epoch_loss_leaves_out_the_examples_counted_nonfinite():
     history = model.fit(x, y, batch_size=ROWS, shuffle=False, verbose=0).history
     assert history["dp_nonfinite"] == [1.0]
     np.testing.assert_allclose(history["loss"][0], expected, rtol=1e-5)
+
+
+def _poisson_positions_update(x, y, mask, *, clip, expected, position_weight=None):
+    """The engine's update (noise 0, SGD at lr 1) of one Poisson batch of a per-position
+    classifier: rows with mask 0 are padding; ``position_weight`` the user's [rows, T]."""
+    model = _per_position("float32")
+    model.set_weights(_INITIAL)
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0)
+    model.compile(optimizer=keras.optimizers.SGD(1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.numpy() for w in model.trainable_variables]
+    info = {"mask": tf.constant(mask, tf.float32), "expected_batch_size": tf.constant(expected)}
+    if position_weight is not None:
+        info["sample_weight"] = tf.constant(position_weight)
+    model.fit(tf.data.Dataset.from_tensors((x, y, info)), verbose=0)
+    return [w.numpy() - b for w, b in zip(model.trainable_variables, before)]
+
+
+def _per_position(dtype):
+    return keras.Sequential([keras.Input((_POSITIONS, 5), dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
+
+
+_POSITIONS = 8  # as many as the padded batch's rows: a weight broadcast along the wrong axis fits
+_INITIAL = [np.array([[0.5, -0.3, 0.1], [0.2, 0.4, -0.6], [-0.1, 0.3, 0.2], [0.7, -0.2, 0.0],
+                      [0.0, 0.1, -0.4]], np.float32), np.array([0.1, -0.1, 0.0], np.float32)]
+
+
+def _positions_reference(x, y, real, position_weight, clip, expected):
+    """Σ over the real rows of clip(∇ mean_t w_it · ℓ_it) / expected, in float64 (some
+    of the rows clipped, some not)."""
+    model = _per_position("float64")
+    model.set_weights([w.astype(np.float64) for w in _INITIAL])
+    total, norms = [np.zeros(v.shape) for v in model.trainable_variables], []
+    for i in real:
+        with tf.GradientTape() as tape:
+            losses = keras.losses.sparse_categorical_crossentropy(
+                y[i:i + 1], model(x[i:i + 1].astype(np.float64)), from_logits=True)
+            loss = tf.reduce_mean(losses * position_weight[i])
+        grads = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+        norms.append(np.sqrt(sum(np.sum(g ** 2) for g in grads)))
+        total = [t + min(1.0, clip / norms[-1]) * g for t, g in zip(total, grads)]
+    assert 0 < np.mean(np.array(norms) > clip) < 1, norms
+    return [-t / expected for t in total]
+
+
+@pytest.mark.filterwarnings("ignore:fit on a pipeline")
+@pytest.mark.parametrize("user_weights", [False, True], ids=["mask-only", "per-position-weights"])
+def test_per_position_labels_on_poisson_batches_train_exactly(user_weights):
+    # [B, T] losses (per-position labels, as a tagger or a language model has) against a
+    # Poisson batch's [B] mask: Keras 3's loss refused the [B] weight (a crash on fit's
+    # default path), and a user's [B, T] weight times the mask broadcast the mask along
+    # T when T equals the padded rows: padding rows trained, real positions dropped.
+    rng = np.random.default_rng(5)
+    rows, real = _POSITIONS, [0, 1, 2, 4, 5]
+    x = rng.normal(size=(rows, _POSITIONS, 5)).astype(np.float32)
+    y = rng.integers(0, 3, (rows, _POSITIONS))
+    mask = np.isin(np.arange(rows), real).astype(np.float32)
+    weight = (rng.uniform(0.0, 2.0, (rows, _POSITIONS)).astype(np.float32) if user_weights
+              else np.ones((rows, _POSITIONS), np.float32))
+    clip, expected = 1.0, 6.0
+    ours = _poisson_positions_update(x, y, mask, clip=clip, expected=expected,
+                                     position_weight=weight if user_weights else None)
+    reference = _positions_reference(x, y, real, weight, clip, expected)
+    assert_update(ours, reference)

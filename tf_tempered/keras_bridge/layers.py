@@ -69,6 +69,9 @@ def own_trainable_weights(layer):
     """The trainable weights `layer` created itself (not its sub-layers'); [] if frozen.
 
     A recurrent unit (is_recurrent_unit) owns its sub-layers' weights too (its cell's).
+    A sub-layer's weight that the layer also keeps as an attribute (SpectralNormalization's
+    ``self.kernel = self.layer.kernel``: both Kerases then track it as the wrapper's own)
+    stays the sub-layer's: one variable, one owner.
     """
     if not layer.trainable:
         return []
@@ -80,8 +83,13 @@ def own_trainable_weights(layer):
     if IS_KERAS3:
         # Keras 3 keeps a layer's own variables in _trainable_variables; freezing one
         # (variable.trainable = False) leaves it in that list.
-        return [v for v in getattr(layer, "_trainable_variables", []) if v.trainable]
-    return list(getattr(layer, "_trainable_weights", []))
+        own = [v for v in getattr(layer, "_trainable_variables", []) if v.trainable]
+    else:
+        own = list(getattr(layer, "_trainable_weights", []))
+    if not own:
+        return own
+    nested = {id(v) for sub in flatten_layers(layer) for v in sub.weights}
+    return [v for v in own if id(v) not in nested]
 
 
 def lora_factors(layer):

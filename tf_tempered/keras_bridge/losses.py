@@ -25,12 +25,12 @@ them with the masked means itself.
 
 import contextlib
 
-from tf_tempered._compat import KERAS_MAJOR, keras
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.keras_bridge.training import overriding_class
 
 __all__ = ["compiled_loss_per_example", "compiled_loss_trackers", "loss_container",
            "loss_values", "overrides_compute_loss", "reduction_of", "mixes_examples",
-           "unreduced_axis_fix"]
+           "unreduced_axis_fix", "weigh_rows"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -76,21 +76,28 @@ def loss_values(loss, y_true, y_pred, sample_weight):
     reduction, and no rescaling of a mask by the batch's count of valid entries (a
     quantity of the whole batch). The raw values (what the loss's own ``call``
     returned) tell a function that reduces over the batch by its rank.
+
+    A weight of one value per row ([rows], e.g. a Poisson batch's mask) weighs every
+    entry of its row's values ([rows, T] for per-timestep labels): Keras 2 broadcasts it
+    so, Keras 3's ``Loss.__call__`` fails on it; here the stand-in ``call`` applies the
+    weight (:func:`weigh_rows`) and Keras gets none, whenever the loss class keeps
+    Keras' own ``__call__``.
     """
     seen = []
     had_call = "call" in vars(loss)
     original_call = loss.call
+    weigh_in_call = sample_weight is not None and _keras_call_of(loss)
 
     def call(*args, **kwargs):
         out = original_call(*args, **kwargs)
         seen.append(out)
-        return out
+        return weigh_rows(out, sample_weight) if weigh_in_call else out
 
     reduction = loss.reduction
     object.__setattr__(loss, "call", call)
     object.__setattr__(loss, "reduction", "none")
     try:
-        values = loss(y_true, y_pred, sample_weight=sample_weight)
+        values = loss(y_true, y_pred, sample_weight=None if weigh_in_call else sample_weight)
     finally:
         object.__setattr__(loss, "reduction", reduction)
         if had_call:
@@ -98,6 +105,38 @@ def loss_values(loss, y_true, y_pred, sample_weight):
         else:
             object.__delattr__(loss, "call")
     return values, (seen[-1] if seen else values)
+
+
+def _keras_call_of(loss):
+    """True when ``loss`` is a Keras Loss whose class keeps Keras' own ``__call__``."""
+    return isinstance(loss, keras.losses.Loss) and \
+        type(loss).__call__ is keras.losses.Loss.__call__
+
+
+def weigh_rows(values, weight):
+    """``values · weight`` as Keras weighs a loss, a row weight broadcast over each row.
+
+    A weight with a trailing axis of 1 more than the values loses it; a weight of lower
+    rank gets trailing axes of 1, so [rows] weighs every entry of [rows, T] (Keras 2's
+    broadcast; Keras 3 refuses it). Keeps the values' Keras mask.
+
+    >>> weigh_rows(tf.ones([2, 3]), tf.constant([1.0, 0.0])).numpy()
+    array([[1., 1., 1.],
+           [0., 0., 0.]], dtype=float32)
+    """
+    values = tf.convert_to_tensor(values)
+    weight = tf.cast(weight, values.dtype)
+    rank = values.shape.rank
+    if rank is not None and weight.shape.rank is not None:
+        if weight.shape.rank == rank + 1 and weight.shape[-1] == 1:
+            weight = tf.squeeze(weight, -1)
+        weight = tf.reshape(weight, tf.concat(
+            [tf.shape(weight), tf.ones([max(rank - weight.shape.rank, 0)], tf.int32)], 0))
+    weighted = values * weight
+    mask = getattr(values, "_keras_mask", None)
+    if mask is not None:
+        weighted._keras_mask = mask  # pylint: disable=protected-access
+    return weighted
 
 
 @contextlib.contextmanager

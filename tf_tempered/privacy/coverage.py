@@ -121,15 +121,48 @@ _NOT_READS = frozenset({"VarIsInitializedOp", "AssignVariableOp", "AssignAddVari
                         "AssignSubVariableOp", "DestroyResourceOp", "VariableShape"})
 
 
-def refuse_reads_outside_calls(recorder):
+# Ops through which no gradient flows back to their inputs: a read whose value reaches
+# the loss only through them (Keras 3's SpectralNormalization compares its wrapped
+# layer's kernel with 0 and assigns the normalized kernel to it before the layer's
+# call reads it) adds nothing to the variable's gradient.
+_NO_GRADIENT = frozenset({
+    "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "StopGradient",
+    "PreventGradient", "Equal", "NotEqual", "Less", "LessEqual", "Greater", "GreaterEqual",
+    "All", "Any", "IsFinite", "IsNan", "IsInf", "LogicalAnd", "LogicalOr", "LogicalNot",
+    "Shape", "ShapeN", "Size", "Rank", "ArgMax", "ArgMin"})
+
+
+def _reaches_differentiably(op, target):
+    """Whether a data path from ``op``'s outputs to the op ``target`` carries a gradient:
+    float tensors only, not through an op of ``_NO_GRADIENT``. A nested function or a
+    cond counts as passing every input to every output (conservative)."""
+    stack, seen = [op], {op.name}
+    while stack:
+        current = stack.pop()
+        if current.name == target.name:
+            return True
+        for out in current.outputs:
+            if not (out.dtype.is_floating or out.dtype.is_complex):
+                continue
+            for consumer in out.consumers():
+                if consumer.type not in _NO_GRADIENT and consumer.name not in seen:
+                    seen.add(consumer.name)
+                    stack.append(consumer)
+    return False
+
+
+def refuse_reads_outside_calls(recorder, loss=None):
     """Raises for a recorded layer's weight read in the forward pass outside its calls.
 
     A handler computes a layer's per-example gradient from its recorded calls
     only; a weight also used elsewhere (tied input/output embeddings:
     `ops.matmul(h, embedding.embeddings, transpose_b=True)`) would have that
-    use's gradient left out of the norm and the update. Checked while tracing,
-    from the graph ops each call created (no cost per step); nothing to check in
-    eager mode (run_eagerly=True), where the check cannot see the reads.
+    use's gradient left out of the norm and the update. A read whose value does not
+    reach ``loss`` (the step's scalar) through ops with a gradient is no such use
+    (SpectralNormalization's power iteration, which writes the wrapped layer's kernel
+    before its call). Checked while tracing, from the graph ops each call created (no
+    cost per step); nothing to check in eager mode (run_eagerly=True), where the check
+    cannot see the reads.
     """
     graph = recorder.graph
     if graph is None or not recorder.forward_ops:
@@ -159,6 +192,8 @@ def refuse_reads_outside_calls(recorder):
                 if (position[op.name] < first_call.get(id(record.layer), 0)
                         and f"/{short_name}/" in f"/{op.name}"):
                     continue  # the variable's own initialization (built at its first call)
+                if loss is not None and not _reaches_differentiably(op, loss.op):
+                    continue  # no gradient to leave out
                 raise UnsupportedLayerError(
                     f"Trainable variable {var.name!r} of layer {record.layer.name!r} is "
                     f"used in the forward pass outside that layer's call (by op "

@@ -32,7 +32,7 @@ def backward(model, forward, plan, batch_size):
     gradients of every record filled in."""
     records = forward.recorder.records
     unrecorded = coverage.check(model, records)
-    coverage.refuse_reads_outside_calls(forward.recorder)
+    coverage.refuse_reads_outside_calls(forward.recorder, loss=forward.total)
     layout = layer_grads.MicrobatchLayout(forward.num_microbatches, forward.examples_per_microbatch,
                                         plan.options, batch_size, xla=plan.xla)
     # One entry per layer: a layer called more than once (shared weights) gets the

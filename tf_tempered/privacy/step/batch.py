@@ -26,7 +26,7 @@ from typing import Any
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 
-__all__ = ["Batch", "unpack_batch", "unpack_sample_weight", "POISSON_KEYS"]
+__all__ = ["Batch", "masked_rows", "unpack_batch", "unpack_sample_weight", "POISSON_KEYS"]
 
 POISSON_KEYS = frozenset({"mask", "expected_batch_size"})
 _OPTIONAL_KEYS = frozenset({"sample_weight"})
@@ -64,8 +64,23 @@ def unpack_sample_weight(sample_weight):
     mask = sample_weight["mask"]
     weight, user = mask, sample_weight.get("sample_weight")
     if user is not None:  # (a structure for a model with several outputs)
-        weight = tf.nest.map_structure(lambda w: tf.cast(w, mask.dtype) * mask, user)
+        weight = tf.nest.map_structure(lambda w: masked_rows(w, mask), user)
     return weight, user, mask, sample_weight["expected_batch_size"]
+
+
+def masked_rows(weight, mask):
+    """``weight`` [rows, ...] times the [rows] mask, row by row (never along a later axis
+    that happens to have as many entries as the batch has rows).
+
+    >>> masked_rows(tf.ones([2, 2]), tf.constant([1.0, 0.0])).numpy()
+    array([[1., 1.],
+           [0., 0.]], dtype=float32)
+    """
+    weight = tf.cast(weight, mask.dtype)
+    rank = weight.shape.rank
+    if rank is None or rank <= 1:
+        return weight * mask
+    return weight * tf.reshape(mask, [-1] + [1] * (rank - 1))
 
 
 def _checked_weights(weight):
