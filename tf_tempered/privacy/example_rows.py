@@ -38,7 +38,7 @@ there is no graph to read: the eager step is traced once for these checks (graph
 >>> @tf.function
 ... def depends(x):
 ...     positions = tf.range(tf.shape(x)[1])
-...     return [_depends_on(t.op, {x.op}, {}) for t in (positions, tf.range(3), x * 2)]
+...     return [_depends_on(t, {x.op}, {}) for t in (positions, tf.range(3), x * 2)]
 >>> [bool(v) for v in depends(tf.ones((2, 3)))]
 [False, False, True]
 """
@@ -49,8 +49,6 @@ from tf_tempered.privacy.errors import UnsupportedLayerError
 
 __all__ = ["refuse_calls_off_the_batch"]
 
-# Ops that read a tensor's shape, not its values: a length taken from the batch.
-_SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
 
 def refuse_calls_off_the_batch(records, x, rows):
@@ -104,7 +102,7 @@ def _refuse_rows_off_the_batch(record, first, rows, batch_ops, values):
         raise UnsupportedLayerError(_message(record.layer, f"{length} rows for a batch of "
                                              f"{rows}"))
     if (length is None or (length == rows and not _is_a_range(first))
-            or _depends_on(first.op, batch_ops, values)):
+            or _depends_on(first, batch_ops, values)):
         return  # the batch's length, or its values
     raise UnsupportedLayerError(_message(
         record.layer, f"an input of {length} rows that does not come from the batch"))
@@ -168,21 +166,7 @@ def _mixed_message(subject):
             "and use a loss of each example's own prediction and label.")
 
 
-def _depends_on(op, batch_ops, memo):
-    """Whether ``op``'s outputs depend on the values of ``batch_ops``' outputs (Shape ops
-    cut: a length is no data). ``memo``: op -> bool, shared between calls."""
-    stack = [(op, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if node in memo:
-            continue
-        if node in batch_ops or node.type in _SHAPE_ONLY:
-            memo[node] = node in batch_ops
-            continue
-        parents = [t.op for t in node.inputs]
-        if expanded:
-            memo[node] = any(memo.get(parent, False) for parent in parents)
-        else:
-            stack.append((node, True))
-            stack.extend((parent, False) for parent in parents if parent not in memo)
-    return memo[op]
+def _depends_on(tensor, batch_ops, memo):
+    """Whether ``tensor`` depends on the values of ``batch_ops``' outputs (a length read
+    from the batch is no data of it). ``memo``: row_layout's, for these sources only."""
+    return row_layout.batch_axis(tensor, batch_ops, memo) is not None

@@ -62,10 +62,10 @@ stays.
 from tf_tempered.privacy import row_layout_mixing, row_layout_ops
 from tf_tempered.privacy.row_layout_ops import MIXED, REARRANGED, UNKNOWN
 
-__all__ = ["MIXED", "REARRANGED", "UNKNOWN", "batch_axis"]
+__all__ = ["MIXED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis"]
 
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
-_SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 _RULES = {**row_layout_ops.RULES, **row_layout_mixing.RULES}
 # Ops whose output's length is decided by values: a shape read after them is a count of the
 # batch's data (tf.shape(tf.where(y > 0))[0], the positives of the batch).
@@ -77,6 +77,7 @@ def batch_axis(tensor, sources, memo=None):
     """The layout of ``tensor`` (module docstring); ``sources``: ops whose outputs hold the
     examples on axis 0; ``memo``: op -> layout, shared between calls on one graph."""
     memo = {} if memo is None else memo
+    counted = memo.setdefault(_COUNTED, set())
     stack = [(tensor.op, False)]
     while stack:
         op, expanded = stack.pop()
@@ -85,33 +86,27 @@ def batch_axis(tensor, sources, memo=None):
         if op in sources:
             memo[op] = 0
         elif expanded:
-            memo[op] = _follow(op, [memo[t.op] for t in op.inputs])
+            parents = [t.op for t in op.inputs]
+            memo[op] = _follow(op, [memo[parent] for parent in parents], counted)
+            if memo[op] is not None and (op.type in _LENGTH_FROM_VALUES
+                                         or any(parent in counted for parent in parents)):
+                counted.add(op)
         else:
             stack.append((op, True))
             stack.extend((t.op, False) for t in op.inputs if t.op not in memo)
     return memo[tensor.op]
 
 
-def _length_of_values(tensor, limit=500):
-    """Whether ``tensor``'s shape may have been decided by values (an op of
-    _LENGTH_FROM_VALUES among its ancestors; the search stops after ``limit`` ops)."""
-    stack, seen = [tensor.op], set()
-    while stack and len(seen) < limit:
-        op = stack.pop()
-        if op in seen:
-            continue
-        seen.add(op)
-        if op.type in _LENGTH_FROM_VALUES:
-            return True
-        stack.extend(t.op for t in op.inputs)
-    return False
+# The memo's entry holding the ops whose shape the batch's values may have decided (an op of
+# _LENGTH_FROM_VALUES on batch data among their ancestors).
+_COUNTED = "ops whose length counts batch data"
 
 
-def _follow(op, layouts):
+def _follow(op, layouts, counted):
     if all(layout is None for layout in layouts):
         return None
-    if op.type in _SHAPE_ONLY:  # only the batch's length, unless values decided a length
-        return MIXED if _length_of_values(op.inputs[0]) else None
+    if op.type in SHAPE_ONLY:  # only the batch's length, unless values decided a length
+        return MIXED if op.inputs[0].op in counted else None
     if MIXED in layouts:
         return MIXED  # nothing unmixes
     rule = _RULES.get(op.type, row_layout_ops.same_axes)

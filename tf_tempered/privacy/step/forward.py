@@ -29,9 +29,10 @@ from typing import Any, Callable, List
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import example_rows, microbatching, recording, state_writes
+from tf_tempered.privacy import microbatching, recording
 from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy.per_example_loss import per_example_losses
+from tf_tempered.privacy.step.forward_checks import refuse_cross_example_forward
 from tf_tempered.privacy.step.random_ops import ForwardOps
 
 __all__ = ["Forward", "record_forward", "activity_penalties"]
@@ -154,12 +155,7 @@ def record_forward(model, batch, plan, *, losses=None):
         microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
         total = tf.reduce_sum(microbatch_losses)
         recorder.end_forward()
-    walked = example_rows.refuse_calls_off_the_batch(recorder.records, batch.x,
-                                                     losses.shape[0])
-    example_rows.refuse_mixed_losses(losses, (batch.y, batch.loss_weight, batch.poisson_mask),
-                                     walked)
-    state_writes.refuse_writes_from_the_batch(recorder.forward_ops,
-                                              (batch.x, batch.y, batch.loss_weight))
+    refuse_cross_example_forward(recorder, batch, losses)
     plan.clipped_sum.check_forward(forward_ops)
 
     def recompute(after):

@@ -1,0 +1,41 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Stage 3's refusals, read off the traced forward pass (once per trace, nothing per step).
+
+DP-SGD's bound holds when example i's clipped gradient is all that example i changes.
+Three ways a forward pass breaks that, each refused with the fix before any update:
+
+* a layer called on rows that are not the batch's examples in order, or on values
+  mixed across examples (:func:`tf_tempered.privacy.example_rows.refuse_calls_off_the_batch`);
+* per-example losses computed from several examples
+  (:func:`tf_tempered.privacy.example_rows.refuse_mixed_losses`);
+* a variable written from the batch's data
+  (:func:`tf_tempered.privacy.state_writes.refuse_writes_from_the_batch`).
+"""
+
+from tf_tempered.privacy import example_rows, state_writes
+
+__all__ = ["refuse_cross_example_forward"]
+
+
+def refuse_cross_example_forward(recorder, batch, losses):
+    """Raises for a forward pass in which one example reaches another's rows, losses or a
+    variable. ``recorder``: the step's Recorder, after the forward pass; ``batch``: the
+    step's Batch; ``losses``: the [rows] per-example losses."""
+    walked = example_rows.refuse_calls_off_the_batch(recorder.records, batch.x,
+                                                     losses.shape[0])
+    example_rows.refuse_mixed_losses(losses, (batch.y, batch.loss_weight, batch.poisson_mask),
+                                     walked)
+    state_writes.refuse_writes_from_the_batch(recorder.forward_ops,
+                                              (batch.x, batch.y, batch.loss_weight))
