@@ -491,6 +491,26 @@ def test_poisson_padding_rows_do_not_change_the_update():
         np.testing.assert_allclose(ours * 10, r * 8, atol=1e-5)
 
 
+def test_dp_nonfinite_counts_real_examples_only():
+    # keras.io's text classifier (Embedding(mask_zero=True) + GlobalAveragePooling1D) on a
+    # Poisson batch: each all-zero padding row pools 0/0 = NaN. They were counted in
+    # dp_nonfinite (333 "non-finite examples" an epoch where no real example was empty).
+    model = keras.Sequential([keras.Input((4,), dtype="int32"),
+                              keras.layers.Embedding(10, 3, mask_zero=True),
+                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(2)])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=0.0)
+    model.compile(optimizer=_plain_sgd(learning_rate=0.1), loss=LOSS)
+    tokens = np.array([[1, 2, 0, 0], [3, 0, 0, 0], [0, 0, 0, 0], [4, 5, 6, 0], [0, 0, 0, 0]])
+    mask = np.array([1.0, 1.0, 1.0, 0.0, 0.0], np.float32)  # row 2: a real, empty example
+    batch = (tokens, np.array([0, 1, 0, 1, 0]),
+             {"mask": tf.constant(mask), "expected_batch_size": tf.constant(3.0)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        history = model.fit(tf.data.Dataset.from_tensors(batch), verbose=0).history
+    assert history["dp_nonfinite"] == [1.0]  # the real empty example, not the padding row
+    assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
 class _LossIgnoringWeights(keras.Model):
     """A compute_loss override that returns each example's loss and ignores sample_weight."""
 

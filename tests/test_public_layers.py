@@ -81,8 +81,9 @@ def test_an_adapted_layer_is_refused_until_declared_public(case):
     data = _cases()[case][-1]
     model = _private(case, adapted=True)
     before = [w.copy() for w in model.get_weights()]
-    with pytest.raises(NotPrivateError, match=r"Layer 'pre' \(\w+\) holds .* fit to data by "
-                       r"adapt\(\).* Fix: .*public_layers=\['pre'\]"):
+    with pytest.raises(NotPrivateError, match=r"Layer 'pre' \(\w+\) holds .* that its "
+                       r"constructor was not given \(fit to data by adapt\(\).* Fix: "
+                       r".*public_layers=\['pre'\]"):
         model.fit(data, LABELS, batch_size=4, verbose=0)
     with pytest.raises(NotPrivateError, match="public_layers"):  # outside fit too
         model.train_on_batch(data[:4], LABELS[:4])
@@ -114,3 +115,36 @@ def test_public_layers_are_checked_and_kept(tmp_path):
         make_private(model, public_layers=["nope"])
     with pytest.raises(ValueError, match="public_layers='pre' is invalid: give a list"):
         make_private(model, public_layers="pre")
+
+
+@pytest.mark.parametrize("case", ["normalization", "text_vectorization"])
+def test_an_adapted_layer_is_refused_after_save_and_load(case, tmp_path):
+    # tf-keras marks an adapted layer with is_adapted, which it does not save: the loaded
+    # model trained with the training data's vocabulary inside it and an ε logged.
+    inputs, make_adapted, _, rest, adapt_on, data = _cases()[case]
+    layer = make_adapted()
+    layer.adapt(adapt_on)
+    model = keras.Model(inputs, rest(layer(inputs)))
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    make_private(loaded, l2_norm_clip=1.0, noise_multiplier=1.1)
+    loaded.compile(optimizer=keras.optimizers.SGD(0.1),
+                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(NotPrivateError, match="Layer 'pre'.*public_layers"):
+        loaded.fit(data, LABELS, batch_size=4, verbose=0)
+
+
+def test_an_adapted_layer_called_inside_a_lambda_is_refused():
+    vectorize = keras.layers.TextVectorization(output_sequence_length=2, name="pre")
+    vectorize.adapt(WORDS)
+    inputs = keras.Input((), dtype="string")
+    tokens = keras.layers.Lambda(lambda s: vectorize(s), output_shape=(2,))(inputs)
+    model = keras.Model(inputs, _embedded(tokens))
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.1)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(NotPrivateError, match="Layer 'pre'.*public_layers"):
+        model.fit(WORDS, LABELS, batch_size=4, verbose=0)
+    make_private(model, public_layers=["pre"])
+    assert model.fit(WORDS, LABELS, batch_size=4, verbose=0).history["epsilon"][0] > 0

@@ -14,17 +14,25 @@
 """Preprocessing layers whose state ``adapt()`` fit to data (Normalization, lookups...).
 
 That state (a mean and variance, a vocabulary, bin boundaries) is a release about the
-data it was adapted on, saved with the model and outside DP-SGD's ε. tf-keras marks an
-adapted layer (``is_adapted``); Keras 3 does not, so its layers are read: state set by
-adapt() rather than given to the constructor and not the default one.
+data it was adapted on, saved with the model and outside DP-SGD's ε. Both Kerases' layers
+are read: state not given to the constructor and not the default one (set by adapt(), by
+``set_vocabulary()``, or by loading a saved model whose layer was adapted). tf-keras also
+marks a layer adapted in this process (``is_adapted``), a flag it does not save.
+
+Besides the model's layers, those a ``Lambda``'s function reaches by name (its closure,
+default arguments and the globals it names, two calls deep: ``Lambda(lambda s: tv(s))``)
+are read; a layer reached another way (an attribute of an object the function names) is
+not seen.
 """
+
+import types
 
 import numpy as np
 
-from tf_tempered._compat import KERAS_MAJOR, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.keras_bridge.layers import flatten_layers
 
-__all__ = ["data_fitted_layers"]
+__all__ = ["data_fitted_layers", "reachable_layers"]
 
 # What each kind holds, and how to give it without the private data.
 _KINDS = {
@@ -42,7 +50,7 @@ _KINDS = {
 def data_fitted_layers(model):
     """[(layer, what it holds, how to set it instead)] for the layers of ``model`` whose
     state adapt() fit to data."""
-    layers = list(flatten_layers(model))
+    layers = reachable_layers(model)
     # Keras 3's TextVectorization holds a StringLookup: the outer layer answers for it.
     inner = {id(getattr(layer, "_lookup_layer", None)) for layer in layers}
     found = []
@@ -53,9 +61,54 @@ def data_fitted_layers(model):
     return found
 
 
+def reachable_layers(model):
+    """The layers of ``model`` (nested ones included) and those its Lambdas' functions
+    name (module docstring)."""
+    layers = list(flatten_layers(model))
+    seen = {id(layer) for layer in layers}
+    for layer in list(layers):
+        if type(layer).__name__ == "Lambda":
+            for found in _layers_named_by(getattr(layer, "function", None)):
+                for sub in [found, *flatten_layers(found)]:
+                    if id(sub) not in seen:
+                        seen.add(id(sub))
+                        layers.append(sub)
+    return layers
+
+
+def _layers_named_by(function, depth=2):
+    """The Keras layers ``function`` names: closure cells, default arguments and the
+    globals its code names, and those of the functions it names (``depth`` levels)."""
+    if isinstance(function, keras.layers.Layer):
+        return [function]
+    code = getattr(function, "__code__", None)
+    if code is None or depth == 0:
+        return []
+    values = [cell.cell_contents for cell in (function.__closure__ or ())
+              if _filled(cell)]
+    values += list(function.__defaults__ or ())
+    scope = getattr(function, "__globals__", {})
+    values += [scope[name] for name in code.co_names if name in scope]
+    found = []
+    for value in values:
+        if isinstance(value, keras.layers.Layer):
+            found.append(value)
+        elif isinstance(value, types.FunctionType):
+            found.extend(_layers_named_by(value, depth - 1))
+    return found
+
+
+def _filled(cell):
+    try:
+        cell.cell_contents  # pylint: disable=pointless-statement
+    except ValueError:  # a cell not assigned yet
+        return False
+    return True
+
+
 def _adapted(layer, kind):
-    if KERAS_MAJOR == 2:
-        return bool(getattr(layer, "is_adapted", False))
+    if KERAS_MAJOR == 2 and getattr(layer, "is_adapted", False):
+        return True
     if kind == "Normalization":  # adapt() fills adapt_mean/variance (zeros/ones before)
         if getattr(layer, "input_mean", None) is not None or not hasattr(layer, "adapt_mean"):
             return False

@@ -37,7 +37,7 @@ import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import data_sampling, sampling
+from tf_tempered.privacy import class_weights, data_sampling, sampling
 
 __all__ = ["RunSampling", "batch_spec", "plan_fit_data", "UNKNOWN_PIPELINE_WARNING"]
 
@@ -122,23 +122,6 @@ def _split(value, start, stop):
     return None if value is None else tf.nest.map_structure(lambda t: t[start:stop], value)
 
 
-def _class_sample_weights(y, class_weight):
-    """One weight per example from ``class_weight`` ({class: weight}) and integer or
-    one-hot labels, as Keras computes them."""
-    if tf.nest.is_nested(y):
-        raise ValueError("class_weight is not supported for models with several outputs "
-                         "(as in Keras). Fix: pass sample_weight instead.")
-    labels = np.asarray(y)
-    if labels.ndim == 2 and labels.shape[1] > 1:
-        labels = np.argmax(labels, axis=1)
-    labels = labels.reshape(len(labels), -1)[:, 0].astype(np.int64)
-    missing = sorted(set(labels.tolist()) - set(int(k) for k in class_weight))
-    if missing:
-        raise ValueError(f"class_weight has no weight for classes {missing[:10]}. Fix: give "
-                         "every class a weight.")
-    return np.array([class_weight[int(c)] for c in labels], np.float32)
-
-
 def _checked_weights(weights):
     if weights is not None:
         for leaf in tf.nest.flatten(weights):
@@ -155,7 +138,7 @@ def _prepared_arrays(arguments):
     x, y, weights = (_as_arrays(arguments.get(k)) for k in ("x", "y", "sample_weight"))
     class_weight = arguments.get("class_weight")
     if class_weight:
-        per_class = _class_sample_weights(y, class_weight)
+        per_class = class_weights.per_example(y, class_weight)
         weights = per_class if weights is None else tf.nest.map_structure(
             lambda w: np.asarray(w, np.float32) * per_class, weights)
     _checked_weights(weights)
@@ -303,6 +286,9 @@ def plan_fit_data(model, state, config, arguments):
         return _shuffle(config, arguments)
     if arguments.get("class_weight"):
         _checked_weights(np.array(list(arguments["class_weight"].values()), np.float32))
+        if class_weights.is_poisson_pipeline(x):  # Keras would take its info dict for weights
+            x = class_weights.into_poisson_info(x, arguments["class_weight"])
+            arguments = dict(arguments, x=x, class_weight=None)
     tag = data_sampling.sampling_of(x) if hasattr(x, "__dict__") else None
     _refuse_poisson_batches_of_one_device(model, x, tag)
     _warn_if_xla_meets_varying_batches(model, state, tag)

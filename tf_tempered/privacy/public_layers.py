@@ -38,7 +38,7 @@ def check_public_layers(public_layers, model):
     if isinstance(public_layers, str) or not all(isinstance(n, str) for n in public_layers):
         raise ValueError(f"public_layers={public_layers!r} is invalid: give a list of layer "
                          "names, e.g. public_layers=['normalization'].")
-    names = {layer.name for layer in keras_bridge.flatten_layers(model)}
+    names = {layer.name for layer in keras_bridge.reachable_layers(model)}
     unknown = sorted(set(public_layers) - names)
     if unknown:
         raise ValueError(f"public_layers names {unknown}, which are not layers of model "
@@ -53,9 +53,11 @@ def refuse_data_fitted_layers(model, public_layers):
         if layer.name in public_layers:
             continue
         raise NotPrivateError(
-            f"Layer {layer.name!r} ({type(layer).__name__}) holds {holds} fit to data by "
-            "adapt(): it is released with the model, and the ε DP-SGD reports does not "
-            "cover it (adapted on the training data, it reveals that data). Fix: if it was "
-            "adapted on public data, not the training data, say so: make_private(model, ..., "
+            f"Layer {layer.name!r} ({type(layer).__name__}) holds {holds} that its "
+            "constructor was not given (fit to data by adapt(), or set afterwards, e.g. by "
+            "set_vocabulary() or with a saved model): it is released with the model, and the "
+            "ε DP-SGD reports does not cover it (adapted on the training data, it reveals "
+            "that data). Fix: if it comes from public data, not the training data, say so: "
+            "make_private(model, ..., "
             f"public_layers=[{layer.name!r}]); otherwise give it its state without the "
             f"private data: {instead}.")

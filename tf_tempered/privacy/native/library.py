@@ -22,6 +22,7 @@ failed build an error.
 """
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -70,8 +71,25 @@ def _compiler():
 
 def _flags():
     # -march=native: the library is built on, and cached for, this machine's CPU.
-    return (["-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-w"]
-            + tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags())
+    return (["-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", *_cpu_exclusions(),
+             "-w"] + tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags())
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_exclusions():
+    """Instruction sets left out of -march=native: AVX512-FP16 (Intel Sapphire Rapids and
+    later), under which the Eigen headers TensorFlow ships (2.21) do not compile
+    (PacketMathFP16.h: "expected initializer before '<'"). The ops use no half precision.
+    Only where the CPU has it and the compiler knows the switch."""
+    if "avx512_fp16" not in _cpu_signature().split():  # /proc/cpuinfo's name
+        return ()
+    compiler = _compiler()
+    if compiler is None:
+        return ()
+    probe = subprocess.run([compiler, "-mno-avx512fp16", "-x", "c++", "-E", "-", "-o",
+                            os.devnull], input="", capture_output=True, text=True,
+                           check=False)
+    return ("-mno-avx512fp16",) if probe.returncode == 0 else ()
 
 
 def _cpu_signature():

@@ -58,10 +58,10 @@ def local_stats(plan, batch, forward, norm, finite):
     """This replica's sums (of one chunk, with EngineOptions.physical_batch_size), which the
     step all-reduces once (``plan.replicas.sum``):
     [microbatches, rows, clipped, real, Σ norm, non-finite, Σ w·loss, Σ w, Σ w·loss_k...]."""
-    real = finite
+    members = tf.ones_like(finite)
     if batch.poisson_mask is not None:  # padded rows are not examples: leave them out
-        real = real * microbatching.microbatch_mask(batch.poisson_mask,
-                                                    forward.num_microbatches)
+        members = microbatching.microbatch_mask(batch.poisson_mask, forward.num_microbatches)
+    real = finite * members
     weight = _row_weights(batch, forward, finite)
 
     def weighted_sum(losses):  # NaN · 0 would be NaN: select, do not multiply
@@ -74,7 +74,7 @@ def local_stats(plan, batch, forward, norm, finite):
         tf.reduce_sum(tf.cast(norm > clip, tf.float32) * real),
         tf.reduce_sum(real),
         tf.reduce_sum(tf.where(finite > 0, norm, 0.0) * real),
-        tf.reduce_sum(1.0 - finite),
+        tf.reduce_sum((1.0 - finite) * members),  # a padding row's NaN is no example's
         weighted_sum(forward.losses),
         tf.reduce_sum(weight),
         *[weighted_sum(losses) for losses in forward.output_losses],
