@@ -179,3 +179,19 @@ def test_a_privacy_budget_ledger_on_a_remote_filesystem():
     again.fit(x, y, batch_size=BATCH, epochs=1, verbose=0,
               callbacks=[PrivacyBudget(target_epsilon=100.0, ledger=ledger)])
     assert epsilon_spent(again)[0] == pytest.approx(_rdp(_poisson(3 * STEPS)), rel=1e-9)
+
+
+def test_a_full_model_checkpoint_during_fit_counts_each_step_once(tmp_path):
+    # A save inside fit (ModelCheckpoint's default, or model.save in a callback) booked the
+    # fit's steps so far as steps outside fit, which the fit then counted again as Poisson
+    # steps: ε 16.1 logged for 12 steps worth 6.2, and in every checkpoint's ledger.
+    x, y = _data()
+    model = _model()
+    path = str(tmp_path / "epoch_{epoch}.keras")
+    history = model.fit(x, y, batch_size=BATCH, epochs=3, verbose=0,
+                        callbacks=[keras.callbacks.ModelCheckpoint(path)])
+    expected = [_rdp(_poisson(STEPS * epoch)) for epoch in (1, 2, 3)]
+    np.testing.assert_allclose(history.history["epsilon"], expected, rtol=1e-6)
+    np.testing.assert_allclose(epsilon_spent(model)[0], expected[-1], rtol=1e-6)
+    loaded = make_private(keras.models.load_model(str(tmp_path / "epoch_2.keras")))
+    np.testing.assert_allclose(epsilon_spent(loaded)[0], expected[1], rtol=1e-6)

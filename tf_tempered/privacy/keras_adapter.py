@@ -116,7 +116,9 @@ def saving_description(state, optimizer=None):
     custom loop or train_on_batch not yet in the ledger are recorded first."""
     settings = state.settings
     config = settings or (dp_config(optimizer) if optimizer is not None else None)
-    if config is not None and state.has_unrecorded_steps():
+    # During a fit, the steps the ledger lacks are the fit's own (its segment below, and
+    # the ledger's at its end): recorded here as steps outside fit they counted twice.
+    if config is not None and state.run is None and state.has_unrecorded_steps():
         fit.record_outside_steps(state, config)
     ledger = state.ledger.to_config()
     if state.run is not None:  # saved during a fit: its steps so far count too
