@@ -178,3 +178,46 @@ def test_its_gradients_applied_with_the_models_own_optimizer_are_refused_naming_
     with pytest.raises(NotPrivateError, match=r"Fix: in a training loop of your own.*an "
                        r"optimizer of your own .*not model\.optimizer"):
         model.optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "tf.function"])
+def test_raw_gradients_of_a_model_with_dp_gradients_are_refused_and_its_own_applied(traced):
+    # Once a DPGradients existed for a model, any optimizer could apply any gradient to it:
+    # raw tape.gradient gradients trained it without clipping or noise, with ε 0.0 reported
+    # (also keras.io's GAN whose train_step applied the discriminator's raw gradients).
+    x, y = _data()
+    model = _mlp()
+    dp = DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+    optimizer = keras.optimizers.Adam(0.01)
+
+    def raw_step():
+        with tf.GradientTape() as tape:
+            loss = LOSS(y, model(x, training=True))
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables),
+                                      model.trainable_variables))
+
+    def dp_step():
+        grads, _ = dp(x, y)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    if traced:
+        raw_step, dp_step = tf.function(raw_step), tf.function(dp_step)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(NotPrivateError, match="a model with a DPGradients, with a gradient "
+                       "DPGradients did not return.*Fix: apply the gradients"):
+        raw_step()
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    dp_step()
+    assert all((a != b).any() for a, b in zip(before, model.get_weights()))
+    assert epsilon_spent(model)[0] > 0
+
+
+def test_dp_gradients_through_a_loss_scale_optimizer_are_applied():
+    x, y = _data()
+    model = _mlp()
+    dp = DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    before = [w.copy() for w in model.get_weights()]
+    grads, _ = dp(x, y)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    assert all((a != b).any() for a, b in zip(before, model.get_weights()))

@@ -15,6 +15,7 @@
 
 import contextlib
 import inspect
+import threading
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
@@ -142,36 +143,65 @@ def loss_scale_factor(optimizer):
 
 
 def guard_optimizer_updates(check):
-    """Makes every Keras optimizer call ``check(optimizer, variables)`` before it updates
-    ``variables`` (Keras 3's ``apply``, tf-keras' ``apply_gradients`` of both optimizer
-    families); ``check`` raises to refuse. Installed once; checks run while tracing."""
+    """Makes every Keras optimizer call ``check(optimizer, variables, grads)`` before it
+    updates ``variables`` (Keras 3's ``apply``, tf-keras' ``apply_gradients`` of both
+    optimizer families); ``check`` raises to refuse. An optimizer's update inside another's
+    (a LossScaleOptimizer's inner one, on the gradients it unscaled) is the outer one's,
+    checked once. Installed once; checks run while tracing."""
     if _GUARDS:
         return
     _GUARDS.append(check)
     if IS_KERAS3:
         from keras.src.optimizers import base_optimizer  # pylint: disable=g-import-not-at-top
-        apply = base_optimizer.BaseOptimizer.apply
-
-        def guarded_apply(self, grads, trainable_variables=None):
-            variables = (list(trainable_variables) if trainable_variables is not None
-                         else list(getattr(self, "_trainable_variables", None) or []))
-            check(self, variables)
-            return apply(self, grads, variables if trainable_variables is not None else None)
-
-        base_optimizer.BaseOptimizer.apply = guarded_apply
+        from keras.src.optimizers import loss_scale_optimizer  # pylint: disable=g-import-not-at-top
+        # The LossScaleOptimizer's own apply (it overrides it) sees the gradients as given.
+        for cls in (base_optimizer.BaseOptimizer, loss_scale_optimizer.LossScaleOptimizer):
+            cls.apply = _guarded_apply(cls.apply, check)
         return
     from tf_keras.src.optimizers import optimizer as new_optimizer  # pylint: disable=g-import-not-at-top
     from tf_keras.src.optimizers.legacy import optimizer_v2  # pylint: disable=g-import-not-at-top
-    for cls in (new_optimizer.Optimizer, optimizer_v2.OptimizerV2):
-        cls.apply_gradients = _guarded_apply_gradients(cls.apply_gradients, check)
+    from tf_keras.src.mixed_precision import loss_scale_optimizer  # pylint: disable=g-import-not-at-top
+    for cls in (new_optimizer.Optimizer, optimizer_v2.OptimizerV2,
+                loss_scale_optimizer.LossScaleOptimizer,
+                loss_scale_optimizer.LossScaleOptimizerV3):
+        if "apply_gradients" in vars(cls):
+            cls.apply_gradients = _guarded_apply_gradients(cls.apply_gradients, check)
+
+
+def _guarded_apply(apply, check):
+    def guarded(self, grads, trainable_variables=None):
+        grads = list(grads)
+        variables = (list(trainable_variables) if trainable_variables is not None
+                     else list(getattr(self, "_trainable_variables", None) or []))
+        with _outermost() as outermost:
+            if outermost:
+                check(self, variables, grads)
+            return apply(self, grads, variables if trainable_variables is not None else None)
+    return guarded
 
 
 def _guarded_apply_gradients(apply_gradients, check):
     def guarded(self, grads_and_vars, *args, **kwargs):
         grads_and_vars = list(grads_and_vars)  # (often a zip: read once)
-        check(self, [v for _, v in grads_and_vars])
-        return apply_gradients(self, grads_and_vars, *args, **kwargs)
+        with _outermost() as outermost:
+            if outermost:
+                check(self, [v for _, v in grads_and_vars], [g for g, _ in grads_and_vars])
+            return apply_gradients(self, grads_and_vars, *args, **kwargs)
     return guarded
+
+
+_NESTING = threading.local()
+
+
+@contextlib.contextmanager
+def _outermost():
+    """Yields whether this optimizer update is not inside another's (per thread)."""
+    depth = getattr(_NESTING, "depth", 0)
+    _NESTING.depth = depth + 1
+    try:
+        yield depth == 0
+    finally:
+        _NESTING.depth = depth
 
 
 def swap_class(obj, cls):

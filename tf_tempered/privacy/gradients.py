@@ -47,7 +47,7 @@ Poisson batches (:func:`~tf_tempered.privacy.poisson_batches`) the smaller, ampl
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import update_guard
+from tf_tempered.privacy import dp_outputs, update_guard
 from tf_tempered.privacy.make_private import make_private, training_overrides_allowed
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.keras_step import dp_gradients
@@ -101,7 +101,9 @@ class DPGradients:
         _, _, update = dp_gradients(self.model, data, losses=self._losses)
         metrics = self.state.metrics
         logs = {m.name: m.result() for m in metrics.all()}
-        return [grad for grad, _ in update], logs
+        grads = [grad for grad, _ in update]
+        dp_outputs.register(grads)  # what an optimizer may apply to the model (update_guard)
+        return grads, logs
 
     def reset_metrics(self):
         """Resets the DP metrics (they average over the batches since the last reset)."""

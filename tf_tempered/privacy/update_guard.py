@@ -18,14 +18,15 @@ tagged weight (NotPrivateError, naming the fix) unless
 
 * it is the model's own optimizer (marked, :mod:`~tf_tempered.privacy.saving`), which
   applies only the DP step's update (``fit``, ``train_on_batch``), or
-* a :class:`~tf_tempered.privacy.DPGradients` was made for the model: a custom loop
+* a :class:`~tf_tempered.privacy.DPGradients` was made for the model and the gradients
+  are the ones it returned (:mod:`~tf_tempered.privacy.dp_outputs`): a custom loop
   applies its DP gradients with an optimizer of its own.
 
-So a ``GradientTape`` loop that applies a private model's raw gradients, or a plain
-model built around a private model's layers, is refused instead of training them
-without clipping or noise. What it cannot see: weights assigned directly (not by a Keras
-optimizer), and, once a DPGradients exists for the model, raw gradients applied
-alongside. The check runs where Keras' optimizers update (once per trace in a
+So a ``GradientTape`` loop that applies a private model's raw gradients (with or without
+a DPGradients for it), or a plain model built around a private model's layers, is refused
+instead of training them without clipping or noise. What it cannot see: weights assigned
+directly (not by a Keras optimizer), and a raw gradient added to a DP one inside a
+``tf.function``. The check runs where Keras' optimizers update (once per trace in a
 ``tf.function``); weights of a model loaded from a private one are refused the same way
 until make_private (saving.refuse_loaded_updates).
 
@@ -41,7 +42,7 @@ tf_tempered.privacy.errors.NotPrivateError: The optimizer SGD would update the w
 """
 
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import saving
+from tf_tempered.privacy import dp_outputs, saving
 from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["tag_private_weights", "allow_dp_gradient_loops", "refuse_updates_without_dp"]
@@ -68,13 +69,18 @@ def allow_dp_gradient_loops(model):
         keras_bridge.set_untracked(variable, _TAG, _DP_LOOPS)
 
 
-def refuse_updates_without_dp(optimizer, variables):
+def refuse_updates_without_dp(optimizer, variables, grads=()):
     """The optimizer guard (keras_bridge.guard_optimizer_updates), before every update."""
     if saving.is_marked(optimizer):
         return  # it refuses by itself unless the DP engine marked the update
     saving.refuse_loaded_updates(optimizer, variables)
     if any(_tag(variable) == _OWN_STEP for variable in variables):
         raise NotPrivateError(_REFUSAL.format(name=type(optimizer).__name__))
+    raw = [variable for grad, variable in zip(grads, variables)
+           if _tag(variable) == _DP_LOOPS and not dp_outputs.came_from_dp(grad)]
+    if raw:
+        raise NotPrivateError(_RAW_IN_LOOP.format(name=type(optimizer).__name__,
+                                                  variable=raw[0].name))
 
 
 _REFUSAL = (
@@ -85,6 +91,16 @@ _REFUSAL = (
     "tf_tempered.privacy.DPGradients(model, loss, l2_norm_clip=..., noise_multiplier=...) "
     "(docs/custom_loops.md); a model built around a private model's layers: make it "
     "private too (make_private(outer_model, ...)). " + saving.PUBLIC_COPY_FIX)
+
+
+_RAW_IN_LOOP = (
+    "The optimizer {name} would update {variable!r}, a weight of a model with a "
+    "DPGradients, with a gradient DPGradients did not return: WITHOUT differential privacy "
+    "(no clipping, no noise) and outside its ε. Fix: apply the gradients "
+    "DPGradients(model, ...)(x, y) returns, as returned (grads, logs = dp(x, y); "
+    "optimizer.apply_gradients(zip(grads, model.trainable_variables))), not tape.gradient's; "
+    "transform them inside a tf.function or through the optimizer's own options "
+    "(clipnorm, weight_decay, a LossScaleOptimizer).")
 
 
 keras_bridge.guard_optimizer_updates(refuse_updates_without_dp)
