@@ -16,6 +16,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import keras_adapter, make_private
@@ -116,6 +117,26 @@ def test_a_class_with_its_own_train_step_is_refused_and_dpgradients_serves_it():
     keras_step = _KerasStep()
     keras_step(x)
     assert get_state(make_private(keras_step, l2_norm_clip=1.0, noise_multiplier=1.0))
+
+
+def test_fit_of_a_dpgradients_model_with_its_own_train_step_is_refused():
+    # DPGradients prepares such a class (its loop calls the DP step); fit then ran the DP
+    # step on compile's loss and skipped the override's own loss and updates silently.
+    from tf_tempered.privacy import DPGradients  # pylint: disable=g-import-not-at-top
+    x, y = np.ones((4, 3), np.float32), np.zeros(4, np.int64)
+    model = _OwnStep()
+    model(x)
+    DPGradients(model, keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = model.get_weights()
+    for train in (lambda: model.fit(x, y, batch_size=4, verbose=0),
+                  lambda: model.train_on_batch(x, y)):
+        with pytest.raises(TypeError, match=r"_OwnStep\.train_step would not run.*Fix: drop "
+                           "the train_step override.*an optimizer of your own"):
+            train()
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
 
 
 class _PassThroughFit(keras.Sequential):

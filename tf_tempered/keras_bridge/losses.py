@@ -186,7 +186,8 @@ def _stand_ins(container, per_example):
 
 def _container(model):
     container = model._compile_loss if IS_KERAS3 else model.compiled_loss  # pylint: disable=protected-access
-    if container is None:
+    # tf-keras keeps a container of no losses for compile(loss=None): it returns None.
+    if container is None or not IS_KERAS3 and getattr(container, "_user_losses", 0) is None:
         raise ValueError(
             "The model was compiled without a loss. Fix: compile with one, e.g. "
             "model.compile(optimizer=..., loss=\"sparse_categorical_crossentropy\").")

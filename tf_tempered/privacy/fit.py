@@ -43,7 +43,7 @@ from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.plan import require_dp_settings
 
 __all__ = ["RunAccount", "EpsilonLog", "private_fit", "record_outside_steps",
-           "record_steps_of_ledger",
+           "record_steps_of_ledger", "refuse_train_step_overrides",
            "epsilon_spent", "NO_NOISE_WARNING", "warn_training_metric_monitors"]
 
 NO_NOISE_WARNING = (
@@ -72,6 +72,21 @@ def warn_training_metric_monitors(callbacks):
             "the ε this fit reports. Fix: monitor a validation metric (e.g. monitor=\"val_loss\" "
             "with validation_data= from data outside the training set), or drop the callback.",
             UserWarning, stacklevel=4)
+
+
+def refuse_train_step_overrides(model):
+    """fit and train_on_batch of a private model run the DP step, not a train_step of the
+    model's class (make_private refuses such a class, but for a DPGradients' model, whose
+    loop of its own calls that DP step): refused instead of skipping it silently."""
+    owner = keras_bridge.overriding_class(model, "train_step")
+    if owner is not None:
+        raise TypeError(
+            f"{owner}.train_step would not run: fit (and train_on_batch) of a private model "
+            "run the DP step on the loss given to compile, so the override's own loss, "
+            "updates and logs would be skipped silently. Fix: drop the train_step override, "
+            "or run your step in a loop of your own: gradients from "
+            "tf_tempered.privacy.DPGradients, applied with an optimizer of your own, not "
+            "model.optimizer (docs/custom_loops.md).")
 
 
 def record_outside_steps(state, config):
@@ -197,6 +212,7 @@ def private_fit(model, *args, **kwargs):
     """``Model.fit`` of a private model (installed by make_private; see the module docstring)."""
     state = get_state(model)
     config = require_dp_settings(model)
+    refuse_train_step_overrides(model)  # (a DPGradients lets make_private take such a class)
     refuse_data_fitted_layers(model, state.public_layers)  # before tracing: a plain error
     if config.noise_multiplier == 0:
         warnings.warn(NO_NOISE_WARNING, UserWarning, stacklevel=3)

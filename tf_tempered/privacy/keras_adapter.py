@@ -59,6 +59,7 @@ def _compile(self, *args, **kwargs):
 
 
 def _train_on_batch(self, *args, **kwargs):
+    fit.refuse_train_step_overrides(self)
     if KERAS_MAJOR == 3 and self.distribute_strategy.num_replicas_in_sync > 1:
         raise NotImplementedError(_TRAIN_ON_BATCH_REPLICAS.format(
             replicas=self.distribute_strategy.num_replicas_in_sync))
