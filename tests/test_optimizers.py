@@ -153,7 +153,11 @@ def test_fit_without_make_private_refuses_and_does_not_train(key):
 def test_direct_apply_gradients_and_minimize_refuse():
     var = tf.Variable([1.0, 2.0])
     opt = DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0, learning_rate=1.0)
-    with pytest.raises(RuntimeError, match="make_private"):
+    # The fix for a loop of one's own too (it named make_private only, which a loop's
+    # already private model has had).
+    with pytest.raises(RuntimeError, match=r"make_private.*in a loop of your own, take the "
+                       r"gradients from tf_tempered\.privacy\.DPGradients.*plain Keras "
+                       "optimizer"):
         opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
     if KERAS_MAJOR == 3:  # Keras 3 optimizers update through `apply` (no minimize)
         with pytest.raises(RuntimeError, match="make_private"):

@@ -55,3 +55,26 @@ def test_state_is_no_weight_and_counts_the_steps():
 
 def test_get_state_of_objects_without_a_dict():
     assert get_state(3) is None
+
+
+def test_make_private_again_with_one_of_clip_and_sigma_keeps_the_other(tmp_path):
+    # It was refused ("DP-SGD needs both"), also for a loaded model whose saved clip was
+    # there, though make_private again keeps every setting not given.
+    import pytest  # pylint: disable=g-import-not-at-top
+    with pytest.raises(ValueError, match="got noise_multiplier but not l2_norm_clip"):
+        make_private(_model(), noise_multiplier=3.0)  # nothing to keep: refused
+    model = make_private(_model(), l2_norm_clip=0.5, noise_multiplier=1.3, num_microbatches=2,
+                         sampling="shuffle")
+    make_private(model, noise_multiplier=3.0)
+    settings = get_state(model).settings
+    assert (settings.l2_norm_clip, settings.noise_multiplier, settings.num_microbatches) == \
+        (0.5, 3.0, 2)
+    make_private(model, l2_norm_clip=0.25)
+    settings = get_state(model).settings
+    assert (settings.l2_norm_clip, settings.noise_multiplier) == (0.25, 3.0)
+    model.fit(np.ones((4, 3), np.float32), np.zeros(4), batch_size=4, verbose=0)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = make_private(keras.models.load_model(path), noise_multiplier=2.0)
+    settings = get_state(loaded).settings
+    assert (settings.l2_norm_clip, settings.noise_multiplier) == (0.25, 2.0)

@@ -201,7 +201,8 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     them (``tf_tempered.privacy.DPKerasSGDOptimizer``, Adam, Adagrad, or TF Privacy's on
     Keras 2); with neither, ``fit`` raises NotPrivateError instead of training without
     privacy. Calling make_private again keeps every setting not given (and the privacy
-    ledger), and re-keys the noise. A model loaded from a file saved by a private model
+    ledger; ``noise_multiplier`` alone keeps C, ``l2_norm_clip`` alone keeps σ), and re-keys
+    the noise. A model loaded from a file saved by a private model
     refuses to train until make_private is called on it; without arguments it takes the
     settings saved with it.
 
@@ -225,10 +226,17 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     _refuse_training_overrides(model)
     previous = get_state(model)
     saved = saving.saved_dp(model) if previous is None else None
+    kept = previous.settings if previous is not None else _saved_settings(saved)
+    if kept is not None and (l2_norm_clip is None) != (noise_multiplier is None):
+        # One of C and σ given again: the other, and the microbatches, are kept.
+        l2_norm_clip = kept.l2_norm_clip if l2_norm_clip is None else l2_norm_clip
+        noise_multiplier = kept.noise_multiplier if noise_multiplier is None else noise_multiplier
+        if num_microbatches is None:
+            num_microbatches = kept.num_microbatches
     settings = settings_config(l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
                                num_microbatches=num_microbatches)
     if settings is None:
-        settings = previous.settings if previous is not None else _saved_settings(saved)
+        settings = kept
     default_sampling = (previous.sampling if previous is not None
                         else (saved or {}).get("sampling", "poisson"))
     sampling = _choice("sampling", sampling, SAMPLINGS, default_sampling)

@@ -59,10 +59,14 @@ __all__ = ["DPKerasSGDOptimizer", "DPKerasAdamOptimizer", "DPKerasAdagradOptimiz
 
 NOT_PRIVATE_MESSAGE = (
     "{cls} only carries DP-SGD settings; the clipping and the noise are done by "
-    "tf_tempered's DP training step, and this model was not prepared for it, so it "
-    "would train WITHOUT differential privacy. Fix: call tf_tempered.make_private(model) "
-    "before compile/fit (for example `model = tf_tempered.make_private(model)`, then "
-    "`model.compile(optimizer={cls}(...), loss=...)`).")
+    "tf_tempered's DP training step, and this update is not one of it (a model not "
+    "prepared for it, or a loop of your own), so it would train WITHOUT differential "
+    "privacy. Fix: call tf_tempered.make_private(model) before compile/fit (for example "
+    "`model = tf_tempered.make_private(model)`, then `model.compile(optimizer={cls}(...), "
+    "loss=...)`); in a loop of your own, take the gradients from "
+    "tf_tempered.privacy.DPGradients(model, loss, l2_norm_clip=..., noise_multiplier=...) "
+    "and apply them with a plain Keras optimizer (e.g. keras.optimizers.SGD), not {cls} "
+    "(docs/custom_loops.md).")
 
 _PRIVACY_ARGS = ("l2_norm_clip", "noise_multiplier", "num_microbatches")
 
