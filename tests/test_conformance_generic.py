@@ -353,3 +353,73 @@ def _causal_attention(dtype):
 def test_a_causal_mask_tiled_to_the_batch_is_sliced_per_example(static_batch):
     x, y = random_batch((5, 4))
     assert_engine_matches_reference(seeded(_causal_attention), x, y, static_batch=static_batch)
+
+
+class _BiasedAttention(keras.layers.Layer):
+    """Single-head attention with its own weights and an additive [T, T] bias argument,
+    broadcast over the examples (a relative-position bias shared by the batch)."""
+
+    def build(self, input_shape):
+        self.wq = self.add_weight(shape=(input_shape[-1],) * 2, initializer="glorot_uniform",
+                                  name="wq")
+
+    def call(self, x, bias=None):  # pylint: disable=arguments-differ
+        scores = tf.einsum("btd,de,bse->bts", x, self.wq, x) + bias
+        return tf.matmul(tf.nn.softmax(scores, axis=-1), x)
+
+
+class _SharedBias(keras.layers.Layer):
+    """Calls _BiasedAttention with a bias the examples share: a [T, T] constant of its own
+    (``source="constant"``) or a non-trainable weight (``"weight"``); or, ``"gathered"``, a
+    causal mask copied to each example by tf.gather (rows alike, not shown by the trace)."""
+
+    def __init__(self, source, **kwargs):
+        super().__init__(**kwargs)
+        self.source = source
+        self.inner = _BiasedAttention(dtype=kwargs.get("dtype"), name="biased_attention")
+
+    def build(self, input_shape):
+        steps = input_shape[1]
+        values = np.random.default_rng(7).normal(size=(steps, steps))
+        self.bias = self.add_weight(shape=(steps, steps), trainable=False, name="bias",
+                                    initializer=keras.initializers.Constant(values))
+        self.inner.build(input_shape)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def call(self, x):  # pylint: disable=arguments-differ
+        steps = x.shape[1]
+        if self.source == "constant":
+            bias = tf.constant(np.random.default_rng(7).normal(size=(steps, steps)), x.dtype)
+        elif self.source == "weight":
+            bias = tf.convert_to_tensor(self.bias)
+        else:
+            causal = tf.cast(tf.range(steps)[:, None] >= tf.range(steps), x.dtype)
+            bias = tf.gather(-1e9 * (1.0 - causal)[None], tf.zeros(tf.shape(x)[:1], tf.int32))
+        return self.inner(x, bias=bias)
+
+
+def _shared_bias_model(source):
+    def build(dtype):
+        inputs = keras.Input((BATCH, 4), dtype=dtype)  # T = the batch's size
+        hidden = keras.layers.Flatten(dtype=dtype)(_SharedBias(source, dtype=dtype, name="shared_bias")(inputs))
+        return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(hidden))
+    return build
+
+
+# Before: a tensor the examples share whose first axis had the batch's length by chance was
+# sliced per example (example b got row b of a [T, T] bias): every update wrong, silently.
+@pytest.mark.parametrize("source", ["constant", "weight"])
+def test_a_shared_argument_with_the_batch_s_length_is_given_whole(source):
+    x, y = random_batch((BATCH, 4))
+    assert_engine_matches_reference(seeded(_shared_bias_model(source)), x, y, static_batch=True)
+
+
+# Copied to each example by an op the trace does not show as a copy (tf.gather of one row):
+# given whole, the call returns the batch's rows, so each example gets its row (as before).
+@BATCH_KINDS
+def test_an_argument_copied_per_example_by_another_op_is_sliced(static_batch):
+    x, y = random_batch((BATCH, 4))
+    assert_engine_matches_reference(seeded(_shared_bias_model("gathered")), x, y,
+                                    static_batch=static_batch)

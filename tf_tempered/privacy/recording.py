@@ -62,6 +62,9 @@ class LayerRecord:
         self.call_fn = call_fn  # the layer's own, uninstrumented call
         self.grad_output = None  # ∂(Σ ℓ_m)/∂output, filled after the backward pass
         self.ops = ()  # graph ops this call created (while tracing)
+        # Leaf indices of call_args/kwargs the batch's examples share (shared_args.py),
+        # passed whole to each example's call by the generic VJP.
+        self.shared_args = frozenset()
 
     @property
     def kind(self):

@@ -82,23 +82,12 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
     """
     _refuse_random_draws(call.layer)
     slices = call.handler.slices_call_args
-    per_example_args, fixed_args = _split_call_args(call, slices)
-
-    def one_example(args):
-        x, gy, *rest = args
-        example_args = rest[0] if rest else {}
-        x = tf.nest.map_structure(lambda t: t[None], x)
-        call_args, call_kwargs = _merge_call_args(
-            call, fixed_args, tf.nest.map_structure(lambda t: t[None], example_args))
-        with tf.GradientTape() as tape:
-            tape.watch([keras_bridge.watchable(v) for v in variables])
-            y = call.call_fn(x, *call_args, **call_kwargs)
-        grads = tape.gradient(tf.nest.flatten(y), variables,
-                              output_gradients=[g[None] for g in tf.nest.flatten(gy)],
-                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return [tf.convert_to_tensor(g) for g in grads]
+    shared = frozenset() if slices else getattr(call, "shared_args", frozenset())
 
     def all_examples():
+        whole = shared if shared and not _reads_per_row(call, shared) else frozenset()
+        per_example_args, leaves = _split_call_args(call, slices, whole)
+        one_example = _example_vjp(call, variables, leaves)
         elems = (call.inputs, call.grad_output) + ((per_example_args,) if per_example_args
                                                   else ())
         if (call.handler.per_example_while_loop(options)
@@ -106,13 +95,13 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
             # TF 2.21's vectorized_map (pfor) of a batched matmul's gradient with oneDNN
             # on corrupts memory (aborts, or once a wrong norm): a while loop instead.
             # (So do handlers whose call pfor cannot convert: tf-keras' fused LSTM/GRU.)
-            return one_at_a_time(elems)
+            return one_at_a_time(one_example, elems)
         try:
             return tf.vectorized_map(one_example, elems)
         except ValueError:  # pfor could not convert the call (a data-dependent loop in it)
-            return one_at_a_time(elems)
+            return one_at_a_time(one_example, elems)
 
-    def one_at_a_time(elems):
+    def one_at_a_time(one_example, elems):
         return tf.map_fn(one_example, elems, fn_output_signature=[
             tf.TensorSpec(v.shape, v.dtype) for v in variables])
 
@@ -125,6 +114,47 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
         if getattr(call.layer, "compute_dtype", "float32") == "float32":
             raise
         raise _mixed_precision_error(call.layer, error) from error
+
+
+def _example_vjp(call, variables, leaves):
+    """args → one example's gradients of ``variables``: the layer's call on that example's
+    input and per-example arguments (``leaves``: all of the call's, _split_call_args)."""
+    def one_example(args):
+        x, gy, *rest = args
+        y, tape = _one_example_call(call, variables, leaves, x, rest)
+        grads = tape.gradient(tf.nest.flatten(y), variables,
+                              output_gradients=[g[None] for g in tf.nest.flatten(gy)],
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return [tf.convert_to_tensor(g) for g in grads]
+    return one_example
+
+
+def _one_example_call(call, variables, leaves, x, rest):
+    """(the call's output on one example, the tape that watched ``variables`` through it)."""
+    example_args = rest[0] if rest else {}
+    x = tf.nest.map_structure(lambda t: t[None], x)
+    call_args, call_kwargs = _merge_call_args(
+        call, leaves, tf.nest.map_structure(lambda t: t[None], example_args))
+    with tf.GradientTape() as tape:
+        tape.watch([keras_bridge.watchable(v) for v in variables])
+        y = call.call_fn(x, *call_args, **call_kwargs)
+    return y, tape
+
+
+def _reads_per_row(call, shared):
+    """Whether the call, given the ``shared`` arguments whole, returns more rows than the one
+    example it got: it reads them row by row against its examples (a mask copied to each
+    example by ops the trace does not show as copies), so each example gets its row."""
+    per_example_args, leaves = _split_call_args(call, False, shared)
+    elems = (call.inputs,) + ((per_example_args,) if per_example_args else ())
+    spec = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape[1:], t.dtype), elems)
+    forward = tf.function(lambda args: _one_example_call(call, [], leaves, args[0], args[1:])[0])
+    try:
+        outputs = forward.get_concrete_function(spec).structured_outputs
+    except (ValueError, TypeError, tf.errors.OpError):  # whole, they do not fit one example
+        return True
+    rows = {t.shape[0] for t in tf.nest.flatten(outputs) if t.shape.rank}
+    return bool(rows - {1, None})
 
 
 def _mixed_precision_error(layer, error):
@@ -156,19 +186,19 @@ def _is_per_example(value):
     return isinstance(value, tf.Tensor) and value.shape.rank is not None and value.shape.rank > 0
 
 
-def _split_call_args(call, slices):
+def _split_call_args(call, slices, whole=frozenset()):
     """(per-example tensors of the call's other arguments, the rest), by position/keyword.
 
     With `slices` every tensor of rank > 0 is sliced per example; otherwise those whose
     first axis is the batch's (a mask of the inputs, a per-example condition): the
-    same static length as the inputs', or both unknown while tracing. (A tensor shared by
-    the examples whose length equals the batch's by chance is sliced too: with static
-    shapes a mask tiled to the batch and such a tensor look alike.)
+    same static length as the inputs', or both unknown while tracing; but not those in
+    ``whole`` (leaf indices: tensors the examples share, privacy/shared_args.py, such as a
+    ``[T, T]`` bias with T equal to the batch size), which each example's call gets whole.
     """
     leaves = tf.nest.flatten((call.call_args, call.call_kwargs))
     rows = tf.nest.flatten(call.inputs)[0].shape[0]
     per_example = {i: t for i, t in enumerate(leaves) if _is_per_example(t) and (
-        slices or t.shape[0] == rows)}
+        slices or (t.shape[0] == rows and i not in whole))}
     return per_example, leaves
 
 

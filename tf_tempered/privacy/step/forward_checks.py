@@ -22,9 +22,12 @@ Three ways a forward pass breaks that, each refused with the fix before any upda
   (:func:`tf_tempered.privacy.example_rows.refuse_mixed_losses`);
 * a variable written from the batch's data
   (:func:`tf_tempered.privacy.state_writes.refuse_writes_from_the_batch`).
+
+The same walk tells which call arguments the examples share
+(:func:`tf_tempered.privacy.shared_args.mark_shared_call_args`), for the generic VJP.
 """
 
-from tf_tempered.privacy import example_rows, state_writes
+from tf_tempered.privacy import example_rows, shared_args, state_writes
 
 __all__ = ["refuse_cross_example_forward"]
 
@@ -37,5 +40,6 @@ def refuse_cross_example_forward(recorder, batch, losses):
                                                      losses.shape[0])
     example_rows.refuse_mixed_losses(losses, (batch.y, batch.loss_weight, batch.poisson_mask),
                                      walked)
+    shared_args.mark_shared_call_args(recorder.records, walked)
     state_writes.refuse_writes_from_the_batch(recorder.forward_ops,
                                               (batch.x, batch.y, batch.loss_weight))
