@@ -284,6 +284,23 @@ def test_mixed_precision_gives_the_float32_update(policy, jit_compile):
     assert_update(ours, reference, rtol=2e-2 if policy == "mixed_bfloat16" else 5e-3)
 
 
+# Before: tf-keras failed inside its optimizer ("Input 'y' of 'Mul' Op has type float16 that
+# does not match type float32") for a float16 or bfloat16 weight: the DP update was float32.
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_a_half_precision_layer_gets_its_update_in_its_dtype(half):
+    x, y = _data()
+    weights = _mlp("float32").get_weights()
+    norms, reference = per_example_reference(_mlp, weights, x, y, _sce)
+    clip = median_clip(norms)
+    model = keras.Sequential([keras.Input((5,)),
+                              keras.layers.Dense(6, activation="tanh", dtype=half),
+                              keras.layers.Dense(3)])
+    model.set_weights(weights)
+    ours, history = engine_update(model, x, y, clip=clip, loss=LOSS)
+    assert model.layers[0].kernel.dtype == half and history["dp_nonfinite"] == [0.0]
+    assert_update(ours, reference(clip), rtol=3e-2 if half == "bfloat16" else 5e-3)
+
+
 # How kept Conv2D gradients are formed from half-precision inputs against the float32 output
 # gradient: products per kernel offset (XLA's default), per block of offsets (forced here:
 # the TF executor's default where TF's kernels are Eigen's, whatever this host runs).

@@ -201,9 +201,12 @@ def refuse_reads_outside_calls(recorder, loss=None):
                     "projection. The fast DP engine computes a layer's per-example "
                     "gradients from its calls only, so that use's gradient would be "
                     "missing from the clipping norm. Fix: use the weight only inside "
-                    "the layer's own call (e.g. a layer that does both the lookup and "
-                    "the tied projection in its call, or untie the weights with a "
-                    "separate output Dense).")
+                    "the call of the layer that owns it (add_weight in its build; a layer "
+                    "holding a keras.layers.Embedding and reading its table is a second "
+                    "owner and refused too): e.g. one layer whose call does the lookup "
+                    "and, called again, the tied projection (as keras_hub's "
+                    "ReversibleEmbedding), or untie the weights with a separate output "
+                    "Dense.")
 
 
 def _rnn_holding(model, cell):

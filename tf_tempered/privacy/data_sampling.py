@@ -18,7 +18,8 @@
 :func:`shuffled_batches` tags its own as shuffled (each example at most once per pass).
 A dataset made from a tagged one by transformations that keep what the tag says keeps
 it (:func:`sampling_of` walks back through them); anything else is untagged, and
-training on it is accounted with the bound for shuffled batches, with a warning.
+training on it is accounted with the bound for shuffled batches, with a warning
+(pipeline_accounting.py).
 
 >>> ds = shuffled_batches(np.arange(10.0), np.arange(10), batch_size=4)
 >>> tag = sampling_of(ds.prefetch(1))
@@ -37,8 +38,7 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
 
-__all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches",
-           "untagged_steps_per_pass"]
+__all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches"]
 
 _ATTRIBUTE = "_tf_tempered_sampling"
 
@@ -114,59 +114,3 @@ def shuffled_batches(x, y=None, sample_weight=None, *, batch_size, drop_remainde
                                                 not num_examples % int(batch_size) else 1)
     return tag_dataset(dataset.prefetch(tf.data.AUTOTUNE),
                        SamplingTag("shuffle", num_examples, batch_size, None, steps))
-
-
-# One output per input element: the count of examples a pass holds is kept through them.
-_ONE_TO_ONE = {"MapDataset", "ParallelMapDataset", "ShuffleDataset", "PrefetchDataset",
-               "OptionsDataset", "CacheDataset"}
-
-
-def untagged_steps_per_pass(dataset):
-    """Batches in one pass over an untagged pipeline's data, for the shuffle bound.
-
-    Read off its ``.batch()`` when the examples batched are counted (``ds.batch(16)
-    .repeat()`` of 64 examples: 4, so a fit's epoch of 8 steps is two passes), or, for
-    ``ds.shuffle(n).repeat().batch(16)`` or ``ds.repeat(3).batch(16)``, when the repeated
-    data is (⌊n/16⌋ steps, a pass begun every so many at most); 1 when the pipeline repeats without end and
-    neither is known (every step is then accounted as a pass: no assumption left); None
-    otherwise (one pass per epoch, the documented assumption).
-
-    >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(10.0))
-    >>> untagged_steps_per_pass(ds.batch(4).repeat()), untagged_steps_per_pass(ds.batch(4, True))
-    (3, 2)
-    >>> untagged_steps_per_pass(ds.shuffle(10).repeat().batch(4)), untagged_steps_per_pass(
-    ...     ds.repeat(3).batch(4))
-    (2, 2)
-    """
-    batching = keras_bridge.batching_of(dataset)
-    # A repeat below the batch first: ds.repeat(3).batch(B) batches 3N rows, a pass is N.
-    repeated = _repeated_examples(dataset) if batching is not None else None
-    if repeated is not None:
-        return max(1, repeated // batching[0])
-    if batching is not None and batching[2] is not None:
-        size, drop, rows = batching
-        return max(1, rows // size if drop else -(-rows // size))
-    if isinstance(dataset, tf.data.Dataset) and \
-            int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
-        return 1
-    return None
-
-
-def _repeated_examples(dataset):
-    """The examples of one pass of the ``.repeat()`` below the pipeline's ``.batch()``,
-    through transformations that keep one output per input; None if not found."""
-    below_batch = False
-    for _ in range(64):  # as deep as sampling_of looks
-        kind = keras_bridge.dataset_kind(dataset)
-        inputs = keras_bridge.dataset_inputs(dataset)
-        if len(inputs) != 1:
-            return None
-        if kind == "RepeatDataset" and below_batch:
-            rows = int(inputs[0].cardinality())
-            return rows if rows > 0 else None
-        if kind in ("BatchDataset", "ParallelBatchDataset"):
-            below_batch = True
-        elif below_batch and kind not in _ONE_TO_ONE:
-            return None
-        dataset = inputs[0]
-    return None

@@ -168,6 +168,7 @@ class RunAccount:
         if run.kind == "shuffle" and run.steps_per_pass:
             # steps_per_epoch larger than a pass: an epoch may pass over the data more than once
             passes = max(passes, math.ceil(steps / run.steps_per_pass))
+        passes *= run.pass_weight  # batches that may hold an example several times
         return Segment(run.kind, self.noise_multiplier, steps=steps, passes=passes,
                        sampling_probability=run.sampling_probability,
                        multi_example_microbatches=run.multi_example_microbatches)

@@ -37,18 +37,9 @@ import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import class_weights, data_sampling, sampling
+from tf_tempered.privacy import class_weights, data_sampling, pipeline_accounting, sampling
 
-__all__ = ["RunSampling", "batch_spec", "plan_fit_data", "UNKNOWN_PIPELINE_WARNING"]
-
-UNKNOWN_PIPELINE_WARNING = (
-    "fit on a pipeline tf_tempered did not build ({what}): its batches are accounted "
-    "with the bound for shuffled batches (no amplification by subsampling; assumes each "
-    "example appears at most once per epoch), which is much larger than the Poisson ε. "
-    "Fix: fit on arrays (Poisson batches are drawn for you), or build the dataset with "
-    "tf_tempered.privacy.poisson_batches (the amplified ε) or "
-    "tf_tempered.privacy.shuffled_batches (shuffled, declared as such).")
-
+__all__ = ["RunSampling", "batch_spec", "plan_fit_data"]
 
 @dataclasses.dataclass(frozen=True)
 class RunSampling:
@@ -57,7 +48,9 @@ class RunSampling:
     kind: "poisson" or "shuffle"; num_examples N and batch_size (expected, for Poisson)
     when known; sampling_probability q (Poisson); multi_example_microbatches: a
     microbatch may hold more than one example (TF Privacy's σ/2 accounting);
-    steps_per_pass: the batches of one pass over the data (shuffled), when known.
+    steps_per_pass: the batches of one pass over the data (shuffled), when known;
+    pass_weight: how many times each pass counts (a batch of a repeated pipeline may hold
+    an example several times: data_sampling.untagged_steps_per_pass).
     """
 
     kind: str
@@ -65,7 +58,8 @@ class RunSampling:
     batch_size: Optional[float] = None
     sampling_probability: Optional[float] = None
     multi_example_microbatches: bool = False
-    steps_per_pass: Optional[int] = None
+    steps_per_pass: Optional[float] = None
+    pass_weight: int = 1
 
 
 def _is_array(value):
@@ -262,13 +256,15 @@ def _pipeline(state, config, arguments, tag):
     batch = tag.batch_size if tag is not None else (batching[0] if batching else None)
     multi = config.num_microbatches is not None and (batch is None
                                                      or batch > config.num_microbatches)
-    if tag is None and "unknown pipeline" not in state.warned:
+    if (tag is None and "unknown pipeline" not in state.warned
+            and not class_weights.is_poisson_pipeline(x)):  # its own warning, below
         state.warned.add("unknown pipeline")
-        warnings.warn(UNKNOWN_PIPELINE_WARNING.format(what=type(x).__name__), UserWarning,
-                      stacklevel=4)
-    passes = tag.steps_per_pass if tag else data_sampling.untagged_steps_per_pass(x)
+        warnings.warn(pipeline_accounting.UNKNOWN_PIPELINE_WARNING.format(
+            what=type(x).__name__), UserWarning, stacklevel=4)
+    passes, weight = ((tag.steps_per_pass, 1) if tag
+                      else pipeline_accounting.untagged_passes(state.warned, x))
     return arguments, RunSampling("shuffle", tag.num_examples if tag else None, batch,
-                                  None, multi, passes)
+                                  None, multi, passes, weight)
 
 
 def plan_fit_data(model, state, config, arguments):

@@ -55,9 +55,13 @@ def noised_mean(model, state, plan, batch, passes, summed, stats):
         summed = state.audit_hook(dict(summed), variables, counter)
     grads_and_vars = []
     for var, noise in zip(variables, noises):
+        var_dtype = tf.as_dtype(var.dtype)
         grad = summed.get(keras_bridge.variable_key(var))
-        if grad is None:
-            grad = tf.zeros_like(var)
-        grads_and_vars.append(((grad + tf.cast(noise, grad.dtype))
-                               / tf.cast(normalizer, grad.dtype), var))
+        if grad is None:  # half-precision weights' sums are float32 (norms and sums exact)
+            grad = tf.zeros(var.shape, tf.float32 if var_dtype.size < 4 else var_dtype)
+        mean = (grad + tf.cast(noise, grad.dtype)) / tf.cast(normalizer, grad.dtype)
+        # ĝ in the weight's dtype, as tape.gradient gives it: tf-keras' optimizers do not
+        # cast (a float16 weight's float32 ĝ failed inside them).
+        grads_and_vars.append((tf.cast(mean, var_dtype) if mean.dtype != var_dtype
+                               else mean, var))
     return grads_and_vars
