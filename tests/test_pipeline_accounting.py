@@ -43,13 +43,18 @@ def _counted(dataset, steps):
 
 @pytest.mark.parametrize("examples,batch", [(64, 16), (64, 24), (64, 60), (10, 25),
                                             (3, 8), (12, 24), (7, 2)])
-@pytest.mark.parametrize("form", ["shuffle_repeat_batch", "repeat_batch", "repeat3_batch"])
+@pytest.mark.parametrize("form", ["shuffle_repeat_batch", "repeat_batch", "repeat3_batch",
+                                  "repeat_skip_batch", "repeat_take_batch"])
 def test_the_passes_counted_bound_each_example_s_share_of_the_steps(examples, batch, form):
     ds = tf.data.Dataset.range(examples)
     if form == "shuffle_repeat_batch":
         ds = ds.shuffle(examples).repeat().batch(batch)
     elif form == "repeat_batch":
         ds = ds.repeat().batch(batch)
+    elif form == "repeat_skip_batch":  # the passes start off the batches' starts
+        ds = ds.shuffle(examples).repeat().skip(examples // 2 + 1).batch(batch)
+    elif form == "repeat_take_batch":
+        ds = ds.shuffle(examples).repeat().take(40 * examples).batch(batch)
     else:
         ds = ds.repeat(3).batch(batch)
     steps = 12 if form != "repeat3_batch" else -(-3 * examples // batch)
@@ -65,13 +70,18 @@ def test_a_batch_that_spans_passes_counts_them_more_than_once(examples, batch, s
     assert _counted(ds, steps) >= worst > math.ceil(steps / max(1, examples // batch))
 
 
-@pytest.mark.parametrize("pipeline", ["shuffle_after_repeat", "uncounted_repeat"])
+@pytest.mark.parametrize("pipeline", ["shuffle_after_repeat", "uncounted_repeat",
+                                      "rebatched_repeat", "filtered_repeat"])
 def test_repeats_that_leave_an_example_s_copies_in_a_batch_unbounded_are_refused(pipeline):
     ds = tf.data.Dataset.range(64)
     if pipeline == "shuffle_after_repeat":
         ds, fix = ds.repeat().shuffle(100).batch(16), "shuffle before repeating"
-    else:
+    elif pipeline == "uncounted_repeat":
         ds, fix = ds.filter(lambda i: i % 2 == 0).repeat().batch(16), "batch before repeating"
+    elif pipeline == "rebatched_repeat":  # batches of 24 across the passes of batches of 16
+        ds, fix = ds.batch(16).repeat().unbatch().batch(24), "batch before repeating"
+    else:
+        ds, fix = ds.repeat().filter(lambda i: i < 60).batch(16), "batch before repeating"
     with pytest.raises(ValueError, match=fix):
         pipeline_accounting.untagged_steps_per_pass(ds)
 

@@ -106,42 +106,52 @@ def untagged_steps_per_pass(dataset):
 
 
 def _passes_of_repeated(repeated, size):
-    rows, shuffled = repeated
+    rows, shuffled, skipped = repeated
     if shuffled or rows is None:
         raise ValueError(
             "fit on a tf.data pipeline that " + (
                 "shuffles its examples after repeating them (ds.repeat().shuffle(k)"
                 ".batch(B)): copies of an example from several passes can meet in one batch, "
                 "as many as the shuffle buffer allows" if shuffled else
-                "repeats examples of an unknown count before batching them: a batch may hold "
-                "an example several times") + ", so no bound on one example's share of a "
+                "repeats examples before batching them through transformations that hide "
+                "how many a pass holds (a filter, an unbatch, a flat_map, a concatenation): "
+                "a batch may hold an example several times") + ", so no bound on one example's share of a "
             "step can be read off it. Fix: shuffle before repeating "
             "(ds.shuffle(n).repeat().batch(B)), or batch before repeating "
             "(ds.shuffle(n).batch(B).repeat()), or use tf_tempered.privacy.shuffled_batches "
             "or poisson_batches (the amplified ε).")
-    aligned = rows % size == 0 or size % rows == 0
+    aligned = not skipped and (rows % size == 0 or size % rows == 0)
     most = -(-size // rows) + (0 if aligned else 1)  # an example's copies in one batch
     return (rows // size if size <= rows else rows / size), most
 
 
 def _repeat_below_batch(dataset):
-    """(the examples of one pass of the ``.repeat()`` below the pipeline's ``.batch()`` or
-    None if not counted, whether a shuffle lies between them), through transformations that
-    keep one output per input; None if there is no such repeat."""
-    below_batch = shuffled = False
-    for _ in range(64):  # as deep as sampling_of looks
+    """(the examples of one pass of the ``.repeat()`` below the pipeline's ``.batch()``, or
+    None if no count can be read for it; whether a shuffle lies between them; whether a
+    ``.skip()`` does, which moves the passes' starts off the batches'), or None if no repeat
+    lies below the batch. Transformations that keep one output per input (and a
+    ``.take()``) keep the count; any other (an unbatch and rebatch, a filter, a flat_map, a
+    concatenation) leaves it unknown, in any of their inputs."""
+    below_batch = shuffled = skipped = uncounted = False
+    pending = [(dataset, 0)]
+    while pending:
+        dataset, depth = pending.pop()
         kind = keras_bridge.dataset_kind(dataset)
         inputs = keras_bridge.dataset_inputs(dataset)
-        if len(inputs) != 1:
-            return None
+        if depth > 64:  # as deep as sampling_of looks
+            continue
         if kind == "RepeatDataset" and below_batch:
-            rows = int(inputs[0].cardinality())
-            return (rows if rows > 0 else None), shuffled
-        if kind in ("BatchDataset", "ParallelBatchDataset"):
-            below_batch = True
-        elif below_batch and kind == "ShuffleDataset":
+            rows = -1 if uncounted or len(inputs) != 1 else int(inputs[0].cardinality())
+            return (rows if rows > 0 else None), shuffled, skipped
+        if not below_batch:
+            if len(inputs) != 1:
+                return None  # above the batch: one chain of transformations only
+            below_batch = kind in ("BatchDataset", "ParallelBatchDataset")
+        elif kind == "ShuffleDataset":
             shuffled = True
-        elif below_batch and kind not in _ONE_TO_ONE:
-            return None
-        dataset = inputs[0]
+        elif kind == "SkipDataset":
+            skipped = True
+        elif kind not in _ONE_TO_ONE and kind != "TakeDataset":
+            uncounted = True  # the count of examples a pass holds is no longer read
+        pending.extend((source, depth + 1) for source in inputs)
     return None
