@@ -41,6 +41,7 @@ from tf_tempered.privacy import class_weights, data_sampling, pipeline_accountin
 
 __all__ = ["RunSampling", "batch_spec", "plan_fit_data"]
 
+
 @dataclasses.dataclass(frozen=True)
 class RunSampling:
     """How one fit's batches are drawn, for the accountant.
@@ -50,7 +51,7 @@ class RunSampling:
     microbatch may hold more than one example (TF Privacy's σ/2 accounting);
     steps_per_pass: the batches of one pass over the data (shuffled), when known;
     pass_weight: how many times each pass counts (a batch of a repeated pipeline may hold
-    an example several times: data_sampling.untagged_steps_per_pass).
+    an example several times: pipeline_accounting.untagged_steps_per_pass).
     """
 
     kind: str
