@@ -101,3 +101,59 @@ def test_untagged_poisson_batches_count_every_step_and_warn_once():
     with pytest.warns(UserWarning, match="Poisson tag a transformation dropped"):
         assert pipeline_accounting.untagged_passes(warned, ds.cache()) == (1, 1)
     assert pipeline_accounting.untagged_passes(warned, ds) == (1, 1)  # said once
+
+
+def _range(n=10):
+    return tf.data.Dataset.range(n)
+
+
+# A probe's pipelines (over 10 examples): every one was accounted below what its batches
+# hold (1 pass where an example's Σ m² reached 3 to 20), now bounded or refused.
+PIPELINES = {
+    "repeated batches, a take": lambda: _range().repeat().batch(4).take(30),
+    "batches repeated, a take": lambda: _range().batch(4).repeat().take(12),
+    "batches repeated 5 times, a take": lambda: _range().batch(4).repeat(5).take(12),
+    "batches repeated 3 times, a skip": lambda: _range().batch(4).repeat(3).skip(1),
+    "filtered batches repeated": lambda: _range().filter(lambda i: i > 0).batch(4).repeat(3),
+    "padded batches repeated": lambda: _range().padded_batch(4).repeat(3),
+    "batches taken, repeated": lambda: _range().batch(4).take(2).repeat(3),
+    "repeated batches shuffled": lambda: _range().batch(4).repeat(3).shuffle(5),
+    "batches shuffled over a spanning repeat": lambda: _range().shuffle(10).repeat().batch(
+        4).shuffle(3),
+    "one dataset sampled twice": lambda: tf.data.Dataset.sample_from_datasets(
+        [_SHARED, _SHARED], seed=1).batch(4),
+    "one dataset zipped with itself shuffled": lambda: tf.data.Dataset.zip(
+        (_SHARED.shuffle(10), _SHARED.shuffle(10))).map(lambda a, b: tf.stack([a, b])).unbatch(
+        ).batch(4),
+    "one dataset concatenated to itself": lambda: _SHARED.concatenate(_SHARED).batch(4),
+    "sliding windows": lambda: _range().window(4, shift=1).flat_map(lambda w: w.batch(4)),
+}
+_SHARED = _range()
+REFUSED = {
+    "a filter between a repeat and the batch": lambda: _range().repeat(3).filter(
+        lambda i: i > 0).batch(4),
+    "enumerated repeats": lambda: _range().repeat(3).enumerate().map(lambda i, x: x).batch(4),
+    "a repeat rebatched": lambda: _range().repeat(3).batch(4).unbatch().batch(4),
+    "repeated batches rebatched": lambda: _range().batch(4).repeat(3).unbatch().batch(4),
+    "a repeat in padded batches": lambda: _range().repeat(3).padded_batch(4),
+    "repeats zipped": lambda: tf.data.Dataset.zip((_range().repeat(3), _range().repeat(3))).map(
+        lambda a, b: a).batch(4),
+    "nested repeats": lambda: _range().repeat(2).repeat().batch(4),
+    "a repeat under a rebatch": lambda: _range().repeat(3).batch(4).rebatch(2),
+}
+
+
+@pytest.mark.parametrize("name", list(PIPELINES))
+def test_pipelines_that_give_an_example_again_are_bounded(name):
+    ds = PIPELINES[name]()
+    steps = 24
+    per_pass, weight = pipeline_accounting.untagged_steps_per_pass(ds)
+    counted = math.ceil(steps / per_pass) * weight if per_pass else weight  # None: one pass
+    for _ in range(3):
+        assert counted >= _worst_sum_of_squares(ds, steps, 10), (per_pass, weight)
+
+
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_repeats_below_a_batch_in_other_forms_are_refused(name):
+    with pytest.raises(ValueError, match="batch before repeating"):
+        pipeline_accounting.untagged_steps_per_pass(REFUSED[name]())

@@ -49,9 +49,10 @@ _KEEPS = {
     "poisson": {"PrefetchDataset", "OptionsDataset", "MapDataset", "ParallelMapDataset",
                 "TakeDataset", "SkipDataset", "RepeatDataset", "AssertCardinalityDataset"},
     # Repeated, shuffled batches pass over the data again (reshuffled): the fit counts
-    # ceil(steps / steps_per_pass) passes at least.
+    # ceil(steps / steps_per_pass) passes at least. Not a take: repeated, its passes are
+    # shorter than the tag's.
     "shuffle": {"PrefetchDataset", "OptionsDataset", "MapDataset", "ParallelMapDataset",
-                "TakeDataset", "AssertCardinalityDataset", "CacheDataset", "RepeatDataset"},
+                "AssertCardinalityDataset", "CacheDataset", "RepeatDataset"},
 }
 
 

@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np  # noqa: F401  (used by the doctest)
 
-from tf_tempered._compat import tf
+from tf_tempered._compat import tf  # noqa: F401  (used by the doctest)
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import class_weights
 
@@ -62,27 +62,35 @@ def untagged_passes(warned, x):
     return untagged_steps_per_pass(x)
 
 
-# One output per input element: the count of examples a pass holds is kept through them.
-_ONE_TO_ONE = {"MapDataset", "ParallelMapDataset", "ShuffleDataset", "PrefetchDataset",
-               "OptionsDataset", "CacheDataset"}
+# Batch ops whose size the walk reads; other ops that group elements into batches.
+_BATCH = {"BatchDataset", "ParallelBatchDataset"}
+_GROUPING = _BATCH | {"PaddedBatchDataset", "GroupByWindowDataset", "WindowDataset",
+                      "RebatchDataset"}
+# One output per input element, in order: a pass's count of examples is kept through them.
+_ONE_TO_ONE = {"MapDataset", "ParallelMapDataset", "PrefetchDataset", "OptionsDataset",
+               "CacheDataset"}
+# Over batches, above the repeat or the batch: they keep which batch is a pass's k-th (a
+# take only ends the stream early).
+_KEEPS_ORDER = _ONE_TO_ONE | {"TakeDataset", "AssertCardinalityDataset"}
+# Elements several outputs may hold: a window of shift < size.
+_OVERLAPPING = {"WindowDataset"}
 
 
 def untagged_steps_per_pass(dataset):
     """(batches in one pass over an untagged pipeline's data, times each pass counts), for
-    the shuffle bound.
+    the shuffle bound; (None, 1): one pass per epoch, the documented assumption.
 
-    Read off its ``.batch()`` when the examples batched are counted (``ds.batch(16)
-    .repeat()`` of 64 examples: 4, so a fit's epoch of 8 steps is two passes), or, for
-    ``ds.shuffle(n).repeat().batch(16)`` or ``ds.repeat(3).batch(16)``, when the repeated
-    data is (⌊n/16⌋ steps, a pass begun every so many at most; n/16 when the batch is
-    larger); 1 when the pipeline repeats without end and neither is known (every step is
-    then accounted as a pass: no assumption left); None otherwise (one pass per epoch, the
-    documented assumption).
-
-    A batch of a repeat spans two passes when B does not divide n (or more when B > n)
-    and may hold an example m times (m ≤ ⌈B/n⌉ + 1): its Gaussian then has sensitivity
-    m·C. Summed over the steps, m² ≤ m_max · m, so each pass touched counts m_max times.
-    A shuffle between the repeat and the batch mixes passes without a bound on m: refused.
+    Read off two forms: ``ds.batch(16).repeat()`` of 64 examples, a pass every 4 batches
+    (so an epoch of 8 steps is two passes); and a repeat below the batch,
+    ``ds.shuffle(n).repeat().batch(16)`` or ``ds.repeat(3).batch(16)``: ⌊n/16⌋ steps a
+    pass (n/16 when the batch is larger), where a batch that spans two passes (B does not
+    divide n; more when B > n) may hold an example m ≤ ⌈B/n⌉ + 1 times, a Gaussian of
+    sensitivity m·C: summed over the steps m² ≤ m_max · m, so each pass counts m_max times.
+    Any other pipeline that repeats its batches, takes the same dataset twice (K times:
+    a batch may hold an example K times) or overlaps its windows counts every step as a
+    pass (times K²). A repeat below a batch in any other form, or a shuffle between a
+    repeat and the batch, puts copies of an example in one batch without a bound read off
+    the pipeline: refused.
 
     >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(10.0))
     >>> untagged_steps_per_pass(ds.batch(4).repeat()), untagged_steps_per_pass(ds.batch(4, True))
@@ -90,19 +98,116 @@ def untagged_steps_per_pass(dataset):
     >>> untagged_steps_per_pass(ds.shuffle(10).repeat().batch(4)), untagged_steps_per_pass(
     ...     ds.repeat(3).batch(5)), untagged_steps_per_pass(ds.repeat().batch(25))
     ((2, 2), (2, 1), (0.4, 4))
+    >>> untagged_steps_per_pass(ds.batch(4).repeat(3).skip(1)), untagged_steps_per_pass(
+    ...     tf.data.Dataset.zip((ds, ds)).batch(4))
+    ((1, 1), (1, 4))
     """
-    batching = keras_bridge.batching_of(dataset)
-    # A repeat below the batch first: ds.repeat(3).batch(B) batches 3N rows, a pass is N.
-    repeated = _repeat_below_batch(dataset) if batching is not None else None
-    if repeated is not None:
-        return _passes_of_repeated(repeated, batching[0])
+    top, below = _top_chain(dataset)
+    copies = _most_uses(dataset)
+    if below is None:  # no batch read off the top of the pipeline
+        return (1, copies ** 2) if _repeats(dataset) or copies > 1 or _overlaps(
+            dataset) else (None, 1)
+    batch_index = len(top) - 1
+    repeat_below = _repeat_under(below)
+    if repeat_below is not None:
+        return _passes_below(top, batch_index, repeat_below)
+    batching = keras_bridge.batching_of(top[batch_index])
+    if copies > 1 or _overlaps(dataset) or _grouping_under(below):
+        return 1, copies ** 2
+    kinds = [keras_bridge.dataset_kind(d) for d in top[:batch_index]]
+    if "RepeatDataset" in kinds:
+        at = kinds.index("RepeatDataset")
+        if (kinds.count("RepeatDataset") == 1 and set(kinds[:at]) <= _KEEPS_ORDER
+                and set(kinds[at + 1:]) <= _ONE_TO_ONE and batching and batching[2]):
+            size, drop, rows = batching
+            return max(1, rows // size if drop else -(-rows // size)), 1
+        return 1, 1  # batches repeated in an order that is not read: every step a pass
     if batching is not None and batching[2] is not None:
         size, drop, rows = batching
         return max(1, rows // size if drop else -(-rows // size)), 1
-    if isinstance(dataset, tf.data.Dataset) and \
-            int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY):
-        return 1, 1
     return None, 1
+
+
+def _top_chain(dataset):
+    """([the pipeline's datasets from the top down to its first grouping op], that op's
+    input), or ([...], None) when a transformation of several inputs or none comes first."""
+    chain = []
+    for _ in range(64):  # as deep as sampling_of looks
+        chain.append(dataset)
+        inputs = keras_bridge.dataset_inputs(dataset)
+        if keras_bridge.dataset_kind(dataset) in _GROUPING:
+            return chain, inputs
+        if len(inputs) != 1:
+            return chain, None
+        dataset = inputs[0]
+    return chain, None
+
+
+def _walk(dataset):
+    """Every dataset the pipeline reads, once per path to it (at most 512)."""
+    pending, seen = [(dataset, 0)], []
+    while pending and len(seen) < 512:
+        dataset, depth = pending.pop()
+        seen.append(dataset)
+        if depth < 64:
+            pending.extend((source, depth + 1) for source in keras_bridge.dataset_inputs(dataset))
+    return seen
+
+
+def _most_uses(dataset):
+    """How many paths reach the dataset read the most (zip((d, d)), d.concatenate(d)): each
+    one gives its examples again."""
+    uses = {}
+    for node in _walk(dataset):
+        uses[id(node)] = uses.get(id(node), 0) + 1
+    return max(uses.values(), default=1)
+
+
+def _kinds(datasets):
+    return {keras_bridge.dataset_kind(d) for node in datasets for d in _walk(node)}
+
+
+def _repeats(dataset):
+    return "RepeatDataset" in _kinds([dataset])
+
+
+def _overlaps(dataset):
+    return bool(_kinds([dataset]) & _OVERLAPPING)
+
+
+def _grouping_under(datasets):
+    return bool(_kinds(datasets) & _GROUPING)
+
+
+def _repeat_under(datasets):
+    """(the path from the batch's input down to the first repeat under it, as datasets), or
+    None if nothing under the batch repeats."""
+    pending = [[d] for d in datasets]
+    while pending:
+        path = pending.pop()
+        if keras_bridge.dataset_kind(path[-1]) == "RepeatDataset":
+            return path
+        if len(path) < 64:
+            pending.extend(path + [d] for d in keras_bridge.dataset_inputs(path[-1]))
+    return None
+
+
+def _passes_below(top, batch_index, path):
+    """(steps per pass, pass weight) of a repeat below the batch, reached by ``path``."""
+    kinds = [keras_bridge.dataset_kind(d) for d in path[:-1]]
+    under = keras_bridge.dataset_inputs(path[-1])
+    countable = (keras_bridge.dataset_kind(top[batch_index]) in _BATCH
+                 and set(kinds) <= _ONE_TO_ONE | {"TakeDataset", "ShuffleDataset", "SkipDataset"}
+                 and len(under) == 1 and not _repeats(under[0])
+                 and _most_uses(under[0]) == 1 and not _grouping_under(under))
+    rows = int(under[0].cardinality()) if countable else -1
+    repeated = (rows if rows > 0 else None), "ShuffleDataset" in kinds, "SkipDataset" in kinds
+    per_pass, weight = _passes_of_repeated(repeated, keras_bridge.batching_of(top[batch_index])[0]
+                                           if countable else 1)
+    above = {keras_bridge.dataset_kind(d) for d in top[:batch_index]}
+    if not above <= _KEEPS_ORDER:  # batches shuffled, skipped or filtered: every step a pass
+        return 1, weight ** 2
+    return per_pass, weight
 
 
 def _passes_of_repeated(repeated, size):
@@ -123,35 +228,3 @@ def _passes_of_repeated(repeated, size):
     aligned = not skipped and (rows % size == 0 or size % rows == 0)
     most = -(-size // rows) + (0 if aligned else 1)  # an example's copies in one batch
     return (rows // size if size <= rows else rows / size), most
-
-
-def _repeat_below_batch(dataset):
-    """(the examples of one pass of the ``.repeat()`` below the pipeline's ``.batch()``, or
-    None if no count can be read for it; whether a shuffle lies between them; whether a
-    ``.skip()`` does, which moves the passes' starts off the batches'), or None if no repeat
-    lies below the batch. Transformations that keep one output per input (and a
-    ``.take()``) keep the count; any other (an unbatch and rebatch, a filter, a flat_map, a
-    concatenation) leaves it unknown, in any of their inputs."""
-    below_batch = shuffled = skipped = uncounted = False
-    pending = [(dataset, 0)]
-    while pending:
-        dataset, depth = pending.pop()
-        kind = keras_bridge.dataset_kind(dataset)
-        inputs = keras_bridge.dataset_inputs(dataset)
-        if depth > 64:  # as deep as sampling_of looks
-            continue
-        if kind == "RepeatDataset" and below_batch:
-            rows = -1 if uncounted or len(inputs) != 1 else int(inputs[0].cardinality())
-            return (rows if rows > 0 else None), shuffled, skipped
-        if not below_batch:
-            if len(inputs) != 1:
-                return None  # above the batch: one chain of transformations only
-            below_batch = kind in ("BatchDataset", "ParallelBatchDataset")
-        elif kind == "ShuffleDataset":
-            shuffled = True
-        elif kind == "SkipDataset":
-            skipped = True
-        elif kind not in _ONE_TO_ONE and kind != "TakeDataset":
-            uncounted = True  # the count of examples a pass holds is no longer read
-        pending.extend((source, depth + 1) for source in inputs)
-    return None
