@@ -54,6 +54,23 @@ def test_vectorized_optimizer_microbatches_double_sensitivity():
     assert history.history["epsilon"][0] > 1.5 * _expected_shuffle(1, 2.0)[0]
 
 
+# Before: a budget told a smaller batch_size (or a larger num_examples) than the fit's counted
+# a pass every ⌈N/B⌉ steps, longer than the fit's epoch: fewer passes than the run made, ε
+# too small, silently (a probe: 3.189 logged for 4 passes worth 4.729).
+@pytest.mark.tf_privacy
+@pytest.mark.parametrize("told", [dict(num_examples=N, batch_size=BATCH // 2),
+                                  dict(num_examples=3 * N, batch_size=BATCH)])
+def test_a_budget_whose_pass_is_longer_than_the_fit_s_epoch_is_refused(told):
+    x, y = _data()
+    model = _model(tensorflow_privacy.DPKerasSGDOptimizer(
+        l2_norm_clip=1.0, noise_multiplier=2.0, num_microbatches=BATCH, learning_rate=0.1))
+    before = [w.numpy() for w in model.trainable_weights]
+    budget = PrivacyBudget(target_epsilon=100.0, delta=DELTA, **told)
+    with pytest.raises(ValueError, match="give the fit's num_examples and batch_size"):
+        model.fit(x, y, batch_size=BATCH, epochs=2, callbacks=[budget], verbose=0)
+    assert all(np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
+
+
 def test_stops_before_exceeding_target():
     x, y = _data()
     eps = _expected(3, 2.0)

@@ -142,6 +142,18 @@ class PrivacyBudget(keras.callbacks.Callback):
             accountant=self.accountant or accounting.DEFAULT_ACCOUNTANT,
             microbatch_size=microbatch or 1, prior_events=self.prior_events)
 
+    def _check_legacy_pass(self):
+        """Refuses num_examples/batch_size whose pass is longer than the fit's epoch: ε would
+        count fewer passes over the data than Keras makes (each epoch reshuffles)."""
+        steps, per_pass = self._steps_per_epoch(), math.ceil(self.num_examples / self.batch_size)
+        if self.model is not None and steps is not None and per_pass > steps:
+            raise ValueError(
+                f"PrivacyBudget(num_examples={self.num_examples}, batch_size="
+                f"{self.batch_size}) makes a pass {per_pass} steps long, but this fit takes "
+                f"{steps} steps an epoch, a pass over its data each: ε would count fewer "
+                "passes than the run makes. Fix: give the fit's num_examples and batch_size, "
+                "or make_private(model) (its budget reads them from the run).")
+
     # -- a private model's fit ----------------------------------------------------------
     def _resolve_private(self, state):
         run = state.run
@@ -219,6 +231,7 @@ class PrivacyBudget(keras.callbacks.Callback):
             self._resolve_private(state)
         else:
             self._resolve_legacy()
+            self._check_legacy_pass()
         # From the model's DP randomness; warns (at Keras' call) if ε may not hold.
         self.epsilon_holds = budget_settings.epsilon_holds(self.model)
         self.epsilons, self.stopped_epoch = [], None

@@ -217,7 +217,7 @@ def _check_num_canaries(num_canaries, kind, dim):
     if kind == "dirac" and num_canaries > dim:
         raise ValueError(f"num_canaries={num_canaries} Dirac canaries need as many distinct "
                          f"coordinates, but the model has {dim} trainable parameters. Fix: "
-                         f"fewer canaries, or kind=\"random\".")
+                         f"fewer canaries, or canary_kind=\"random\".")
     if kind == "random" and num_canaries * dim > _MAX_RANDOM_FLOATS:
         raise ValueError(f"num_canaries={num_canaries} random directions over {dim} "
                          f"parameters need {num_canaries * dim:,} floats (at most "
