@@ -64,9 +64,10 @@ def _train(strategy, *, num_microbatches, sigma, seed, data, batch_size=8, epoch
             "history": {k: [float(v) for v in vs] for k, vs in history.history.items()}}
 
 
-def _custom_loop(strategy, data):
-    """Two steps of a custom loop with DPGradients inside ``strategy.run`` (σ = 0):
-    the weights, and the first step's DP metrics as replica 0 reports them."""
+def _custom_loop(strategy, data, batch_size=16):
+    """The steps of a custom loop with DPGradients inside ``strategy.run`` (σ = 0), one a
+    batch of ``batch_size``: the weights, and the first step's DP metrics as replica 0
+    reports them."""
     from tf_tempered._compat import keras, tf
     from tf_tempered.privacy import DPGradients
     keras.utils.set_random_seed(1)
@@ -77,7 +78,7 @@ def _custom_loop(strategy, data):
         optimizer = _sgd(0.5)
     dp = DPGradients(model, _loss(), l2_norm_clip=4.5, noise_multiplier=0.0)
     batches = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices(data).batch(16))
+        tf.data.Dataset.from_tensor_slices(data).batch(batch_size))
 
     @tf.function
     def step(batch):
@@ -143,6 +144,12 @@ def mirrored():
     out["poisson"] = {"one": poisson_reference(2), "two": poisson_distributed(two)}
     out["dp_gradients"] = {"one": _custom_loop(tf.distribute.get_strategy(), data),
                            "two": _custom_loop(two, data)}
+    # 9 rows in batches of 8: the last one's single row leaves the second replica none.
+    nine = (data[0][:9], data[1][:9])
+    try:
+        _custom_loop(two, nine, batch_size=8)
+    except Exception as e:  # pylint: disable=broad-except  (the message is what is tested)
+        out["dp_gradients_empty_replica"] = str(e)
     return out
 
 
@@ -328,6 +335,19 @@ def _one_device_refusals(strategy, data):
             model.train_on_batch(x[:8], y[:8])
         except NotImplementedError as e:
             messages["train_on_batch"] = str(e)
+    import tensorflow as tf
+    info = {"mask": np.ones(8, np.float32), "expected_batch_size": np.float32(8)}
+    try:  # Poisson batches built by hand
+        model.fit(tf.data.Dataset.from_tensors((x[:8], y[:8], info)), epochs=1, verbose=0)
+    except ValueError as e:
+        messages["hand_built_poisson"] = str(e)
+    if KERAS_MAJOR == 2:
+        from tf_tempered.privacy import DPGradients
+        dp = DPGradients(model, _loss(), l2_norm_clip=1.0, noise_multiplier=1.0)
+        try:  # outside strategy.run
+            dp(x[:8], y[:8])
+        except ValueError as e:
+            messages["cross_replica"] = str(e)
     messages["untouched"] = all((a == b).all() for a, b in zip(before, model.get_weights()))
     return messages
 

@@ -137,6 +137,17 @@ def test_what_would_give_replicas_one_devices_batches_is_refused(mirrored):
     if KERAS_MAJOR == 3:
         assert "every replica the whole batch" in messages["train_on_batch"]
         assert "Fix: train with fit" in messages["train_on_batch"]
+    # Before: an IndexError inside tf.distribute (hand-built Poisson batches), and on Keras 2
+    # a SyncOnReadVariable error inside the DP metrics (DPGradients outside strategy.run).
+    assert "distribute_datasets_from_function" in messages["hand_built_poisson"]
+    if KERAS_MAJOR == 2:
+        assert "Fix: call it inside the replica function" in messages["cross_replica"]
+
+
+# Before: a ZeroDivisionError while tracing the step of the replica that got no rows.
+def test_a_custom_loop_step_that_leaves_a_replica_without_rows_is_refused(mirrored):
+    message = mirrored.get("dp_gradients_empty_replica", "")
+    assert "batch of 0 rows" in message and "drop_remainder=True" in message
 
 
 def test_microbatches_that_would_straddle_replicas_are_refused(mirrored):

@@ -82,3 +82,18 @@ def test_layout_after_each_op(name):
 
     trace.get_concrete_function(tf.TensorSpec((2, 4, 3)), tf.TensorSpec((2, 4), tf.int32))
     assert found == [expected]
+
+
+# Before: a batch of one example, flattened ([1, 4, 3] → [1, 12]), read as examples on axis 1
+# (the reshape's rule for leading axes of length 1), so a custom loop's step on a 1-row batch
+# through a Flatten was refused as "examples on axis 1".
+@pytest.mark.parametrize("shape,expected", [([1, 12], 0), ([1, 4, 3, 1], 0), ([12], 0)])
+def test_a_batch_of_one_example_reshaped_keeps_its_axis(shape, expected):
+    found = []
+
+    @tf.function
+    def trace(x):
+        found.append(batch_axis(tf.reshape(x, shape), {x.op}))
+
+    trace.get_concrete_function(tf.TensorSpec((1, 4, 3)))
+    assert found == [expected]

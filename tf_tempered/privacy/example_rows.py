@@ -56,6 +56,11 @@ def refuse_calls_off_the_batch(records, x, rows):
     whose rows were rearranged across examples (module docstring). ``x``: the model's
     inputs; ``rows``: the batch's static length or None."""
     batch = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor) and hasattr(t, "op")]
+    if any(t.shape.rank and t.shape[0] == 0 for t in batch) or rows == 0:
+        raise ValueError(
+            "A DP step traced for a batch of 0 rows (under tf.distribute, the last batch of a "
+            "dataset that leaves a replica no rows). Fix: .batch(B, drop_remainder=True) with "
+            "a B the replicas divide, before strategy.experimental_distribute_dataset.")
     if tf.executing_eagerly() or not batch:
         return None
     graph, batch_ops, values = batch[0].graph, {t.op for t in batch}, {}

@@ -296,14 +296,17 @@ def _refuse_poisson_batches_of_one_device(model, x, tag):
     """poisson_batches under a strategy of several replicas: Keras would split each padded
     batch (and its scalar expected batch size) among them, and fails deep in tf.distribute."""
     replicas = model.distribute_strategy.num_replicas_in_sync
-    if tag is not None and tag.kind == "poisson" and replicas > 1 and isinstance(
-            x, tf.data.Dataset):
+    poisson = (tag is not None and tag.kind == "poisson") or (
+        tag is None and class_weights.is_poisson_pipeline(x))  # built by hand
+    if poisson and replicas > 1 and isinstance(x, tf.data.Dataset):
         raise ValueError(
-            f"fit on tf_tempered.privacy.poisson_batches(...) under a tf.distribute strategy "
+            f"fit on Poisson batches (tf_tempered.privacy.poisson_batches(...), or (x, y, "
+            f"{{\"mask\": ...}}) batches) under a tf.distribute strategy "
             f"of {replicas} replicas: its padded batches are drawn for one device. Fix: "
             "tf_tempered.privacy.distributed_poisson_batches(strategy, x, y, "
             "expected_batch_size=..., steps=...), which draws each replica's Poisson batch "
-            "from its shard (docs/distributed.md).")
+            "from its shard, or batches of your own per replica by "
+            "strategy.distribute_datasets_from_function (docs/distributed.md).")
 
 
 def _warn_if_xla_meets_varying_batches(model, state, tag):

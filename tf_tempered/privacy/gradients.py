@@ -45,7 +45,7 @@ Poisson batches (:func:`~tf_tempered.privacy.poisson_batches`) the smaller, ampl
 ['dp_clipped_fraction', 'dp_grad_norm', 'dp_nonfinite', 'loss']
 """
 
-from tf_tempered._compat import tf
+from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import dp_outputs, update_guard
 from tf_tempered.privacy.make_private import make_private, training_overrides_allowed
@@ -98,6 +98,7 @@ class DPGradients:
     def __call__(self, x, y, sample_weight=None):
         data = (x, y) if sample_weight is None else (x, y, sample_weight)
         data = tf.nest.map_structure(tf.convert_to_tensor, data)  # (NumPy arrays, eagerly)
+        _refuse_cross_replica_call_on_keras2(self.model)
         _, _, update = dp_gradients(self.model, data, losses=self._losses)
         metrics = self.state.metrics
         logs = {m.name: m.result() for m in metrics.all()}
@@ -111,3 +112,16 @@ class DPGradients:
             metric.reset_state()
 
 
+def _refuse_cross_replica_call_on_keras2(model):
+    """tf-keras' metrics of a model made under a strategy of several replicas are updated
+    only in a replica context (it failed inside them with a SyncOnReadVariable error)."""
+    strategy = model.distribute_strategy
+    context = tf.distribute.get_replica_context()  # None in the strategy's cross-replica scope
+    if (KERAS_MAJOR == 2 and strategy.num_replicas_in_sync > 1
+            and (context is None or context.strategy is not strategy)):
+        raise ValueError(
+            f"DPGradients called outside strategy.run on a model made under a strategy of "
+            f"{strategy.num_replicas_in_sync} replicas (Keras 2). Fix: call it inside the "
+            "replica function, strategy.run(step, args=(x, y)), with each replica's batch "
+            "(strategy.experimental_distribute_dataset or distributed_poisson_batches), and "
+            "apply the gradients there (docs/custom_loops.md).")

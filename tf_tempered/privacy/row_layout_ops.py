@@ -145,13 +145,13 @@ def _reshape(op, layouts):
     before, after = op.inputs[0].shape, op.outputs[0].shape
     if after.rank is None or before.rank is None:
         return UNKNOWN
+    if after.rank > layout and before[:layout + 1].as_list() == after[:layout + 1].as_list():
+        return layout  # (first: a batch of one example is an axis of length 1 too)
     if all(size == 1 for size in before.as_list()[:layout]):
         # Example-major rows merged or split: still example-major, after the leading axes
         # of length 1 the reshape puts first (tf-keras' LayerNormalization: [1, B·T, d, 1]).
         ones = next((i for i, size in enumerate(after.as_list()) if size != 1), None)
         return UNKNOWN if ones is None else ones
-    if after.rank > layout and before[:layout + 1].as_list() == after[:layout + 1].as_list():
-        return layout
     return REARRANGED  # the batch axis merged with the axes before it: rows in their order
 
 
