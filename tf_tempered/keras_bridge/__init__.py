@@ -24,6 +24,8 @@ re-exports:
 * :mod:`.losses`: the compiled loss per example (the user's compile as written);
 * :mod:`.training`: optimizers (loss scaling, the DP mark), XLA, fit's arguments, the
   compile config saved with a model, callbacks;
+* :mod:`.datasets`: tf.data pipelines read (a transformation's kind and inputs, the
+  batching) and the transformations named by what they keep;
 * :mod:`.tf_privacy`: the settings of TF Privacy's DP optimizers;
 * :mod:`.compiled_state`: Keras 3's compiled metrics and loss, built before fit traces;
 * :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's);
@@ -38,6 +40,8 @@ from tf_tempered.keras_bridge.losses import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.losses import __all__ as _losses_all
 from tf_tempered.keras_bridge.training import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.training import __all__ as _training_all
+from tf_tempered.keras_bridge.datasets import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.datasets import __all__ as _datasets_all
 from tf_tempered.keras_bridge.tf_privacy import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.tf_privacy import __all__ as _tf_privacy_all
 from tf_tempered.keras_bridge.compiled_state import *  # noqa: F401,F403
@@ -47,5 +51,6 @@ from tf_tempered.keras_bridge.runtime import __all__ as _runtime_all
 from tf_tempered.keras_bridge.preprocessing import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.preprocessing import __all__ as _preprocessing_all
 
-__all__ = [*_layers_all, *_recurrent_all, *_losses_all, *_training_all, *_tf_privacy_all, *_runtime_all,
+__all__ = [*_layers_all, *_recurrent_all, *_losses_all, *_training_all, *_datasets_all,
+           *_tf_privacy_all, *_runtime_all,
            *_preprocessing_all, *_compiled_state_all]

@@ -11,7 +11,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Keras internals about training: optimizers, XLA, ``fit``'s arguments, saving, datasets."""
+"""Keras internals about training: optimizers, XLA, ``fit``'s arguments, saving."""
 
 import contextlib
 import inspect
@@ -19,10 +19,9 @@ import threading
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["activity_regularized_layers", "class_registered_as", "dataset_inputs",
-           "dataset_kind", "fit_arguments", "inner_optimizer", "jit_compiled",
-           "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
-           "swap_class", "deserialize", "batching_of", "has_compiled_loss",
+__all__ = ["activity_regularized_layers", "class_registered_as", "fit_arguments",
+           "inner_optimizer", "jit_compiled", "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
+           "swap_class", "deserialize", "has_compiled_loss",
            "reduction_method_is_default", "overriding_class", "update_metrics_state",
            "save_compiled_optimizer_object", "guard_optimizer_updates",
            "loss_scale_factor"]
@@ -241,19 +240,6 @@ def deserialize(config):
     return keras.optimizers.deserialize(config)
 
 
-def dataset_kind(dataset):
-    """The tf.data class of a dataset, without tf.data's leading underscore ("MapDataset")."""
-    return type(dataset).__name__.lstrip("_")
-
-
-def dataset_inputs(dataset):
-    """The datasets ``dataset`` was made from (tf.data's private ``_inputs``), [] if none."""
-    try:
-        return list(dataset._inputs())  # pylint: disable=protected-access
-    except (AttributeError, NotImplementedError, TypeError):
-        return []
-
-
 def activity_regularized_layers(layers):
     """The layers among ``layers`` that have an activity regularizer."""
     return [layer for layer in layers if getattr(layer, "activity_regularizer", None) is not None]
@@ -276,33 +262,3 @@ def suspended_activity_regularizers(layers):
     finally:
         for layer, regularizer in saved:
             _set_activity_regularizer(layer, regularizer)
-
-
-# Above its .batch(), what keeps a pipeline's steps those batches, each once a pass:
-# one output per input, and repeats. A take, skip, shard or filter of the batches does
-# not (ds.batch(50).take(3).repeat() reuses 3 batches, not a pass of them); nor does a
-# shuffle above a repeat (a batch may come back before the others came once).
-_KEEPS_BATCHES = {"MapDataset", "ParallelMapDataset", "PrefetchDataset", "OptionsDataset",
-                  "CacheDataset", "RepeatDataset", "ShuffleDataset"}
-
-
-def batching_of(dataset, _depth=0, _shuffled=False):
-    """(batch size, drop_remainder, rows batched) of the nearest ``.batch()`` in a tf.data
-    pipeline of single-input steps that keep its batches, or None where it cannot be read
-    (rows: None if the input's length is unknown)."""
-    if _depth > 64 or not isinstance(dataset, tf.data.Dataset):
-        return None
-    kind = dataset_kind(dataset)
-    if kind in ("BatchDataset", "ParallelBatchDataset"):
-        try:
-            batch_size = int(dataset._batch_size)  # pylint: disable=protected-access
-            drop = bool(dataset._drop_remainder)  # pylint: disable=protected-access
-            rows = int(dataset._input_dataset.cardinality())  # pylint: disable=protected-access
-        except (AttributeError, TypeError, ValueError):
-            return None
-        return batch_size, drop, rows if rows >= 0 else None
-    if kind not in _KEEPS_BATCHES or kind == "RepeatDataset" and _shuffled:
-        return None
-    inputs = dataset_inputs(dataset)
-    return (batching_of(inputs[0], _depth + 1, _shuffled or kind == "ShuffleDataset")
-            if len(inputs) == 1 else None)

@@ -46,13 +46,12 @@ _ATTRIBUTE = "_tf_tempered_sampling"
 # on every pass): a tag survives them. Caching or rebatching does not keep it: a
 # cached Poisson batch is reused, not drawn again; a rebatched one is another batch.
 _KEEPS = {
-    "poisson": {"PrefetchDataset", "OptionsDataset", "MapDataset", "ParallelMapDataset",
-                "TakeDataset", "SkipDataset", "RepeatDataset", "AssertCardinalityDataset"},
+    "poisson": (keras_bridge.ONE_TO_ONE - {"CacheDataset"})
+               | {"TakeDataset", "SkipDataset", "RepeatDataset"},
     # Repeated, shuffled batches pass over the data again (reshuffled): the fit counts
     # ceil(steps / steps_per_pass) passes at least. Not a take: repeated, its passes are
     # shorter than the tag's.
-    "shuffle": {"PrefetchDataset", "OptionsDataset", "MapDataset", "ParallelMapDataset",
-                "AssertCardinalityDataset", "CacheDataset", "RepeatDataset"},
+    "shuffle": keras_bridge.ONE_TO_ONE | {"RepeatDataset"},
 }
 
 

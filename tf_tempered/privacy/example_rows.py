@@ -50,17 +50,11 @@ from tf_tempered.privacy.errors import UnsupportedLayerError
 __all__ = ["refuse_calls_off_the_batch"]
 
 
-
 def refuse_calls_off_the_batch(records, x, rows):
     """Raises UnsupportedLayerError for a recorded call whose input is not the batch's, or
     whose rows were rearranged across examples (module docstring). ``x``: the model's
     inputs; ``rows``: the batch's static length or None."""
     batch = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor) and hasattr(t, "op")]
-    if any(t.shape.rank and t.shape[0] == 0 for t in batch) or rows == 0:
-        raise ValueError(
-            "A DP step traced for a batch of 0 rows (under tf.distribute, the last batch of a "
-            "dataset that leaves a replica no rows). Fix: .batch(B, drop_remainder=True) with "
-            "a B the replicas divide, before strategy.experimental_distribute_dataset.")
     if tf.executing_eagerly() or not batch:
         return None
     graph, batch_ops, values = batch[0].graph, {t.op for t in batch}, {}
@@ -103,7 +97,7 @@ def refuse_mixed_losses(losses, batch_tensors, walked):
 
 def _refuse_rows_off_the_batch(record, first, rows, batch_ops, values):
     length = first.shape[0]
-    if length is not None and rows is not None and length % rows:
+    if length is not None and rows and length % rows:
         raise UnsupportedLayerError(_message(record.layer, f"{length} rows for a batch of "
                                              f"{rows}"))
     if (length is None or (length == rows and not _is_a_range(first))

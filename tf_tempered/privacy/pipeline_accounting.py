@@ -21,6 +21,7 @@ every step as a pass; a shuffle between a repeat and the batch is refused.
 """
 
 import warnings
+from typing import NamedTuple
 
 import numpy as np  # noqa: F401  (used by the doctest)
 
@@ -62,18 +63,37 @@ def untagged_passes(warned, x):
     return untagged_steps_per_pass(x)
 
 
-# Batch ops whose size the walk reads; other ops that group elements into batches.
-_BATCH = {"BatchDataset", "ParallelBatchDataset"}
-_GROUPING = _BATCH | {"PaddedBatchDataset", "GroupByWindowDataset", "WindowDataset",
-                      "RebatchDataset"}
-# One output per input element, in order: a pass's count of examples is kept through them.
-_ONE_TO_ONE = {"MapDataset", "ParallelMapDataset", "PrefetchDataset", "OptionsDataset",
-               "CacheDataset"}
 # Over batches, above the repeat or the batch: they keep which batch is a pass's k-th (a
 # take only ends the stream early).
-_KEEPS_ORDER = _ONE_TO_ONE | {"TakeDataset", "AssertCardinalityDataset"}
-# Elements several outputs may hold: a window of shift < size.
-_OVERLAPPING = {"WindowDataset"}
+_KEEPS_ORDER = keras_bridge.ONE_TO_ONE | {"TakeDataset"}
+# Under the batch, above the repeat: a pass's count of examples can still be read.
+_COUNTABLE_ABOVE_REPEAT = keras_bridge.ONE_TO_ONE | {"TakeDataset", "ShuffleDataset",
+                                                     "SkipDataset"}
+
+
+class _Census(NamedTuple):
+    """What one walk of a pipeline finds: every transformation's kind, and how many paths
+    reach the dataset read the most (zip((d, d)), d.concatenate(d): each path gives its
+    examples again)."""
+
+    kinds: frozenset
+    most_uses: int
+
+    def repeats(self):
+        return "RepeatDataset" in self.kinds
+
+
+def _census(datasets):
+    """The _Census of the pipelines ``datasets`` (at most 512 nodes, 64 deep)."""
+    pending, kinds, uses, seen = [(d, 0) for d in datasets], set(), {}, 0
+    while pending and seen < 512:
+        dataset, depth = pending.pop()
+        seen += 1
+        kinds.add(keras_bridge.dataset_kind(dataset))
+        uses[id(dataset)] = uses.get(id(dataset), 0) + 1
+        if depth < 64:
+            pending.extend((source, depth + 1) for source in keras_bridge.dataset_inputs(dataset))
+    return _Census(frozenset(kinds), max(uses.values(), default=1))
 
 
 def untagged_steps_per_pass(dataset):
@@ -103,22 +123,22 @@ def untagged_steps_per_pass(dataset):
     ((1, 1), (1, 4))
     """
     top, below = _top_chain(dataset)
-    copies = _most_uses(dataset)
+    whole = _census([dataset])
+    copies, overlaps = whole.most_uses, bool(whole.kinds & keras_bridge.OVERLAPPING)
     if below is None:  # no batch read off the top of the pipeline
-        return (1, copies ** 2) if _repeats(dataset) or copies > 1 or _overlaps(
-            dataset) else (None, 1)
+        return (1, copies ** 2) if whole.repeats() or copies > 1 or overlaps else (None, 1)
     batch_index = len(top) - 1
     repeat_below = _repeat_under(below)
     if repeat_below is not None:
         return _passes_below(top, batch_index, repeat_below)
     batching = keras_bridge.batching_of(top[batch_index])
-    if copies > 1 or _overlaps(dataset) or _grouping_under(below):
+    if copies > 1 or overlaps or _census(below).kinds & keras_bridge.GROUPING:
         return 1, copies ** 2
     kinds = [keras_bridge.dataset_kind(d) for d in top[:batch_index]]
     if "RepeatDataset" in kinds:
         at = kinds.index("RepeatDataset")
         if (kinds.count("RepeatDataset") == 1 and set(kinds[:at]) <= _KEEPS_ORDER
-                and set(kinds[at + 1:]) <= _ONE_TO_ONE and batching and batching[2]):
+                and set(kinds[at + 1:]) <= keras_bridge.ONE_TO_ONE and batching and batching[2]):
             size, drop, rows = batching
             return max(1, rows // size if drop else -(-rows // size)), 1
         return 1, 1  # batches repeated in an order that is not read: every step a pass
@@ -135,48 +155,12 @@ def _top_chain(dataset):
     for _ in range(64):  # as deep as sampling_of looks
         chain.append(dataset)
         inputs = keras_bridge.dataset_inputs(dataset)
-        if keras_bridge.dataset_kind(dataset) in _GROUPING:
+        if keras_bridge.dataset_kind(dataset) in keras_bridge.GROUPING:
             return chain, inputs
         if len(inputs) != 1:
             return chain, None
         dataset = inputs[0]
     return chain, None
-
-
-def _walk(dataset):
-    """Every dataset the pipeline reads, once per path to it (at most 512)."""
-    pending, seen = [(dataset, 0)], []
-    while pending and len(seen) < 512:
-        dataset, depth = pending.pop()
-        seen.append(dataset)
-        if depth < 64:
-            pending.extend((source, depth + 1) for source in keras_bridge.dataset_inputs(dataset))
-    return seen
-
-
-def _most_uses(dataset):
-    """How many paths reach the dataset read the most (zip((d, d)), d.concatenate(d)): each
-    one gives its examples again."""
-    uses = {}
-    for node in _walk(dataset):
-        uses[id(node)] = uses.get(id(node), 0) + 1
-    return max(uses.values(), default=1)
-
-
-def _kinds(datasets):
-    return {keras_bridge.dataset_kind(d) for node in datasets for d in _walk(node)}
-
-
-def _repeats(dataset):
-    return "RepeatDataset" in _kinds([dataset])
-
-
-def _overlaps(dataset):
-    return bool(_kinds([dataset]) & _OVERLAPPING)
-
-
-def _grouping_under(datasets):
-    return bool(_kinds(datasets) & _GROUPING)
 
 
 def _repeat_under(datasets):
@@ -194,37 +178,43 @@ def _repeat_under(datasets):
 
 def _passes_below(top, batch_index, path):
     """(steps per pass, pass weight) of a repeat below the batch, reached by ``path``."""
-    kinds = [keras_bridge.dataset_kind(d) for d in path[:-1]]
+    kinds = {keras_bridge.dataset_kind(d) for d in path[:-1]}
     under = keras_bridge.dataset_inputs(path[-1])
-    countable = (keras_bridge.dataset_kind(top[batch_index]) in _BATCH
-                 and set(kinds) <= _ONE_TO_ONE | {"TakeDataset", "ShuffleDataset", "SkipDataset"}
-                 and len(under) == 1 and not _repeats(under[0])
-                 and _most_uses(under[0]) == 1 and not _grouping_under(under))
+    below_repeat = _census(under)
+    batching = keras_bridge.batching_of(top[batch_index])
+    countable = (keras_bridge.dataset_kind(top[batch_index]) in keras_bridge.BATCH
+                 and batching is not None and kinds <= _COUNTABLE_ABOVE_REPEAT
+                 and len(under) == 1 and not below_repeat.repeats()
+                 and below_repeat.most_uses == 1
+                 and not below_repeat.kinds & keras_bridge.GROUPING)
     rows = int(under[0].cardinality()) if countable else -1
-    repeated = (rows if rows > 0 else None), "ShuffleDataset" in kinds, "SkipDataset" in kinds
-    per_pass, weight = _passes_of_repeated(repeated, keras_bridge.batching_of(top[batch_index])[0]
-                                           if countable else 1)
+    if "ShuffleDataset" in kinds or rows <= 0:
+        _refuse_unbounded_copies(shuffled="ShuffleDataset" in kinds)
+    per_pass, weight = _passes_of_repeated(rows, batching[0], skipped="SkipDataset" in kinds)
     above = {keras_bridge.dataset_kind(d) for d in top[:batch_index]}
     if not above <= _KEEPS_ORDER:  # batches shuffled, skipped or filtered: every step a pass
         return 1, weight ** 2
     return per_pass, weight
 
 
-def _passes_of_repeated(repeated, size):
-    rows, shuffled, skipped = repeated
-    if shuffled or rows is None:
-        raise ValueError(
-            "fit on a tf.data pipeline that " + (
-                "shuffles its examples after repeating them (ds.repeat().shuffle(k)"
-                ".batch(B)): copies of an example from several passes can meet in one batch, "
-                "as many as the shuffle buffer allows" if shuffled else
-                "repeats examples before batching them through transformations that hide "
-                "how many a pass holds (a filter, an unbatch, a flat_map, a concatenation): "
-                "a batch may hold an example several times") + ", so no bound on one example's share of a "
-            "step can be read off it. Fix: shuffle before repeating "
-            "(ds.shuffle(n).repeat().batch(B)), or batch before repeating "
-            "(ds.shuffle(n).batch(B).repeat()), or use tf_tempered.privacy.shuffled_batches "
-            "or poisson_batches (the amplified ε).")
+def _refuse_unbounded_copies(shuffled):
+    how = ("shuffles its examples after repeating them (ds.repeat().shuffle(k).batch(B)): "
+           "copies of an example from several passes can meet in one batch, as many as the "
+           "shuffle buffer allows" if shuffled else
+           "repeats examples before batching them through transformations that hide how "
+           "many a pass holds (a filter, an unbatch, a flat_map, a concatenation): a batch "
+           "may hold an example several times")
+    raise ValueError(
+        f"fit on a tf.data pipeline that {how}, so no bound on one example's share of a "
+        "step can be read off it. Fix: shuffle before repeating "
+        "(ds.shuffle(n).repeat().batch(B)), or batch before repeating "
+        "(ds.shuffle(n).batch(B).repeat()), or use tf_tempered.privacy.shuffled_batches "
+        "or poisson_batches (the amplified ε).")
+
+
+def _passes_of_repeated(rows, size, skipped):
+    """(steps per pass, pass weight) of batches of ``size`` over ``rows`` examples repeated:
+    a batch spanning two passes may hold an example ⌈size/rows⌉ (+1 unless aligned) times."""
     aligned = not skipped and (rows % size == 0 or size % rows == 0)
     most = -(-size // rows) + (0 if aligned else 1)  # an example's copies in one batch
     return (rows // size if size <= rows else rows / size), most

@@ -127,7 +127,19 @@ def unpack_batch(data, *, xla=False, input_shapes=None):
     ``input_shapes``: the model's declared inputs (:func:`with_declared_shapes`)."""
     x, y, sample_weight = keras_bridge.unpack_x_y_sample_weight(data)
     x = with_declared_shapes(x, input_shapes)
+    _refuse_an_empty_batch(x)
     weight, user, mask, normalizer = unpack_sample_weight(sample_weight)
     if not xla and weight is not None:
         weight = tf.nest.map_structure(_checked_weights, weight)
     return Batch(x, y, weight, user, mask, normalizer)
+
+
+def _refuse_an_empty_batch(x):
+    """A step traced for 0 rows would divide by its 0 examples; under tf.distribute it is
+    a last batch that leaves a replica none."""
+    if any(isinstance(t, tf.Tensor) and t.shape.rank and t.shape[0] == 0
+           for t in tf.nest.flatten(x)):
+        raise ValueError(
+            "A DP step traced for a batch of 0 rows (under tf.distribute, the last batch of a "
+            "dataset that leaves a replica no rows). Fix: .batch(B, drop_remainder=True) with "
+            "a B the replicas divide, before strategy.experimental_distribute_dataset.")
