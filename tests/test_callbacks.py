@@ -268,3 +268,36 @@ def test_settings_given_to_make_private_are_accounted():
     # make_private's σ = 2 and 8 microbatches of 2, with a plain SGD optimizer, on
     # shuffled batches.
     assert history.history["epsilon"] == pytest.approx(_expected_shuffle(2, 2.0, 2), rel=1e-12)
+
+
+def _private_dense():
+    model = make_private(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=2.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+# Before: the fit's next step failed inside Keras ("'NoneType' object is not callable").
+def test_make_private_during_the_model_s_own_fit_is_refused_naming_the_fix():
+    class LowerNoise(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            make_private(self.model, noise_multiplier=0.5)
+
+    model = _private_dense()
+    x, y = _data()
+    with pytest.raises(RuntimeError, match=r"during its own fit.*Fix: change the settings "
+                       r"between fits"):
+        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[LowerNoise()])
+    assert model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0).history["epsilon"]
+
+
+# Before (Keras 3): TypeError: 'CallbackList' object is not iterable.
+def test_fit_takes_a_callback_list():
+    model = _private_dense()
+    seen = []
+    epochs = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: seen.append(logs))
+    x, y = _data()
+    history = model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0,
+                        callbacks=keras.callbacks.CallbackList([epochs], model=model))
+    assert len(seen) == 2 and "epsilon" in seen[-1] and len(history.history["epsilon"]) == 2

@@ -245,3 +245,50 @@ def test_a_custom_layer_mixing_the_batch_inside_its_own_call_is_refused():
     _assert_refused_before_any_update(
         model, x, np.zeros(32), r"Layer 'dense_\d+' \(Dense\) is called on values computed "
         "from several examples", batch_size=8, sampling="poisson")
+
+
+class _Centred(keras.layers.Layer):
+    """Subtracts a statistic from its input, computed inside a tf.while_loop, a tf.cond or a
+    nested tf.function: over the batch (``over="examples"``, axis 0) or over each example's
+    own features (``over="features"``)."""
+
+    def __init__(self, inside, over, **kwargs):
+        super().__init__(**kwargs)
+        self.inside, self.axis = inside, 0 if over == "examples" else -1
+
+    def _centre(self, t):
+        return t - tf.reduce_mean(t, axis=self.axis, keepdims=True)
+
+    def call(self, x):  # pylint: disable=arguments-differ
+        if self.inside == "while_loop":
+            return tf.while_loop(lambda i, t: i < 2, lambda i, t: (i + 1, self._centre(t)),
+                                 (tf.constant(0), x))[1]
+        if self.inside == "cond":
+            return tf.cond(tf.shape(x)[0] > 0, lambda: self._centre(x), lambda: x)
+        if self.inside == "cond_on_the_batch":  # one branch for all, chosen by all
+            return tf.cond(tf.reduce_mean(x) > 0, lambda: 2.0 * x, lambda: x)
+        return tf.function(self._centre)(x)
+
+
+def _centred_inside(inside, over, dtype="float32"):
+    return keras.Sequential([keras.Input((5,), dtype=dtype),
+                             keras.layers.Dense(4, activation="tanh", dtype=dtype),
+                             _Centred(inside, over, dtype=dtype), keras.layers.Dense(3, dtype=dtype)])
+
+
+# Before: each trained silently (the walk did not enter loops, conds or nested tf.functions).
+@pytest.mark.parametrize("inside", ["while_loop", "cond", "cond_on_the_batch", "function"])
+def test_mixing_inside_a_loop_a_cond_or_a_nested_function_is_refused(inside):
+    x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
+    _assert_refused_before_any_update(
+        _centred_inside(inside, "examples"), x, np.zeros(32),
+        r"Layer 'dense_\d+' \(Dense\) is called on values computed from several examples",
+        batch_size=8, sampling="poisson")
+
+
+@pytest.mark.parametrize("inside", ["while_loop", "cond", "function"])
+def test_per_example_work_inside_a_loop_a_cond_or_a_nested_function_is_exact(inside):
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
+    keras.utils.set_random_seed(0)
+    _assert_exact_update(lambda dtype="float32": _centred_inside(inside, "features", dtype), x, y)

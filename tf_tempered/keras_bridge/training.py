@@ -24,7 +24,7 @@ __all__ = ["activity_regularized_layers", "class_registered_as", "fit_arguments"
            "swap_class", "deserialize", "has_compiled_loss",
            "reduction_method_is_default", "overriding_class", "update_metrics_state",
            "save_compiled_optimizer_object", "guard_optimizer_updates",
-           "loss_scale_factor"]
+           "loss_scale_factor", "callbacks_as_list"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -262,3 +262,13 @@ def suspended_activity_regularizers(layers):
     finally:
         for layer, regularizer in saved:
             _set_activity_regularizer(layer, regularizer)
+
+
+def callbacks_as_list(callbacks):
+    """``fit``'s ``callbacks`` as a list: None, a list, or a CallbackList (Keras 3's is not
+    iterable; its callbacks are in ``.callbacks``)."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        return list(callbacks.callbacks)
+    return list(callbacks)

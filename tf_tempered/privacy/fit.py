@@ -222,7 +222,7 @@ def private_fit(model, *args, **kwargs):
     accounting.warn_if_weak_delta(state.ledger.delta, run_sampling.num_examples, stacklevel=3)
     account = RunAccount(state, run_sampling, config)
     callbacks = arguments.get("callbacks")
-    callbacks = list(callbacks) if callbacks is not None else []
+    callbacks = keras_bridge.callbacks_as_list(callbacks)
     warn_training_metric_monitors(callbacks)
     # EpsilonLog first (every other callback sees ε), then the ledger files of
     # BackupAndRestore (read before the run's ε is first logged).

@@ -44,6 +44,7 @@ def _train_step(self, data):
 
 
 def _fit(self, *args, **kwargs):
+    adopt_a_replaced_optimizer(self)
     return fit.private_fit(self, *args, **kwargs)
 
 
@@ -54,11 +55,39 @@ def _compile(self, *args, **kwargs):
         fit.record_outside_steps(state, model_dp_config(self))
     result = type(self).compile(self, *args, **kwargs)
     if state is not None:
-        saving.bind_optimizer(self, state, saving_description)
+        bind_the_step_optimizer(self, state)
     return result
 
 
+# On the model: the optimizer its DP step was last prepared for (by make_private or compile).
+_STEP_OPTIMIZER = "_tf_tempered_step_optimizer"
+
+
+def bind_the_step_optimizer(model, state):
+    """Marks the model's optimizer for saving and the update guard, as the one its step
+    runs (a step traced before is dropped by the caller: make_private, compile)."""
+    saving.bind_optimizer(model, state, saving_description)
+    keras_bridge.set_untracked(model, _STEP_OPTIMIZER, getattr(model, "optimizer", None))
+
+
+def adopt_a_replaced_optimizer(model):
+    """``model.optimizer = other`` without a compile (between fits, or by a callback): Keras
+    keeps running the step it traced with the old optimizer while fit would account the new
+    one's σ. The steps taken so far are recorded with the old one's settings and the step is
+    traced again, so that the step and ε both follow the new optimizer (as after a compile)."""
+    old = vars(model).get(_STEP_OPTIMIZER)
+    state = get_state(model)
+    if state is None or old is None or old is getattr(model, "optimizer", None):
+        return
+    config = state.settings or dp_config(old)
+    if config is not None and state.has_unrecorded_steps():  # train_on_batch's, the old σ
+        fit.record_outside_steps(state, config)
+    bind_the_step_optimizer(model, state)
+    model.train_function = None
+
+
 def _train_on_batch(self, *args, **kwargs):
+    adopt_a_replaced_optimizer(self)
     fit.refuse_train_step_overrides(self)
     if KERAS_MAJOR == 3 and self.distribute_strategy.num_replicas_in_sync > 1:
         raise NotImplementedError(_TRAIN_ON_BATCH_REPLICAS.format(

@@ -225,6 +225,8 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
         raise TypeError(f"make_private expects a keras.Model, got {type(model).__name__}.")
     _refuse_training_overrides(model)
     previous = get_state(model)
+    if previous is not None and previous.run is not None:
+        raise RuntimeError(_DURING_FIT)
     saved = saving.saved_dp(model) if previous is None else None
     kept = previous.settings if previous is not None else _saved_settings(saved)
     if kept is not None and (l2_norm_clip is None) != (noise_multiplier is None):
@@ -261,6 +263,16 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     update_guard.tag_private_weights(model)
     shared_ledgers.register(model)
     keras_adapter.install(model)
-    saving.bind_optimizer(model, state, keras_adapter.saving_description)
+    keras_adapter.bind_the_step_optimizer(model, state)
     model.train_function = None  # drop a step compiled before this call (old key)
     return model
+
+
+# Keras' fit loop holds the step it traced; make_private drops it (a new key), and the fit's
+# next batch found none ("'NoneType' object is not callable").
+_DURING_FIT = (
+    "make_private was called on a model during its own fit (from a callback?): the fit "
+    "runs the step it traced with the settings it started with. Fix: change the settings "
+    "between fits, e.g. model.fit(..., epochs=k), then make_private(model, "
+    "noise_multiplier=...), then model.fit(..., initial_epoch=k, epochs=n); ε counts every "
+    "fit.")

@@ -28,7 +28,10 @@ whose inputs are checked themselves) through the graph:
   softmax over the batch's axis, a matmul contracting it, a [B, B] matrix of pairs,
   batch normalization with the batch's statistics);
 * None: no dependence on the batch (its length aside); ``UNKNOWN``: an op this walk does
-  not follow (a loop, a call, a scatter): nothing is claimed.
+  not follow (a scatter, a gather_nd): nothing is claimed.
+
+Loops, conds and nested tf.functions are followed into their graphs
+(:mod:`tf_tempered.privacy.row_layout_functions`).
 
 Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
 ``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
@@ -59,7 +62,7 @@ stays.
 [MIXED, 0, 0, MIXED, MIXED, MIXED]
 """
 
-from tf_tempered.privacy import row_layout_mixing, row_layout_ops
+from tf_tempered.privacy import row_layout_functions, row_layout_mixing, row_layout_ops
 from tf_tempered.privacy.row_layout_ops import MIXED, REARRANGED, UNKNOWN
 
 __all__ = ["MIXED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis"]
@@ -87,19 +90,38 @@ def batch_axis(tensor, sources, memo=None):
             memo[op] = 0
         elif expanded:
             parents = [t.op for t in op.inputs]
-            memo[op] = _follow(op, [memo[parent] for parent in parents], counted)
+            layouts = [_layout_of(t, memo) for t in op.inputs]
+            if op.type in row_layout_functions.FUNCTIONAL and op.outputs:
+                outputs = row_layout_functions.output_layouts(op, layouts, _walk_in_function)
+                memo[(_PER_OUTPUT, op)] = outputs
+                memo[op] = row_layout_functions.join(outputs)
+            else:
+                memo[op] = _follow(op, layouts, counted)
             if memo[op] is not None and (op.type in _LENGTH_FROM_VALUES
                                          or any(parent in counted for parent in parents)):
                 counted.add(op)
         else:
             stack.append((op, True))
             stack.extend((t.op, False) for t in op.inputs if t.op not in memo)
-    return memo[tensor.op]
+    return _layout_of(tensor, memo)
+
+
+def _layout_of(tensor, memo):
+    """The layout of one tensor: its op's, or that output's of a functional op."""
+    per_output = memo.get((_PER_OUTPUT, tensor.op))
+    return memo[tensor.op] if per_output is None else per_output[tensor.value_index]
+
+
+def _walk_in_function(tensor, memo):
+    """A tensor's layout in a function's graph whose inputs' layouts ``memo`` holds."""
+    return batch_axis(tensor, frozenset(), memo)
 
 
 # The memo's entry holding the ops whose shape the batch's values may have decided (an op of
 # _LENGTH_FROM_VALUES on batch data among their ancestors).
 _COUNTED = "ops whose length counts batch data"
+# The memo's key prefix for a functional op's list of layouts, one per output.
+_PER_OUTPUT = "layouts per output"
 
 
 def _follow(op, layouts, counted):

@@ -249,8 +249,7 @@ RULES = {
     "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
     "Split": _split, "SplitV": _split, "Slice": _slice, "StridedSlice": _slice,
     "Pad": _pad, "PadV2": _pad, "MirrorPad": _pad, "RandomShuffle": _shuffle,
-    **{name: _unknown for name in ("While", "StatelessWhile", "If", "StatelessIf",
-                                   "PartitionedCall", "StatefulPartitionedCall", "GatherNd",
-                                   "ScatterNd", "TensorScatterUpdate", "SpaceToBatchND",
-                                   "BatchToSpaceND", "SpaceToDepth", "DepthToSpace")},
+    **{name: _unknown for name in ("GatherNd", "ScatterNd", "TensorScatterUpdate",
+                                   "SpaceToBatchND", "BatchToSpaceND", "SpaceToDepth",
+                                   "DepthToSpace")},
 }

@@ -1,0 +1,137 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Row layouts through TF's functional ops: ``tf.while_loop``, ``tf.cond`` and a nested
+``tf.function`` (one layout per output).
+
+Each op runs graphs of its own (a loop's body and condition, a cond's two branches, a
+called function), whose inputs are the op's inputs: the walk follows the batch's axis into
+them from the layouts of those inputs, and out through their outputs.
+
+* A call: its function's outputs.
+* A cond: each branch's outputs, joined; MIXED when the predicate is computed from several
+  examples (one branch chosen for every example by all of them).
+* A loop: the body's outputs joined with its inputs until they stop changing (a loop
+  variable may hold either after some iterations); MIXED when the condition is computed
+  from several examples (how many iterations every example gets, decided by all of them).
+  A predicate this walk cannot follow (in ``tf.map_fn``'s body, one example's row) makes
+  the outputs UNKNOWN, not MIXED.
+
+Join: MIXED if any is, else REARRANGED if any is, else the one axis, UNKNOWN if several.
+A graph that cannot be read (no function of that name in the graph) is UNKNOWN.
+
+>>> import tensorflow as tf
+>>> from tf_tempered.privacy import row_layout
+>>> found = []
+>>> @tf.function
+... def layouts(a):
+...     def centred(t):
+...         return t - tf.reduce_mean(t, axis=0)
+...     loop = tf.while_loop(lambda i, t: i < 2, lambda i, t: (i + 1, t * 2), [0, a])[1]
+...     mixing_loop = tf.while_loop(lambda i, t: i < 2, lambda i, t: (i + 1, centred(t)), [0, a])
+...     cond = tf.cond(tf.shape(a)[0] > 1, lambda: a * 2, lambda: a)
+...     found.extend(row_layout.batch_axis(t, {a.op}) for t in (
+...         loop, mixing_loop[0], mixing_loop[1], cond, tf.function(centred)(a),
+...         tf.cond(tf.reduce_sum(a) > 0, lambda: a * 2, lambda: a),
+...         tf.function(lambda t: tf.reverse(t, [0]))(a)))
+>>> layouts(tf.ones((2, 3)))
+>>> found
+[0, None, MIXED, 0, MIXED, MIXED, REARRANGED]
+"""
+
+from tf_tempered.privacy.row_layout_ops import MIXED, REARRANGED, UNKNOWN
+
+__all__ = ["FUNCTIONAL", "join", "output_layouts"]
+
+FUNCTIONAL = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "PartitionedCall",
+                        "StatefulPartitionedCall"})
+_MAX_LOOP_ROUNDS = 8  # a join only climbs: None < an axis < UNKNOWN < REARRANGED < MIXED
+
+
+def join(layouts):
+    """The layout a tensor has when it may be any of ``layouts`` (module docstring)."""
+    found = {layout for layout in layouts if layout is not None}
+    for mark in (MIXED, REARRANGED):
+        if mark in found:
+            return mark
+    if not found:
+        return None
+    return found.pop() if len(found) == 1 else UNKNOWN
+
+
+def output_layouts(op, layouts, walk):
+    """[the layout of each of ``op``'s outputs] (a functional op), from ``layouts``, its
+    inputs' layouts; ``walk(tensor, memo)``: the layout of a tensor of another graph, with
+    ``memo`` holding its inputs' layouts."""
+    if op.type in ("While", "StatelessWhile"):
+        found = _loop(op, layouts, walk)
+    elif op.type in ("If", "StatelessIf"):
+        found = _cond(op, layouts, walk)
+    else:
+        found = _through(_graph(op, "f"), layouts, walk)
+    if found is None or len(found) != len(op.outputs):
+        return [UNKNOWN] * len(op.outputs)
+    return found
+
+
+def _graph(op, attribute):
+    try:
+        return op.graph._get_function(op.get_attr(attribute).name).graph  # pylint: disable=protected-access
+    except (AttributeError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _through(graph, layouts, walk):
+    """The layouts of ``graph``'s outputs when its inputs have ``layouts``, or None."""
+    if graph is None or len(graph.inputs) != len(layouts):
+        return None
+    memo = {placeholder.op: layout for placeholder, layout in zip(graph.inputs, layouts)}
+    return [walk(output, memo) for output in graph.outputs]
+
+
+def _cond(op, layouts, walk):
+    branches = [_through(_graph(op, name), layouts[1:], walk)
+                for name in ("then_branch", "else_branch")]
+    if any(found is None or len(found) != len(op.outputs) for found in branches):
+        return None
+    return _decided_by(layouts[0], [join(pair) for pair in zip(*branches)])
+
+
+def _loop(op, layouts, walk):
+    body, condition = _graph(op, "body"), _graph(op, "cond")
+    state = list(layouts)
+    for _ in range(_MAX_LOOP_ROUNDS):
+        found = _through(body, state, walk)
+        if found is None or len(found) != len(state):
+            return None
+        joined = [join(pair) for pair in zip(state, found)]
+        if joined == state:
+            break
+        state = joined
+    else:
+        return None
+    predicate = _through(condition, state, walk)
+    if predicate is None:
+        return None
+    return _decided_by(join(predicate), state)
+
+
+def _decided_by(predicate, layouts):
+    """``layouts`` of the outputs of a cond or loop whose predicate has layout ``predicate``:
+    MIXED if computed from several examples (a scalar from the whole batch); nothing
+    claimed if not followed (a loop over each example's own row: map_fn)."""
+    if predicate is None:
+        return layouts
+    if predicate is MIXED:
+        return [MIXED] * len(layouts)
+    return [join([layout, UNKNOWN]) for layout in layouts]
