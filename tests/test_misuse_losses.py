@@ -355,3 +355,63 @@ def test_per_position_labels_on_poisson_batches_train_exactly(user_weights):
                                      position_weight=weight if user_weights else None)
     reference = _positions_reference(x, y, real, weight, clip, expected)
     assert_update(ours, reference)
+
+
+def _pairs_of_examples(y_true, y_pred):
+    """InfoNCE-style: each example's logits against every example's, [B, B] by broadcasting."""
+    logits = tf.reduce_sum(y_pred[:, None, :] * y_pred[None, :, :], axis=-1)
+    return keras.losses.sparse_categorical_crossentropy(
+        tf.range(tf.shape(y_pred)[0]), logits, from_logits=True)
+
+
+def _labels_against_a_column(y_true, y_pred):
+    """Labels [B] against predictions [B, 1]: broadcast to [B, B], every pair of examples."""
+    return tf.reduce_mean(tf.square(tf.cast(y_true, tf.float32) - y_pred[:, :1]), axis=-1)
+
+
+def _against_the_first_example(y_true, y_pred):
+    return tf.reduce_mean(tf.square(y_pred - tf.gather(y_pred, [0])), axis=-1)
+
+
+def _ranknet(y_true, y_pred):
+    score = y_pred[:, :1]
+    return tf.reduce_mean(tf.nn.softplus(score - tf.transpose(score)), axis=-1)
+
+
+# Before: each trained silently; one example moved the clipped sum by up to 4.6 C (a probe).
+@pytest.mark.parametrize("loss", [
+    _pairs_of_examples, _against_the_first_example, _ranknet,
+    pytest.param(_labels_against_a_column, marks=pytest.mark.skipif(
+        KERAS_MAJOR == 2, reason="tf-keras gives the function labels [B, 1]: no pairs"))])
+def test_a_loss_pairing_the_batch_s_examples_by_broadcasting_is_refused(loss):
+    x, y = _data()
+    model = make_private(_classifier("float32"), l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss=loss)
+    _assert_refused_untrained(model, x, y, "The per-example losses are computed from values "
+                              "computed from several examples")
+
+
+def _per_token(y_true, y_pred):
+    """A per-token loss flattened to [B·T], as language-model code often writes it."""
+    return tf.reshape(keras.losses.sparse_categorical_crossentropy(y_true, y_pred,
+                                                                   from_logits=True), [-1])
+
+
+# Before: with the batch size known only while the step ran (tf.data without drop_remainder,
+# arrays whose last batch is short), each token was clipped as an example, silently.
+@pytest.mark.parametrize("data", ["tf.data", "arrays"])
+def test_a_loss_with_a_row_per_token_is_refused_whatever_the_batch_size(data):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(10, 4, 5)).astype(np.float32), rng.integers(0, 3, (10, 4))
+    model = make_private(keras.Sequential([keras.Input((4, 5)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=1.0, sampling="shuffle")
+    model.compile(optimizer="sgd", loss=_per_token)
+    before = model.get_weights()
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"another number of rows than "
+                       r"the batch has examples.*Fix: return the loss of each example"):
+        if data == "tf.data":
+            model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(4), verbose=0)
+        else:
+            model.fit(x, y, batch_size=4, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)

@@ -117,12 +117,42 @@ def per_example_losses(model, x, y, y_pred, sample_weight, *, container=None):
     if container is None and keras_bridge.overrides_compute_loss(model):
         losses = type(model).compute_loss(model, x, y, y_pred, sample_weight)
         _check_per_example(losses, y_pred, f"{type(model).__name__}.compute_loss",
-                           "return one loss per example ([batch] or [batch, ...]); the DP "
-                           "engine averages it over the non-batch axes and divides by its "
-                           "own normaliser.")
-        return tf.cast(reduce_per_example(losses), tf.float32), []
+                           _OVERRIDE_FIX)
+        return _one_row_per_example(tf.cast(reduce_per_example(losses), tf.float32), y_pred,
+                                    _OVERRIDE_FIX), []
     seen = []
     total = keras_bridge.compiled_loss_per_example(
         model, y, y_pred, sample_weight, lambda loss: _PerExample(loss, seen),
         container=container)
-    return tf.cast(total, tf.float32), seen
+    return _one_row_per_example(tf.cast(total, tf.float32), y_pred, _FUNCTION_FIX), seen
+
+
+_OVERRIDE_FIX = ("return one loss per example ([batch] or [batch, ...]); the DP engine "
+                 "averages it over the non-batch axes and divides by its own normaliser.")
+
+
+def _one_row_per_example(losses, y_pred, fix):
+    """``losses`` checked, while the step runs, to hold one row per example of ``y_pred``
+    (a batch size known only then: a per-token loss flattened to [B·T] would otherwise be
+    clipped per token). Eagerly and in graphs an assertion naming the fix; under XLA, which
+    drops assertions, the reshape to [B] fails instead."""
+    if y_pred is None or not tf.nest.flatten(y_pred):
+        return losses
+    first = tf.nest.flatten(y_pred)[0]
+    if not isinstance(first, tf.Tensor) or first.shape.rank in (None, 0):
+        return losses
+    rows = tf.shape(first)[0]
+    check = tf.debugging.assert_equal(
+        tf.shape(losses)[0], rows, message=(
+            "The per-example losses have another number of rows than the batch has examples "
+            "(a loss flattened over time steps or tokens, or masked by tf.boolean_mask?): "
+            "DP-SGD would clip each row as an example. Fix: " + fix))
+    @tf.custom_gradient
+    def checked(values):
+        def gradient(upstream):  # the update's path: the step fails before any update
+            with tf.control_dependencies([check]):
+                return tf.identity(upstream)
+        return tf.identity(values), gradient
+
+    with tf.control_dependencies([check]):
+        return tf.reshape(checked(losses), [rows])

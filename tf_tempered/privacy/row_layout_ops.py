@@ -206,28 +206,54 @@ def _unknown(op, layouts):
     return UNKNOWN
 
 
+# Elementwise ops that broadcast their inputs against each other.
+_BROADCASTING = frozenset({
+    "AddV2", "Add", "Sub", "Mul", "MulNoNan", "RealDiv", "Div", "DivNoNan", "TruncateDiv",
+    "FloorDiv", "FloorMod", "Maximum", "Minimum", "SquaredDifference", "Pow", "Atan2",
+    "Xdivy", "Xlogy", "Xlog1py", "Equal", "NotEqual", "Less", "LessEqual", "Greater",
+    "GreaterEqual", "LogicalAnd", "LogicalOr", "SelectV2"})
+
+
+def _broadcast(op, layouts):
+    """An elementwise op: each input's batch axis lands on the output's axis counted from
+    the right. Examples landing on two axes pair every example with every other
+    (``e[:, None] * e[None]``, labels [B] against predictions [B, 1]): MIXED; so does the
+    batch against rows picked from it (``t - tf.gather(t, [0])``, one REARRANGED)."""
+    rank = op.outputs[0].shape.rank if op.outputs else None
+    marks = {layout for layout in layouts if layout is not None and not isinstance(layout, int)}
+    axes = {layout + rank - t.shape.rank for t, layout in zip(op.inputs, layouts)
+            if isinstance(layout, int) and rank is not None and t.shape.rank is not None}
+    if len(axes) > 1 or axes and REARRANGED in marks:
+        return MIXED
+    return same_axes(op, layouts)
+
+
 def _slice(op, layouts):
     layout = layouts[0]
     if layout is REARRANGED:
         return REARRANGED  # a slice of shifted rows (tf.pad(t, [[1, 0], ...])[:-1])
-    if op.type != "StridedSlice" or not isinstance(layout, int) or any(
-            op.get_attr(mask) for mask in ("ellipsis_mask", "new_axis_mask")):
+    if op.type != "StridedSlice" or not isinstance(layout, int) or op.get_attr("ellipsis_mask"):
         return same_axes(op, layouts)
-    shrunk = op.get_attr("shrink_axis_mask")  # x[:, 0], x[:, -1]: axes dropped
-    if shrunk >> layout & 1:
-        return UNKNOWN  # one example's rows
+    shrunk, new = op.get_attr("shrink_axis_mask"), op.get_attr("new_axis_mask")
     begin, end, strides = (static_values(t) for t in op.inputs[1:4])
-    if layout >= len(begin):  # an axis the slice does not name: whole
-        return layout - bin(shrunk).count("1")
-    if strides[layout] != 1:
+    spec, axis = 0, 0  # the slice's entry for the batch axis: new axes (x[None]) take none
+    while spec < len(begin) and (new >> spec & 1 or axis < layout):
+        axis += not new >> spec & 1
+        spec += 1
+    dropped = bin(shrunk & ((1 << spec) - 1)).count("1")
+    if spec >= len(begin):  # an axis the slice does not name: whole
+        return layout + bin(new).count("1") - bin(shrunk).count("1")
+    if shrunk >> spec & 1:
+        return UNKNOWN  # one example's rows (x[0])
+    if strides[spec] != 1:
         return REARRANGED  # x[::-1]: the examples reversed (or every other one)
     size = op.inputs[0].shape[layout]
-    whole = ((op.get_attr("begin_mask") >> layout & 1 or begin[layout] == 0)
-             and (op.get_attr("end_mask") >> layout & 1
-                  or (size is not None and end[layout] >= size)))
+    whole = ((op.get_attr("begin_mask") >> spec & 1 or begin[spec] == 0)
+             and (op.get_attr("end_mask") >> spec & 1
+                  or (size is not None and end[spec] >= size)))
     if not whole:
         return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
-    return layout - bin(shrunk & ((1 << layout) - 1)).count("1")
+    return spec - dropped
 
 
 def _pad(op, layouts):
@@ -249,6 +275,7 @@ RULES = {
     "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
     "Split": _split, "SplitV": _split, "Slice": _slice, "StridedSlice": _slice,
     "Pad": _pad, "PadV2": _pad, "MirrorPad": _pad, "RandomShuffle": _shuffle,
+    **{name: _broadcast for name in _BROADCASTING},
     **{name: _unknown for name in ("GatherNd", "ScatterNd", "TensorScatterUpdate",
                                    "SpaceToBatchND", "BatchToSpaceND", "SpaceToDepth",
                                    "DepthToSpace")},
