@@ -94,7 +94,9 @@ def _targets(kind):
             "binary_column": rng.integers(0, 2, (ROWS, 1)).astype(np.float32),
             "scalar": rng.normal(size=ROWS).astype(np.float32),
             "pair": rng.normal(size=(ROWS, 2)).astype(np.float32),
-            "one_hot": np.eye(3, dtype=np.float32)[rng.integers(0, 3, ROWS)]}[kind]
+            "one_hot": np.eye(3, dtype=np.float32)[rng.integers(0, 3, ROWS)],
+            "binary_pair": rng.integers(0, 2, (ROWS, 2)).astype(np.float32),
+            "signs_pair": 2.0 * rng.integers(0, 2, (ROWS, 2)).astype(np.float32) - 1.0}[kind]
 
 
 # Keras' other loss names, with targets shaped as users pass them (a label vector for a
@@ -111,6 +113,13 @@ _NAMED_LOSSES = {
         tf.abs(y - p) <= 1.0, 0.5 * (y - p) ** 2, tf.abs(y - p) - 0.5), axis=-1)),
     "categorical_crossentropy": ("categorical_crossentropy", 3, "softmax", "one_hot",
                                  keras.losses.categorical_crossentropy),
+    # Keras converts {0, 1} labels when the whole batch's are: refused as mixing before;
+    # each example's own labels converted, as Keras does for one example.
+    "hinge-binary": ("hinge", 2, None, "binary_pair", keras.losses.hinge),
+    "hinge-signs": ("hinge", 2, None, "signs_pair", keras.losses.hinge),
+    "squared_hinge-binary": ("squared_hinge", 2, None, "binary_pair",
+                             keras.losses.squared_hinge),
+    "Hinge()-signs": (keras.losses.Hinge(), 2, None, "signs_pair", keras.losses.hinge),
 }
 
 

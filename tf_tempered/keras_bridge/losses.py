@@ -85,7 +85,7 @@ def loss_values(loss, y_true, y_pred, sample_weight):
     """
     seen = []
     had_call = "call" in vars(loss)
-    original_call = loss.call
+    original_call = _per_example_hinge(loss) or loss.call
     weigh_in_call = sample_weight is not None and _keras_call_of(loss)
 
     def call(*args, **kwargs):
@@ -105,6 +105,35 @@ def loss_values(loss, y_true, y_pred, sample_weight):
         else:
             object.__delattr__(loss, "call")
     return values, (seen[-1] if seen else values)
+
+
+def _per_example_hinge(loss):
+    """Keras' ``hinge``/``squared_hinge`` (strings, classes, functions) as a call whose
+    labels are converted per example, or None for another loss.
+
+    Keras turns {0, 1} labels into {-1, 1} when every label of the batch is 0 or 1 (a
+    ``tf.cond`` on all of them: one example's labels decide another's loss, which the DP
+    step refuses). Converting each example's own labels the same way gives Keras' values
+    whenever the labels are {0, 1} or {-1, 1}:
+
+        ℓ_i = mean_j max(1 − y'_ij · ŷ_ij, 0) (squared for squared_hinge),
+        y'_i = 2 y_i − 1 if every y_ij is 0 or 1, else y_i.
+    """
+    fn = getattr(loss, "fn", None)
+    squared = {keras.losses.hinge: False, keras.losses.squared_hinge: True}.get(fn)
+    if squared is None:
+        return None
+
+    def call(y_true, y_pred):
+        y_pred = tf.convert_to_tensor(y_pred)
+        y_true = tf.cast(y_true, y_pred.dtype)
+        binary = tf.logical_or(tf.equal(y_true, 0.0), tf.equal(y_true, 1.0))
+        axes = list(range(1, y_true.shape.rank or 1))
+        each = tf.reduce_all(binary, axis=axes, keepdims=True) if axes else binary
+        y_true = tf.where(each, 2.0 * y_true - 1.0, y_true)
+        margin = tf.maximum(1.0 - y_true * y_pred, 0.0)
+        return tf.reduce_mean(tf.square(margin) if squared else margin, axis=-1)
+    return call
 
 
 def _keras_call_of(loss):
