@@ -19,6 +19,7 @@ amplification; DP steps outside fit count too. Every ε is checked against an
 independent dp_accounting computation; ε and δ reach every callback, in any order.
 """
 
+import gc
 import glob
 import warnings
 
@@ -369,6 +370,81 @@ def test_private_models_sharing_weights_count_each_others_steps():
     alone = _model()
     alone.fit(x, y, batch_size=BATCH, verbose=0)
     assert epsilon_spent(alone)[0] == pytest.approx(_rdp(_poisson(4)))
+
+
+def _trained_encoder(epochs, x, y):
+    """A private model's first layer after ``epochs`` epochs (4 Poisson steps each)."""
+    model = _model()
+    model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0)
+    return model.layers[0]
+
+
+def _on(*encoders):
+    inputs = keras.Input((5,))
+    parts = [encoder(inputs) for encoder in encoders]
+    joined = parts[0] if len(parts) == 1 else keras.layers.Concatenate()(parts)
+    return make_private(keras.Model(inputs, keras.layers.Dense(3)(joined)),
+                        l2_norm_clip=1.0, noise_multiplier=SIGMA)
+
+
+# Before: a model on the encoders of two private models took one's ledger (ε of 4 steps for
+# 16); a layer whose model was collected brought none (ε 0 for 8 steps).
+def test_a_model_on_the_weights_of_two_private_models_counts_the_steps_of_both():
+    x, y = _data()
+    first, second = _trained_encoder(1, x, y), _trained_encoder(3, x, y)
+    gc.collect()  # the two models are gone; their layers keep their ledgers
+    both = _on(first, second)
+    assert epsilon_spent(both)[0] == pytest.approx(_rdp(_poisson(16)))
+    both.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    both.fit(x, y, batch_size=BATCH, verbose=0)
+    assert epsilon_spent(_on(second))[0] == pytest.approx(_rdp(_poisson(20)))
+
+
+def test_a_model_on_two_loaded_private_models_counts_the_steps_of_both(tmp_path):
+    x, y = _data()
+    for name, epochs in (("a", 1), ("b", 3)):
+        model = _model()
+        model.fit(x, y, batch_size=BATCH, epochs=epochs, verbose=0)
+        model.save(str(tmp_path / f"{name}.keras"))
+    loaded = [keras.models.load_model(str(tmp_path / f"{name}.keras")) for name in "ab"]
+    assert epsilon_spent(_on(*(m.layers[0] for m in loaded)))[0] == pytest.approx(
+        _rdp(_poisson(16)))
+
+
+# Before: a model saved, or its ε read, by a callback of another model's fit sharing its
+# ledger left that fit's steps so far out of the file (ε 3.14 for 4.75), or counted them
+# twice, as steps outside fit and then as the fit's (12.9 for 4.75).
+@pytest.mark.parametrize("how", ["save", "epsilon_spent"])
+def test_a_model_read_during_a_fit_of_another_sharing_its_ledger_counts_that_fit(how, tmp_path):
+    x, y = _data()
+    encoder = _model()
+    inputs = keras.Input((5,))
+    outer = make_private(keras.Model(inputs, keras.layers.Dense(3)(encoder(inputs))),
+                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    outer.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    seen = []
+
+    def read(epoch, logs):
+        if how == "save":
+            encoder.save(str(tmp_path / "encoder.keras"))
+            loaded = make_private(keras.models.load_model(str(tmp_path / "encoder.keras")))
+            seen.append(epsilon_spent(loaded)[0])
+        else:
+            seen.append(epsilon_spent(encoder)[0])
+
+    outer.fit(x, y, batch_size=BATCH, epochs=2, verbose=0,
+              callbacks=[keras.callbacks.LambdaCallback(on_epoch_end=read)])
+    assert seen == [pytest.approx(_rdp(_poisson(4))), pytest.approx(_rdp(_poisson(8)))]
+    assert epsilon_spent(outer)[0] == pytest.approx(_rdp(_poisson(8)))
+
+
+def test_make_private_warns_when_the_optimizer_trained_without_dp():
+    x, y = _data()
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    model.fit(x, y, batch_size=BATCH, verbose=0)
+    with pytest.warns(UserWarning, match="already applied 4 updates without DP"):
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=SIGMA)
 
 
 def test_a_sequential_without_input_shares_the_ledger_of_its_built_layers():

@@ -107,11 +107,24 @@ def record_outside_steps(state, config):
 def record_steps_of_ledger(model):
     """Records the steps outside fit of ``model`` and of every private model sharing its
     ledger (shared weights: each must report ε for the steps of all)."""
-    ledger = get_state(model).ledger
-    for sharing in {id(m): m for m in [model, *shared_ledgers.models_sharing(ledger)]}.values():
+    for sharing in _sharing(model):
         state = get_state(sharing)
-        if state is not None and state.has_unrecorded_steps():
+        # A model in its fit: its steps so far are that fit's, recorded when it ends.
+        if state is not None and state.run is None and state.has_unrecorded_steps():
             record_outside_steps(state, require_dp_settings(sharing))
+
+
+def _sharing(model):
+    """``model`` and the live private models sharing its ledger."""
+    ledger = get_state(model).ledger
+    return {id(m): m for m in [model, *shared_ledgers.models_sharing(ledger)]}.values()
+
+
+def running_segments(model):
+    """The segments so far of the fits in progress of ``model`` and of the models sharing
+    its ledger (a model saved, or its ε read, by a callback of another's fit)."""
+    return [get_state(m).run.segment() for m in _sharing(model)
+            if get_state(m) is not None and get_state(m).run is not None]
 
 
 def _record_unsampled(ledger, steps, config):
@@ -252,7 +265,5 @@ def epsilon_spent(model):
     if state is None:
         raise ValueError(f"model {getattr(model, 'name', model)!r} was not prepared by "
                          "make_private; tf_tempered does not account its training.")
-    if state.run is not None:
-        return state.ledger.epsilon(extra=[state.run.segment()]), state.ledger.delta
     record_steps_of_ledger(model)
-    return state.ledger.epsilon(), state.ledger.delta
+    return state.ledger.epsilon(extra=running_segments(model)), state.ledger.delta

@@ -28,7 +28,7 @@ import types
 
 from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import fit, saving
+from tf_tempered.privacy import fit, saving, shared_ledgers
 from tf_tempered.privacy.settings import dp_config, model_dp_config
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step import keras_step
@@ -151,8 +151,13 @@ def saving_description(state, optimizer=None):
     if config is not None and state.run is None and state.has_unrecorded_steps():
         fit.record_outside_steps(state, config)
     ledger = state.ledger.to_config()
-    if state.run is not None:  # saved during a fit: its steps so far count too
-        ledger["segments"].append(dict(vars(state.run.segment())))
+    # Saved during a fit (its own, or one of a model sharing its ledger): its steps so far
+    # count too.
+    model = next((m for m in shared_ledgers.models_sharing(state.ledger)
+                  if get_state(m) is state), None)
+    running = (fit.running_segments(model) if model is not None
+               else [state.run.segment()] if state.run is not None else [])
+    ledger["segments"].extend(dict(vars(segment)) for segment in running)
     return {
         "settings": None if settings is None else {
             "l2_norm_clip": settings.l2_norm_clip,

@@ -29,6 +29,7 @@ logs ε):
 
 import contextlib
 import contextvars
+import warnings
 
 from tf_tempered._compat import check_same_keras, keras
 from tf_tempered import keras_bridge
@@ -109,6 +110,11 @@ def _ledger(model, previous, saved, delta, accountant):
         ledger = previous.ledger
     elif saved and saved.get("ledger"):
         ledger = PrivacyLedger.from_config(saved["ledger"])
+        for other in saving.saved_dps(model)[1:]:  # parts of other loaded private models
+            if other.get("ledger"):
+                other_ledger = PrivacyLedger.from_config(other["ledger"])
+                ledger.segments.extend(other_ledger.segments)
+                ledger.add_prior_events(other_ledger.prior_events)
     else:
         ledger = PrivacyLedger()
     ledger = shared_ledgers.shared_ledger(model, ledger)  # weights shared with another model
@@ -228,6 +234,8 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     if previous is not None and previous.run is not None:
         raise RuntimeError(_DURING_FIT)
     saved = saving.saved_dp(model) if previous is None else None
+    if previous is None and saved is None:
+        _warn_if_trained_without_dp(model)
     kept = previous.settings if previous is not None else _saved_settings(saved)
     if kept is not None and (l2_norm_clip is None) != (noise_multiplier is None):
         # One of C and σ given again: the other, and the microbatches, are kept.
@@ -262,6 +270,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     saving.release_loaded_variables(model)
     update_guard.tag_private_weights(model)
     shared_ledgers.register(model)
+    shared_ledgers.tag_weights(model, state.ledger)
     keras_adapter.install(model)
     keras_adapter.bind_the_step_optimizer(model, state)
     model.train_function = None  # drop a step compiled before this call (old key)
@@ -276,3 +285,22 @@ _DURING_FIT = (
     "between fits, e.g. model.fit(..., epochs=k), then make_private(model, "
     "noise_multiplier=...), then model.fit(..., initial_epoch=k, epochs=n); ε counts every "
     "fit.")
+
+
+_TRAINED_BEFORE = (
+    "make_private on a model whose optimizer has already applied {updates} updates without "
+    "DP: ε counts the DP steps from now on only. If those updates used the training data "
+    "the private fit will use, no ε holds for it (fix: start from the weights before that "
+    "training, or a fresh model); if they used public data (pre-training), this is the "
+    "intended use.")
+
+
+def _warn_if_trained_without_dp(model):
+    """Warns when the compiled optimizer has taken steps before the model was private."""
+    iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
+    try:
+        updates = int(iterations.numpy()) if iterations is not None else 0
+    except (AttributeError, TypeError, ValueError):
+        return
+    if updates > 0:
+        warnings.warn(_TRAINED_BEFORE.format(updates=updates), UserWarning, stacklevel=3)

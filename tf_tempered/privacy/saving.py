@@ -172,14 +172,22 @@ def _mark_loaded_variables(optimizer, variables):
 def saved_dp(model):
     """The DP dict saved with a loaded model (on its marked optimizer, or, once a plain one
     replaced it, on the variables that one was built on), or None."""
+    found = saved_dps(model)
+    return found[0] if found else None
+
+
+def saved_dps(model):
+    """Every distinct DP dict a model's loaded parts were saved with, its optimizer's
+    first (a model built on the layers of two loaded private models has two)."""
+    found = []
     optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
     if isinstance(optimizer, _Marked) and vars(optimizer).get("_tf_tempered_saved_dp"):
-        return vars(optimizer).get("_tf_tempered_saved_dp")
+        found.append(vars(optimizer).get("_tf_tempered_saved_dp"))
     for variable in keras_bridge.existing_weights(model):
         saved = vars(variable).get(_LOADED) if hasattr(variable, "__dict__") else None
-        if saved is not None:
-            return saved
-    return None
+        if saved is not None and not any(saved is seen for seen in found):
+            found.append(saved)
+    return found
 
 
 def release_loaded_variables(model):

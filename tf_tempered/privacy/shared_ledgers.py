@@ -15,11 +15,15 @@
 
 Two private models built on one encoder (multi-task heads, a sub-model of another) each
 train the shared weights: what either releases has seen the DP steps of both, so each
-must report ε for all of them. ``make_private`` gives a model the ledger of any live
-private model that holds one of its weights (trainable or not: a frozen shared part was
-trained by the other, and may be unfrozen later); steps either model took before are
-composed in. The union may over-count when the models train on different data (a
-bound that holds), never under-count.
+must report ε for all of them. Every private weight carries its ledger (a tag on the
+variable, so it outlives its model: a layer kept after its model was collected still
+brings its ledger), and ``make_private`` gives a model the ledger its weights carry, or
+a live private model sharing one of them has (trainable or not: a frozen shared part
+was trained by the other, and may be unfrozen later). Weights from several ledgers (a
+model on the encoders of two private models) merge them into one, which every model
+and weight of theirs then uses: steps any of them took are composed in. The union may
+over-count when the models train on different data (a bound that holds), never
+under-count.
 """
 
 import weakref
@@ -27,9 +31,11 @@ import weakref
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["register", "shared_ledger", "models_sharing"]
+__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
+_LEDGER = "_tf_tempered_ledger"  # on a private model's weights: the ledger of their steps
+_MERGED_INTO = "_tf_tempered_merged_into"  # on a ledger merged into another
 
 
 def register(model):
@@ -37,19 +43,50 @@ def register(model):
     _PRIVATE_MODELS[id(model)] = model
 
 
+def tag_weights(model, ledger):
+    """Marks ``model``'s weights as trained under ``ledger``."""
+    for variable in keras_bridge.existing_weights(model):
+        if hasattr(variable, "__dict__"):
+            keras_bridge.set_untracked(variable, _LEDGER, ledger)
+
+
+def _current(ledger):
+    while ledger is not None and vars(ledger).get(_MERGED_INTO) is not None:
+        ledger = vars(ledger)[_MERGED_INTO]
+    return ledger
+
+
 def shared_ledger(model, ledger):
-    """The ledger ``model`` should use: ``ledger``, or the one of a live private model
-    sharing a weight with it, into which ``ledger``'s segments and prior releases go."""
-    mine = {keras_bridge.variable_key(v) for v in keras_bridge.existing_weights(model)}
+    """The ledger ``model`` should use: ``ledger``, or the one its weights (or a live
+    private model sharing a weight with it) carry, into which ``ledger`` and any other
+    such ledger are merged."""
+    weights = keras_bridge.existing_weights(model)
+    found = [_current(vars(v).get(_LEDGER)) for v in weights if hasattr(v, "__dict__")]
+    mine = {keras_bridge.variable_key(v) for v in weights}
     for other in list(_PRIVATE_MODELS.values()):
         state = get_state(other) if other is not model else None
-        if state is None or state.ledger is ledger or not mine & {
-                keras_bridge.variable_key(v) for v in keras_bridge.existing_weights(other)}:
-            continue
-        state.ledger.segments.extend(ledger.segments)
-        state.ledger.add_prior_events(ledger.prior_events)
-        return state.ledger  # its δ and accountant (make_private's delta= may change them)
-    return ledger
+        if state is not None and mine & {keras_bridge.variable_key(v)
+                                         for v in keras_bridge.existing_weights(other)}:
+            found.append(_current(state.ledger))
+    others = []
+    for candidate in found:
+        if candidate is not None and candidate is not ledger and not any(
+                candidate is seen for seen in others):
+            others.append(candidate)
+    if not others:
+        return ledger
+    target = others[0]  # its δ and accountant (make_private's delta= may change them)
+    for merged in [ledger, *others[1:]]:
+        _merge(merged, target)
+    return target
+
+
+def _merge(ledger, target):
+    target.segments.extend(ledger.segments)
+    target.add_prior_events(ledger.prior_events)
+    keras_bridge.set_untracked(ledger, _MERGED_INTO, target)
+    for model in models_sharing(ledger):
+        get_state(model).ledger = target
 
 
 def models_sharing(ledger):
