@@ -27,6 +27,7 @@ among others (tests/ is on sys.path: it is not a package).
 import numpy as np
 
 from tf_tempered._compat import keras, tf
+from tf_tempered.augment import declare_copies
 from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
 
 __all__ = ["BATCH", "LOSS", "assert_engine_matches_reference", "seeded", "_seeded",
@@ -151,6 +152,8 @@ def _engine_update(builder, weights, x, y, clip, num_microbatches, static_batch,
     # arrays whose size is a multiple of batch_size traces a static batch size.)
     data = tf.data.Dataset.from_tensor_slices((x.astype(dtype), y)).batch(
         len(x), drop_remainder=static_batch)
+    if augmentation_multiplicity > 1:  # the rows are K consecutive copies of each example
+        data = declare_copies(data, multiplicity=augmentation_multiplicity)
     history = model.fit(data, verbose=0).history
     assert model.train_function is not None
     after = [v.numpy() for v in model.trainable_variables]

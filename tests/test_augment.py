@@ -76,8 +76,8 @@ def test_poisson_batch_with_copies_leaves_padding_out_and_divides_by_expected_ba
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=0.0,
                                                 learning_rate=1.0), loss=dp_reference.LOSS)
     before = [v.numpy() for v in model.trainable_variables]
-    data = tf.data.Dataset.from_tensors(
-        (x, y, {"mask": mask, "expected_batch_size": np.float32(expected)}))
+    data = augment.declare_copies(tf.data.Dataset.from_tensors(
+        (x, y, {"mask": mask, "expected_batch_size": np.float32(expected)})), multiplicity=K)
     history = model.fit(data, verbose=0).history
     got = [v.numpy() - b for v, b in zip(model.trainable_variables, before)]
     # Two of the 3 real examples are clipped; padding is not counted.
@@ -96,7 +96,8 @@ def test_rows_not_a_multiple_of_the_multiplicity_are_refused():
     with pytest.warns(UserWarning, match="did not build"), pytest.raises(
             ValueError, match=r"augmentation_multiplicity=3 does not divide the 7 "
                               r"rows.*augmult_batches"):
-        model.fit(tf.data.Dataset.from_tensors((x[:7], y[:7])), verbose=0)
+        model.fit(augment.declare_copies(tf.data.Dataset.from_tensors((x[:7], y[:7])), multiplicity=K),
+                  verbose=0)
     # Arrays hold examples: fit cannot sample them into each example's copies.
     with pytest.raises(ValueError, match=r"augmentation_multiplicity=3 needs batches.*"
                                          r"augmult_batches\(.*poisson_batches"):
@@ -305,3 +306,29 @@ def test_shifted_scatternet_features_follow_a_middle_validation_fold(monkeypatch
     unshifted = scatternet.scattering_features(ds.x_train[rest])  # variant 4: shift (0, 0)
     np.testing.assert_allclose(seen["x"][:, 4], unshifted.astype(np.float16), rtol=0, atol=0)
     assert result["dataset"]["num_train"] == 128
+
+
+def _fit_refused(model_multiplicity, data, match):
+    model = make_private(_cnn("float32"), augmentation_multiplicity=model_multiplicity)
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=1.0,
+                                                learning_rate=0.1), loss=dp_reference.LOSS)
+    before = model.get_weights()
+    with pytest.raises(ValueError, match=match):
+        model.fit(data, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+# Before: each trained silently: K copies of one example clipped apart (it moved the clipped
+# sum by K·C against noise for C), or K different examples clipped together as one with the
+# per-example ε logged (a probe: 7.08 logged where num_microbatches' accounting gives 16.5).
+def test_batches_whose_copies_differ_from_the_model_s_multiplicity_are_refused():
+    x, y = _copies(4)
+    copies = augment.augmult_batches(tf.data.Dataset.from_tensors((x[::K], y[::K])),
+                                     multiplicity=K, seed=0)
+    _fit_refused(None, copies, r"Batches holding 3 copies of each example.*Fix: "
+                 r"make_private\(model, augmentation_multiplicity=3\)")
+    _fit_refused(2, copies, r"made private with augmentation_multiplicity=2: ")
+    plain = tf.data.Dataset.from_tensors((x, y))
+    _fit_refused(K, plain, r"augmentation_multiplicity=3: the DP step clips each 3 consecutive "
+                 r"rows.*Fix: fit on augmult_batches.*declare_copies")

@@ -26,6 +26,7 @@ import sys
 import numpy as np
 import pytest
 
+from tf_tempered import augment
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import DPGradients, DPKerasSGDOptimizer, EngineOptions, make_private
 from tf_tempered.privacy.state import get_state
@@ -125,7 +126,7 @@ def test_chunks_of_a_padded_poisson_batch():
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_chunks_keep_an_examples_augmented_copies_together():
     """augmentation_multiplicity=2: 24 rows are 12 examples; chunks of 4 examples (8 rows)."""
-    data = _batches(24)
+    data = augment.declare_copies(_batches(24), multiplicity=2)
     _assert_same_step(_step(_model(multiplicity=2), data), _step(_model(4, multiplicity=2), data))
 
 

@@ -37,7 +37,8 @@ example's clipped term, so the DP guarantee holds for every value of it.
 from tf_tempered._compat import tf
 from tf_tempered.privacy import data_sampling
 
-__all__ = ["augmult_batches", "draw_variants", "pick_variants", "random_shift_flip"]
+__all__ = ["augmult_batches", "declare_copies", "draw_variants", "pick_variants",
+           "random_shift_flip"]
 
 
 def random_shift_flip(images, *, max_shift, flip, seed):
@@ -158,4 +159,18 @@ def augmult_batches(dataset, *, multiplicity, max_shift=0, flip=False, augment=N
     # The examples are sampled as the input's were (each example's copies form one
     # microbatch): the accounting reads the input's sampling.
     sampling = data_sampling.sampling_of(dataset)
+    expanded = declare_copies(expanded, multiplicity=k)
     return expanded if sampling is None else data_sampling.tag_dataset(expanded, sampling)
+
+
+def declare_copies(dataset, *, multiplicity):
+    """Declares that every batch of ``dataset`` holds ``multiplicity`` consecutive copies
+    of each example ([B·K, ...]: example i's copies are rows i·K ... i·K + K − 1), as
+    :func:`augmult_batches` makes them, for a model made private with
+    ``augmentation_multiplicity=multiplicity`` (fit refuses other batches on such a
+    model: K different examples would be clipped together as one). Returns ``dataset``.
+    """
+    if isinstance(multiplicity, bool) or not isinstance(multiplicity, int) or multiplicity < 1:
+        raise ValueError(f"multiplicity={multiplicity!r} is invalid: it must be an int >= 1 "
+                         "(augmented copies of each example). Fix: e.g. multiplicity=4.")
+    return data_sampling.tag_copies(dataset, multiplicity)

@@ -38,7 +38,8 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
 
-__all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches"]
+__all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches", "tag_copies",
+           "copies_of"]
 
 _ATTRIBUTE = "_tf_tempered_sampling"
 
@@ -53,6 +54,39 @@ _KEEPS = {
     # shorter than the tag's.
     "shuffle": keras_bridge.ONE_TO_ONE | {"RepeatDataset"},
 }
+
+
+# On a dataset whose batches hold K consecutive copies of each example (augmult_batches).
+_COPIES = "_tf_tempered_copies"
+# Transformations that keep each batch's rows as they are (batches reordered, skipped or
+# repeated whole included).
+_KEEPS_ROWS = keras_bridge.ONE_TO_ONE | {"TakeDataset", "SkipDataset", "RepeatDataset",
+                                         "ShuffleDataset", "FilterDataset"}
+
+
+def tag_copies(dataset, multiplicity):
+    """Returns ``dataset`` marked as holding ``multiplicity`` consecutive copies of each
+    example in every batch."""
+    keras_bridge.set_untracked(dataset, _COPIES, int(multiplicity))
+    return dataset
+
+
+def copies_of(dataset, _depth=0):
+    """The copies of each example a dataset's batches were marked to hold (tag_copies), on
+    it or on the dataset it was made from by transformations that keep the batches' rows;
+    None if unmarked.
+
+    >>> ds = tag_copies(tf.data.Dataset.range(8).batch(4), 2)
+    >>> copies_of(ds.prefetch(1).repeat()), copies_of(ds.unbatch().batch(4))
+    (2, None)
+    """
+    found = vars(dataset).get(_COPIES) if hasattr(dataset, "__dict__") else None
+    if found is not None or _depth > 64:
+        return found
+    inputs = keras_bridge.dataset_inputs(dataset)
+    if len(inputs) != 1 or keras_bridge.dataset_kind(dataset) not in _KEEPS_ROWS:
+        return None
+    return copies_of(inputs[0], _depth + 1)
 
 
 @dataclasses.dataclass(frozen=True)
