@@ -45,18 +45,20 @@ class _RunningMean(keras.layers.Layer):
         return tf.matmul(x - self.mean, self.w)
 
 
-def _fit(model, x, y, train_on_batch=False):
+def _fit(model, x, y, train_on_batch=False, run_eagerly=False):
     make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0, sampling="shuffle")
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", run_eagerly=run_eagerly)
     if train_on_batch:
         return model.train_on_batch(x, y)
     return model.fit(x, y, batch_size=8, verbose=0)
 
 
 # Before: it trained with ε 4.73 reported while the running mean held 0.1 · example 0's raw
-# features (the generic path ran the call again on one example).
+# features (the generic path ran the call again on one example). Run eagerly, the refusal
+# came after the forward pass had written 0.1 · the batch's mean (a probe).
+@pytest.mark.parametrize("run_eagerly", [False, True])
 @pytest.mark.parametrize("train_on_batch", [False, True])
-def test_a_running_mean_of_the_inputs_is_refused_before_any_update(train_on_batch):
+def test_a_running_mean_of_the_inputs_is_refused_before_any_update(train_on_batch, run_eagerly):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(8, 5)).astype(np.float32) + 3, rng.normal(size=(8, 3))
     model = keras.Sequential([keras.Input((5,)), _RunningMean(), keras.layers.Dense(3)])
@@ -64,7 +66,7 @@ def test_a_running_mean_of_the_inputs_is_refused_before_any_update(train_on_batc
     with pytest.raises(NotPrivateError, match=r"writes values computed from the training batch "
                        r"into a variable, a summary or a print \(.*running_mean.*\).*Fix: keep "
                        r"no statistics"):
-        _fit(model, x, y, train_on_batch)
+        _fit(model, x, y, train_on_batch, run_eagerly)
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
     assert epsilon_spent(model)[0] == 0
 

@@ -18,8 +18,9 @@ call (:func:`tf_tempered.privacy.coverage.refuse_reads_outside_calls`) and a lay
 rows that are not the batch's (:mod:`tf_tempered.privacy.example_rows`). Eagerly
 (``run_eagerly=True``, a DPGradients call outside ``tf.function``) there is no graph, and
 a tied embedding trained with its tied use's gradient missing. So the first eager step of
-a model also traces stages 3-7 once (nothing runs; the eager pass just taken has built the
-model), before its update is applied.
+a model also traces stages 3-7 once (nothing runs), before its forward pass when the model
+is built (a refused write of the batch into a variable is not made), else after that pass
+has built it, before its update is applied.
 """
 
 from tf_tempered._compat import tf
