@@ -25,6 +25,7 @@ import itertools
 from tf_tempered._compat import keras
 from tf_tempered.keras_bridge import is_functional_model
 from tf_tempered.models import resolve_activation
+from tf_tempered.privacy import shared_ledgers
 
 _is_functional = is_functional_model
 
@@ -284,7 +285,8 @@ def swap_activations(model, activation, *, replace=("relu",), return_count=False
     Returns:
         A new model of the same kind (Sequential or Functional), uncompiled (compile
         it yourself), with every other layer's config and weights copied; or
-        ``(model, count)`` when ``return_count``.
+        ``(model, count)`` when ``return_count``. Weights trained under DP bring their
+        privacy ledger: ``make_private`` on the copy goes on counting their steps.
 
     Raises:
         TypeError: for a subclassed model (rebuild it as Functional, or change the
@@ -306,4 +308,6 @@ def swap_activations(model, activation, *, replace=("relu",), return_count=False
     cls = keras.Sequential if isinstance(model, keras.Sequential) else keras.Model
     new_model = cls.from_config(config, custom_objects=swapper.custom_objects)
     swapper.copy_weights(model, new_model, model.name)
+    # Trained under DP: make_private on the copy goes on counting those steps.
+    shared_ledgers.carry_ledger(model, new_model)
     return (new_model, swapper.count) if return_count else new_model

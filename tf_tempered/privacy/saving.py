@@ -214,7 +214,9 @@ def refuse_loaded_updates(optimizer, variables):
 
 PUBLIC_COPY_FIX = (
     "To train these weights without DP on purpose (public data), copy them into a model "
-    "make_private has not seen: keras.models.clone_model(model), then set_weights.")
+    "make_private has not seen: build it anew with the code that built this one, then "
+    "new_model.set_weights(model.get_weights()) (Keras 3's clone_model of a compiled "
+    "private model copies its DP compile along).")
 
 _REFUSAL_RECOMPILED = (
     "The optimizer {name} would train the weights of a model saved by a private model "

@@ -31,7 +31,7 @@ import weakref
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights"]
+__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights", "carry_ledger"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
 _LEDGER = "_tf_tempered_ledger"  # on a private model's weights: the ledger of their steps
@@ -93,3 +93,16 @@ def models_sharing(ledger):
     """The live private models whose state holds ``ledger``."""
     return [model for model in list(_PRIVATE_MODELS.values())
             if get_state(model) is not None and get_state(model).ledger is ledger]
+
+
+def carry_ledger(source, copy):
+    """Gives ``copy`` (a model holding ``source``'s trained weights in variables of its own,
+    e.g. tf_tempered.swap_activations') the ledger of ``source``'s weights: make_private on
+    the copy then goes on counting their steps."""
+    state = get_state(source)
+    ledgers = [state.ledger] if state is not None else []
+    ledgers += [_current(vars(v).get(_LEDGER)) for v in keras_bridge.existing_weights(source)
+                if hasattr(v, "__dict__")]
+    ledger = next((_current(found) for found in ledgers if found is not None), None)
+    if ledger is not None:
+        tag_weights(copy, ledger)
