@@ -470,3 +470,13 @@ def test_a_fully_frozen_model_fits_without_an_update_then_trains_once_unfrozen()
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss=LOSS)
     model.fit(x, y, batch_size=4, verbose=0)
     assert all((a != b).any() for a, b in zip(before, model.get_weights()))
+
+
+# Before: silent; the file held no ledger, and a model loaded from it counted ε from 0.
+def test_saving_a_private_model_without_its_optimizer_warns(tmp_path):
+    x, y = _data()
+    model = make_private(_mlp(), l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    model.fit(x, y, batch_size=4, verbose=0)
+    with pytest.warns(UserWarning, match="include_optimizer=False: the file keeps neither"):
+        model.save(str(tmp_path / "m.h5"), include_optimizer=False)
