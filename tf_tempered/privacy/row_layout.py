@@ -95,6 +95,12 @@ def batch_axis(tensor, sources, memo=None):
                 outputs = row_layout_functions.output_layouts(op, layouts, _walk_in_function)
                 memo[(_PER_OUTPUT, op)] = outputs
                 memo[op] = row_layout_functions.join(outputs)
+            elif memo.get(_IN_FUNCTION) and all(
+                    layout is None or layout is UNKNOWN for layout in layouts) and any(layouts):
+                # In a function's graph (a loop's body: tf.map_fn's, vectorized_map's
+                # fallback), rows read by an index are UNKNOWN; a reduction of one is
+                # one example's, not a mix: nothing is claimed.
+                memo[op] = UNKNOWN
             else:
                 memo[op] = _follow(op, layouts, counted)
             if memo[op] is not None and (op.type in _LENGTH_FROM_VALUES
@@ -114,12 +120,15 @@ def _layout_of(tensor, memo):
 
 def _walk_in_function(tensor, memo):
     """A tensor's layout in a function's graph whose inputs' layouts ``memo`` holds."""
+    memo[_IN_FUNCTION] = True
     return batch_axis(tensor, frozenset(), memo)
 
 
 # The memo's entry holding the ops whose shape the batch's values may have decided (an op of
 # _LENGTH_FROM_VALUES on batch data among their ancestors).
 _COUNTED = "ops whose length counts batch data"
+# The memo's flag: the graph walked is a function's (a loop's body, a branch, a call).
+_IN_FUNCTION = "in a function's graph"
 # The memo's key prefix for a functional op's list of layouts, one per output.
 _PER_OUTPUT = "layouts per output"
 
