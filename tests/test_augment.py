@@ -96,8 +96,8 @@ def test_rows_not_a_multiple_of_the_multiplicity_are_refused():
     with pytest.warns(UserWarning, match="did not build"), pytest.raises(
             ValueError, match=r"augmentation_multiplicity=3 does not divide the 7 "
                               r"rows.*augmult_batches"):
-        model.fit(augment.declare_copies(tf.data.Dataset.from_tensors((x[:7], y[:7])), multiplicity=K),
-                  verbose=0)
+        model.fit(augment.declare_copies(tf.data.Dataset.from_tensors((x[:7], y[:7])),
+                                         multiplicity=K), verbose=0)
     # Arrays hold examples: fit cannot sample them into each example's copies.
     with pytest.raises(ValueError, match=r"augmentation_multiplicity=3 needs batches.*"
                                          r"augmult_batches\(.*poisson_batches"):

@@ -273,7 +273,8 @@ class _Centred(keras.layers.Layer):
 def _centred_inside(inside, over, dtype="float32"):
     return keras.Sequential([keras.Input((5,), dtype=dtype),
                              keras.layers.Dense(4, activation="tanh", dtype=dtype),
-                             _Centred(inside, over, dtype=dtype), keras.layers.Dense(3, dtype=dtype)])
+                             _Centred(inside, over, dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
 
 
 # Before: each trained silently (the walk did not enter loops, conds or nested tf.functions).

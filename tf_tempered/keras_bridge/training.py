@@ -20,8 +20,8 @@ import threading
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["activity_regularized_layers", "class_registered_as", "fit_arguments",
-           "inner_optimizer", "jit_compiled", "serialize_as", "steps_per_execution", "suspended_activity_regularizers",
-           "swap_class", "deserialize", "has_compiled_loss",
+           "inner_optimizer", "jit_compiled", "serialize_as", "steps_per_execution",
+           "suspended_activity_regularizers", "swap_class", "deserialize", "has_compiled_loss",
            "reduction_method_is_default", "overriding_class", "update_metrics_state",
            "save_compiled_optimizer_object", "guard_optimizer_updates",
            "loss_scale_factor", "callbacks_as_list"]

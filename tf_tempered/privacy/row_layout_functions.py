@@ -86,7 +86,8 @@ def output_layouts(op, layouts, walk):
 
 def _graph(op, attribute):
     try:
-        return op.graph._get_function(op.get_attr(attribute).name).graph  # pylint: disable=protected-access
+        name = op.get_attr(attribute).name
+        return op.graph._get_function(name).graph  # pylint: disable=protected-access
     except (AttributeError, KeyError, ValueError, TypeError):
         return None
 
