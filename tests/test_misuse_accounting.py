@@ -500,3 +500,23 @@ def test_a_shuffle_between_a_repeat_and_the_batch_is_refused():
     with pytest.raises(ValueError, match="shuffle before repeating"):
         model.fit(ds, steps_per_epoch=4, verbose=0)
     assert all(np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
+
+
+# Before: the file of a model sharing its ledger with a DPGradients loop's model left that
+# loop's steps out (a probe: ε 0 loaded for 19.05 spent).
+def test_a_saved_model_counts_the_loop_steps_of_a_model_sharing_its_ledger(tmp_path):
+    from tf_tempered.privacy import DPGradients
+    x, y = _data()
+    encoder = keras.layers.Dense(4)
+    first = make_private(keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    first.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    second = keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(3)])
+    step = DPGradients(second, LOSS, l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    optimizer = keras.optimizers.SGD(0.1)
+    for _ in range(3):
+        grads, _ = step(x[:BATCH], y[:BATCH])
+        optimizer.apply_gradients(zip(grads, second.trainable_variables))
+    first.save(str(tmp_path / "first.keras"))
+    loaded = make_private(keras.models.load_model(str(tmp_path / "first.keras")))
+    assert epsilon_spent(loaded)[0] == pytest.approx(_rdp(_gaussians(3)))

@@ -120,6 +120,8 @@ _NAMED_LOSSES = {
     "squared_hinge-binary": ("squared_hinge", 2, None, "binary_pair",
                              keras.losses.squared_hinge),
     "Hinge()-signs": (keras.losses.Hinge(), 2, None, "signs_pair", keras.losses.hinge),
+    "hinge-labels": ("hinge", 1, None, "binary",
+                     lambda y, p: keras.losses.hinge(y[:, None], p)),
 }
 
 

@@ -127,6 +127,8 @@ def _per_example_hinge(loss):
     def call(y_true, y_pred):
         y_pred = tf.convert_to_tensor(y_pred)
         y_true = tf.cast(y_true, y_pred.dtype)
+        if y_true.shape.rank is not None and y_true.shape.rank == y_pred.shape.rank - 1:
+            y_true = tf.expand_dims(y_true, -1)  # labels [B] for outputs [B, 1], as Keras does
         binary = tf.logical_or(tf.equal(y_true, 0.0), tf.equal(y_true, 1.0))
         axes = list(range(1, y_true.shape.rank or 1))
         each = tf.reduce_all(binary, axis=axes, keepdims=True) if axes else binary

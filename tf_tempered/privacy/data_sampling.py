@@ -39,7 +39,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
 
 __all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches", "tag_copies",
-           "copies_of"]
+           "copies_of", "copies_below"]
 
 _ATTRIBUTE = "_tf_tempered_sampling"
 
@@ -87,6 +87,21 @@ def copies_of(dataset, _depth=0):
     if len(inputs) != 1 or keras_bridge.dataset_kind(dataset) not in _KEEPS_ROWS:
         return None
     return copies_of(inputs[0], _depth + 1)
+
+
+def copies_below(dataset):
+    """The copies marked anywhere below ``dataset`` in its pipeline (through any
+    transformation: an unbatch and rebatch of augmult batches regroups their copies), or
+    None."""
+    pending = [(dataset, 0)]
+    while pending:
+        node, depth = pending.pop()
+        found = vars(node).get(_COPIES) if hasattr(node, "__dict__") else None
+        if found is not None:
+            return found
+        if depth < 64:
+            pending.extend((d, depth + 1) for d in keras_bridge.dataset_inputs(node))
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

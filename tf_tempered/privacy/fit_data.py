@@ -328,6 +328,13 @@ def _check_copies(multiplicity, x):
     K different examples clipped together (microbatches, a larger ε than the one logged),
     or one example's K copies clipped apart (it moves the clipped sum by K·C)."""
     declared = data_sampling.copies_of(x) if isinstance(x, tf.data.Dataset) else None
+    if declared is None and isinstance(x, tf.data.Dataset) and data_sampling.copies_below(x):
+        raise ValueError(
+            "Batches made from tf_tempered.augment.augmult_batches by a transformation that "
+            "regroups their rows (an unbatch, a rebatch, ...): an example's copies may no longer "
+            "be consecutive in one batch, so they cannot be clipped together as one example. "
+            "Fix: apply augmult_batches last, to batches (e.g. of poisson_batches), and train "
+            "with make_private(..., augmentation_multiplicity=K).")
     if (declared or 1) == multiplicity:
         return
     if declared is None:

@@ -159,6 +159,19 @@ def _configure_distribution(model):
         model.distribute_reduction_method = "first"
 
 
+def _record_steps_of_others_sharing(state):
+    """The custom-loop steps of the other models sharing ``state``'s ledger (not in a fit:
+    a fit records its own), into the ledger about to be saved."""
+    for other in shared_ledgers.models_sharing(state.ledger):
+        other_state = get_state(other)
+        if other_state is state or other_state.run is not None or \
+                not other_state.has_unrecorded_steps():
+            continue
+        config = model_dp_config(other)
+        if config is not None:
+            fit.record_outside_steps(other_state, config)
+
+
 def saving_description(state, optimizer=None):
     """The DP dict saved with a private model's optimizer (never the key); the steps of a
     custom loop or train_on_batch not yet in the ledger are recorded first."""
@@ -168,6 +181,7 @@ def saving_description(state, optimizer=None):
     # the ledger's at its end): recorded here as steps outside fit they counted twice.
     if config is not None and state.run is None and state.has_unrecorded_steps():
         fit.record_outside_steps(state, config)
+    _record_steps_of_others_sharing(state)
     ledger = state.ledger.to_config()
     # Saved during a fit (its own, or one of a model sharing its ledger): its steps so far
     # count too.

@@ -69,9 +69,12 @@ def _check_per_example(raw, y_pred, what, fix):
     rows = tf.nest.flatten(y_pred)[0].shape[0] if y_pred is not None else None
     if raw.shape.rank == 0 or (raw.shape[0] is not None and rows is not None
                                and raw.shape[0] != rows):
+        how = ("one value for the whole batch" if raw.shape.rank == 0 else
+               f"{raw.shape[0]} rows, not one per example (each row would be clipped as an "
+               "example)")
         raise ScalarLossError(
             f"{what} returns shape {raw.shape.as_list()} for a batch of {rows} examples: "
-            f"one value for the whole batch, so no example has a loss of its own and "
+            f"{how}, so no example has a loss of its own and "
             f"DP-SGD cannot clip each example's gradient. Fix: {fix}")
 
 

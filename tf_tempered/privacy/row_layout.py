@@ -31,7 +31,8 @@ whose inputs are checked themselves) through the graph:
   not follow (a scatter, a gather_nd): nothing is claimed.
 
 Loops, conds and nested tf.functions are followed into their graphs
-(:mod:`tf_tempered.privacy.row_layout_functions`).
+(:mod:`tf_tempered.privacy.row_layout_functions`); rows a loop's body reads by an index
+are not (a running total over the examples in a loop is not seen).
 
 Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
 ``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
