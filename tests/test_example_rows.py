@@ -293,3 +293,93 @@ def test_per_example_work_inside_a_loop_a_cond_or_a_nested_function_is_exact(ins
     x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
     keras.utils.set_random_seed(0)
     _assert_exact_update(lambda dtype="float32": _centred_inside(inside, "features", dtype), x, y)
+
+
+def _running_total(t):
+    """t minus the sum of the examples before it and itself, in a tf.while_loop over them."""
+    def body(i, total, rows):
+        total = total + t[i]
+        return i + 1, total, rows.write(i, total)
+    rows = tf.TensorArray(t.dtype, size=tf.shape(t)[0])
+    _, _, rows = tf.while_loop(lambda i, *_: i < tf.shape(t)[0], body,
+                               (tf.constant(0), tf.zeros_like(t[0]), rows))
+    return t - rows.stack()
+
+
+def _each_example_in_a_loop(t):
+    """Per-example work in a tf.while_loop reading t[i] and writing row i (no mixing)."""
+    def body(i, rows):
+        return i + 1, rows.write(i, t[i] * tf.reduce_sum(t[i]))
+    rows = tf.TensorArray(t.dtype, size=tf.shape(t)[0])
+    _, rows = tf.while_loop(lambda i, _: i < tf.shape(t)[0], body, (tf.constant(0), rows))
+    return t + rows.stack()
+
+
+def _fourier_over_the_examples(t):
+    spectrum = tf.signal.rfft(tf.transpose(t))  # each feature's FFT over the batch's axis
+    doubled = tf.signal.irfft(spectrum * tf.cast(2.0, spectrum.dtype), fft_length=tf.shape(t)[:1])
+    return tf.reshape(tf.transpose(doubled), [-1, 4])
+
+
+def _in_python(t):
+    out = tf.py_function(lambda v: v * 2.0, [t], t.dtype)
+    out.set_shape(t.shape)
+    return out
+
+
+_PICKING_OR_TRANSFORMING = {
+    "one_row_subtracted": lambda t: t - t[0],
+    "one_value_multiplied": lambda t: t * t[0, 0],
+    "running_total_in_a_while_loop": _running_total,
+    "cumulative_tf_scan": lambda t: tf.scan(lambda total, row: total + row, t),
+    "qr_over_the_examples": lambda t: tf.reshape(tf.linalg.qr(t)[0], [-1, 4]),
+    "fourier_over_the_examples": _fourier_over_the_examples,
+    "py_function": _in_python,
+}
+_PER_EXAMPLE = {
+    "tf_map_fn": lambda t: t + tf.map_fn(lambda row: row * tf.reduce_sum(row), t),
+    "a_while_loop_over_the_examples": _each_example_in_a_loop,
+    "qr_of_each_example": lambda t: tf.reshape(
+        tf.linalg.qr(tf.reshape(t, [-1, 2, 2]))[0], [-1, 4]),
+}
+
+
+def _dense_lambda_dense(function, dtype="float32"):
+    return keras.Sequential([keras.Input((5,), dtype=dtype),
+                             keras.layers.Dense(4, activation="tanh", dtype=dtype),
+                             keras.layers.Lambda(function, dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
+
+
+# Before: each trained silently, every example's gradient depending on others' rows (the walk
+# claimed nothing for a row taken by an index, a loop's rows, a scan, and took a QR, an FFT
+# or a Python function over the batch's axis for per-example work).
+@pytest.mark.parametrize("what", sorted(_PICKING_OR_TRANSFORMING))
+def test_rows_picked_by_an_index_or_transformed_over_the_batch_are_refused(what):
+    x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
+    _assert_refused_before_any_update(
+        _dense_lambda_dense(_PICKING_OR_TRANSFORMING[what]), x, np.zeros(32),
+        r"Layer 'dense_\d+' \(Dense\) is called on values computed from several examples",
+        batch_size=8, sampling="poisson")
+
+
+@pytest.mark.parametrize("what", sorted(_PER_EXAMPLE))
+def test_each_example_s_rows_read_by_an_index_train_with_the_exact_update(what):
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
+    keras.utils.set_random_seed(0)
+    _assert_exact_update(lambda dtype="float32": _dense_lambda_dense(_PER_EXAMPLE[what], dtype),
+                         x, y)
+
+
+def _picked_row_loss(y_true, y_pred):
+    return keras.losses.sparse_categorical_crossentropy(
+        y_true, y_pred - y_pred[0], from_logits=True)
+
+
+# Before: trained silently (the first example's prediction in every example's loss).
+def test_a_loss_using_one_example_s_row_for_all_is_refused():
+    x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
+    _assert_refused_before_any_update(
+        _centered("none"), x, np.zeros(32), "The per-example losses are computed from",
+        batch_size=8, sampling="poisson", loss=_picked_row_loss)

@@ -156,8 +156,10 @@ def _rearranged_message(layer, layout):
 
 def _mixed_message(subject):
     return (f"{subject} values computed from several examples of the batch (a mean, sum, max "
-            "or softmax over the batch's axis, a matmul contracting it, or a matrix of pairs "
-            "of examples): one example then changes every example's gradient, and clipping "
+            "or softmax over the batch's axis, a matmul contracting it, a matrix of pairs of "
+            "examples, one example's row used with the others' as in t - t[0], a running "
+            "total over the examples in a loop, or a tf.py_function whose work on the rows is "
+            "not known): one example then changes every example's gradient, and clipping "
             "each one no longer bounds what it changes, so no ε would hold. Fix: compute "
             "every statistic per example (over axes 1 and up, e.g. LayerNormalization instead "
             "of subtracting the batch mean), take statistics from public data (a "

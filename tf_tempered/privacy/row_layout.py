@@ -27,12 +27,16 @@ whose inputs are checked themselves) through the graph:
 * ``MIXED``: values computed from several examples (a mean, sum, max, cumulative sum or
   softmax over the batch's axis, a matmul contracting it, a [B, B] matrix of pairs,
   batch normalization with the batch's statistics);
+* ``PICKED``: one (or some) example's rows taken by an index (``t[0]``, a loop's ``t[i]``,
+  ``tf.unstack(t)[i]``): MIXED once used with the batch's rows (``t - t[0]``), and in a
+  loop that carries them from one iteration to the next (a running total); stacked again
+  (``tf.map_fn``'s results), they claim nothing;
 * None: no dependence on the batch (its length aside); ``UNKNOWN``: an op this walk does
   not follow (a scatter, a gather_nd): nothing is claimed.
 
 Loops, conds and nested tf.functions are followed into their graphs
-(:mod:`tf_tempered.privacy.row_layout_functions`); rows a loop's body reads by an index
-are not (a running total over the examples in a loop is not seen).
+(:mod:`tf_tempered.privacy.row_layout_functions`), and TensorLists (tf.TensorArray,
+:mod:`tf_tempered.privacy.row_layout_lists`).
 
 Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
 ``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
@@ -57,20 +61,22 @@ stays.
 ...     found.extend(batch_axis(t, {a.op}) for t in (
 ...         a - tf.reduce_mean(a, axis=0), a - tf.reduce_mean(a, axis=[1, 2], keepdims=True),
 ...         tf.einsum("btd,bsd->bts", a, a), tf.einsum("btd,ctd->bc", a, a),
-...         tf.matmul(a[:, 0], a[:, 0], transpose_b=True), tf.math.cumsum(a[:, -1], axis=0)))
+...         tf.matmul(a[:, 0], a[:, 0], transpose_b=True), tf.math.cumsum(a[:, -1], axis=0),
+...         a[0], a - a[0], tf.stack([row * 2 for row in tf.unstack(a)]), tf.linalg.qr(a[:, 0])[0]))
 >>> mixed(tf.ones((2, 4, 3)))
 >>> found
-[MIXED, 0, 0, MIXED, MIXED, MIXED]
+[MIXED, 0, 0, MIXED, MIXED, MIXED, PICKED, MIXED, UNKNOWN, MIXED]
 """
 
-from tf_tempered.privacy import row_layout_functions, row_layout_mixing, row_layout_ops
-from tf_tempered.privacy.row_layout_ops import MIXED, REARRANGED, UNKNOWN
+from tf_tempered.privacy import (row_layout_functions, row_layout_lists, row_layout_mixing,
+                                 row_layout_ops)
+from tf_tempered.privacy.row_layout_ops import MIXED, PICKED, REARRANGED, UNKNOWN
 
-__all__ = ["MIXED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis"]
+__all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis"]
 
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
-SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"})
-_RULES = {**row_layout_ops.RULES, **row_layout_mixing.RULES}
+SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"}) | row_layout_lists.SHAPE_ONLY
+_RULES = {**row_layout_ops.RULES, **row_layout_mixing.RULES, **row_layout_lists.RULES}
 # Ops whose output's length is decided by values: a shape read after them is a count of the
 # batch's data (tf.shape(tf.where(y > 0))[0], the positives of the batch).
 _LENGTH_FROM_VALUES = frozenset({"Where", "Unique", "UniqueV2", "UniqueWithCounts",

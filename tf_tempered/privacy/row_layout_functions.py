@@ -23,11 +23,14 @@ them from the layouts of those inputs, and out through their outputs.
   examples (one branch chosen for every example by all of them).
 * A loop: the body's outputs joined with its inputs until they stop changing (a loop
   variable may hold either after some iterations); MIXED when the condition is computed
-  from several examples (how many iterations every example gets, decided by all of them).
+  from several examples (how many iterations every example gets, decided by all of them),
+  or when a variable carries rows picked in one iteration to the next (a running total
+  over the examples: ``acc + x[i]``, ``tf.scan``); rows picked before the loop count as
+  UNKNOWN in its body (an example's own recurrence, inside ``tf.map_fn``'s body).
   A predicate this walk cannot follow (in ``tf.map_fn``'s body, one example's row) makes
   the outputs UNKNOWN, not MIXED.
 
-Join: MIXED if any is, else REARRANGED if any is, else the one axis, UNKNOWN if several.
+Join: MIXED if any is, else REARRANGED, else PICKED, else the one axis, UNKNOWN if several.
 A graph that cannot be read (no function of that name in the graph) is UNKNOWN.
 
 >>> import tensorflow as tf
@@ -43,25 +46,26 @@ A graph that cannot be read (no function of that name in the graph) is UNKNOWN.
 ...     found.extend(row_layout.batch_axis(t, {a.op}) for t in (
 ...         loop, mixing_loop[0], mixing_loop[1], cond, tf.function(centred)(a),
 ...         tf.cond(tf.reduce_sum(a) > 0, lambda: a * 2, lambda: a),
-...         tf.function(lambda t: tf.reverse(t, [0]))(a)))
+...         tf.function(lambda t: tf.reverse(t, [0]))(a),
+...         tf.while_loop(lambda i, s: i < 2, lambda i, s: (i + 1, s + a[i, 0]), [0, 0.0])[1]))
 >>> layouts(tf.ones((2, 3)))
 >>> found
-[0, None, MIXED, 0, MIXED, MIXED, REARRANGED]
+[0, None, MIXED, 0, MIXED, MIXED, REARRANGED, MIXED]
 """
 
-from tf_tempered.privacy.row_layout_ops import MIXED, REARRANGED, UNKNOWN
+from tf_tempered.privacy.row_layout_ops import MIXED, PICKED, REARRANGED, UNKNOWN
 
 __all__ = ["FUNCTIONAL", "join", "output_layouts"]
 
 FUNCTIONAL = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "PartitionedCall",
                         "StatefulPartitionedCall"})
-_MAX_LOOP_ROUNDS = 8  # a join only climbs: None < an axis < UNKNOWN < REARRANGED < MIXED
+_MAX_LOOP_ROUNDS = 8  # a join only climbs: None < an axis < UNKNOWN < PICKED < REARRANGED < MIXED
 
 
 def join(layouts):
     """The layout a tensor has when it may be any of ``layouts`` (module docstring)."""
     found = {layout for layout in layouts if layout is not None}
-    for mark in (MIXED, REARRANGED):
+    for mark in (MIXED, REARRANGED, PICKED):
         if mark in found:
             return mark
     if not found:
@@ -110,11 +114,13 @@ def _cond(op, layouts, walk):
 
 def _loop(op, layouts, walk):
     body, condition = _graph(op, "body"), _graph(op, "cond")
-    state = list(layouts)
+    state = [UNKNOWN if layout is PICKED else layout for layout in layouts]
     for _ in range(_MAX_LOOP_ROUNDS):
         found = _through(body, state, walk)
         if found is None or len(found) != len(state):
             return None
+        if PICKED in found:  # rows picked in one iteration, carried to the next
+            return [MIXED] * len(state)
         joined = [join(pair) for pair in zip(state, found)]
         if joined == state:
             break

@@ -13,10 +13,12 @@
 # limitations under the License.
 """Ops that mix the batch's examples, or carry its axis through a product: reductions,
 cumulative ops and softmaxes over the batch's axis, matmuls and einsums that contract it or
-pair two examples, batch normalization in training mode (rules of row_layout's walk)."""
+pair two examples, batch normalization in training mode, linear algebra and Fourier
+transforms over it, and Python functions (whose work is not known) on the batch's data
+(rules of row_layout's walk)."""
 
-from tf_tempered.privacy.row_layout_ops import (MIXED, UNKNOWN, normalized_axis, same_axes,
-                                                static_values)
+from tf_tempered.privacy.row_layout_ops import (MIXED, PICKED, UNKNOWN, normalized_axis,
+                                                one_layout, same_axes, static_values)
 
 __all__ = ["RULES"]
 
@@ -129,6 +131,23 @@ def _windows(op, layouts):
     return MIXED if layout != 0 else 0
 
 
+def _last_axes(count):
+    """Ops on the last ``count`` axes of each input (a QR or an inverse on the last two, an
+    FFT on the last one): the examples among them are transformed together."""
+    def rule(op, layouts):
+        for tensor, layout in zip(op.inputs, layouts):
+            if isinstance(layout, int) and layout >= tensor.shape.rank - count:
+                return MIXED
+        layout = one_layout(layouts)
+        return layout if isinstance(layout, int) or layout is PICKED else UNKNOWN
+    return rule
+
+
+def _opaque(op, layouts):
+    """tf.py_function and tf.numpy_function: what they compute from the rows is not known."""
+    return MIXED
+
+
 def _fused_batch_norm(op, layouts):
     """Statistics over every axis but the channels': the examples on the channel axis are
     normalized each on its own (tf-keras' LayerNormalization), elsewhere together."""
@@ -161,4 +180,13 @@ RULES = {
                                    "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2dNative")},
     **{name: _fused_batch_norm for name in ("FusedBatchNorm", "FusedBatchNormV2",
                                             "FusedBatchNormV3")},
+    "NthElement": _last_axis,
+    **{name: _last_axes(2) for name in (
+        "Qr", "Svd", "MatrixInverse", "Cholesky", "MatrixDeterminant", "LogMatrixDeterminant",
+        "SelfAdjointEigV2", "Eig", "MatrixSolve", "MatrixTriangularSolve", "MatrixSolveLs",
+        "MatrixExponential", "MatrixLogarithm", "MatrixSquareRoot", "Lu",
+        "FFT2D", "IFFT2D", "RFFT2D", "IRFFT2D")},
+    **{name: _last_axes(1) for name in ("FFT", "IFFT", "RFFT", "IRFFT")},
+    **{name: _last_axes(3) for name in ("FFT3D", "IFFT3D", "RFFT3D", "IRFFT3D")},
+    **{name: _opaque for name in ("EagerPyFunc", "PyFunc", "PyFuncStateless")},
 }

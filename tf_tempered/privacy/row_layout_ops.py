@@ -20,8 +20,8 @@ its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
 
 from tf_tempered._compat import tf
 
-__all__ = ["MIXED", "REARRANGED", "RULES", "UNKNOWN", "normalized_axis", "one_layout",
-           "same_axes", "static_values"]
+__all__ = ["MIXED", "PICKED", "REARRANGED", "RULES", "UNKNOWN", "normalized_axis",
+           "one_layout", "same_axes", "static_values"]
 
 
 class _Mark:
@@ -35,22 +35,29 @@ class _Mark:
 REARRANGED = _Mark("REARRANGED")
 MIXED = _Mark("MIXED")
 UNKNOWN = _Mark("UNKNOWN")
+# Rows of one (or some) of the batch's examples, picked by an index: x[0], tf.unstack(x)[i],
+# a loop's x[i]. Combined with the batch, every example sees the picked one's data: MIXED.
+PICKED = _Mark("PICKED")
 
 
 def one_layout(layouts):
-    """The one layout of the batch-dependent inputs, REARRANGED if one is, else UNKNOWN
-    when they disagree."""
+    """The one layout of the batch-dependent inputs: MIXED for picked rows with the batch's
+    (t - t[0]), REARRANGED if one is, PICKED if one is, else UNKNOWN when they disagree."""
     found = {layout for layout in layouts if layout is not None}
-    if REARRANGED in found:
-        return REARRANGED
+    if PICKED in found and (REARRANGED in found or any(isinstance(f, int) for f in found)):
+        return MIXED
+    for mark in (REARRANGED, PICKED):
+        if mark in found:
+            return mark
     return found.pop() if len(found) == 1 else UNKNOWN
 
 
 def same_axes(op, layouts):
     """Elementwise ops, matmuls, convolutions, reductions over other axes, ...: the axis
-    is kept when the output's rank is that of every batch-dependent input."""
+    is kept when the output's rank is that of every batch-dependent input (picked rows stay
+    picked, whatever is reduced)."""
     layout = one_layout(layouts)
-    if layout is REARRANGED or layout is UNKNOWN or not op.outputs:
+    if not isinstance(layout, int) or not op.outputs:
         return layout
     ranks = {t.shape.rank for t, found in zip(op.inputs, layouts) if found is not None}
     return layout if ranks == {op.outputs[0].shape.rank} != {None} else UNKNOWN
@@ -95,6 +102,8 @@ def _transpose(op, layouts):
 def _concat(op, layouts):
     values, rank = layouts[:-1], op.outputs[0].shape.rank
     layout = one_layout(values)
+    if layout is PICKED:
+        return UNKNOWN  # the examples' rows put together again (a loop over them): in order?
     if not isinstance(layout, int):
         return layout
     if len(values) > 1 and normalized_axis(static_values(op.inputs[-1])[0], rank) == layout:
@@ -104,6 +113,8 @@ def _concat(op, layouts):
 
 def _pack(op, layouts):
     layout = one_layout(layouts)
+    if layout is PICKED:
+        return UNKNOWN  # tf.stack([f(e) for e in tf.unstack(x)]): not claimed either way
     if not isinstance(layout, int):
         return layout
     axis = normalized_axis(op.get_attr("axis"), op.outputs[0].shape.rank)
@@ -113,10 +124,10 @@ def _pack(op, layouts):
 def _unpack(op, layouts):
     layout = layouts[0]
     if not isinstance(layout, int):
-        return UNKNOWN
+        return PICKED if layout is PICKED else UNKNOWN
     axis = normalized_axis(op.get_attr("axis"), op.inputs[0].shape.rank)
     if axis == layout:
-        return UNKNOWN  # one example per output: a loop over the examples may stack them again
+        return PICKED  # one example per output (stacked again, they claim nothing)
     return layout - 1 if axis < layout else layout
 
 
@@ -181,6 +192,8 @@ def _gather(op, layouts):
     axis = normalized_axis(axis, op.inputs[0].shape.rank)
     if isinstance(params, int) and params == axis:
         return REARRANGED  # rows of the batch picked by index (indices of the batch's too)
+    if PICKED in (params, indices):
+        return one_layout([params, indices])  # picked rows' values, or looked up by them
     if params is REARRANGED or indices is REARRANGED or (params is not None
                                                          and indices is not None):
         return UNKNOWN
@@ -190,16 +203,16 @@ def _gather(op, layouts):
 
 
 def _resource_gather(op, layouts):
-    return layouts[1] if isinstance(layouts[1], int) else UNKNOWN
+    return layouts[1] if isinstance(layouts[1], int) or layouts[1] is PICKED else UNKNOWN
 
 
 def _split(op, layouts):
     value, axis_input = (1, 0) if op.type == "Split" else (0, 2)
     layout = layouts[value]
     if not isinstance(layout, int):
-        return UNKNOWN
+        return PICKED if layout is PICKED else UNKNOWN  # a concatenation's parts given back
     axis = normalized_axis(static_values(op.inputs[axis_input])[0], op.inputs[value].shape.rank)
-    return UNKNOWN if axis == layout else layout
+    return PICKED if axis == layout else layout  # some examples' rows in each part
 
 
 def _unknown(op, layouts):
@@ -218,12 +231,12 @@ def _broadcast(op, layouts):
     """An elementwise op: each input's batch axis lands on the output's axis counted from
     the right. Examples landing on two axes pair every example with every other
     (``e[:, None] * e[None]``, labels [B] against predictions [B, 1]): MIXED; so does the
-    batch against rows picked from it (``t - tf.gather(t, [0])``, one REARRANGED)."""
+    batch against rows picked from it (``t - tf.gather(t, [0])``, ``t * t[0, 0]``)."""
     rank = op.outputs[0].shape.rank if op.outputs else None
     marks = {layout for layout in layouts if layout is not None and not isinstance(layout, int)}
     axes = {layout + rank - t.shape.rank for t, layout in zip(op.inputs, layouts)
             if isinstance(layout, int) and rank is not None and t.shape.rank is not None}
-    if len(axes) > 1 or axes and REARRANGED in marks:
+    if len(axes) > 1 or axes and (REARRANGED in marks or PICKED in marks):
         return MIXED
     return same_axes(op, layouts)
 
@@ -235,22 +248,22 @@ def _slice(op, layouts):
     if op.type != "StridedSlice" or not isinstance(layout, int) or op.get_attr("ellipsis_mask"):
         return same_axes(op, layouts)
     shrunk, new = op.get_attr("shrink_axis_mask"), op.get_attr("new_axis_mask")
-    begin, end, strides = (static_values(t) for t in op.inputs[1:4])
+    entries = op.inputs[1].shape[0]  # known while an index is not (a loop's x[i])
     spec, axis = 0, 0  # the slice's entry for the batch axis: new axes (x[None]) take none
-    while spec < len(begin) and (new >> spec & 1 or axis < layout):
+    while spec < entries and (new >> spec & 1 or axis < layout):
         axis += not new >> spec & 1
         spec += 1
     dropped = bin(shrunk & ((1 << spec) - 1)).count("1")
-    if spec >= len(begin):  # an axis the slice does not name: whole
+    if spec >= entries:  # an axis the slice does not name: whole
         return layout + bin(new).count("1") - bin(shrunk).count("1")
     if shrunk >> spec & 1:
-        return UNKNOWN  # one example's rows (x[0])
-    if strides[spec] != 1:
+        return PICKED  # one example's rows (x[0], x[i])
+    if static_at(op.inputs[3], spec) != 1:
         return REARRANGED  # x[::-1]: the examples reversed (or every other one)
     size = op.inputs[0].shape[layout]
-    whole = ((op.get_attr("begin_mask") >> spec & 1 or begin[spec] == 0)
+    whole = ((op.get_attr("begin_mask") >> spec & 1 or static_at(op.inputs[1], spec) == 0)
              and (op.get_attr("end_mask") >> spec & 1
-                  or (size is not None and end[spec] >= size)))
+                  or (size is not None and static_at(op.inputs[2], spec) >= size)))
     if not whole:
         return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
     return spec - dropped
@@ -264,6 +277,11 @@ def _pad(op, layouts):
     return REARRANGED if any(paddings[2 * layout: 2 * layout + 2]) else layout
 
 
+def _values_unread(op, layouts):
+    """tf.zeros_like, tf.ones_like: picked rows' shape is read, not their values."""
+    return None if layouts[0] is PICKED else same_axes(op, layouts)
+
+
 def _shuffle(op, layouts):
     return REARRANGED if layouts[0] == 0 else UNKNOWN
 
@@ -275,6 +293,7 @@ RULES = {
     "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
     "Split": _split, "SplitV": _split, "Slice": _slice, "StridedSlice": _slice,
     "Pad": _pad, "PadV2": _pad, "MirrorPad": _pad, "RandomShuffle": _shuffle,
+    "ZerosLike": _values_unread, "OnesLike": _values_unread,
     **{name: _broadcast for name in _BROADCASTING},
     **{name: _unknown for name in ("GatherNd", "ScatterNd", "TensorScatterUpdate",
                                    "SpaceToBatchND", "BatchToSpaceND", "SpaceToDepth",
