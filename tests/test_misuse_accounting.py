@@ -520,3 +520,39 @@ def test_a_saved_model_counts_the_loop_steps_of_a_model_sharing_its_ledger(tmp_p
     first.save(str(tmp_path / "first.keras"))
     loaded = make_private(keras.models.load_model(str(tmp_path / "first.keras")))
     assert epsilon_spent(loaded)[0] == pytest.approx(_rdp(_gaussians(3)))
+
+
+# Before: two Sequentials without an Input sharing a layer, made private before either was
+# built, each kept its own ledger: ε of 1 step reported for 5 taken on the shared weights
+# (probe E: 1 for 11).
+def test_models_sharing_a_layer_built_after_make_private_count_the_steps_of_both():
+    x, y = _data()
+    shared = keras.layers.Dense(4, activation="tanh")
+    first, second = (make_private(keras.Sequential([shared, keras.layers.Dense(3)]),
+                                  l2_norm_clip=1.0, noise_multiplier=SIGMA) for _ in range(2))
+    for model in (first, second):
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    first.fit(x, y, batch_size=BATCH, verbose=0)
+    second.fit(x[:BATCH], y[:BATCH], batch_size=BATCH, verbose=0)  # one step, q = 1
+    both = _rdp(_poisson(4), _gaussians(1))
+    assert epsilon_spent(first)[0] == pytest.approx(both)
+    assert epsilon_spent(second)[0] == pytest.approx(both)
+
+
+# Before: a DPGradients loop's steps not yet in the ledger were lost when its model was
+# collected before the ε of a model sharing its ledger was read (ε of 0 steps for 3).
+def test_a_collected_model_s_loop_steps_count_for_a_model_sharing_its_ledger():
+    from tf_tempered.privacy import DPGradients
+    x, y = _data()
+    encoder = keras.layers.Dense(4)
+    first = make_private(keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    second = keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(3)])
+    step = DPGradients(second, LOSS, l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    optimizer = keras.optimizers.SGD(0.1)
+    for _ in range(3):
+        grads, _ = step(x[:BATCH], y[:BATCH])
+        optimizer.apply_gradients(zip(grads, second.trainable_variables))
+    del second, step, grads
+    gc.collect()
+    assert epsilon_spent(first)[0] == pytest.approx(_rdp(_gaussians(3)))

@@ -480,3 +480,24 @@ def test_saving_a_private_model_without_its_optimizer_warns(tmp_path):
     model.fit(x, y, batch_size=4, verbose=0)
     with pytest.warns(UserWarning, match="include_optimizer=False: the file keeps neither"):
         model.save(str(tmp_path / "m.h5"), include_optimizer=False)
+
+
+# Before: the weights of a private model built after make_private (no Input: by its first fit
+# or call) were not tagged, and a plain model around it trained them with a plain optimizer:
+# no clipping, no noise.
+@pytest.mark.parametrize("built_by", ["fit", "call"])
+def test_a_plain_model_around_a_private_model_built_later_is_refused(built_by):
+    x, y = _data()
+    inner = make_private(keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=1.0)
+    inner.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    if built_by == "fit":
+        inner.fit(x, y, batch_size=4, verbose=0)
+    else:
+        inner(x)
+    outer = keras.Sequential([keras.Input((5,)), inner])
+    outer.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    before = [w.copy() for w in outer.get_weights()]
+    with pytest.raises(NotPrivateError, match="would update the weights"):
+        outer.fit(x, y, batch_size=4, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, outer.get_weights()))

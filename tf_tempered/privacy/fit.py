@@ -31,10 +31,11 @@ every DP step.
 
 import math
 import warnings
+import weakref
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import accounting, shared_ledgers
+from tf_tempered.privacy import accounting, shared_ledgers, update_guard
 from tf_tempered.privacy.fit_data import batch_spec, plan_fit_data
 from tf_tempered.privacy.ledger import Segment
 from tf_tempered.privacy.ledger_file import backup_ledgers
@@ -43,6 +44,7 @@ from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.plan import require_dp_settings
 
 __all__ = ["RunAccount", "EpsilonLog", "private_fit", "record_outside_steps",
+           "record_steps_when_collected", "follow_weights_built_since",
            "record_steps_of_ledger", "refuse_train_step_overrides",
            "epsilon_spent", "NO_NOISE_WARNING", "warn_training_metric_monitors"]
 
@@ -106,12 +108,47 @@ def record_outside_steps(state, config):
 
 def record_steps_of_ledger(model):
     """Records the steps outside fit of ``model`` and of every private model sharing its
-    ledger (shared weights: each must report ε for the steps of all)."""
+    ledger (shared weights: each must report ε for the steps of all; weights built since
+    make_private are followed first)."""
+    follow_weights_built_since(model)
     for sharing in _sharing(model):
         state = get_state(sharing)
         # A model in its fit: its steps so far are that fit's, recorded when it ends.
         if state is not None and state.run is None and state.has_unrecorded_steps():
             record_outside_steps(state, require_dp_settings(sharing))
+
+
+def follow_weights_built_since(model):
+    """Weights built after make_private (a Sequential without an Input is built by its
+    first fit) are a private model's as make_private's: updated only with DP
+    (update_guard), and under the ledger of every private model sharing them."""
+    update_guard.tag_private_weights(model)
+    shared_ledgers.follow_weights_built_since(model)
+
+
+# On a model: [its state], for recording its steps left out of the ledger once it is collected.
+_LEFT_STEPS = "_tf_tempered_left_steps"
+
+
+def record_steps_when_collected(model, state):
+    """Records the custom loop steps (DPGradients') not yet in ``model``'s ledger when the
+    model is collected: a model sharing the ledger may read ε after it is gone."""
+    holder = vars(model).get(_LEFT_STEPS)
+    if holder is None:
+        holder = [state]
+        keras_bridge.set_untracked(model, _LEFT_STEPS, holder)
+        weakref.finalize(model, _record_left_steps, holder).atexit = False
+    holder[0] = state
+
+
+def _record_left_steps(holder):
+    state = holder[0]
+    if state.settings is None or state.run is not None:
+        return  # a DP optimizer's σ (left with the model), or a fit's own steps
+    with tf.init_scope():  # collected while a function traces: the counter's value
+        if state.has_unrecorded_steps():
+            state.ledger = shared_ledgers.current(state.ledger)
+            record_outside_steps(state, state.settings)
 
 
 def _sharing(model):
@@ -248,6 +285,7 @@ def private_fit(model, *args, **kwargs):
         return type(model).fit(model, **arguments)
     finally:
         account.finish()  # also when fit fails or is interrupted: those steps were taken
+        follow_weights_built_since(model)  # built by this fit
 
 
 def epsilon_spent(model):

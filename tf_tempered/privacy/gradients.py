@@ -100,6 +100,7 @@ class DPGradients:
         data = tf.nest.map_structure(tf.convert_to_tensor, data)  # (NumPy arrays, eagerly)
         _refuse_cross_replica_call_on_keras2(self.model)
         _, _, update = dp_gradients(self.model, data, losses=self._losses)
+        update_guard.allow_dp_gradient_loops(self.model)  # weights built by this call too
         metrics = self.state.metrics
         logs = {m.name: m.result() for m in metrics.all()}
         grads = [grad for grad, _ in update]

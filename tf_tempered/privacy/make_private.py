@@ -35,7 +35,7 @@ from tf_tempered._compat import check_same_keras, keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording, saving,
                                  shared_ledgers, update_guard)
-from tf_tempered.privacy.fit import record_outside_steps
+from tf_tempered.privacy.fit import record_outside_steps, record_steps_when_collected
 from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.public_layers import check_public_layers
@@ -271,6 +271,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     update_guard.tag_private_weights(model)
     shared_ledgers.register(model)
     shared_ledgers.tag_weights(model, state.ledger)
+    record_steps_when_collected(model, state)
     keras_adapter.install(model)
     keras_adapter.bind_the_step_optimizer(model, state)
     model.train_function = None  # drop a step compiled before this call (old key)

@@ -31,7 +31,8 @@ import weakref
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights", "carry_ledger"]
+__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights", "carry_ledger",
+           "follow_weights_built_since", "current", "private_models"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
 _LEDGER = "_tf_tempered_ledger"  # on a private model's weights: the ledger of their steps
@@ -43,6 +44,11 @@ def register(model):
     _PRIVATE_MODELS[id(model)] = model
 
 
+def private_models():
+    """The private models alive now."""
+    return list(_PRIVATE_MODELS.values())
+
+
 def tag_weights(model, ledger):
     """Marks ``model``'s weights as trained under ``ledger``."""
     for variable in keras_bridge.existing_weights(model):
@@ -50,7 +56,20 @@ def tag_weights(model, ledger):
             keras_bridge.set_untracked(variable, _LEDGER, ledger)
 
 
-def _current(ledger):
+def follow_weights_built_since(model):
+    """Weights built after ``make_private`` (a Sequential without an Input is built by its
+    first fit; two such models may share a layer): the ledgers merge as make_private merges
+    them, and the new weights carry the result. Called before ε is read or a fit begins,
+    and after a fit."""
+    state = get_state(model)
+    if state is None:
+        return
+    state.ledger = shared_ledger(model, state.ledger)
+    tag_weights(model, state.ledger)
+
+
+def current(ledger):
+    """The ledger ``ledger`` was merged into (through every merge since), or itself."""
     while ledger is not None and vars(ledger).get(_MERGED_INTO) is not None:
         ledger = vars(ledger)[_MERGED_INTO]
     return ledger
@@ -61,13 +80,13 @@ def shared_ledger(model, ledger):
     private model sharing a weight with it) carry, into which ``ledger`` and any other
     such ledger are merged."""
     weights = keras_bridge.existing_weights(model)
-    found = [_current(vars(v).get(_LEDGER)) for v in weights if hasattr(v, "__dict__")]
+    found = [current(vars(v).get(_LEDGER)) for v in weights if hasattr(v, "__dict__")]
     mine = {keras_bridge.variable_key(v) for v in weights}
     for other in list(_PRIVATE_MODELS.values()):
         state = get_state(other) if other is not model else None
         if state is not None and mine & {keras_bridge.variable_key(v)
                                          for v in keras_bridge.existing_weights(other)}:
-            found.append(_current(state.ledger))
+            found.append(current(state.ledger))
     others = []
     for candidate in found:
         if candidate is not None and candidate is not ledger and not any(
@@ -101,8 +120,8 @@ def carry_ledger(source, copy):
     the copy then goes on counting their steps."""
     state = get_state(source)
     ledgers = [state.ledger] if state is not None else []
-    ledgers += [_current(vars(v).get(_LEDGER)) for v in keras_bridge.existing_weights(source)
+    ledgers += [current(vars(v).get(_LEDGER)) for v in keras_bridge.existing_weights(source)
                 if hasattr(v, "__dict__")]
-    ledger = next((_current(found) for found in ledgers if found is not None), None)
+    ledger = next((current(found) for found in ledgers if found is not None), None)
     if ledger is not None:
         tag_weights(copy, ledger)

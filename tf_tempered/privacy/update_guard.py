@@ -13,8 +13,8 @@
 # limitations under the License.
 """Which optimizers may update a private model's weights: no update without DP.
 
-make_private tags the model's weights. A Keras optimizer then refuses to update a
-tagged weight (NotPrivateError, naming the fix) unless
+make_private tags the model's weights (and those built later, before any update). A Keras
+optimizer then refuses to update a tagged weight (NotPrivateError, naming the fix) unless
 
 * it is the model's own optimizer (marked, :mod:`~tf_tempered.privacy.saving`), which
   applies only the DP step's update (``fit``, ``train_on_batch``), or
@@ -42,7 +42,7 @@ tf_tempered.privacy.errors.NotPrivateError: The optimizer SGD would update the w
 """
 
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import dp_outputs, saving
+from tf_tempered.privacy import dp_outputs, saving, shared_ledgers
 from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["tag_private_weights", "allow_dp_gradient_loops", "refuse_updates_without_dp"]
@@ -73,6 +73,8 @@ def refuse_updates_without_dp(optimizer, variables, grads=()):
     """The optimizer guard (keras_bridge.guard_optimizer_updates), before every update."""
     if saving.is_marked(optimizer):
         return  # it refuses by itself unless the DP engine marked the update
+    for model in shared_ledgers.private_models():
+        tag_private_weights(model)  # weights built since make_private (no Input: first call)
     saving.refuse_loaded_updates(optimizer, variables)
     if any(_tag(variable) == _OWN_STEP for variable in variables):
         raise NotPrivateError(_REFUSAL.format(name=type(optimizer).__name__))
