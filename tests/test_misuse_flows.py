@@ -18,6 +18,8 @@ Each flow either trains with the exact DP update (checked against a float64 per-
 reference, dp_reference.py) or is refused before any update, naming the fix.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -501,3 +503,51 @@ def test_a_plain_model_around_a_private_model_built_later_is_refused(built_by):
     with pytest.raises(NotPrivateError, match="would update the weights"):
         outer.fit(x, y, batch_size=4, verbose=0)
     assert all((a == b).all() for a, b in zip(before, outer.get_weights()))
+
+
+def _trained_private_mlp():
+    x, y = _data()
+    model = make_private(_mlp(), l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    model.fit(x, y, batch_size=4, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize("how", ["method", "function"])
+def test_saving_a_private_model_without_its_optimizer_warns_by_method_or_function(tmp_path,
+                                                                                    how):
+    model = _trained_private_mlp()
+    path = str(tmp_path / "m.h5")
+    with pytest.warns(UserWarning, match="include_optimizer=False: the file keeps neither"):
+        if how == "method":
+            model.save(path, include_optimizer=False)
+        else:
+            keras.models.save_model(model, path, include_optimizer=False)
+
+
+# Before (Keras 2): silent, and the loaded outer model trained the private weights without
+# DP (make_private on it counted ε from 0).
+@pytest.mark.parametrize("suffix", [".h5"] + ([".keras"] if KERAS_MAJOR == 2 else []))
+def test_saving_a_plain_model_holding_a_private_model_warns_where_the_file_loses_dp(
+        tmp_path, suffix):
+    outer = keras.Sequential([keras.Input((5,)), _trained_private_mlp()])
+    outer.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    with pytest.warns(UserWarning, match="holds the weights of a private model"):
+        outer.save(str(tmp_path / f"outer{suffix}"))
+
+
+def test_saving_a_plain_model_holding_a_private_model_made_private_keeps_its_epsilon(
+        tmp_path):
+    inner = _trained_private_mlp()
+    spent = epsilon_spent(inner)[0]
+    outer = make_private(keras.Sequential([keras.Input((5,)), inner]), l2_norm_clip=1.0,
+                         noise_multiplier=1.0)
+    outer.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no warning: the file keeps the ledger
+        outer.save(str(tmp_path / "outer.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "outer.keras"))
+    x, y = _data()
+    with pytest.raises(NotPrivateError):
+        loaded.fit(x, y, batch_size=4, verbose=0)
+    assert epsilon_spent(make_private(loaded))[0] == pytest.approx(spent)

@@ -29,7 +29,8 @@ re-exports:
 * :mod:`.tf_privacy`: the settings of TF Privacy's DP optimizers;
 * :mod:`.compiled_state`: Keras 3's compiled metrics and loss, built before fit traces;
 * :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's);
-* :mod:`.preprocessing`: preprocessing layers whose state adapt() fit to data.
+* :mod:`.preprocessing`: preprocessing layers whose state adapt() fit to data;
+* :mod:`.saving_hooks`: a check before every model save.
 """
 
 from tf_tempered.keras_bridge.layers import *  # noqa: F401,F403
@@ -50,7 +51,9 @@ from tf_tempered.keras_bridge.runtime import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.runtime import __all__ as _runtime_all
 from tf_tempered.keras_bridge.preprocessing import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.preprocessing import __all__ as _preprocessing_all
+from tf_tempered.keras_bridge.saving_hooks import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.saving_hooks import __all__ as _saving_hooks_all
 
 __all__ = [*_layers_all, *_recurrent_all, *_losses_all, *_training_all, *_datasets_all,
            *_tf_privacy_all, *_runtime_all,
-           *_preprocessing_all, *_compiled_state_all]
+           *_preprocessing_all, *_compiled_state_all, *_saving_hooks_all]

@@ -25,7 +25,6 @@ One place replaces the model's methods (on the instance; the class is untouched)
 """
 
 import types
-import warnings
 
 from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
@@ -107,23 +106,6 @@ _TRAIN_ON_BATCH_REPLICAS = (
     "{replicas} times in the clipped sum against noise added once (the guarantee would not "
     "hold). Fix: train with fit (it splits each batch among the replicas), or call "
     "train_on_batch on a model built outside the strategy's scope.")
-
-
-def _save(self, *args, **kwargs):
-    include_optimizer = kwargs.get("include_optimizer",
-                                   args[2] if KERAS_MAJOR == 2 and len(args) > 2 else True)
-    if include_optimizer is False:
-        warnings.warn(_SAVED_WITHOUT_OPTIMIZER, UserWarning, stacklevel=2)
-    return type(self).save(self, *args, **kwargs)
-
-
-# The DP settings and the ledger are saved with the optimizer (saving_description).
-_SAVED_WITHOUT_OPTIMIZER = (
-    "A private model saved with include_optimizer=False: the file keeps neither its DP "
-    "settings nor its privacy ledger, so a model loaded from it trains without DP unless "
-    "made private again, and counts ε from 0 (what these weights spent is lost). Fine for "
-    "a model to serve predictions; to train it on, save it with its optimizer (the "
-    "default).")
 
 
 def _reset_metrics(self):
@@ -208,7 +190,7 @@ def install(model):
     if vars(model).get(_INSTALLED):
         return
     for name, method in (("train_step", _train_step), ("fit", _fit), ("compile", _compile),
-                         ("train_on_batch", _train_on_batch), ("save", _save),
+                         ("train_on_batch", _train_on_batch),
                          ("reset_metrics", _reset_metrics), ("compute_loss", _compute_loss),
                          ("compute_metrics", _compute_metrics)):
         keras_bridge.set_untracked(model, name, types.MethodType(method, model))

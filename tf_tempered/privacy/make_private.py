@@ -33,8 +33,8 @@ import warnings
 
 from tf_tempered._compat import check_same_keras, keras
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording, saving,
-                                 shared_ledgers, update_guard)
+from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording,
+                                 save_guard, saving, shared_ledgers, update_guard)
 from tf_tempered.privacy.fit import record_outside_steps, record_steps_when_collected
 from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.options import EngineOptions
@@ -269,6 +269,7 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     attach_state(model, state)
     saving.release_loaded_variables(model)
     update_guard.tag_private_weights(model)
+    save_guard.install()
     shared_ledgers.register(model)
     shared_ledgers.tag_weights(model, state.ledger)
     record_steps_when_collected(model, state)

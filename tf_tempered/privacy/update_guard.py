@@ -45,7 +45,8 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import dp_outputs, saving, shared_ledgers
 from tf_tempered.privacy.errors import NotPrivateError
 
-__all__ = ["tag_private_weights", "allow_dp_gradient_loops", "refuse_updates_without_dp"]
+__all__ = ["tag_private_weights", "allow_dp_gradient_loops", "refuse_updates_without_dp",
+           "is_private_weight"]
 
 _TAG = "_tf_tempered_private"  # on a private model's weights: who may update them
 _OWN_STEP = "own DP step"        # only the model's own optimizer (fit, train_on_batch)
@@ -54,6 +55,11 @@ _DP_LOOPS = "DPGradients loops"  # also any optimizer of a DPGradients loop
 
 def _tag(variable):
     return vars(variable).get(_TAG) if hasattr(variable, "__dict__") else None
+
+
+def is_private_weight(variable):
+    """Whether ``variable`` is a private model's weight (tagged by make_private)."""
+    return _tag(variable) is not None
 
 
 def tag_private_weights(model):

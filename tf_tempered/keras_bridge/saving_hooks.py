@@ -1,0 +1,51 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A check before every save of a Keras model: ``model.save`` and the function
+``keras.models.save_model`` (``keras.saving.save_model``), which share one implementation
+(Keras' ``saving_api.save_model``) under several names."""
+
+import importlib
+
+from tf_tempered._compat import KERAS_MAJOR
+
+__all__ = ["guard_model_saves"]
+
+_CHECKS = []
+# Modules holding Keras' save_model under its public names (Model.save calls the first's).
+_MODULES = (("keras.src.saving.saving_api", "keras.models", "keras.saving") if KERAS_MAJOR == 3 else
+            ("tf_keras.src.saving.saving_api", "tf_keras.models", "tf_keras.saving",
+             "tf_keras.api._v2.keras.models", "tf_keras.api._v2.keras.saving"))
+
+
+def guard_model_saves(check):
+    """Makes every model save call ``check(model, filepath, include_optimizer)`` first
+    (``check`` may warn or raise). Installed once."""
+    if _CHECKS:
+        return
+    _CHECKS.append(check)
+    original = importlib.import_module(_MODULES[0]).save_model
+
+    def save_model(model, filepath, *args, **kwargs):
+        check(model, filepath, kwargs.get("include_optimizer", True))
+        return original(model, filepath, *args, **kwargs)
+
+    save_model.__doc__ = original.__doc__
+    save_model.__wrapped__ = original
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # a Keras without that public name
+            continue
+        if getattr(module, "save_model", None) is original:
+            module.save_model = save_model
