@@ -24,6 +24,7 @@ import pytest
 from dp_reference import assert_update, engine_update, median_clip, per_example_reference
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import make_private
+from tf_tempered.privacy.errors import ScalarLossError
 
 pytestmark = pytest.mark.filterwarnings("ignore:noise_multiplier=0")
 
@@ -424,5 +425,21 @@ def test_a_loss_with_a_row_per_token_is_refused_whatever_the_batch_size(data):
             model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(4), verbose=0)
         else:
             model.fit(x, y, batch_size=4, verbose=0)
+    for b, a in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
+# Before: refused by TF's shape error inside Keras' loss ("Dimensions must be equal, but are
+# 156 and 26"), naming no fix: the Poisson mask weighed [B·T] rows.
+def test_a_loss_with_a_row_per_token_under_poisson_sampling_is_refused_naming_the_fix():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 4, 5)).astype(np.float32), rng.integers(0, 3, (32, 4))
+    model = make_private(keras.Sequential([keras.Input((4, 5)), keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss=_per_token)
+    before = model.get_weights()
+    with pytest.raises(ScalarLossError, match=r"rows, not one per example.*Fix: return the "
+                       "loss of each example"):
+        model.fit(x, y, batch_size=8, verbose=0)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)

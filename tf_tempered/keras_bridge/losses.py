@@ -68,8 +68,10 @@ def unreduced_axis_fix(loss):
     return None
 
 
-def loss_values(loss, y_true, y_pred, sample_weight):
-    """(weighted values [rows, ...], raw values of ``loss.call``) of one Keras loss object.
+def loss_values(loss, y_true, y_pred, sample_weight, check=None):
+    """(weighted values [rows, ...], raw values of ``loss.call``) of one Keras loss object;
+    ``check(raw)``, if given, runs on the raw values before any weight is applied (a loss
+    whose rows are not the batch's fails it, not the weighing).
 
     The loss is called as Keras calls it (dtype conversion, the mask of ``y_pred``,
     ``sample_weight``) with its reduction set to "none" for this call: no batch
@@ -91,6 +93,8 @@ def loss_values(loss, y_true, y_pred, sample_weight):
     def call(*args, **kwargs):
         out = original_call(*args, **kwargs)
         seen.append(out)
+        if check is not None:
+            check(out)
         return weigh_rows(out, sample_weight) if weigh_in_call else out
 
     reduction = loss.reduction

@@ -102,9 +102,12 @@ class _PerExample:
                 "classification loss on the labels).")
 
     def __call__(self, y_true, y_pred, sample_weight=None):
-        values, raw = keras_bridge.loss_values(self.loss, y_true, y_pred, sample_weight)
-        _check_per_example(raw, y_pred, f"The loss {self.name!r}",
-                           keras_bridge.unreduced_axis_fix(self.loss) or _FUNCTION_FIX)
+        def check(raw):
+            _check_per_example(raw, y_pred, f"The loss {self.name!r}",
+                               keras_bridge.unreduced_axis_fix(self.loss) or _FUNCTION_FIX)
+        values, raw = keras_bridge.loss_values(self.loss, y_true, y_pred, sample_weight,
+                                               check)
+        check(raw)
         how = "sum" if keras_bridge.reduction_of(self.loss) == "sum" else "mean"
         per_row = reduce_per_example(values, how)
         self._seen.append(per_row)
