@@ -556,3 +556,24 @@ def test_a_collected_model_s_loop_steps_count_for_a_model_sharing_its_ledger():
     del second, step, grads
     gc.collect()
     assert epsilon_spent(first)[0] == pytest.approx(_rdp(_gaussians(3)))
+
+
+# Before: an encoder built by a DPGradients loop's first call (no Input) left the loop's steps
+# out of the ledger of another private model on that encoder (ε 0 for 3 steps).
+@pytest.mark.parametrize("collected", [False, True])
+def test_a_loop_building_a_shared_encoder_counts_for_the_models_on_it(collected):
+    from tf_tempered.privacy import DPGradients
+    x, y = _data()
+    encoder = keras.layers.Dense(4)
+    first = make_private(keras.Sequential([encoder, keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    second = keras.Sequential([encoder, keras.layers.Dense(3)])
+    step = DPGradients(second, LOSS, l2_norm_clip=1.0, noise_multiplier=SIGMA)
+    optimizer = keras.optimizers.SGD(0.1)
+    for _ in range(3):
+        grads, _ = step(x[:BATCH], y[:BATCH])
+        optimizer.apply_gradients(zip(grads, second.trainable_variables))
+    if collected:
+        del second, step, grads
+        gc.collect()
+    assert epsilon_spent(first)[0] == pytest.approx(_rdp(_gaussians(3)))

@@ -551,3 +551,18 @@ def test_saving_a_plain_model_holding_a_private_model_made_private_keeps_its_eps
     with pytest.raises(NotPrivateError):
         loaded.fit(x, y, batch_size=4, verbose=0)
     assert epsilon_spent(make_private(loaded))[0] == pytest.approx(spent)
+
+
+# Before (Keras 2): refused with tf-keras' "Weights for model 'sequential' have not yet been
+# created" (the step read an unbuilt nested Sequential's weights before the forward pass).
+def test_a_model_holding_an_unbuilt_nested_sequential_trains():
+    x, y = _data()
+    model = make_private(keras.Sequential([keras.Sequential([keras.layers.Dense(4)]),
+                                           keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    history = model.fit(x, y, batch_size=4, epochs=2, verbose=0).history
+    before = [w.copy() for w in model.get_weights()]
+    model.fit(x, y, batch_size=4, verbose=0)
+    assert all((a != b).any() for a, b in zip(before, model.get_weights()))
+    assert 0 < history["epsilon"][0] < history["epsilon"][1]

@@ -39,7 +39,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
 
 __all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches", "tag_copies",
-           "copies_of", "copies_below"]
+           "copies_of", "copies_below", "refuse_mismatched_copies"]
 
 _ATTRIBUTE = "_tf_tempered_sampling"
 
@@ -121,6 +121,38 @@ class SamplingTag:
     sampling_probability: Optional[float] = None
     steps_per_pass: Optional[int] = None
     fixed_size: bool = True
+
+
+def refuse_mismatched_copies(multiplicity, x):
+    """Refuses batches whose copies of each example differ from what the model clips as one:
+    K different examples clipped together (microbatches, a larger ε than the one logged),
+    or one example's K copies clipped apart (it moves the clipped sum by K·C)."""
+    declared = copies_of(x) if isinstance(x, tf.data.Dataset) else None
+    if declared is None and isinstance(x, tf.data.Dataset) and copies_below(x):
+        raise ValueError(
+            "Batches made from tf_tempered.augment.augmult_batches by a transformation that "
+            "regroups their rows (an unbatch, a rebatch, ...): an example's copies may no longer "
+            "be consecutive in one batch, so they cannot be clipped together as one example. "
+            "Fix: apply augmult_batches last, to batches (e.g. of poisson_batches), and train "
+            "with make_private(..., augmentation_multiplicity=K).")
+    if (declared or 1) == multiplicity:
+        return
+    if declared is None:
+        raise ValueError(
+            f"augmentation_multiplicity={multiplicity}: the DP step clips each {multiplicity} "
+            "consecutive rows together as one example's copies, but these batches were not "
+            f"made by tf_tempered.augment.augmult_batches(..., multiplicity={multiplicity}): "
+            f"{multiplicity} different examples would be clipped together, a larger ε than "
+            "the one logged. Fix: fit on augmult_batches(..., multiplicity="
+            f"{multiplicity}), or, for batches of your own holding each example's copies "
+            f"consecutively, tf_tempered.augment.declare_copies(dataset, multiplicity="
+            f"{multiplicity}).")
+    raise ValueError(
+        f"Batches holding {declared} copies of each example (augmult_batches(..., "
+        f"multiplicity={declared})) on a model made private with augmentation_multiplicity="
+        f"{multiplicity}: each example's copies must be clipped together as one (else one "
+        f"example moves the clipped sum by up to {declared}·C against noise for C). Fix: "
+        f"make_private(model, augmentation_multiplicity={declared}).")
 
 
 def tag_dataset(dataset, tag):

@@ -33,7 +33,7 @@ import math
 import warnings
 import weakref
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import accounting, shared_ledgers, update_guard
 from tf_tempered.privacy.fit_data import batch_spec, plan_fit_data
@@ -44,7 +44,8 @@ from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.plan import require_dp_settings
 
 __all__ = ["RunAccount", "EpsilonLog", "private_fit", "record_outside_steps",
-           "record_steps_when_collected", "follow_weights_built_since",
+           "record_steps_when_collected", "record_steps_of_collected_models",
+           "follow_weights_built_since",
            "record_steps_of_ledger", "refuse_train_step_overrides",
            "epsilon_spent", "NO_NOISE_WARNING", "warn_training_metric_monitors"]
 
@@ -110,6 +111,7 @@ def record_steps_of_ledger(model):
     """Records the steps outside fit of ``model`` and of every private model sharing its
     ledger (shared weights: each must report ε for the steps of all; weights built since
     make_private are followed first)."""
+    record_steps_of_collected_models()
     follow_weights_built_since(model)
     for sharing in _sharing(model):
         state = get_state(sharing)
@@ -128,25 +130,28 @@ def follow_weights_built_since(model):
 
 # On a model: [its state], for recording its steps left out of the ledger once it is collected.
 _LEFT_STEPS = "_tf_tempered_left_steps"
+# The states of collected models, recorded at the next read of any ledger (not while the
+# garbage collector runs: it may run inside a graph, where no counter can be read).
+_COLLECTED = []
 
 
 def record_steps_when_collected(model, state):
-    """Records the custom loop steps (DPGradients') not yet in ``model``'s ledger when the
+    """Records the custom loop steps (DPGradients') not yet in ``model``'s ledger once the
     model is collected: a model sharing the ledger may read ε after it is gone."""
     holder = vars(model).get(_LEFT_STEPS)
     if holder is None:
         holder = [state]
         keras_bridge.set_untracked(model, _LEFT_STEPS, holder)
-        weakref.finalize(model, _record_left_steps, holder).atexit = False
+        weakref.finalize(model, _COLLECTED.append, holder).atexit = False
     holder[0] = state
 
 
-def _record_left_steps(holder):
-    state = holder[0]
-    if state.settings is None or state.run is not None:
-        return  # a DP optimizer's σ (left with the model), or a fit's own steps
-    with tf.init_scope():  # collected while a function traces: the counter's value
-        if state.has_unrecorded_steps():
+def record_steps_of_collected_models():
+    """Records the steps of the collected models' custom loops (record_steps_when_collected)."""
+    while _COLLECTED:
+        state = _COLLECTED.pop()[0]
+        # With no settings of its own, its σ was its DP optimizer's, gone with it.
+        if state.settings is not None and state.run is None and state.has_unrecorded_steps():
             state.ledger = shared_ledgers.current(state.ledger)
             record_outside_steps(state, state.settings)
 

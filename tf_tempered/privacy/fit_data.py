@@ -286,7 +286,7 @@ def plan_fit_data(model, state, config, arguments):
         if class_weights.is_poisson_pipeline(x):  # Keras would take its info dict for weights
             x = class_weights.into_poisson_info(x, arguments["class_weight"])
             arguments = dict(arguments, x=x, class_weight=None)
-    _check_copies(state.augmentation_multiplicity, x)
+    data_sampling.refuse_mismatched_copies(state.augmentation_multiplicity, x)
     tag = data_sampling.sampling_of(x) if hasattr(x, "__dict__") else None
     _refuse_poisson_batches_of_one_device(model, x, tag)
     _warn_if_xla_meets_varying_batches(model, state, tag)
@@ -321,35 +321,3 @@ def _warn_if_xla_meets_varying_batches(model, state, tag):
         "step once for every batch size it meets (dozens of sizes; a 2-layer model trained "
         "about 20x slower over 80 steps). Fix: poisson_batches(fixed_size=True), the default, or "
         "compile(jit_compile=False).", UserWarning, stacklevel=5)
-
-
-def _check_copies(multiplicity, x):
-    """Refuses batches whose copies of each example differ from what the model clips as one:
-    K different examples clipped together (microbatches, a larger ε than the one logged),
-    or one example's K copies clipped apart (it moves the clipped sum by K·C)."""
-    declared = data_sampling.copies_of(x) if isinstance(x, tf.data.Dataset) else None
-    if declared is None and isinstance(x, tf.data.Dataset) and data_sampling.copies_below(x):
-        raise ValueError(
-            "Batches made from tf_tempered.augment.augmult_batches by a transformation that "
-            "regroups their rows (an unbatch, a rebatch, ...): an example's copies may no longer "
-            "be consecutive in one batch, so they cannot be clipped together as one example. "
-            "Fix: apply augmult_batches last, to batches (e.g. of poisson_batches), and train "
-            "with make_private(..., augmentation_multiplicity=K).")
-    if (declared or 1) == multiplicity:
-        return
-    if declared is None:
-        raise ValueError(
-            f"augmentation_multiplicity={multiplicity}: the DP step clips each {multiplicity} "
-            "consecutive rows together as one example's copies, but these batches were not "
-            f"made by tf_tempered.augment.augmult_batches(..., multiplicity={multiplicity}): "
-            f"{multiplicity} different examples would be clipped together, a larger ε than "
-            "the one logged. Fix: fit on augmult_batches(..., multiplicity="
-            f"{multiplicity}), or, for batches of your own holding each example's copies "
-            f"consecutively, tf_tempered.augment.declare_copies(dataset, multiplicity="
-            f"{multiplicity}).")
-    raise ValueError(
-        f"Batches holding {declared} copies of each example (augmult_batches(..., "
-        f"multiplicity={declared})) on a model made private with augmentation_multiplicity="
-        f"{multiplicity}: each example's copies must be clipped together as one (else one "
-        f"example moves the clipped sum by up to {declared}·C against noise for C). Fix: "
-        f"make_private(model, augmentation_multiplicity={declared}).")

@@ -47,7 +47,7 @@ Poisson batches (:func:`~tf_tempered.privacy.poisson_batches`) the smaller, ampl
 
 from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import dp_outputs, update_guard
+from tf_tempered.privacy import dp_outputs, shared_ledgers, update_guard
 from tf_tempered.privacy.make_private import make_private, training_overrides_allowed
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.keras_step import dp_gradients
@@ -101,6 +101,7 @@ class DPGradients:
         _refuse_cross_replica_call_on_keras2(self.model)
         _, _, update = dp_gradients(self.model, data, losses=self._losses)
         update_guard.allow_dp_gradient_loops(self.model)  # weights built by this call too
+        shared_ledgers.follow_weights_built_since(self.model)
         metrics = self.state.metrics
         logs = {m.name: m.result() for m in metrics.all()}
         grads = [grad for grad, _ in update]

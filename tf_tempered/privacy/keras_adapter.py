@@ -144,6 +144,7 @@ def _configure_distribution(model):
 def _record_steps_of_others_sharing(state):
     """The custom-loop steps of the other models sharing ``state``'s ledger (not in a fit:
     a fit records its own), into the ledger about to be saved."""
+    fit.record_steps_of_collected_models()
     for other in shared_ledgers.models_sharing(state.ledger):
         other_state = get_state(other)
         if other_state is state or other_state.run is not None or \

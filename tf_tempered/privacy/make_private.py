@@ -27,16 +27,12 @@ logs ε):
 ['delta', 'dp_clipped_fraction', 'dp_grad_norm', 'dp_nonfinite', 'epsilon']
 """
 
-import contextlib
-import contextvars
-import warnings
-
-from tf_tempered._compat import check_same_keras, keras
-from tf_tempered import keras_bridge
 from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording,
                                  save_guard, saving, shared_ledgers, update_guard)
 from tf_tempered.privacy.fit import record_outside_steps, record_steps_when_collected
 from tf_tempered.privacy.ledger import PrivacyLedger
+from tf_tempered.privacy.make_private_checks import (checked_model, training_overrides_allowed,
+                                                     warn_if_trained_without_dp)
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.public_layers import check_public_layers
 from tf_tempered.privacy.settings import model_dp_config, settings_config
@@ -45,10 +41,9 @@ from tf_tempered.privacy.state import (SAMPLINGS, PrivateState, RetiredKey, atta
 from tf_tempered.privacy.step.random_ops import refuse_random_layers
 from tf_tempered.privacy.step.metrics import DPMetrics
 
-__all__ = ["make_private", "is_private", "has_secret_dp_randomness"]
+__all__ = ["make_private", "is_private", "has_secret_dp_randomness",
+           "training_overrides_allowed"]
 
-# True inside training_overrides_allowed() (DPGradients).
-_OVERRIDES_ALLOWED = contextvars.ContextVar("tf_tempered_overrides_allowed", default=False)
 
 
 def is_private(model):
@@ -145,31 +140,6 @@ def _compiled_settings(model):
         return None
 
 
-def _refuse_training_overrides(model):
-    """A model class's own train_step would be silently replaced by the DP step (which
-    takes each example's loss from compile's loss, or a compute_loss override): refused."""
-    owner = keras_bridge.overriding_class(model, "train_step")
-    if owner is not None and not _OVERRIDES_ALLOWED.get():
-        raise TypeError(
-            f"{owner}.train_step would not run: a private model's fit runs the DP step, which "
-            "computes each example's loss from the loss given to compile (or a compute_loss "
-            "override returning one loss per example). Fix: drop the train_step override, or "
-            "train with a loop of your own that takes its gradients from "
-            "tf_tempered.privacy.DPGradients(model, loss, l2_norm_clip=..., "
-            "noise_multiplier=...) (docs/custom_loops.md).")
-
-
-@contextlib.contextmanager
-def training_overrides_allowed():
-    """Within it, make_private prepares a model whose class overrides train_step
-    (DPGradients: the caller's loop calls the DP step; fit still runs the DP step)."""
-    token = _OVERRIDES_ALLOWED.set(True)
-    try:
-        yield
-    finally:
-        _OVERRIDES_ALLOWED.reset(token)
-
-
 def _public_layers(public_layers, model, previous, saved):
     """The layers declared public: given, else kept from before or from the saved model."""
     if public_layers is None:
@@ -226,27 +196,11 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     Layers that mix examples (a trainable BatchNormalization in training mode) are refused
     by the first step (UnsupportedLayerError, a ValueError). Raises ValueError for invalid settings (naming the argument).
     """
-    check_same_keras(model, "make_private's model")
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"make_private expects a keras.Model, got {type(model).__name__}.")
-    _refuse_training_overrides(model)
-    previous = get_state(model)
-    if previous is not None and previous.run is not None:
-        raise RuntimeError(_DURING_FIT)
+    previous = checked_model(model)
     saved = saving.saved_dp(model) if previous is None else None
     if previous is None and saved is None:
-        _warn_if_trained_without_dp(model)
-    kept = previous.settings if previous is not None else _saved_settings(saved)
-    if kept is not None and (l2_norm_clip is None) != (noise_multiplier is None):
-        # One of C and σ given again: the other, and the microbatches, are kept.
-        l2_norm_clip = kept.l2_norm_clip if l2_norm_clip is None else l2_norm_clip
-        noise_multiplier = kept.noise_multiplier if noise_multiplier is None else noise_multiplier
-        if num_microbatches is None:
-            num_microbatches = kept.num_microbatches
-    settings = settings_config(l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
-                               num_microbatches=num_microbatches)
-    if settings is None:
-        settings = kept
+        warn_if_trained_without_dp(model)
+    settings = _settings(previous, saved, l2_norm_clip, noise_multiplier, num_microbatches)
     default_sampling = (previous.sampling if previous is not None
                         else (saved or {}).get("sampling", "poisson"))
     sampling = _choice("sampling", sampling, SAMPLINGS, default_sampling)
@@ -266,6 +220,27 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     state = PrivateState(settings, options, noise, sampling, multiplicity, ledger, metrics,
                          public_layers=_public_layers(public_layers, model, previous, saved),
                          retired_keys=retired_keys)
+    _attach(model, state)
+    return model
+
+
+def _settings(previous, saved, l2_norm_clip, noise_multiplier, num_microbatches):
+    """The DPConfig given, completed by the one kept (an earlier call's, or saved)."""
+    kept = previous.settings if previous is not None else _saved_settings(saved)
+    if kept is not None and (l2_norm_clip is None) != (noise_multiplier is None):
+        # One of C and σ given again: the other, and the microbatches, are kept.
+        l2_norm_clip = kept.l2_norm_clip if l2_norm_clip is None else l2_norm_clip
+        noise_multiplier = kept.noise_multiplier if noise_multiplier is None else noise_multiplier
+        if num_microbatches is None:
+            num_microbatches = kept.num_microbatches
+    settings = settings_config(l2_norm_clip=l2_norm_clip, noise_multiplier=noise_multiplier,
+                               num_microbatches=num_microbatches)
+    return kept if settings is None else settings
+
+
+def _attach(model, state):
+    """Gives ``model`` its new state: its weights tagged (private, under its ledger), the
+    DP engine's methods installed, its optimizer marked."""
     attach_state(model, state)
     saving.release_loaded_variables(model)
     update_guard.tag_private_weights(model)
@@ -276,33 +251,5 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     keras_adapter.install(model)
     keras_adapter.bind_the_step_optimizer(model, state)
     model.train_function = None  # drop a step compiled before this call (old key)
-    return model
 
 
-# Keras' fit loop holds the step it traced; make_private drops it (a new key), and the fit's
-# next batch found none ("'NoneType' object is not callable").
-_DURING_FIT = (
-    "make_private was called on a model during its own fit (from a callback?): the fit "
-    "runs the step it traced with the settings it started with. Fix: change the settings "
-    "between fits, e.g. model.fit(..., epochs=k), then make_private(model, "
-    "noise_multiplier=...), then model.fit(..., initial_epoch=k, epochs=n); ε counts every "
-    "fit.")
-
-
-_TRAINED_BEFORE = (
-    "make_private on a model whose optimizer has already applied {updates} updates without "
-    "DP: ε counts the DP steps from now on only. If those updates used the training data "
-    "the private fit will use, no ε holds for it (fix: start from the weights before that "
-    "training, or a fresh model); if they used public data (pre-training), this is the "
-    "intended use.")
-
-
-def _warn_if_trained_without_dp(model):
-    """Warns when the compiled optimizer has taken steps before the model was private."""
-    iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
-    try:
-        updates = int(iterations.numpy()) if iterations is not None else 0
-    except (AttributeError, TypeError, ValueError):
-        return
-    if updates > 0:
-        warnings.warn(_TRAINED_BEFORE.format(updates=updates), UserWarning, stacklevel=3)

@@ -151,7 +151,8 @@ def instrument(model):
             continue
         # An unbuilt layer may create weights at its first call (Keras 3 builds a
         # Dense's activation layer only then): instrument it too.
-        if (not layer.weights and layer.built
+        # (built first: tf-keras' unbuilt Sequential raises on .weights)
+        if (layer.built and not layer.weights
                 and getattr(layer, "activity_regularizer", None) is None):
             continue
         if not getattr(layer, "_tf_tempered_instrumented", False):

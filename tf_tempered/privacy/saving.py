@@ -220,7 +220,8 @@ PUBLIC_COPY_FIX = (
 
 _REFUSAL_RECOMPILED = (
     "The optimizer {name} would train the weights of a model saved by a private model "
-    "and loaded, whose DP optimizer a new compile replaced: WITHOUT differential privacy, "
+    "and loaded (or copied from one by Keras 3's clone_model, which copies its DP compile), "
+    "whose DP optimizer a new compile replaced: WITHOUT differential privacy, "
     "and without counting its privacy ledger. Fix: call tf_tempered.make_private(model) "
     "(no arguments: the DP settings and ledger saved with it, a fresh secret key), then "
     "fit. " + PUBLIC_COPY_FIX)

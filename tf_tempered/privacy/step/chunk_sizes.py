@@ -91,6 +91,8 @@ def kept_bytes_per_row(model):
     model, a sequence of unknown length)."""
     total = 0
     for layer in model.layers:
+        if not layer.built:  # (tf-keras' unbuilt Sequential raises on its weights)
+            return None
         if not layer.trainable_weights:
             continue
         try:
