@@ -327,8 +327,31 @@ def _in_python(t):
     return out
 
 
+def _running_total_of_slices(t):
+    """The same running total, of one-row slices ``t[i:i + 1]``."""
+    def body(i, total, rows):
+        total = tf.ensure_shape(total + t[i:i + 1], [1, 4])
+        return i + 1, total, rows.write(i, total[0])
+    rows = tf.TensorArray(t.dtype, size=tf.shape(t)[0])
+    _, _, rows = tf.while_loop(lambda i, *_: i < tf.shape(t)[0], body,
+                               (tf.constant(0), tf.zeros_like(t[:1]), rows))
+    return t - rows.stack()
+
+
+def _each_example_gathered_in_a_loop(t):
+    def body(i, rows):
+        return i + 1, rows.write(i, tf.tanh(tf.gather(t, i)))
+    rows = tf.TensorArray(t.dtype, size=tf.shape(t)[0])
+    _, rows = tf.while_loop(lambda i, _: i < tf.shape(t)[0], body, (tf.constant(0), rows))
+    return t + rows.stack()
+
+
 _PICKING_OR_TRANSFORMING = {
     "one_row_subtracted": lambda t: t - t[0],
+    "one_row_by_tf_slice": lambda t: t - tf.slice(t, [0, 0], [1, -1]),
+    "one_row_with_an_ellipsis": lambda t: t - t[0, ...],
+    "a_squeezed_batch_mean": lambda t: t - tf.reduce_mean(tf.squeeze(t[:, :1])),
+    "running_total_of_slices_in_a_while_loop": _running_total_of_slices,
     "one_value_multiplied": lambda t: t * t[0, 0],
     "running_total_in_a_while_loop": _running_total,
     "cumulative_tf_scan": lambda t: tf.scan(lambda total, row: total + row, t),
@@ -339,6 +362,7 @@ _PICKING_OR_TRANSFORMING = {
 _PER_EXAMPLE = {
     "tf_map_fn": lambda t: t + tf.map_fn(lambda row: row * tf.reduce_sum(row), t),
     "a_while_loop_over_the_examples": _each_example_in_a_loop,
+    "tf_gather_in_a_while_loop": _each_example_gathered_in_a_loop,
     "qr_of_each_example": lambda t: tf.reshape(
         tf.linalg.qr(tf.reshape(t, [-1, 2, 2]))[0], [-1, 4]),
 }
@@ -377,9 +401,17 @@ def _picked_row_loss(y_true, y_pred):
         y_true, y_pred - y_pred[0], from_logits=True)
 
 
-# Before: trained silently (the first example's prediction in every example's loss).
-def test_a_loss_using_one_example_s_row_for_all_is_refused():
+def _above_the_batch_mean_loss(y_true, y_pred):
+    """Hard-example mining: each example's crossentropy where it is above the batch's mean."""
+    loss = keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+    return loss * tf.cast(loss > tf.reduce_mean(loss), loss.dtype)
+
+
+# Before: each trained silently (the first example's prediction in every example's loss;
+# the batch's mean crossentropy, from an op the walk did not follow, in every example's).
+@pytest.mark.parametrize("loss", [_picked_row_loss, _above_the_batch_mean_loss])
+def test_a_loss_using_other_examples_rows_is_refused(loss):
     x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
     _assert_refused_before_any_update(
         _centered("none"), x, np.zeros(32), "The per-example losses are computed from",
-        batch_size=8, sampling="poisson", loss=_picked_row_loss)
+        batch_size=8, sampling="poisson", loss=loss)

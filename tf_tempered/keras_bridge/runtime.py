@@ -11,12 +11,20 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TensorFlow runtime facts the engine's path choices depend on, read from TF internals."""
+"""TensorFlow runtime facts the engine's path choices depend on, and static values of a
+traced graph, read from TF internals."""
 
 import functools
 import os
 
-__all__ = ["onednn_enabled"]
+__all__ = ["onednn_enabled", "partial_static_vector"]
+
+
+def partial_static_vector(tensor):
+    """The values of an int vector known while tracing, None for the others (a concat or a
+    stack of constants and run-time values: a slice's begin ``[0, i, 0]``)."""
+    from tensorflow.python.framework import tensor_util  # pylint: disable=import-outside-toplevel
+    return tensor_util.constant_value_as_shape(tensor).as_list()
 
 
 @functools.lru_cache(maxsize=None)

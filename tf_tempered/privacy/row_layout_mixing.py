@@ -143,9 +143,25 @@ def _last_axes(count):
     return rule
 
 
+def _crossentropy(op, layouts):
+    """tf.nn's softmax crossentropy ops ([rows, classes] logits, labels): one loss per
+    row; the examples on the classes' axis are mixed by the softmax."""
+    layout = one_layout(layouts)
+    if not isinstance(layout, int):
+        return layout
+    return MIXED if layout == op.inputs[0].shape.rank - 1 else layout
+
+
 def _opaque(op, layouts):
-    """tf.py_function and tf.numpy_function: what they compute from the rows is not known."""
-    return MIXED
+    """tf.py_function and tf.numpy_function: what they compute from the rows is not known
+    (from one example's rows, in tf.map_fn's body: that example's)."""
+    layout = one_layout(layouts)
+    return layout if layout is PICKED else MIXED
+
+
+def _whole_sum(op, layouts):
+    """tf.nn.l2_loss: one sum over every axis, the batch's (one example's rows: its own)."""
+    return layouts[0] if layouts[0] is PICKED else MIXED
 
 
 def _fused_batch_norm(op, layouts):
@@ -169,7 +185,7 @@ RULES = {
     "ArgMax": _along_one_axis(drops=True), "ArgMin": _along_one_axis(drops=True),
     **{name: _along_one_axis(drops=False) for name in ("Cumsum", "Cumprod",
                                                        "CumulativeLogsumexp")},
-    "Softmax": _last_axis, "LogSoftmax": _last_axis, "L2Loss": lambda op, layouts: MIXED,
+    "Softmax": _last_axis, "LogSoftmax": _last_axis, "L2Loss": _whole_sum,
     "TopKV2": _last_axis, "TopK": _last_axis,  # tf.sort, tf.argsort and top_k, on the last axis
     **{name: _segments for name in ("SegmentSum", "SegmentMean", "SegmentMax", "SegmentMin",
                                      "SegmentProd", "UnsortedSegmentSum", "UnsortedSegmentMax",
@@ -180,7 +196,8 @@ RULES = {
                                    "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2dNative")},
     **{name: _fused_batch_norm for name in ("FusedBatchNorm", "FusedBatchNormV2",
                                             "FusedBatchNormV3")},
-    "NthElement": _last_axis,
+    "NthElement": _last_axis, "SparseSoftmaxCrossEntropyWithLogits": _crossentropy,
+    "SoftmaxCrossEntropyWithLogits": _crossentropy,
     **{name: _last_axes(2) for name in (
         "Qr", "Svd", "MatrixInverse", "Cholesky", "MatrixDeterminant", "LogMatrixDeterminant",
         "SelfAdjointEigV2", "Eig", "MatrixSolve", "MatrixTriangularSolve", "MatrixSolveLs",

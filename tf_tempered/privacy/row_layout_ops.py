@@ -19,6 +19,7 @@ its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
 """
 
 from tf_tempered._compat import tf
+from tf_tempered import keras_bridge
 
 __all__ = ["MIXED", "PICKED", "REARRANGED", "RULES", "UNKNOWN", "normalized_axis",
            "one_layout", "same_axes", "static_values"]
@@ -144,7 +145,11 @@ def _squeeze(op, layouts):
     if not isinstance(layout, int):
         return layout
     axes = [normalized_axis(a, rank) for a in op.get_attr("squeeze_dims")]
-    if not axes or layout in axes:
+    if not axes:  # every axis of length 1: the static ones, if the output's rank says so
+        axes = [a for a, size in enumerate(op.inputs[0].shape.as_list()) if size == 1]
+        if op.outputs[0].shape.rank != rank - len(axes):
+            return UNKNOWN
+    if layout in axes:
         return UNKNOWN
     return layout - sum(a < layout for a in axes)
 
@@ -191,6 +196,8 @@ def _gather(op, layouts):
     axis = static_values(op.inputs[2])[0] if op.type == "GatherV2" else 0
     axis = normalized_axis(axis, op.inputs[0].shape.rank)
     if isinstance(params, int) and params == axis:
+        if op.inputs[1].shape.rank == 0 and indices is None:
+            return PICKED  # one example's rows (tf.gather(x, i) in a loop)
         return REARRANGED  # rows of the batch picked by index (indices of the batch's too)
     if PICKED in (params, indices):
         return one_layout([params, indices])  # picked rows' values, or looked up by them
@@ -242,31 +249,86 @@ def _broadcast(op, layouts):
 
 
 def _slice(op, layouts):
+    """tf.strided_slice (``x[...]``) and tf.slice: the whole batch axis keeps it; one row,
+    or rows from an index known only while the step runs (a loop's ``x[i]``,
+    ``x[i:i + 1]``), are PICKED; a static part of the examples, broadcast against the
+    others (``t - t[:1]``), MIXED."""
     layout = layouts[0]
     if layout is REARRANGED:
         return REARRANGED  # a slice of shifted rows (tf.pad(t, [[1, 0], ...])[:-1])
-    if op.type != "StridedSlice" or not isinstance(layout, int) or op.get_attr("ellipsis_mask"):
+    if not isinstance(layout, int):
         return same_axes(op, layouts)
-    shrunk, new = op.get_attr("shrink_axis_mask"), op.get_attr("new_axis_mask")
-    entries = op.inputs[1].shape[0]  # known while an index is not (a loop's x[i])
-    spec, axis = 0, 0  # the slice's entry for the batch axis: new axes (x[None]) take none
-    while spec < entries and (new >> spec & 1 or axis < layout):
-        axis += not new >> spec & 1
-        spec += 1
-    dropped = bin(shrunk & ((1 << spec) - 1)).count("1")
-    if spec >= entries:  # an axis the slice does not name: whole
-        return layout + bin(new).count("1") - bin(shrunk).count("1")
-    if shrunk >> spec & 1:
+    if op.type == "Slice":
+        return _part(op, layout, _start(op.inputs[1], layout), layout,
+                     lambda: _slice_whole(op, layout))
+    entry, out_axis = _strided_entry(op, layout)
+    if entry is None:  # an axis the slice does not name (or an ellipsis holds): whole
+        return out_axis
+    if op.get_attr("shrink_axis_mask") >> entry & 1:
         return PICKED  # one example's rows (x[0], x[i])
-    if static_at(op.inputs[3], spec) != 1:
+    begin = 0 if op.get_attr("begin_mask") >> entry & 1 else _start(op.inputs[1], entry)
+    if static_at(op.inputs[3], entry) != 1:
         return REARRANGED  # x[::-1]: the examples reversed (or every other one)
-    size = op.inputs[0].shape[layout]
-    whole = ((op.get_attr("begin_mask") >> spec & 1 or static_at(op.inputs[1], spec) == 0)
-             and (op.get_attr("end_mask") >> spec & 1
-                  or (size is not None and static_at(op.inputs[2], spec) >= size)))
-    if not whole:
-        return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
-    return spec - dropped
+    return _part(op, layout, begin, out_axis, lambda: _strided_whole(op, layout, entry))
+
+
+def _start(vector, index):
+    """Element ``index`` of a slice's begin vector, or None when known only while the step
+    runs (also of a vector built by a concat or a stack of static and other values)."""
+    try:
+        return static_at(vector, index)
+    except (TypeError, ValueError, IndexError):
+        try:
+            return keras_bridge.partial_static_vector(vector)[index]
+        except (TypeError, ValueError, IndexError):
+            return None
+
+
+def _part(op, layout, begin, out_axis, whole):
+    """The layout of a slice starting at ``begin`` (None: known only while it runs) on the
+    batch axis; ``whole()``: whether it reaches the batch's end (raises if not known)."""
+    if begin is None:
+        return PICKED  # rows from a loop's index: some examples'
+    if begin == 0:
+        try:
+            return out_axis if whole() else MIXED
+        except (TypeError, ValueError, IndexError):
+            return UNKNOWN  # x[:n], n known only while it runs: all of them, or some
+    return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
+
+
+def _slice_whole(op, layout):
+    size, length = static_at(op.inputs[2], layout), op.inputs[0].shape[layout]
+    return size == -1 or (length is not None and size >= length)
+
+
+def _strided_whole(op, layout, entry):
+    length = op.inputs[0].shape[layout]
+    return bool(op.get_attr("end_mask") >> entry & 1) or (
+        length is not None and static_at(op.inputs[2], entry) >= length)
+
+
+def _strided_entry(op, layout):
+    """(the slice's entry for the batch axis, the output's axis for it) of a StridedSlice;
+    (None, output axis) when no entry names it (past the entries, or in an ellipsis)."""
+    shrunk, new = op.get_attr("shrink_axis_mask"), op.get_attr("new_axis_mask")
+    ellipsis = op.get_attr("ellipsis_mask")
+    entries, rank = op.inputs[1].shape[0], op.inputs[0].shape.rank
+    named = sum(not (new >> j & 1 or ellipsis >> j & 1) for j in range(entries))
+    axis, out_axis = 0, 0  # the input's and the output's axis the next entry stands for
+    for j in range(entries):
+        if ellipsis >> j & 1:
+            covered = rank - named
+            if axis <= layout < axis + covered:
+                return None, out_axis + layout - axis
+            axis, out_axis = axis + covered, out_axis + covered
+        elif new >> j & 1:
+            out_axis += 1
+        elif axis == layout:
+            return j, out_axis
+        else:
+            axis, out_axis = axis + 1, out_axis + (not shrunk >> j & 1)
+    return None, out_axis + layout - axis
 
 
 def _pad(op, layouts):
