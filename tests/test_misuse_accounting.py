@@ -502,21 +502,29 @@ def test_a_shuffle_between_a_repeat_and_the_batch_is_refused():
     assert all(np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
 
 
-# Before: the file of a model sharing its ledger with a DPGradients loop's model left that
-# loop's steps out (a probe: ε 0 loaded for 19.05 spent).
-def test_a_saved_model_counts_the_loop_steps_of_a_model_sharing_its_ledger(tmp_path):
+def _three_loop_steps_on_a_shared_encoder(inputs=True):
+    """(first, second, its DPGradients): a private model and a DPGradients loop's model on
+    one encoder, after 3 loop steps (``inputs=False``: no Input, the loop builds them)."""
     from tf_tempered.privacy import DPGradients
     x, y = _data()
     encoder = keras.layers.Dense(4)
-    first = make_private(keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(3)]),
+    head = [keras.Input((5,))] if inputs else []
+    first = make_private(keras.Sequential([*head, encoder, keras.layers.Dense(3)]),
                          l2_norm_clip=1.0, noise_multiplier=SIGMA)
-    first.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    second = keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(3)])
+    second = keras.Sequential([*head, encoder, keras.layers.Dense(3)])
     step = DPGradients(second, LOSS, l2_norm_clip=1.0, noise_multiplier=SIGMA)
     optimizer = keras.optimizers.SGD(0.1)
     for _ in range(3):
         grads, _ = step(x[:BATCH], y[:BATCH])
         optimizer.apply_gradients(zip(grads, second.trainable_variables))
+    return first, second, step
+
+
+# Before: the file of a model sharing its ledger with a DPGradients loop's model left that
+# loop's steps out (a probe: ε 0 loaded for 19.05 spent).
+def test_a_saved_model_counts_the_loop_steps_of_a_model_sharing_its_ledger(tmp_path):
+    first, _, _ = _three_loop_steps_on_a_shared_encoder()
+    first.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
     first.save(str(tmp_path / "first.keras"))
     loaded = make_private(keras.models.load_model(str(tmp_path / "first.keras")))
     assert epsilon_spent(loaded)[0] == pytest.approx(_rdp(_gaussians(3)))
@@ -540,40 +548,13 @@ def test_models_sharing_a_layer_built_after_make_private_count_the_steps_of_both
 
 
 # Before: a DPGradients loop's steps not yet in the ledger were lost when its model was
-# collected before the ε of a model sharing its ledger was read (ε of 0 steps for 3).
-def test_a_collected_model_s_loop_steps_count_for_a_model_sharing_its_ledger():
-    from tf_tempered.privacy import DPGradients
-    x, y = _data()
-    encoder = keras.layers.Dense(4)
-    first = make_private(keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(3)]),
-                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
-    second = keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(3)])
-    step = DPGradients(second, LOSS, l2_norm_clip=1.0, noise_multiplier=SIGMA)
-    optimizer = keras.optimizers.SGD(0.1)
-    for _ in range(3):
-        grads, _ = step(x[:BATCH], y[:BATCH])
-        optimizer.apply_gradients(zip(grads, second.trainable_variables))
-    del second, step, grads
-    gc.collect()
-    assert epsilon_spent(first)[0] == pytest.approx(_rdp(_gaussians(3)))
-
-
-# Before: an encoder built by a DPGradients loop's first call (no Input) left the loop's steps
-# out of the ledger of another private model on that encoder (ε 0 for 3 steps).
+# collected before the ε of a model sharing its ledger was read (ε of 0 steps for 3); an
+# encoder built by the loop's first call (no Input) left them out even with the loop alive.
+@pytest.mark.parametrize("inputs", [True, False])
 @pytest.mark.parametrize("collected", [False, True])
-def test_a_loop_building_a_shared_encoder_counts_for_the_models_on_it(collected):
-    from tf_tempered.privacy import DPGradients
-    x, y = _data()
-    encoder = keras.layers.Dense(4)
-    first = make_private(keras.Sequential([encoder, keras.layers.Dense(3)]),
-                         l2_norm_clip=1.0, noise_multiplier=SIGMA)
-    second = keras.Sequential([encoder, keras.layers.Dense(3)])
-    step = DPGradients(second, LOSS, l2_norm_clip=1.0, noise_multiplier=SIGMA)
-    optimizer = keras.optimizers.SGD(0.1)
-    for _ in range(3):
-        grads, _ = step(x[:BATCH], y[:BATCH])
-        optimizer.apply_gradients(zip(grads, second.trainable_variables))
+def test_a_loop_s_steps_count_for_a_model_on_its_encoder(inputs, collected):
+    first, second, step = _three_loop_steps_on_a_shared_encoder(inputs)
     if collected:
-        del second, step, grads
+        del second, step
         gc.collect()
     assert epsilon_spent(first)[0] == pytest.approx(_rdp(_gaussians(3)))
