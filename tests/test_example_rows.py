@@ -338,6 +338,23 @@ def _running_total_of_slices(t):
     return t - rows.stack()
 
 
+def _running_total_in_a_tensor_array(t):
+    """Row i: row i plus row i - 1 of the total, read back from the TensorArray it is kept in."""
+    def body(i, rows):
+        return i + 1, rows.write(i, rows.read(i - 1) + t[i])
+    rows = tf.TensorArray(t.dtype, size=tf.shape(t)[0], clear_after_read=False).write(0, t[0])
+    _, rows = tf.while_loop(lambda i, _: i < tf.shape(t)[0], body, (tf.constant(1), rows))
+    return rows.stack()
+
+
+def _next_example_subtracted_in_a_loop(t):
+    def body(i, rows):
+        return i + 1, rows.write(i, t[i] - t[(i + 1) % tf.shape(t)[0]])
+    rows = tf.TensorArray(t.dtype, size=tf.shape(t)[0])
+    _, rows = tf.while_loop(lambda i, _: i < tf.shape(t)[0], body, (tf.constant(0), rows))
+    return rows.stack()
+
+
 def _each_example_gathered_in_a_loop(t):
     def body(i, rows):
         return i + 1, rows.write(i, tf.tanh(tf.gather(t, i)))
@@ -352,6 +369,9 @@ _PICKING_OR_TRANSFORMING = {
     "one_row_with_an_ellipsis": lambda t: t - t[0, ...],
     "a_squeezed_batch_mean": lambda t: t - tf.reduce_mean(tf.squeeze(t[:, :1])),
     "running_total_of_slices_in_a_while_loop": _running_total_of_slices,
+    "running_total_in_a_tensor_array": _running_total_in_a_tensor_array,
+    "the_next_example_subtracted_in_a_loop": _next_example_subtracted_in_a_loop,
+    "the_first_example_subtracted_in_tf_map_fn": lambda t: tf.map_fn(lambda row: row - t[0], t),
     "one_value_multiplied": lambda t: t * t[0, 0],
     "running_total_in_a_while_loop": _running_total,
     "cumulative_tf_scan": lambda t: tf.scan(lambda total, row: total + row, t),
@@ -415,3 +435,20 @@ def test_a_loss_using_other_examples_rows_is_refused(loss):
     _assert_refused_before_any_update(
         _centered("none"), x, np.zeros(32), "The per-example losses are computed from",
         batch_size=8, sampling="poisson", loss=loss)
+
+
+def _category_counts(dtype="float32"):
+    """Keras' CategoryEncoding (multi-hot counts of each example's ids: tf.math.bincount per
+    row, its number of bins from the batch's largest id clipped to num_tokens)."""
+    return keras.Sequential([keras.Input((4,), dtype="int32"),
+                             keras.layers.CategoryEncoding(num_tokens=VOCAB, output_mode="count",
+                                                           dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
+
+
+# Before: refused as values computed from several examples (the bins' number, from the
+# batch's largest id) although each example's counts are its own.
+def test_category_counts_of_each_example_train_with_the_exact_update():
+    rng = np.random.default_rng(5)
+    x, y = rng.integers(0, VOCAB, (6, 4)).astype(np.int32), rng.integers(0, 3, 6)
+    _assert_exact_update(_category_counts, x, y)

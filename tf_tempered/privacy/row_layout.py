@@ -110,6 +110,9 @@ def batch_axis(tensor, sources, memo=None):
                 memo[op] = UNKNOWN
             else:
                 memo[op] = _follow(op, layouts, counted)
+                if isinstance(memo[op], list):  # one layout per output (unstack, split)
+                    memo[(_PER_OUTPUT, op)] = memo[op]
+                    memo[op] = row_layout_functions.join(memo[op])
             if memo[op] is not None and (op.type in _LENGTH_FROM_VALUES
                                          or any(parent in counted for parent in parents)):
                 counted.add(op)
@@ -140,7 +143,15 @@ _IN_FUNCTION = "in a function's graph"
 _PER_OUTPUT = "layouts per output"
 
 
+# Inputs that set an op's output length, not its values: tf.math.bincount's number of bins
+# (Keras' CategoryEncoding: max(minlength, the batch's largest id + 1), clipped to maxlength).
+_LENGTH_INPUTS = {"DenseBincount": 1, "Bincount": 1}
+
+
 def _follow(op, layouts, counted):
+    if op.type in _LENGTH_INPUTS:
+        layouts = [None if i == _LENGTH_INPUTS[op.type] else layout
+                   for i, layout in enumerate(layouts)]
     if all(layout is None for layout in layouts):
         return None
     if op.type in SHAPE_ONLY:  # only the batch's length, unless values decided a length

@@ -53,7 +53,8 @@ A graph that cannot be read (no function of that name in the graph) is UNKNOWN.
 [0, None, MIXED, 0, MIXED, MIXED, REARRANGED, MIXED]
 """
 
-from tf_tempered.privacy.row_layout_ops import MIXED, PICKED, REARRANGED, UNKNOWN
+from tf_tempered.privacy.row_layout_ops import (MIXED, PICKED, REARRANGED, UNKNOWN, Picked,
+                                                is_picked)
 
 __all__ = ["FUNCTIONAL", "join", "output_layouts"]
 
@@ -65,9 +66,13 @@ _MAX_LOOP_ROUNDS = 8  # a join only climbs: None < an axis < UNKNOWN < PICKED < 
 def join(layouts):
     """The layout a tensor has when it may be any of ``layouts`` (module docstring)."""
     found = {layout for layout in layouts if layout is not None}
-    for mark in (MIXED, REARRANGED, PICKED):
+    for mark in (MIXED, REARRANGED):
         if mark in found:
             return mark
+    picks = [layout for layout in found if is_picked(layout)]
+    if picks:  # rows picked by any of these indices
+        keys = [pick.keys for pick in picks]
+        return PICKED if frozenset() in keys else Picked(frozenset().union(*keys))
     if not found:
         return None
     return found.pop() if len(found) == 1 else UNKNOWN
@@ -114,12 +119,12 @@ def _cond(op, layouts, walk):
 
 def _loop(op, layouts, walk):
     body, condition = _graph(op, "body"), _graph(op, "cond")
-    state = [UNKNOWN if layout is PICKED else layout for layout in layouts]
+    state = [UNKNOWN if is_picked(layout) else layout for layout in layouts]
     for _ in range(_MAX_LOOP_ROUNDS):
         found = _through(body, state, walk)
         if found is None or len(found) != len(state):
             return None
-        if PICKED in found:  # rows picked in one iteration, carried to the next
+        if any(map(is_picked, found)):  # rows picked in one iteration, carried to the next
             return [MIXED] * len(state)
         joined = [join(pair) for pair in zip(state, found)]
         if joined == state:

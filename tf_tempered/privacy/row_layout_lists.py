@@ -16,10 +16,10 @@ recurrent loops) move the batch's axis: rules of row_layout's walk.
 
 A list's layout is that of the tensor it stacks to: ``TensorListFromTensor(x)`` of x with
 the examples on axis 1 (time-major steps) holds them on axis 0 of each item; a list of the
-examples themselves (axis 0, tf.map_fn's) gives one example's rows per item, PICKED. An item
-of picked rows written back (tf.map_fn's per-example results) claims nothing: the loop that
-wrote it decides (row_layout_functions: a loop carrying picked rows from one iteration to
-the next, a running total over the examples, mixes them).
+examples themselves (axis 0, tf.map_fn's) gives one example's rows per item, PICKED (by the
+index read). Items of picked rows written back (tf.map_fn's per-example results) make a list
+of picks: read back at another index, they are that index's rows (a running total kept in
+the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they claim nothing.
 
 >>> import tensorflow as tf
 >>> from tf_tempered.privacy import row_layout
@@ -35,9 +35,13 @@ the next, a running total over the examples, mixes them).
 [0, PICKED, 1]
 """
 
-from tf_tempered.privacy.row_layout_ops import PICKED, UNKNOWN
+from tf_tempered.privacy.row_layout_ops import UNKNOWN, _Mark, is_picked, picked_at
 
-__all__ = ["RULES", "SHAPE_ONLY"]
+__all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY"]
+
+# A list whose items are rows picked by their index (tf.map_fn's results, a loop writing each
+# example's row): read back, an item is the rows picked by the index it is read at.
+LISTED_PICKS = _Mark("LISTED_PICKS")
 
 # List ops that read a list's length or its items' shape, not their values.
 SHAPE_ONLY = frozenset({"TensorListLength", "TensorListElementShape"})
@@ -47,12 +51,16 @@ def _from_tensor(op, layouts):
     return layouts[0]
 
 
+def _stack(op, layouts):
+    return UNKNOWN if layouts[0] is LISTED_PICKS else layouts[0]
+
+
 def _get_item(op, layouts):
     listed, index = layouts[0], layouts[1]
     if index is not None:
         return UNKNOWN  # an item chosen by the batch's values
-    if listed == 0:
-        return PICKED
+    if listed == 0 or listed is LISTED_PICKS:
+        return picked_at(op.inputs[1])
     return listed - 1 if isinstance(listed, int) else listed
 
 
@@ -64,8 +72,8 @@ def _set_item(item_input):
             return UNKNOWN  # written where the batch's values say
         if item is None:
             return listed
-        if item is PICKED:
-            return UNKNOWN
+        if is_picked(item):
+            return LISTED_PICKS if listed is None or listed is LISTED_PICKS else UNKNOWN
         if not isinstance(item, int):
             return item
         return item + 1 if listed in (None, item + 1) else UNKNOWN
@@ -74,4 +82,4 @@ def _set_item(item_input):
 
 RULES = {"TensorListFromTensor": _from_tensor, "TensorListGetItem": _get_item,
          "TensorListSetItem": _set_item(2), "TensorListPushBack": _set_item(1),
-         "TensorListStack": _from_tensor}
+         "TensorListStack": _stack}

@@ -17,7 +17,7 @@ pair two examples, batch normalization in training mode, linear algebra and Four
 transforms over it, and Python functions (whose work is not known) on the batch's data
 (rules of row_layout's walk)."""
 
-from tf_tempered.privacy.row_layout_ops import (MIXED, PICKED, UNKNOWN, normalized_axis,
+from tf_tempered.privacy.row_layout_ops import (MIXED, UNKNOWN, is_picked, normalized_axis,
                                                 one_layout, same_axes, static_values)
 
 __all__ = ["RULES"]
@@ -139,7 +139,7 @@ def _last_axes(count):
             if isinstance(layout, int) and layout >= tensor.shape.rank - count:
                 return MIXED
         layout = one_layout(layouts)
-        return layout if isinstance(layout, int) or layout is PICKED else UNKNOWN
+        return layout if isinstance(layout, int) or is_picked(layout) else UNKNOWN
     return rule
 
 
@@ -152,16 +152,25 @@ def _crossentropy(op, layouts):
     return MIXED if layout == op.inputs[0].shape.rank - 1 else layout
 
 
+def _bincount(op, layouts):
+    """tf.math.bincount: per row of a [rows, n] input (``axis=-1``), else over every entry
+    (the batch's counts together)."""
+    layout = layouts[0]
+    if not isinstance(layout, int):
+        return layout
+    return 0 if layout == 0 and op.inputs[0].shape.rank == 2 else MIXED
+
+
 def _opaque(op, layouts):
     """tf.py_function and tf.numpy_function: what they compute from the rows is not known
     (from one example's rows, in tf.map_fn's body: that example's)."""
     layout = one_layout(layouts)
-    return layout if layout is PICKED else MIXED
+    return layout if is_picked(layout) else MIXED
 
 
 def _whole_sum(op, layouts):
     """tf.nn.l2_loss: one sum over every axis, the batch's (one example's rows: its own)."""
-    return layouts[0] if layouts[0] is PICKED else MIXED
+    return layouts[0] if is_picked(layouts[0]) else MIXED
 
 
 def _fused_batch_norm(op, layouts):
@@ -196,7 +205,8 @@ RULES = {
                                    "Conv1D", "Conv2D", "Conv3D", "DepthwiseConv2dNative")},
     **{name: _fused_batch_norm for name in ("FusedBatchNorm", "FusedBatchNormV2",
                                             "FusedBatchNormV3")},
-    "NthElement": _last_axis, "SparseSoftmaxCrossEntropyWithLogits": _crossentropy,
+    "NthElement": _last_axis, "DenseBincount": _bincount, "Bincount": _bincount,
+    "SparseSoftmaxCrossEntropyWithLogits": _crossentropy,
     "SoftmaxCrossEntropyWithLogits": _crossentropy,
     **{name: _last_axes(2) for name in (
         "Qr", "Svd", "MatrixInverse", "Cholesky", "MatrixDeterminant", "LogMatrixDeterminant",

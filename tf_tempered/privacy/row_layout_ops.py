@@ -21,8 +21,8 @@ its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 
-__all__ = ["MIXED", "PICKED", "REARRANGED", "RULES", "UNKNOWN", "normalized_axis",
-           "one_layout", "same_axes", "static_values"]
+__all__ = ["MIXED", "PICKED", "REARRANGED", "RULES", "UNKNOWN", "Picked", "is_picked",
+           "picked_at", "normalized_axis", "one_layout", "same_axes", "static_values"]
 
 
 class _Mark:
@@ -36,20 +36,56 @@ class _Mark:
 REARRANGED = _Mark("REARRANGED")
 MIXED = _Mark("MIXED")
 UNKNOWN = _Mark("UNKNOWN")
-# Rows of one (or some) of the batch's examples, picked by an index: x[0], tf.unstack(x)[i],
-# a loop's x[i]. Combined with the batch, every example sees the picked one's data: MIXED.
-PICKED = _Mark("PICKED")
+class Picked(_Mark):
+    """Rows of one (or some) of the batch's examples, picked by an index: x[0],
+    tf.unstack(x)[i], a loop's x[i]. ``keys``: which ones (static indices, or the tensors
+    holding them); none known: any. Combined with the batch's rows, or with rows picked by
+    another index, examples see each other's data: MIXED."""
+
+    def __init__(self, keys=()):
+        super().__init__("PICKED")
+        self.keys = frozenset(keys)
+
+    def __eq__(self, other):
+        return isinstance(other, Picked) and other.keys == self.keys
+
+    def __hash__(self):
+        return hash(self.keys)
+
+
+PICKED = Picked()
+
+
+def is_picked(layout):
+    return isinstance(layout, Picked)
+
+
+def picked_at(vector, index=None):
+    """The rows picked by element ``index`` of ``vector`` (a slice's begin; ``index`` None:
+    ``vector`` is the index), keyed by its static value or the tensor holding it."""
+    try:
+        value = static_values(vector)
+        return Picked({("index", value[0 if index is None else index])})
+    except (TypeError, ValueError, IndexError):
+        pass
+    if index is not None and vector.op.type == "Pack":
+        vector, index = vector.op.inputs[index], None
+    return Picked({("tensor", id(vector.graph), vector.name, index)})
 
 
 def one_layout(layouts):
     """The one layout of the batch-dependent inputs: MIXED for picked rows with the batch's
-    (t - t[0]), REARRANGED if one is, PICKED if one is, else UNKNOWN when they disagree."""
+    (t - t[0]) or with rows picked by another index (a loop's t[i] - t[i - 1]), REARRANGED
+    if one is, the picked rows if any, else UNKNOWN when they disagree."""
     found = {layout for layout in layouts if layout is not None}
-    if PICKED in found and (REARRANGED in found or any(isinstance(f, int) for f in found)):
+    picks = {layout.keys for layout in found if is_picked(layout)} - {frozenset()}
+    if any(is_picked(f) for f in found) and (
+            REARRANGED in found or any(isinstance(f, int) for f in found) or len(picks) > 1):
         return MIXED
-    for mark in (REARRANGED, PICKED):
-        if mark in found:
-            return mark
+    if REARRANGED in found:
+        return REARRANGED
+    if any(is_picked(f) for f in found):
+        return Picked(picks.pop()) if picks else PICKED
     return found.pop() if len(found) == 1 else UNKNOWN
 
 
@@ -102,9 +138,9 @@ def _transpose(op, layouts):
 
 def _concat(op, layouts):
     values, rank = layouts[:-1], op.outputs[0].shape.rank
+    if _all_picked(values) and normalized_axis(static_values(op.inputs[-1])[0], rank) == 0:
+        return UNKNOWN
     layout = one_layout(values)
-    if layout is PICKED:
-        return UNKNOWN  # the examples' rows put together again (a loop over them): in order?
     if not isinstance(layout, int):
         return layout
     if len(values) > 1 and normalized_axis(static_values(op.inputs[-1])[0], rank) == layout:
@@ -112,10 +148,18 @@ def _concat(op, layouts):
     return layout
 
 
+def _all_picked(layouts):
+    """Rows picked by their indices only (put together on the first axis, tf.stack([f(e)
+    for e in tf.unstack(x)]): in order or not, nothing is claimed; on another axis, rows of
+    different examples side by side are MIXED)."""
+    found = [layout for layout in layouts if layout is not None]
+    return bool(found) and all(map(is_picked, found))
+
+
 def _pack(op, layouts):
+    if _all_picked(layouts) and op.get_attr("axis") == 0:
+        return UNKNOWN
     layout = one_layout(layouts)
-    if layout is PICKED:
-        return UNKNOWN  # tf.stack([f(e) for e in tf.unstack(x)]): not claimed either way
     if not isinstance(layout, int):
         return layout
     axis = normalized_axis(op.get_attr("axis"), op.outputs[0].shape.rank)
@@ -125,10 +169,10 @@ def _pack(op, layouts):
 def _unpack(op, layouts):
     layout = layouts[0]
     if not isinstance(layout, int):
-        return PICKED if layout is PICKED else UNKNOWN
+        return layout if is_picked(layout) else UNKNOWN
     axis = normalized_axis(op.get_attr("axis"), op.inputs[0].shape.rank)
-    if axis == layout:
-        return PICKED  # one example per output (stacked again, they claim nothing)
+    if axis == layout:  # one example per output (stacked again, they claim nothing)
+        return [Picked({("index", k)}) for k in range(len(op.outputs))]
     return layout - 1 if axis < layout else layout
 
 
@@ -197,9 +241,9 @@ def _gather(op, layouts):
     axis = normalized_axis(axis, op.inputs[0].shape.rank)
     if isinstance(params, int) and params == axis:
         if op.inputs[1].shape.rank == 0 and indices is None:
-            return PICKED  # one example's rows (tf.gather(x, i) in a loop)
+            return picked_at(op.inputs[1])  # one example's rows (tf.gather(x, i) in a loop)
         return REARRANGED  # rows of the batch picked by index (indices of the batch's too)
-    if PICKED in (params, indices):
+    if is_picked(params) or is_picked(indices):
         return one_layout([params, indices])  # picked rows' values, or looked up by them
     if params is REARRANGED or indices is REARRANGED or (params is not None
                                                          and indices is not None):
@@ -210,16 +254,18 @@ def _gather(op, layouts):
 
 
 def _resource_gather(op, layouts):
-    return layouts[1] if isinstance(layouts[1], int) or layouts[1] is PICKED else UNKNOWN
+    return layouts[1] if isinstance(layouts[1], int) or is_picked(layouts[1]) else UNKNOWN
 
 
 def _split(op, layouts):
     value, axis_input = (1, 0) if op.type == "Split" else (0, 2)
     layout = layouts[value]
     if not isinstance(layout, int):
-        return PICKED if layout is PICKED else UNKNOWN  # a concatenation's parts given back
+        return layout if is_picked(layout) else UNKNOWN  # a concatenation's parts given back
     axis = normalized_axis(static_values(op.inputs[axis_input])[0], op.inputs[value].shape.rank)
-    return PICKED if axis == layout else layout  # some examples' rows in each part
+    if axis != layout:
+        return layout
+    return [Picked({("part", k, len(op.outputs))}) for k in range(len(op.outputs))]
 
 
 def _unknown(op, layouts):
@@ -243,7 +289,7 @@ def _broadcast(op, layouts):
     marks = {layout for layout in layouts if layout is not None and not isinstance(layout, int)}
     axes = {layout + rank - t.shape.rank for t, layout in zip(op.inputs, layouts)
             if isinstance(layout, int) and rank is not None and t.shape.rank is not None}
-    if len(axes) > 1 or axes and (REARRANGED in marks or PICKED in marks):
+    if len(axes) > 1 or axes and (REARRANGED in marks or any(map(is_picked, marks))):
         return MIXED
     return same_axes(op, layouts)
 
@@ -259,17 +305,17 @@ def _slice(op, layouts):
     if not isinstance(layout, int):
         return same_axes(op, layouts)
     if op.type == "Slice":
-        return _part(op, layout, _start(op.inputs[1], layout), layout,
+        return _part(op, (_start(op.inputs[1], layout), layout), layout,
                      lambda: _slice_whole(op, layout))
     entry, out_axis = _strided_entry(op, layout)
     if entry is None:  # an axis the slice does not name (or an ellipsis holds): whole
         return out_axis
     if op.get_attr("shrink_axis_mask") >> entry & 1:
-        return PICKED  # one example's rows (x[0], x[i])
+        return picked_at(op.inputs[1], entry)  # one example's rows (x[0], x[i])
     begin = 0 if op.get_attr("begin_mask") >> entry & 1 else _start(op.inputs[1], entry)
     if static_at(op.inputs[3], entry) != 1:
         return REARRANGED  # x[::-1]: the examples reversed (or every other one)
-    return _part(op, layout, begin, out_axis, lambda: _strided_whole(op, layout, entry))
+    return _part(op, (begin, entry), out_axis, lambda: _strided_whole(op, layout, entry))
 
 
 def _start(vector, index):
@@ -284,11 +330,13 @@ def _start(vector, index):
             return None
 
 
-def _part(op, layout, begin, out_axis, whole):
-    """The layout of a slice starting at ``begin`` (None: known only while it runs) on the
-    batch axis; ``whole()``: whether it reaches the batch's end (raises if not known)."""
+def _part(op, start, out_axis, whole):
+    """The layout of a slice on the batch axis; ``start``: (its begin, None when known only
+    while it runs; that begin's entry in the begin vector); ``whole()``: whether it reaches
+    the batch's end (raises if not known)."""
+    begin, entry = start
     if begin is None:
-        return PICKED  # rows from a loop's index: some examples'
+        return picked_at(op.inputs[1], entry)  # rows from a loop's index: some examples'
     if begin == 0:
         try:
             return out_axis if whole() else MIXED
@@ -341,7 +389,7 @@ def _pad(op, layouts):
 
 def _values_unread(op, layouts):
     """tf.zeros_like, tf.ones_like: picked rows' shape is read, not their values."""
-    return None if layouts[0] is PICKED else same_axes(op, layouts)
+    return None if is_picked(layouts[0]) else same_axes(op, layouts)
 
 
 def _shuffle(op, layouts):
