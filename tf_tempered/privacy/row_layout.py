@@ -35,8 +35,9 @@ whose inputs are checked themselves) through the graph:
   not follow (a scatter, a gather_nd): nothing is claimed.
 
 Loops, conds and nested tf.functions are followed into their graphs
-(:mod:`tf_tempered.privacy.row_layout_functions`), and TensorLists (tf.TensorArray,
-:mod:`tf_tempered.privacy.row_layout_lists`).
+(:mod:`tf_tempered.privacy.row_layout_functions`), TensorLists (tf.TensorArray,
+:mod:`tf_tempered.privacy.row_layout_lists`) and slices
+(:mod:`tf_tempered.privacy.row_layout_slices`).
 
 Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
 ``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
@@ -69,14 +70,15 @@ stays.
 """
 
 from tf_tempered.privacy import (row_layout_functions, row_layout_lists, row_layout_mixing,
-                                 row_layout_ops)
+                                 row_layout_ops, row_layout_slices)
 from tf_tempered.privacy.row_layout_ops import MIXED, PICKED, REARRANGED, UNKNOWN
 
 __all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis"]
 
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
 SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"}) | row_layout_lists.SHAPE_ONLY
-_RULES = {**row_layout_ops.RULES, **row_layout_mixing.RULES, **row_layout_lists.RULES}
+_RULES = {**row_layout_ops.RULES, **row_layout_slices.RULES, **row_layout_mixing.RULES,
+          **row_layout_lists.RULES}
 # Ops whose output's length is decided by values: a shape read after them is a count of the
 # batch's data (tf.shape(tf.where(y > 0))[0], the positives of the batch).
 _LENGTH_FROM_VALUES = frozenset({"Where", "Unique", "UniqueV2", "UniqueWithCounts",

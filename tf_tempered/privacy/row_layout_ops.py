@@ -19,7 +19,6 @@ its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
 """
 
 from tf_tempered._compat import tf
-from tf_tempered import keras_bridge
 
 __all__ = ["MIXED", "PICKED", "REARRANGED", "RULES", "UNKNOWN", "Picked", "is_picked",
            "picked_at", "normalized_axis", "one_layout", "same_axes", "static_values"]
@@ -294,91 +293,6 @@ def _broadcast(op, layouts):
     return same_axes(op, layouts)
 
 
-def _slice(op, layouts):
-    """tf.strided_slice (``x[...]``) and tf.slice: the whole batch axis keeps it; one row,
-    or rows from an index known only while the step runs (a loop's ``x[i]``,
-    ``x[i:i + 1]``), are PICKED; a static part of the examples, broadcast against the
-    others (``t - t[:1]``), MIXED."""
-    layout = layouts[0]
-    if layout is REARRANGED:
-        return REARRANGED  # a slice of shifted rows (tf.pad(t, [[1, 0], ...])[:-1])
-    if not isinstance(layout, int):
-        return same_axes(op, layouts)
-    if op.type == "Slice":
-        return _part(op, (_start(op.inputs[1], layout), layout), layout,
-                     lambda: _slice_whole(op, layout))
-    entry, out_axis = _strided_entry(op, layout)
-    if entry is None:  # an axis the slice does not name (or an ellipsis holds): whole
-        return out_axis
-    if op.get_attr("shrink_axis_mask") >> entry & 1:
-        return picked_at(op.inputs[1], entry)  # one example's rows (x[0], x[i])
-    begin = 0 if op.get_attr("begin_mask") >> entry & 1 else _start(op.inputs[1], entry)
-    if static_at(op.inputs[3], entry) != 1:
-        return REARRANGED  # x[::-1]: the examples reversed (or every other one)
-    return _part(op, (begin, entry), out_axis, lambda: _strided_whole(op, layout, entry))
-
-
-def _start(vector, index):
-    """Element ``index`` of a slice's begin vector, or None when known only while the step
-    runs (also of a vector built by a concat or a stack of static and other values)."""
-    try:
-        return static_at(vector, index)
-    except (TypeError, ValueError, IndexError):
-        try:
-            return keras_bridge.partial_static_vector(vector)[index]
-        except (TypeError, ValueError, IndexError):
-            return None
-
-
-def _part(op, start, out_axis, whole):
-    """The layout of a slice on the batch axis; ``start``: (its begin, None when known only
-    while it runs; that begin's entry in the begin vector); ``whole()``: whether it reaches
-    the batch's end (raises if not known)."""
-    begin, entry = start
-    if begin is None:
-        return picked_at(op.inputs[1], entry)  # rows from a loop's index: some examples'
-    if begin == 0:
-        try:
-            return out_axis if whole() else MIXED
-        except (TypeError, ValueError, IndexError):
-            return UNKNOWN  # x[:n], n known only while it runs: all of them, or some
-    return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
-
-
-def _slice_whole(op, layout):
-    size, length = static_at(op.inputs[2], layout), op.inputs[0].shape[layout]
-    return size == -1 or (length is not None and size >= length)
-
-
-def _strided_whole(op, layout, entry):
-    length = op.inputs[0].shape[layout]
-    return bool(op.get_attr("end_mask") >> entry & 1) or (
-        length is not None and static_at(op.inputs[2], entry) >= length)
-
-
-def _strided_entry(op, layout):
-    """(the slice's entry for the batch axis, the output's axis for it) of a StridedSlice;
-    (None, output axis) when no entry names it (past the entries, or in an ellipsis)."""
-    shrunk, new = op.get_attr("shrink_axis_mask"), op.get_attr("new_axis_mask")
-    ellipsis = op.get_attr("ellipsis_mask")
-    entries, rank = op.inputs[1].shape[0], op.inputs[0].shape.rank
-    named = sum(not (new >> j & 1 or ellipsis >> j & 1) for j in range(entries))
-    axis, out_axis = 0, 0  # the input's and the output's axis the next entry stands for
-    for j in range(entries):
-        if ellipsis >> j & 1:
-            covered = rank - named
-            if axis <= layout < axis + covered:
-                return None, out_axis + layout - axis
-            axis, out_axis = axis + covered, out_axis + covered
-        elif new >> j & 1:
-            out_axis += 1
-        elif axis == layout:
-            return j, out_axis
-        else:
-            axis, out_axis = axis + 1, out_axis + (not shrunk >> j & 1)
-    return None, out_axis + layout - axis
-
-
 def _pad(op, layouts):
     layout = layouts[0]
     if not isinstance(layout, int):
@@ -401,7 +315,7 @@ RULES = {
     "ExpandDims": _expand_dims, "Squeeze": _squeeze, "Reshape": _reshape,
     "ReverseV2": _on_batch_axis(1), "Roll": _on_batch_axis(2), "Tile": _tile,
     "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
-    "Split": _split, "SplitV": _split, "Slice": _slice, "StridedSlice": _slice,
+    "Split": _split, "SplitV": _split,
     "Pad": _pad, "PadV2": _pad, "MirrorPad": _pad, "RandomShuffle": _shuffle,
     "ZerosLike": _values_unread, "OnesLike": _values_unread,
     **{name: _broadcast for name in _BROADCASTING},
