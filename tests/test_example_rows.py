@@ -363,6 +363,33 @@ def _each_example_gathered_in_a_loop(t):
     return t + rows.stack()
 
 
+def _centred_on_axis_0(t):
+    return t - tf.reduce_mean(t, axis=0)
+
+
+def _each_row_restacked(t, function, order=slice(None)):
+    """tf.stack([function(row) for row in tf.unstack(t)[order]]) when the batch's length is
+    known (a traced step), else t (Keras' symbolic call while building the model)."""
+    if t.shape[0] is None:
+        return t
+    return tf.stack([function(row) for row in tf.unstack(t)[order]])
+
+
+def _loop_run_as_long_as_one_example_says(t):
+    """Halves every row while the first example's first value is above 1."""
+    return tf.while_loop(lambda rows: rows[0, 0] > 1.0, lambda rows: [rows / 2.0], [t])[0]
+
+
+def _next_example_written_in_a_tensor_array(t):
+    """Row i: example i + 1's row (rows shifted by one, the last wrapping round)."""
+    n = tf.shape(t)[0]
+    def body(i, rows):
+        return i + 1, rows.write(i, t[(i + 1) % n])
+    _, rows = tf.while_loop(lambda i, _: i < n, body,
+                            (tf.constant(0), tf.TensorArray(t.dtype, size=n)))
+    return tf.reshape(rows.stack(), tf.shape(t))
+
+
 _PICKING_OR_TRANSFORMING = {
     "one_row_subtracted": lambda t: t - t[0],
     "one_row_by_tf_slice": lambda t: t - tf.slice(t, [0, 0], [1, -1]),
@@ -378,6 +405,22 @@ _PICKING_OR_TRANSFORMING = {
     "qr_over_the_examples": lambda t: tf.reshape(tf.linalg.qr(t)[0], [-1, 4]),
     "fourier_over_the_examples": _fourier_over_the_examples,
     "py_function": _in_python,
+    "a_branch_chosen_by_one_example": lambda t: tf.cond(t[0, 0] > 0, lambda: t * 2.0,
+                                                        lambda: t),
+    "a_loop_run_as_long_as_one_example_says": _loop_run_as_long_as_one_example_says,
+    "a_gather_nd_of_the_rows_centred": lambda t: _centred_on_axis_0(
+        tf.gather_nd(t, tf.range(tf.shape(t)[0])[:, None])),
+    "a_scatter_of_the_rows_centred": lambda t: _centred_on_axis_0(
+        tf.scatter_nd(tf.range(tf.shape(t)[0])[:, None], t, tf.shape(t))),
+    "rows_unstacked_and_stacked_again_centred": lambda t: _centred_on_axis_0(
+        _each_row_restacked(t, lambda row: row * 2.0)),
+}
+_REARRANGING = {
+    "rows_unstacked_and_stacked_in_reverse": lambda t: _each_row_restacked(
+        t, lambda row: row, order=slice(None, None, -1)),
+    "one_row_scattered_over_another": lambda t: tf.tensor_scatter_nd_update(t, [[0]], [t[1]]),
+    "the_next_example_written_in_a_tensor_array": _next_example_written_in_a_tensor_array,
+    "tf_split_halves_swapped": lambda t: tf.concat(tf.split(t, 2)[::-1], 0),
 }
 _PER_EXAMPLE = {
     "tf_map_fn": lambda t: t + tf.map_fn(lambda row: row * tf.reduce_sum(row), t),
@@ -385,6 +428,14 @@ _PER_EXAMPLE = {
     "tf_gather_in_a_while_loop": _each_example_gathered_in_a_loop,
     "qr_of_each_example": lambda t: tf.reshape(
         tf.linalg.qr(tf.reshape(t, [-1, 2, 2]))[0], [-1, 4]),
+    # (The three below trained before too: kept training, each example's rows followed.)
+    "a_branch_chosen_by_each_example_in_tf_map_fn": lambda t: tf.map_fn(
+        lambda row: tf.cond(row[0] > 0, lambda: row * 2.0, lambda: row - 1.0), t),
+    "rows_unstacked_and_stacked_again_in_order": lambda t: _each_row_restacked(
+        t, lambda row: row * tf.reduce_sum(row)),
+    "tf_map_fn_over_positions_gathering_each_row": lambda t: tf.map_fn(
+        lambda i: tf.gather(t, i) * 2.0, tf.range(tf.shape(t)[0]),
+        fn_output_signature=t.dtype),
 }
 
 
@@ -397,7 +448,8 @@ def _dense_lambda_dense(function, dtype="float32"):
 
 # Before: each trained silently, every example's gradient depending on others' rows (the walk
 # claimed nothing for a row taken by an index, a loop's rows, a scan, and took a QR, an FFT
-# or a Python function over the batch's axis for per-example work).
+# or a Python function over the batch's axis for per-example work; a cond or loop decided by
+# one example's value, a gather_nd, a scatter or an unstack-and-stack claimed nothing after).
 @pytest.mark.parametrize("what", sorted(_PICKING_OR_TRANSFORMING))
 def test_rows_picked_by_an_index_or_transformed_over_the_batch_are_refused(what):
     x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
@@ -405,6 +457,17 @@ def test_rows_picked_by_an_index_or_transformed_over_the_batch_are_refused(what)
         _dense_lambda_dense(_PICKING_OR_TRANSFORMING[what]), x, np.zeros(32),
         r"Layer 'dense_\d+' \(Dense\) is called on values computed from several examples",
         batch_size=8, sampling="poisson")
+
+
+# Before: each trained silently (a stack, a scatter or a TensorArray write of rows in
+# another order, and tf.split's halves swapped, claimed nothing).
+@pytest.mark.parametrize("what", sorted(_REARRANGING))
+def test_rows_put_in_another_order_are_refused(what):
+    x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
+    _assert_refused_before_any_update(
+        _dense_lambda_dense(_REARRANGING[what]), x, np.zeros(32),
+        r"Layer 'dense_\d+' \(Dense\) is called on rows of the batch's examples rearranged",
+        batch_size=8)
 
 
 @pytest.mark.parametrize("what", sorted(_PER_EXAMPLE))
@@ -435,6 +498,33 @@ def test_a_loss_using_other_examples_rows_is_refused(loss):
     _assert_refused_before_any_update(
         _centered("none"), x, np.zeros(32), "The per-example losses are computed from",
         batch_size=8, sampling="poisson", loss=loss)
+
+
+def _label_picked_by_gather_nd(y_true, y_pred):
+    labels = tf.cast(tf.reshape(y_true, [-1]), tf.int32)
+    positions = tf.stack([tf.range(tf.shape(labels)[0]), labels], 1)
+    return -tf.gather_nd(tf.nn.log_softmax(y_pred), positions)
+
+
+def _label_picked_by_gather_nd_of_batch_dims(y_true, y_pred):
+    labels = tf.cast(tf.reshape(y_true, [-1, 1]), tf.int32)
+    return -tf.gather_nd(tf.nn.log_softmax(y_pred), labels, batch_dims=1)
+
+
+# Trained before too (gather_nd claimed nothing); now followed as each example's own rows.
+@pytest.mark.parametrize("loss", [_label_picked_by_gather_nd,
+                                  _label_picked_by_gather_nd_of_batch_dims])
+def test_a_loss_picking_each_example_s_label_by_gather_nd_trains_exactly(loss):
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
+    build = lambda dtype="float32": _dense_lambda_dense(tf.identity, dtype)
+    weights = build().get_weights()
+    norms, reference = per_example_reference(build, weights, x, y, _sparse_crossentropy_mean)
+    clip = median_clip(norms)
+    model = build()
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip, loss=loss)
+    assert_update(ours, reference(clip))
 
 
 def _category_counts(dtype="float32"):

@@ -22,7 +22,7 @@ import pytest
 
 from dp_reference import assert_update, engine_update, median_clip, per_example_reference
 from tf_tempered._compat import keras, tf
-from tf_tempered.privacy import layer_paths, make_private
+from tf_tempered.privacy import UnsupportedLayerError, layer_paths, make_private
 
 pytestmark = pytest.mark.filterwarnings("ignore:noise_multiplier=0")
 
@@ -361,3 +361,50 @@ def test_float8_training_is_refused_with_the_fix():
         engine_update(model, x, y, clip=1.0, loss=LOSS)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+class _EightRowsAtATime(keras.layers.Layer):
+    """A call written for a batch of exactly 8 rows (tf.unstack with a fixed count)."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 3), name="w")
+
+    def call(self, x):
+        return tf.stack([tf.matmul(row[None], self.w)[0] for row in tf.unstack(x, num=8)])
+
+
+class _KerasScan(keras.layers.Layer):
+    """A recurrence over time by keras.ops.scan (TF's vectorization fails on it)."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 3), name="w")
+
+    def call(self, x):
+        def step(h, x_t):
+            h = tf.tanh(tf.matmul(x_t, self.w) + h)
+            return h, h
+        steps = tf.transpose(x, [1, 0, 2])
+        last, _ = keras.ops.scan(step, tf.zeros([tf.shape(x)[0], 3]), steps)
+        return last
+
+
+_FAILING_ON_ONE_EXAMPLE = {"a_fixed_count_of_rows": (_EightRowsAtATime, (4,))}
+if hasattr(getattr(keras, "ops", None), "scan"):  # Keras 3
+    _FAILING_ON_ONE_EXAMPLE["keras_ops_scan"] = (_KerasScan, (5, 4))
+
+
+# Before: TF's errors from inside the per-example VJP ("Dimension must be 8 but is 1",
+# "`dtype` <dtype: 'variant'> is not compatible with 0 of dtype int64"), naming no fix.
+@pytest.mark.parametrize("case", sorted(_FAILING_ON_ONE_EXAMPLE))
+def test_a_layer_whose_call_fails_on_one_example_is_refused_naming_the_fix(case):
+    layer, shape = _FAILING_ON_ONE_EXAMPLE[case]
+    model = keras.Sequential([keras.Input(shape), layer(), keras.layers.Flatten(),
+                              keras.layers.Dense(3)])
+    x = np.random.default_rng(8).normal(size=(16,) + shape).astype(np.float32)
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(UnsupportedLayerError, match=r"has no handler of its own.*call run on "
+                       r"each example alone.*Fix: write its call for any number of rows"):
+        model.fit(x, np.zeros(16), batch_size=8, shuffle=False, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))

@@ -16,7 +16,8 @@
 import numpy as np
 import pytest
 
-from tf_tempered._compat import keras, tf
+from dp_reference import assert_update, engine_update, median_clip, per_example_reference
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import errors, recording
 
 
@@ -84,3 +85,42 @@ def test_own_trainable_weights_excludes_frozen_layers():
     assert len(recording.own_trainable_weights(layer)) == 2
     layer.trainable = False
     assert recording.own_trainable_weights(layer) == []
+
+
+class _StepsLoop(keras.layers.Layer):
+    """A recurrence written with a Python loop over a tensor, which tf-keras converts with
+    AutoGraph in each call of a subclassed layer (Keras 3 converts no layer's call)."""
+
+    def build(self, input_shape):
+        self.w = self.add_weight(shape=(input_shape[-1], 4), name="w")
+        self.u = self.add_weight(shape=(4, 4), name="u")
+
+    def call(self, x):
+        h = tf.zeros([tf.shape(x)[0], 4], x.dtype)
+        for t in tf.range(tf.shape(x)[1]):
+            h = tf.tanh(tf.matmul(x[:, t], self.w) + tf.matmul(h, self.u))
+        return h
+
+
+# Before (tf-keras): OperatorNotAllowedInGraphError ("Iterating over a symbolic tf.Tensor"),
+# the recording wrapper calling the layer's call unconverted; plain tf-keras trains it.
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3 converts no layer's call (plain Keras "
+                    "fails the same way)")
+def test_a_layer_call_needing_autograph_trains_with_the_exact_update_on_tf_keras():
+    rng = np.random.default_rng(7)
+    x, y = rng.normal(size=(6, 5, 3)).astype(np.float32), rng.integers(0, 3, 6)
+
+    def build(dtype="float32"):
+        return keras.Sequential([keras.Input((5, 3), dtype=dtype), _StepsLoop(dtype=dtype),
+                                 keras.layers.Dense(3, dtype=dtype)])
+
+    weights = build().get_weights()
+    norms, reference = per_example_reference(
+        build, weights, x, y, lambda y_true, y_pred, model: tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)))
+    clip = median_clip(norms)
+    model = build()
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip,
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))

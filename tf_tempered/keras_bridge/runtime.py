@@ -11,13 +11,29 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""TensorFlow runtime facts the engine's path choices depend on, and static values of a
-traced graph, read from TF internals."""
+"""TensorFlow runtime facts the engine's path choices depend on, static values of a
+traced graph, read from TF internals, and tf-keras' AutoGraph conversion of a layer's call."""
 
 import functools
 import os
 
-__all__ = ["onednn_enabled", "partial_static_vector"]
+from tf_tempered._compat import tf
+
+__all__ = ["autographed_call", "onednn_enabled", "partial_static_vector"]
+
+
+def autographed_call(layer, call):
+    """``call`` converted by AutoGraph as tf-keras converts a subclassed layer's call at each
+    ``__call__`` (Python ``for``/``if`` over tensors in it), when tf-keras would: the engine's
+    recording wrapper stands in for the call and is itself not converted (inside it
+    AutoGraph's status reads "disabled", so a graph being traced is the test). Keras 3
+    converts no layer's call: ``call`` as it is."""
+    should_convert = getattr(layer, "_should_use_autograph", None)
+    if should_convert is None or not tf.inside_function() or not should_convert():
+        return call
+    from tensorflow.python.autograph.core import ag_ctx  # pylint: disable=import-outside-toplevel
+    return tf.__internal__.autograph.tf_convert(
+        call, ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED))
 
 
 def partial_static_vector(tensor):

@@ -176,16 +176,17 @@ def _recording(layer, original_call):
     @functools.wraps(original_call)
     @tf.autograph.experimental.do_not_convert
     def call(inputs, *args, **kwargs):
+        converted_call = keras_bridge.autographed_call(layer, original_call)
         recorder = _active_recorder()
         if recorder is None:
-            return original_call(inputs, *args, **kwargs)
+            return converted_call(inputs, *args, **kwargs)
         # Before the weights test: a BatchNormalization without γ and β (center=False,
         # scale=False) still mixes the examples that flow through it.
         batch_statistics.refuse_in_training_mode(layer, args, kwargs)
         if own_trainable_weights(layer):
-            outputs = _recorded_call(recorder, layer, original_call, inputs, args, kwargs)
+            outputs = _recorded_call(recorder, layer, converted_call, inputs, args, kwargs)
         else:  # frozen (or without weights): nothing to clip
-            outputs = original_call(inputs, *args, **kwargs)
+            outputs = converted_call(inputs, *args, **kwargs)
         recorder.capture_activity(layer, outputs)
         return outputs
 

@@ -30,14 +30,16 @@ whose inputs are checked themselves) through the graph:
 * ``PICKED``: one (or some) example's rows taken by an index (``t[0]``, a loop's ``t[i]``,
   ``tf.unstack(t)[i]``): MIXED once used with the batch's rows (``t - t[0]``), and in a
   loop that carries them from one iteration to the next (a running total); stacked again
-  (``tf.map_fn``'s results), they claim nothing;
+  by static indices, the batch's axis in order, REARRANGED in another; written back by a
+  loop's index (``tf.map_fn``'s results), they claim nothing;
 * None: no dependence on the batch (its length aside); ``UNKNOWN``: an op this walk does
-  not follow (a scatter, a gather_nd): nothing is claimed.
+  not follow: nothing is claimed.
 
 Loops, conds and nested tf.functions are followed into their graphs
 (:mod:`tf_tempered.privacy.row_layout_functions`), TensorLists (tf.TensorArray,
-:mod:`tf_tempered.privacy.row_layout_lists`) and slices
-(:mod:`tf_tempered.privacy.row_layout_slices`).
+:mod:`tf_tempered.privacy.row_layout_lists`), slices
+(:mod:`tf_tempered.privacy.row_layout_slices`), gather_nd and scatters
+(:mod:`tf_tempered.privacy.row_layout_nd`).
 
 Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
 ``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
@@ -66,19 +68,19 @@ stays.
 ...         a[0], a - a[0], tf.stack([row * 2 for row in tf.unstack(a)]), tf.linalg.qr(a[:, 0])[0]))
 >>> mixed(tf.ones((2, 4, 3)))
 >>> found
-[MIXED, 0, 0, MIXED, MIXED, MIXED, PICKED, MIXED, UNKNOWN, MIXED]
+[MIXED, 0, 0, MIXED, MIXED, MIXED, PICKED, MIXED, 0, MIXED]
 """
 
 from tf_tempered.privacy import (row_layout_functions, row_layout_lists, row_layout_mixing,
-                                 row_layout_ops, row_layout_slices)
+                                 row_layout_nd, row_layout_ops, row_layout_slices)
 from tf_tempered.privacy.row_layout_ops import MIXED, PICKED, REARRANGED, UNKNOWN
 
 __all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis"]
 
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
 SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"}) | row_layout_lists.SHAPE_ONLY
-_RULES = {**row_layout_ops.RULES, **row_layout_slices.RULES, **row_layout_mixing.RULES,
-          **row_layout_lists.RULES}
+_RULES = {**row_layout_ops.RULES, **row_layout_slices.RULES, **row_layout_nd.RULES,
+          **row_layout_mixing.RULES, **row_layout_lists.RULES}
 # Ops whose output's length is decided by values: a shape read after them is a count of the
 # batch's data (tf.shape(tf.where(y > 0))[0], the positives of the batch).
 _LENGTH_FROM_VALUES = frozenset({"Where", "Unique", "UniqueV2", "UniqueWithCounts",

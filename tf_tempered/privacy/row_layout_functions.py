@@ -46,15 +46,16 @@ A graph that cannot be read (no function of that name in the graph) is UNKNOWN.
 ...     found.extend(row_layout.batch_axis(t, {a.op}) for t in (
 ...         loop, mixing_loop[0], mixing_loop[1], cond, tf.function(centred)(a),
 ...         tf.cond(tf.reduce_sum(a) > 0, lambda: a * 2, lambda: a),
+...         tf.cond(a[0, 0] > 0, lambda: a * 2, lambda: a),
 ...         tf.function(lambda t: tf.reverse(t, [0]))(a),
 ...         tf.while_loop(lambda i, s: i < 2, lambda i, s: (i + 1, s + a[i, 0]), [0, 0.0])[1]))
 >>> layouts(tf.ones((2, 3)))
 >>> found
-[0, None, MIXED, 0, MIXED, MIXED, REARRANGED, MIXED]
+[0, None, MIXED, 0, MIXED, MIXED, MIXED, REARRANGED, MIXED]
 """
 
 from tf_tempered.privacy.row_layout_ops import (MIXED, PICKED, REARRANGED, UNKNOWN, Picked,
-                                                is_picked)
+                                                is_picked, one_layout)
 
 __all__ = ["FUNCTIONAL", "join", "output_layouts"]
 
@@ -140,10 +141,15 @@ def _loop(op, layouts, walk):
 
 def _decided_by(predicate, layouts):
     """``layouts`` of the outputs of a cond or loop whose predicate has layout ``predicate``:
-    MIXED if computed from several examples (a scalar from the whole batch); nothing
-    claimed if not followed (a loop over each example's own row: map_fn)."""
+    MIXED if computed from several examples (a scalar from the whole batch); from one
+    example's picked rows, those rows used with each output (MIXED for the batch's rows:
+    ``tf.cond(x[0, 0] > 0, ...)`` decides for every example; one example's own output in
+    ``tf.map_fn``'s body); nothing claimed if not followed."""
     if predicate is None:
         return layouts
     if predicate is MIXED:
         return [MIXED] * len(layouts)
+    if is_picked(predicate):
+        return [MIXED if layout is MIXED else one_layout([predicate, layout])
+                for layout in layouts]
     return [join([layout, UNKNOWN]) for layout in layouts]

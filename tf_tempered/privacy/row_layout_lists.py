@@ -35,7 +35,7 @@ the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they claim no
 [0, PICKED, 1]
 """
 
-from tf_tempered.privacy.row_layout_ops import UNKNOWN, _Mark, is_picked, picked_at
+from tf_tempered.privacy.row_layout_ops import REARRANGED, UNKNOWN, _Mark, is_picked, picked_at
 
 __all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY"]
 
@@ -73,11 +73,34 @@ def _set_item(item_input):
         if item is None:
             return listed
         if is_picked(item):
+            if item_input == 2 and not _written_where_read(item, op.inputs[1]):
+                return REARRANGED  # ta.write(i, x[i + 1]): example i + 1's rows at i
             return LISTED_PICKS if listed is None or listed is LISTED_PICKS else UNKNOWN
         if not isinstance(item, int):
             return item
         return item + 1 if listed in (None, item + 1) else UNKNOWN
     return rule
+
+
+def _written_where_read(item, index):
+    """Whether picked rows are written at the index that picked them, or at one not known
+    (rows picked without a key, or by an index read from a list: tf.map_fn over
+    tf.range's positions)."""
+    while index.op.type == "Identity" and index.op.inputs:
+        index = index.op.inputs[0]
+    return (not item.keys or picked_at(index).keys == item.keys
+            or any(key[0] == "tensor" and _read_from_a_list(key[2], index.graph)
+                   for key in item.keys))
+
+
+def _read_from_a_list(name, graph):
+    try:
+        op = graph.get_tensor_by_name(name).op
+    except (KeyError, ValueError):
+        return True
+    while op.type in ("Identity", "Cast") and op.inputs:
+        op = op.inputs[0].op
+    return op.type == "TensorListGetItem"
 
 
 RULES = {"TensorListFromTensor": _from_tensor, "TensorListGetItem": _get_item,

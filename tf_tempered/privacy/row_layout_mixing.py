@@ -17,8 +17,9 @@ pair two examples, batch normalization in training mode, linear algebra and Four
 transforms over it, and Python functions (whose work is not known) on the batch's data
 (rules of row_layout's walk)."""
 
-from tf_tempered.privacy.row_layout_ops import (MIXED, UNKNOWN, is_picked, normalized_axis,
-                                                one_layout, same_axes, static_values)
+from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, is_picked,
+                                                normalized_axis, one_layout, same_axes,
+                                                static_values)
 
 __all__ = ["RULES"]
 
@@ -90,9 +91,11 @@ def _product(op, layouts, axes, ranks):
 
 def _reduction(op, layouts):
     layout, rank = layouts[0], op.inputs[0].shape.rank
-    if not isinstance(layout, int):
+    if not isinstance(layout, int) and layout is not REARRANGED:
         return layout
     axes = [normalized_axis(a, rank) for a in static_values(op.inputs[1])]
+    if layout is REARRANGED:  # rows moved across examples on the first axis, in practice
+        return MIXED if 0 in axes else layout
     if layout in axes:
         return MIXED  # a statistic of the batch
     return layout if op.get_attr("keep_dims") else layout - sum(a < layout for a in axes)

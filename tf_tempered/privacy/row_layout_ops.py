@@ -138,7 +138,7 @@ def _transpose(op, layouts):
 def _concat(op, layouts):
     values, rank = layouts[:-1], op.outputs[0].shape.rank
     if _all_picked(values) and normalized_axis(static_values(op.inputs[-1])[0], rank) == 0:
-        return UNKNOWN
+        return _restacked(values)
     layout = one_layout(values)
     if not isinstance(layout, int):
         return layout
@@ -148,16 +148,32 @@ def _concat(op, layouts):
 
 
 def _all_picked(layouts):
-    """Rows picked by their indices only (put together on the first axis, tf.stack([f(e)
-    for e in tf.unstack(x)]): in order or not, nothing is claimed; on another axis, rows of
-    different examples side by side are MIXED)."""
+    """Rows picked by their indices only (put together on the first axis: see _restacked;
+    on another axis, rows of different examples side by side are MIXED)."""
     found = [layout for layout in layouts if layout is not None]
     return bool(found) and all(map(is_picked, found))
 
 
+def _restacked(layouts):
+    """Picked rows put together on the first axis, by static indices: in the batch's order
+    from its first example (tf.stack([f(e) for e in tf.unstack(x)]), tf.split's parts
+    concatenated again), the batch's axis; in another order (tf.stack(tf.unstack(x)[::-1]),
+    a row twice, the second half first), REARRANGED; one row, still that row. Picked by a
+    loop's index, nothing is claimed."""
+    positions = []
+    for layout in layouts:
+        keys = list(layout.keys) if is_picked(layout) else []
+        if len(keys) != 1 or keys[0][0] not in ("index", "part"):
+            return UNKNOWN
+        positions.append(keys[0][1])
+    if len(positions) == 1:
+        return layouts[0]
+    return 0 if positions == list(range(len(positions))) else REARRANGED
+
+
 def _pack(op, layouts):
     if _all_picked(layouts) and op.get_attr("axis") == 0:
-        return UNKNOWN
+        return _restacked(layouts)
     layout = one_layout(layouts)
     if not isinstance(layout, int):
         return layout
@@ -238,6 +254,9 @@ def _gather(op, layouts):
     params, indices = layouts[0], layouts[1]
     axis = static_values(op.inputs[2])[0] if op.type == "GatherV2" else 0
     axis = normalized_axis(axis, op.inputs[0].shape.rank)
+    batch_dims = op.get_attr("batch_dims") if op.type == "GatherV2" else 0
+    if params == 0 and indices in (None, 0) and batch_dims > 0:
+        return 0  # each example's rows looked up by its own indices (tf.gather(..., batch_dims=1))
     if isinstance(params, int) and params == axis:
         if op.inputs[1].shape.rank == 0 and indices is None:
             return picked_at(op.inputs[1])  # one example's rows (tf.gather(x, i) in a loop)
@@ -319,7 +338,6 @@ RULES = {
     "Pad": _pad, "PadV2": _pad, "MirrorPad": _pad, "RandomShuffle": _shuffle,
     "ZerosLike": _values_unread, "OnesLike": _values_unread,
     **{name: _broadcast for name in _BROADCASTING},
-    **{name: _unknown for name in ("GatherNd", "ScatterNd", "TensorScatterUpdate",
-                                   "SpaceToBatchND", "BatchToSpaceND", "SpaceToDepth",
+    **{name: _unknown for name in ("SpaceToBatchND", "BatchToSpaceND", "SpaceToDepth",
                                    "DepthToSpace")},
 }

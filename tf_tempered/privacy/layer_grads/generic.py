@@ -22,7 +22,7 @@ exact for any layer whose examples do not mix.
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy.errors import UnsupportedLayerError
+from tf_tempered.privacy.errors import ScalarLossError, UnsupportedLayerError
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads.contract import (Handler, LayerResult, NamedPath,
                                                         NoHyperparameters)
@@ -110,10 +110,14 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
             return all_examples()
         with keras_bridge.without_activation(call.layer):  # the trace happens now, inside it
             return all_examples()
+    except (UnsupportedLayerError, ScalarLossError):
+        raise
     except TypeError as error:  # while tracing: a dtype mismatch inside the layer's call
-        if getattr(call.layer, "compute_dtype", "float32") == "float32":
-            raise
-        raise _mixed_precision_error(call.layer, error) from error
+        if getattr(call.layer, "compute_dtype", "float32") != "float32":
+            raise _mixed_precision_error(call.layer, error) from error
+        raise _one_example_error(call.layer, error) from error
+    except ValueError as error:  # while tracing: the call fails on one example's rows
+        raise _one_example_error(call.layer, error) from error
 
 
 def _example_vjp(call, variables, leaves):
@@ -165,6 +169,31 @@ def _mixed_precision_error(layer, error):
         f"norms), and its call mixes that with {compute_dtype} tensors (it casts its weights "
         f"to its compute dtype?): {str(error).strip().splitlines()[-1]} Fix: give this layer "
         "dtype=\"float32\" (the rest of the model keeps mixed precision).")
+
+
+def _one_example_error(layer, error):
+    """The layer's call could not be traced on one example alone (a count of rows fixed in
+    it, tf.unstack(x, num=8); an op TF's vectorization and its while loop both fail on)."""
+    return UnsupportedLayerError(
+        f"Layer {layer.name!r} ({type(layer).__name__}) has no handler of its own, so its "
+        "per-example gradients come from its call run on each example alone (a vectorized "
+        "VJP, or a tf.map_fn over the examples), and that call failed: "
+        f"{_shortened(error)} Fix: write "
+        "its call for any number of rows (tf.shape(x)[0], not a fixed count such as "
+        "tf.unstack(x, num=8)), use TF's ops for loops in it (tf.scan or tf.while_loop "
+        "rather than keras.ops.scan), or register a handler for it "
+        "(tf_tempered.privacy.layer_grads.register).")
+
+
+def _shortened(error, length=300):
+    """The last line of the error's message (AutoGraph's trace of user code and Keras' list
+    of the call's arguments left out)."""
+    lines = [line.strip() for line in str(error).split("Arguments received by")[0].splitlines()
+             if line.strip()]
+    text = lines[-1] if lines else ""
+    if not text.split(":")[0].endswith(("Error", "Exception")):
+        text = f"{type(error).__name__}: {text}"
+    return text if len(text) <= length else text[:length] + "..."
 
 
 def _refuse_random_draws(layer):

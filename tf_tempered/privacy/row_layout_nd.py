@@ -1,0 +1,147 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Row layouts through ``tf.gather_nd`` and the scatter ops (rules of row_layout's walk).
+
+An index tuple of depth d addresses a tensor's first d axes: when they include the
+batch's, each output row may come from any example, and the rows are REARRANGED (so a
+batch statistic of them, or their use with the batch's rows, is MIXED), unless the first
+coordinate of every index is its own row's position: ``tf.stack([tf.range(n), labels],
+1)``, the label-pick idiom, and ``tf.gather_nd(..., batch_dims=1)`` (TF's BatchGatherND),
+which keep the examples on axis 0. A scatter of the batch's rows (its updates, or indices
+computed from them) places them anywhere: REARRANGED; a scatter into the batch's rows of
+values that are not the batch's keeps them; rows put back at the positions a mask kept
+(``tf.scatter_nd(tf.where(mask), values, shape)``, tf-keras' ``ignore_class``) are not
+followed (UNKNOWN). Picked rows (a loop's ``x[i]`` written back at
+``i``) claim nothing, as before.
+
+>>> import tensorflow as tf
+>>> from tf_tempered.privacy import row_layout
+>>> found = []
+>>> @tf.function
+... def layouts(x, labels):
+...     n = tf.shape(x)[0]
+...     found.extend(row_layout.batch_axis(t, {x.op, labels.op}) for t in (
+...         tf.gather_nd(x, tf.stack([tf.range(n), labels], 1)),
+...         tf.gather_nd(x, labels[:, None], batch_dims=1),
+...         tf.gather_nd(x, tf.range(n)[:, None]),
+...         tf.gather_nd(x, tf.range(n)[:, None]) - tf.reduce_mean(x),
+...         tf.gather_nd(tf.transpose(x), labels[:, None]),
+...         tf.tensor_scatter_nd_update(x, [[0]], [x[1]]),
+...         tf.tensor_scatter_nd_update(x, [[0]], tf.zeros([1, 3])),
+...         tf.scatter_nd(tf.range(n)[:, None], x, tf.shape(x))))
+>>> layouts(tf.ones((4, 3)), tf.zeros(4, tf.int32))
+>>> found
+[0, 0, REARRANGED, MIXED, MIXED, REARRANGED, 0, REARRANGED]
+"""
+
+from tf_tempered._compat import tf
+from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, is_picked, one_layout,
+                                                static_values)
+
+__all__ = ["RULES"]
+
+def _gather_nd(op, layouts):
+    params, indices = layouts[0], layouts[1]
+    depth = op.inputs[1].shape[-1]
+    if depth is None:
+        return UNKNOWN
+    index_rank = op.inputs[1].shape.rank
+    if isinstance(params, int) and params < depth:
+        if params == 0 and indices in (None, 0) and _rows_in_order(op.inputs[1]):
+            return 0
+        return REARRANGED  # each output row read from any example's rows
+    if is_picked(params) or is_picked(indices):
+        return one_layout([params, indices])
+    axes = set()
+    if isinstance(params, int):
+        axes.add(params - depth + index_rank - 1)
+    if isinstance(indices, int):
+        if indices == index_rank - 1:
+            return UNKNOWN  # the examples along an index's coordinates
+        axes.add(indices)
+    if len(axes) > 1:
+        return MIXED  # examples' rows looked up by other examples' indices: pairs
+    return axes.pop() if axes else UNKNOWN
+
+
+def _rows_in_order(indices):
+    """Whether the first coordinate of the index in row r is r: a tf.range from 0 by 1
+    stacked first with other coordinates, or TF's batch_dims=1 gather_nd (a range tiled
+    over each example's indices, concatenated first)."""
+    op = indices.op
+    if op.type == "Pack" and op.get_attr("axis") in (-1, indices.shape.rank - 1):
+        return _is_range_from_zero(op.inputs[0])
+    # TF's batch_dims gather_nd: each example's range position, concatenated first.
+    return op.type == "ConcatV2" and "/BatchGatherND" in "/" + op.name
+
+
+def _is_range_from_zero(tensor):
+    op = tensor.op
+    while op.type in ("Identity", "Cast") and op.inputs:
+        op = op.inputs[0].op
+    if op.type != "Range":
+        return False
+    try:
+        return static_values(op.inputs[0]) == [0] and static_values(op.inputs[2]) == [1]
+    except ValueError:
+        return False
+
+
+def _scatter(target, indices, updates):
+    """A scatter's rule; the positions of its target, indices and updates among the
+    op's inputs (target None: tf.scatter_nd's zeros of a given shape)."""
+    def rule(op, layouts):
+        moved = [layouts[indices], layouts[updates]]
+        if any(is_picked(layout) for layout in moved):
+            if layouts[indices] is None and _static_row(layouts[updates]) is not None:
+                at = _first_coordinates(op.inputs[indices])
+                if at is not None and set(at) != {_static_row(layouts[updates])}:
+                    return REARRANGED  # tf.tensor_scatter_nd_update(x, [[0]], [x[1]])
+            return UNKNOWN  # a loop's x[i] written back at i (or elsewhere: not followed)
+        if _positions_of_a_mask(op.inputs[indices]):
+            return UNKNOWN  # rows a mask kept, put back (tf-keras' ignore_class): not followed
+        if any(layout is not None for layout in moved):
+            return REARRANGED  # the batch's rows (or rows chosen by its values) placed anywhere
+        return layouts[target] if target is not None else None
+    return rule
+
+
+def _positions_of_a_mask(indices):
+    op = indices.op
+    while op.type in ("Identity", "Cast") and op.inputs:
+        op = op.inputs[0].op
+    return op.type == "Where"
+
+
+def _static_row(layout):
+    """The example whose rows ``layout`` picks by a static index, or None."""
+    keys = list(layout.keys) if is_picked(layout) else []
+    return keys[0][1] if len(keys) == 1 and keys[0][0] == "index" else None
+
+
+def _first_coordinates(indices):
+    try:
+        value = tf.get_static_value(indices)
+        return None if value is None else [int(v) for v in value.reshape(-1, value.shape[-1])[:, 0]]
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+RULES = {
+    "GatherNd": _gather_nd,
+    "ScatterNd": _scatter(None, 0, 1),
+    **{name: _scatter(0, 1, 2) for name in (
+        "TensorScatterUpdate", "TensorScatterAdd", "TensorScatterSub", "TensorScatterMax",
+        "TensorScatterMin")},
+}
