@@ -443,3 +443,38 @@ def test_a_loss_with_a_row_per_token_under_poisson_sampling_is_refused_naming_th
         model.fit(x, y, batch_size=8, verbose=0)
     for b, a in zip(before, model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+def _squeezed_squared_error(y_true, y_pred):
+    """tf.squeeze without an axis: [rows] per batch, a scalar for a batch of one."""
+    return tf.square(tf.squeeze(y_true) - tf.squeeze(y_pred))
+
+
+# Before (tf-keras; plain Keras 3 fails on this loss itself): the last batch of one row made
+# the loss's rank unknown while tracing, and fit failed with TypeError ("'NoneType' object
+# cannot be interpreted as an integer") naming nothing.
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="plain Keras 3 fails on this loss too")
+def test_a_loss_squeezed_without_an_axis_trains_exactly_on_a_last_batch_of_one_row():
+    rng = np.random.default_rng(9)
+    x, y = rng.normal(size=(4, 5)).astype(np.float32), rng.normal(size=(4, 1)).astype(np.float32)
+
+    def build(dtype="float32"):
+        return keras.Sequential([keras.Input((5,), dtype=dtype),
+                                 keras.layers.Dense(1, dtype=dtype)])
+
+    def one_example_loss(y_true, y_pred, model):
+        return _squeezed_squared_error(y_true, y_pred)
+
+    weights, clip = build().get_weights(), 0.5
+    expected = [w.astype(np.float64) for w in weights]
+    for rows in (slice(0, 3), slice(3, 4)):  # batch_size=3: a last batch of one row
+        _, reference = per_example_reference(build, [w.astype(np.float32) for w in expected],
+                                             x[rows], y[rows], one_example_loss)
+        expected = [w + u for w, u in zip(expected, reference(clip))]
+    model = build()
+    model.set_weights(weights)
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=_squeezed_squared_error)
+    model.fit(x, y, batch_size=3, shuffle=False, verbose=0)
+    assert_update([w - w0 for w, w0 in zip(model.get_weights(), weights)],
+                  [e - w0 for e, w0 in zip(expected, weights)])

@@ -125,7 +125,7 @@ def follow_weights_built_since(model):
     first fit) are a private model's as make_private's: updated only with DP
     (update_guard), and under the ledger of every private model sharing them."""
     update_guard.tag_private_weights(model)
-    shared_ledgers.follow_weights_built_since(model)
+    shared_ledgers.merge_new_weights(model)
 
 
 # On a model: [its state], for recording its steps left out of the ledger once it is collected.

@@ -101,7 +101,7 @@ class DPGradients:
         _refuse_cross_replica_call_on_keras2(self.model)
         _, _, update = dp_gradients(self.model, data, losses=self._losses)
         update_guard.allow_dp_gradient_loops(self.model)  # weights built by this call too
-        shared_ledgers.follow_weights_built_since(self.model)
+        shared_ledgers.merge_new_weights(self.model)
         metrics = self.state.metrics
         logs = {m.name: m.result() for m in metrics.all()}
         grads = [grad for grad, _ in update]

@@ -28,7 +28,7 @@ logs ε):
 """
 
 from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording,
-                                 save_guard, saving, shared_ledgers, update_guard)
+                                 saving, shared_ledgers, update_guard)
 from tf_tempered.privacy.fit import record_outside_steps, record_steps_when_collected
 from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.make_private_checks import (checked_model, training_overrides_allowed,
@@ -244,7 +244,6 @@ def _attach(model, state):
     attach_state(model, state)
     saving.release_loaded_variables(model)
     update_guard.tag_private_weights(model)
-    save_guard.install()
     shared_ledgers.register(model)
     shared_ledgers.tag_weights(model, state.ledger)
     record_steps_when_collected(model, state)

@@ -52,12 +52,17 @@ from tf_tempered.privacy.errors import ScalarLossError
 __all__ = ["per_example_losses", "reduce_per_example"]
 
 
-def reduce_per_example(values, how="mean"):
-    """[rows, ...] → [rows]: the mean (or sum) over every axis but the first.
+def reduce_per_example(values, how="mean", rows=None):
+    """[rows, ...] → [rows]: the mean (or sum) over every axis but the first. A rank known
+    only at run time (``tf.squeeze`` without an axis, on a batch whose length is not
+    known: [rows], or a scalar for a batch of one) is read as [rows, -1], ``rows`` the
+    batch's length.
 
     >>> reduce_per_example(tf.constant([[1.0, 3.0], [2.0, 2.0]])).numpy()
     array([2., 2.], dtype=float32)
     """
+    if values.shape.rank is None and rows is not None:
+        values = tf.reshape(values, tf.stack([rows, -1]))
     if values.shape.rank == 1:
         return values
     axes = list(range(1, values.shape.rank))
@@ -109,7 +114,7 @@ class _PerExample:
                                                check)
         check(raw)
         how = "sum" if keras_bridge.reduction_of(self.loss) == "sum" else "mean"
-        per_row = reduce_per_example(values, how)
+        per_row = reduce_per_example(values, how, rows=tf.shape(tf.nest.flatten(y_pred)[0])[0])
         self._seen.append(per_row)
         return per_row
 

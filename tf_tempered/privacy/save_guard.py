@@ -35,7 +35,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import update_guard
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["install", "warn_saves_without_dp"]
+__all__ = ["warn_saves_without_dp"]
 
 _SAVED_WITHOUT_OPTIMIZER = (
     "A private model saved with include_optimizer=False: the file keeps neither its DP "
@@ -68,6 +68,6 @@ def warn_saves_without_dp(model, filepath, include_optimizer):
 
 
 
-def install():
-    """Installs the check before every model save (make_private calls it; idempotent)."""
-    keras_bridge.guard_model_saves(warn_saves_without_dp)
+# Installed once, as update_guard installs its guard: the check reads the weights' tags, so
+# it warns only once a model was made private.
+keras_bridge.guard_model_saves(warn_saves_without_dp)

@@ -32,7 +32,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["register", "shared_ledger", "models_sharing", "tag_weights", "carry_ledger",
-           "follow_weights_built_since", "current", "private_models"]
+           "merge_new_weights", "current", "private_models"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
 _LEDGER = "_tf_tempered_ledger"  # on a private model's weights: the ledger of their steps
@@ -56,7 +56,7 @@ def tag_weights(model, ledger):
             keras_bridge.set_untracked(variable, _LEDGER, ledger)
 
 
-def follow_weights_built_since(model):
+def merge_new_weights(model):
     """Weights built after ``make_private`` (a Sequential without an Input is built by its
     first fit; two such models may share a layer): the ledgers merge as make_private merges
     them, and the new weights carry the result. Called before ε is read or a fit begins,
