@@ -184,6 +184,33 @@ def test_weight_regularizers_and_add_loss_are_refused_naming_them():
         model.fit(np.ones((4, 5)), np.zeros(4), batch_size=4, verbose=0)
 
 
+class PenalizedOutput(keras.Model):
+    """Its only loss added in its call (compiled with loss=None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = keras.layers.Dense(1)
+
+    def call(self, x):
+        y = self.head(x)
+        self.add_loss(tf.reduce_mean(tf.square(y)))
+        return y
+
+
+# Before: "The model was compiled without a loss", though its loss comes from add_loss.
+def test_a_model_whose_only_loss_is_added_in_its_call_is_refused_naming_add_loss():
+    x = np.random.default_rng(10).normal(size=(8, 3)).astype(np.float32)
+    model = PenalizedOutput()
+    model(x[:2])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer="sgd", loss=None)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(ValueError, match=r"add_loss in a layer's call.*loss=None: compile a loss "
+                       r"of \(y_true, y_pred\) returning one value per example"):
+        model.fit(x, np.zeros(8), batch_size=4, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
 def test_microbatches_with_a_short_last_batch():
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(30, 5)).astype(np.float32), rng.integers(0, 3, 30)

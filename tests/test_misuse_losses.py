@@ -263,13 +263,18 @@ def test_a_loss_comparing_the_batch_examples_is_refused(loss):
     _assert_refused_untrained(model, x, y, "compares the batch's examples.*Fix: a loss computed")
 
 
+# Before, for the strings: the fix given was a plain function's ("return the loss of each
+# example..."), which a string cannot follow.
 @pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3's losses")
-def test_a_dice_loss_over_every_axis_is_refused_naming_its_axis():
+@pytest.mark.parametrize("loss, name", [("Dice()", "Dice"), ("dice", "Dice"),
+                                        ("tversky", "Tversky")])
+def test_a_dice_loss_over_every_axis_is_refused_naming_its_axis(loss, name):
     x, y = _data()
     model = make_private(_classifier("float32", softmax=True), l2_norm_clip=1.0,
                          noise_multiplier=1.0)
-    model.compile(optimizer="sgd", loss=keras.losses.Dice())
-    with pytest.raises(ValueError, match=r"whole batch.*Dice\(axis=...\) with the non-batch"):
+    model.compile(optimizer="sgd", loss=keras.losses.Dice() if loss == "Dice()" else loss)
+    with pytest.raises(ValueError, match=rf"whole batch.*keras.losses.{name}\(axis=...\) "
+                       "with the non-batch"):
         model.fit(x, keras.utils.to_categorical(y, 3), batch_size=4, verbose=0)
     model.compile(optimizer="sgd", loss=keras.losses.Dice(axis=1))  # the fix: it trains
     model.fit(x, keras.utils.to_categorical(y, 3), batch_size=4, verbose=0)

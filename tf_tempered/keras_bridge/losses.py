@@ -57,15 +57,29 @@ def mixes_examples(loss):
     return circle is not None and getattr(loss, "fn", None) is circle
 
 
+# Keras 3's loss functions whose ``axis`` of None reduces over every axis, the batch's too
+# (what ``loss="dice"`` compiles), and the class that takes the axes.
+_WHOLE_BATCH_FUNCTIONS = {"dice": "Dice", "tversky": "Tversky"}
+
+
 def unreduced_axis_fix(loss):
     """The fix for a Keras loss with an ``axis`` of None, which reduces over every axis
-    (Keras 3's Dice, Tversky): its class with ``axis`` the non-batch axes; else None."""
-    if IS_KERAS3 and "axis" in getattr(loss, "_fn_kwargs", {}) and \
-            loss._fn_kwargs["axis"] is None:  # pylint: disable=protected-access
-        return (f"{type(loss).__name__}(axis=...) with the non-batch axes (e.g. "
-                f"{type(loss).__name__}(axis=(1, 2, 3)) for images [B, H, W, C]), which gives "
-                f"one loss per example.")
-    return None
+    (Keras 3's Dice, Tversky, also as the strings ``"dice"``, ``"tversky"``): its class with
+    ``axis`` the non-batch axes; else None."""
+    kwargs = getattr(loss, "_fn_kwargs", None)
+    if not IS_KERAS3 or not isinstance(kwargs, dict) or kwargs.get("axis") is not None:
+        return None
+    function = getattr(getattr(loss, "fn", None), "__name__", None)
+    if "axis" in kwargs:
+        name, how = type(loss).__name__, ""
+    elif function in _WHOLE_BATCH_FUNCTIONS:
+        name = _WHOLE_BATCH_FUNCTIONS[function]
+        how = f" instead of the string {function!r}"
+    else:
+        return None
+    return (f"keras.losses.{name}(axis=...) with the non-batch axes{how} (e.g. "
+            f"{name}(axis=(1, 2, 3)) for images [B, H, W, C]), which gives one loss per "
+            f"example.")
 
 
 def loss_values(loss, y_true, y_pred, sample_weight, check=None):

@@ -108,7 +108,9 @@ def _refuse_added_losses(model):
         "clips each example's gradient of its own loss and cannot fold a penalty of the "
         "weights or of the whole batch into it. Fix: remove weight regularizers (use the "
         "optimizer's weight decay, e.g. keras.optimizers.AdamW(weight_decay=...), or rely "
-        "on clipping and noise) and add_loss calls; activity_regularizer is supported "
+        "on clipping and noise) and add_loss calls (a model compiled with loss=None: "
+        "compile a loss of (y_true, y_pred) returning one value per example, or override "
+        "compute_loss to return one loss per example); activity_regularizer is supported "
         "(each example's penalty joins its own loss).")
 
 
@@ -119,6 +121,7 @@ def _losses(model, batch, plan, recorder, container):
                                       for layer in layers}
     with recorder.active(), keras_bridge.suspended_activity_regularizers(layers):
         y_pred = model(batch.x, training=True)
+    _refuse_added_losses(model)  # first: with compile(loss=None) they are its only loss
     losses, output_losses = per_example_losses(model, batch.x, batch.y, y_pred,
                                                batch.loss_weight, container=container)
     static_rows = losses.shape[0]
@@ -131,7 +134,6 @@ def _losses(model, batch, plan, recorder, container):
         # compiled loss does with the mask (it weighs only that loss, through
         # sample_weight): not its activity penalty, not a compute_loss override's loss.
         losses *= tf.cast(tf.reshape(batch.poisson_mask, [-1]), losses.dtype)
-    _refuse_added_losses(model)
     return losses, output_losses, y_pred
 
 
