@@ -31,7 +31,8 @@ from tf_tempered.augment import declare_copies
 from tf_tempered.privacy import DPKerasSGDOptimizer, make_private
 
 __all__ = ["BATCH", "LOSS", "assert_engine_matches_reference", "seeded", "_seeded",
-           "per_example_reference", "engine_update", "median_clip", "assert_update"]
+           "per_example_reference", "engine_update", "median_clip", "assert_update",
+           "assert_exact_update", "sparse_crossentropy_mean"]
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
 BATCH = 16
@@ -114,6 +115,27 @@ def median_clip(norms):
     clip = float(np.median(norms))
     assert 0 < np.mean(norms > clip) < 1, norms
     return clip
+
+
+def sparse_crossentropy_mean(y_true, y_pred, model):
+    """The per-example reference's loss for SparseCategoricalCrossentropy(from_logits=True)."""
+    del model
+    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+        y_true, y_pred, from_logits=True))
+
+
+def assert_exact_update(build, x, y, loss=None):
+    """One fit's update (noise 0, clip at the median norm) equals the float64 reference of
+    the sparse crossentropy from logits; ``loss``: what the model is compiled with (by
+    default that loss), equal to it on every example."""
+    weights = build().get_weights()
+    norms, reference = per_example_reference(build, weights, x, y, sparse_crossentropy_mean)
+    clip = median_clip(norms)
+    model = build()
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip, loss=loss or
+                            keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))
 
 
 def engine_update(model, x, y, *, clip, loss, sample_weight=None, options=None,

@@ -18,7 +18,7 @@ refused before any update; positions broadcast to the batch train with the exact
 import numpy as np
 import pytest
 
-from dp_reference import assert_update, engine_update, median_clip, per_example_reference
+from dp_reference import assert_exact_update
 from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import UnsupportedLayerError, make_private
 
@@ -51,24 +51,6 @@ def _model(maxlen, broadcast=False, dtype="float32"):
 def _data(batch, maxlen, seed=0):
     rng = np.random.default_rng(seed)
     return rng.integers(0, VOCAB, (batch, maxlen)).astype(np.int32), rng.integers(0, 3, batch)
-
-
-def _sparse_crossentropy_mean(y_true, y_pred, model):
-    del model
-    return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-        y_true, y_pred, from_logits=True))
-
-
-def _assert_exact_update(build, x, y):
-    """One fit's update (noise 0, clip at the median norm) equals the float64 reference."""
-    weights = build().get_weights()
-    norms, reference = per_example_reference(build, weights, x, y, _sparse_crossentropy_mean)
-    clip = median_clip(norms)
-    model = build()
-    model.set_weights(weights)
-    ours, _ = engine_update(model, x, y, clip=clip,
-                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    assert_update(ours, reference(clip))
 
 
 def _assert_refused_before_any_update(model, x, y, match, *, batch_size,
@@ -121,7 +103,7 @@ def test_a_vit_patch_encoder_s_positions_of_shape_one_by_p_are_refused():
 @pytest.mark.parametrize("batch", [6, 4])
 def test_positions_broadcast_to_the_batch_train_with_the_exact_update(batch):
     x, y = _data(batch, 6)
-    _assert_exact_update(lambda dtype="float32": _model(6, broadcast=True, dtype=dtype), x, y)
+    assert_exact_update(lambda dtype="float32": _model(6, broadcast=True, dtype=dtype), x, y)
 
 
 class _Rows(keras.layers.Layer):
@@ -177,7 +159,7 @@ def test_rows_rearranged_across_examples_are_refused_before_any_update(how, what
 @pytest.mark.parametrize("how", ["separate", "stacked"])
 def test_rows_kept_example_major_train_with_the_exact_update(how):
     x, y = _rows_data(4)
-    _assert_exact_update(lambda dtype="float32": _rows_model(how, dtype=dtype), x, y)
+    assert_exact_update(lambda dtype="float32": _rows_model(how, dtype=dtype), x, y)
 
 
 def _centered(where, dtype="float32"):
@@ -221,7 +203,7 @@ def test_a_statistic_of_each_example_s_own_features_trains_with_the_exact_update
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
     keras.utils.set_random_seed(0)
-    _assert_exact_update(lambda dtype="float32": _centered("per_example", dtype), x, y)
+    assert_exact_update(lambda dtype="float32": _centered("per_example", dtype), x, y)
 
 
 class _HandWrittenBatchNorm(keras.layers.Layer):
@@ -292,7 +274,7 @@ def test_per_example_work_inside_a_loop_a_cond_or_a_nested_function_is_exact(ins
     rng = np.random.default_rng(3)
     x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
     keras.utils.set_random_seed(0)
-    _assert_exact_update(lambda dtype="float32": _centred_inside(inside, "features", dtype), x, y)
+    assert_exact_update(lambda dtype="float32": _centred_inside(inside, "features", dtype), x, y)
 
 
 def _running_total(t):
@@ -452,22 +434,24 @@ def _dense_lambda_dense(function, dtype="float32"):
 # one example's value, a gather_nd, a scatter or an unstack-and-stack claimed nothing after).
 @pytest.mark.parametrize("what", sorted(_PICKING_OR_TRANSFORMING))
 def test_rows_picked_by_an_index_or_transformed_over_the_batch_are_refused(what):
-    x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
-    _assert_refused_before_any_update(
-        _dense_lambda_dense(_PICKING_OR_TRANSFORMING[what]), x, np.zeros(32),
-        r"Layer 'dense_\d+' \(Dense\) is called on values computed from several examples",
-        batch_size=8, sampling="poisson")
+    _assert_lambda_refused(_PICKING_OR_TRANSFORMING[what], "values computed from several "
+                           "examples", sampling="poisson")
 
 
 # Before: each trained silently (a stack, a scatter or a TensorArray write of rows in
 # another order, and tf.split's halves swapped, claimed nothing).
 @pytest.mark.parametrize("what", sorted(_REARRANGING))
 def test_rows_put_in_another_order_are_refused(what):
+    _assert_lambda_refused(_REARRANGING[what], "rows of the batch's examples rearranged",
+                           sampling="shuffle")
+
+
+def _assert_lambda_refused(function, what, sampling):
+    """A Dense after a Lambda of ``function`` is refused as called on ``what``."""
     x = np.random.default_rng(0).normal(size=(32, 5)).astype(np.float32)
     _assert_refused_before_any_update(
-        _dense_lambda_dense(_REARRANGING[what]), x, np.zeros(32),
-        r"Layer 'dense_\d+' \(Dense\) is called on rows of the batch's examples rearranged",
-        batch_size=8)
+        _dense_lambda_dense(function), x, np.zeros(32),
+        rf"Layer 'dense_\d+' \(Dense\) is called on {what}", batch_size=8, sampling=sampling)
 
 
 @pytest.mark.parametrize("what", sorted(_PER_EXAMPLE))
@@ -475,7 +459,7 @@ def test_each_example_s_rows_read_by_an_index_train_with_the_exact_update(what):
     rng = np.random.default_rng(4)
     x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
     keras.utils.set_random_seed(0)
-    _assert_exact_update(lambda dtype="float32": _dense_lambda_dense(_PER_EXAMPLE[what], dtype),
+    assert_exact_update(lambda dtype="float32": _dense_lambda_dense(_PER_EXAMPLE[what], dtype),
                          x, y)
 
 
@@ -517,14 +501,8 @@ def _label_picked_by_gather_nd_of_batch_dims(y_true, y_pred):
 def test_a_loss_picking_each_example_s_label_by_gather_nd_trains_exactly(loss):
     rng = np.random.default_rng(6)
     x, y = rng.normal(size=(6, 5)).astype(np.float32), rng.integers(0, 3, 6)
-    build = lambda dtype="float32": _dense_lambda_dense(tf.identity, dtype)
-    weights = build().get_weights()
-    norms, reference = per_example_reference(build, weights, x, y, _sparse_crossentropy_mean)
-    clip = median_clip(norms)
-    model = build()
-    model.set_weights(weights)
-    ours, _ = engine_update(model, x, y, clip=clip, loss=loss)
-    assert_update(ours, reference(clip))
+    assert_exact_update(lambda dtype="float32": _dense_lambda_dense(tf.identity, dtype), x, y,
+                        loss=loss)
 
 
 def _category_counts(dtype="float32"):
@@ -541,4 +519,4 @@ def _category_counts(dtype="float32"):
 def test_category_counts_of_each_example_train_with_the_exact_update():
     rng = np.random.default_rng(5)
     x, y = rng.integers(0, VOCAB, (6, 4)).astype(np.int32), rng.integers(0, 3, 6)
-    _assert_exact_update(_category_counts, x, y)
+    assert_exact_update(_category_counts, x, y)
