@@ -357,6 +357,18 @@ def _each_row_restacked(t, function, order=slice(None)):
     return tf.stack([function(row) for row in tf.unstack(t)[order]])
 
 
+def _loop_counted_by_one_example(t):
+    """Scales every row 1.5 times per iteration, as many as the first example's value says."""
+    count = tf.cast(tf.clip_by_value(tf.gather_nd(t, [[0, 0]])[0] * 3.0, 0.0, 5.0), tf.int32)
+    return tf.while_loop(lambda i, rows: i < count, lambda i, rows: (i + 1, rows * 1.5),
+                         [0, t])[1]
+
+
+def _own_positions(t):
+    """[[row, the row's largest entry's column]]: each example's own position."""
+    return tf.stack([tf.range(tf.shape(t)[0]), tf.argmax(t, 1, output_type=tf.int32)], 1)
+
+
 def _loop_run_as_long_as_one_example_says(t):
     """Halves every row while the first example's first value is above 1."""
     return tf.while_loop(lambda rows: rows[0, 0] > 1.0, lambda rows: [rows / 2.0], [t])[0]
@@ -396,6 +408,13 @@ _PICKING_OR_TRANSFORMING = {
         tf.scatter_nd(tf.range(tf.shape(t)[0])[:, None], t, tf.shape(t))),
     "rows_unstacked_and_stacked_again_centred": lambda t: _centred_on_axis_0(
         _each_row_restacked(t, lambda row: row * 2.0)),
+    "a_branch_chosen_by_one_value_read_by_gather_nd": lambda t: tf.cond(
+        tf.gather_nd(t, [[0, 0]])[0] > 0, lambda: t * 2.0, lambda: t),
+    "a_loop_run_as_many_times_as_one_example_says": _loop_counted_by_one_example,
+    "a_label_pick_over_part_of_the_batch": lambda t: t + tf.gather_nd(
+        t, tf.stack([tf.range(1), tf.zeros([1], tf.int32)], 1))[:, None],
+    "tf_map_fn_over_the_positions_reversed": lambda t: t + tf.map_fn(
+        lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0])[::-1], fn_output_signature=t.dtype),
 }
 _REARRANGING = {
     "rows_unstacked_and_stacked_in_reverse": lambda t: _each_row_restacked(
@@ -403,6 +422,10 @@ _REARRANGING = {
     "one_row_scattered_over_another": lambda t: tf.tensor_scatter_nd_update(t, [[0]], [t[1]]),
     "the_next_example_written_in_a_tensor_array": _next_example_written_in_a_tensor_array,
     "tf_split_halves_swapped": lambda t: tf.concat(tf.split(t, 2)[::-1], 0),
+    "a_tensor_array_gathered_in_reverse": lambda t: tf.TensorArray(
+        t.dtype, size=tf.shape(t)[0]).unstack(t).gather(tf.range(tf.shape(t)[0])[::-1]),
+    "tf_dynamic_stitch_of_the_rows_reversed": lambda t: tf.dynamic_stitch(
+        [tf.range(tf.shape(t)[0])[::-1]], [t]),
 }
 _PER_EXAMPLE = {
     "tf_map_fn": lambda t: t + tf.map_fn(lambda row: row * tf.reduce_sum(row), t),
@@ -410,11 +433,17 @@ _PER_EXAMPLE = {
     "tf_gather_in_a_while_loop": _each_example_gathered_in_a_loop,
     "qr_of_each_example": lambda t: tf.reshape(
         tf.linalg.qr(tf.reshape(t, [-1, 2, 2]))[0], [-1, 4]),
-    # (The three below trained before too: kept training, each example's rows followed.)
+    # (The five below trained before too, the gather_nd or scatter not followed: kept
+    # training, each example's rows followed; a probe found the first two refused by this
+    # stop's first rules.)
     "a_branch_chosen_by_each_example_in_tf_map_fn": lambda t: tf.map_fn(
         lambda row: tf.cond(row[0] > 0, lambda: row * 2.0, lambda: row - 1.0), t),
     "rows_unstacked_and_stacked_again_in_order": lambda t: _each_row_restacked(
         t, lambda row: row * tf.reduce_sum(row)),
+    "a_scatter_into_each_example_s_own_row": lambda t: tf.tensor_scatter_nd_update(
+        t, _own_positions(t), tf.zeros(tf.shape(t)[:1], t.dtype)),
+    "a_label_pick_written_as_a_concat": lambda t: t * tf.gather_nd(t, tf.concat(
+        [tf.range(tf.shape(t)[0])[:, None], _own_positions(t)[:, 1:]], 1))[:, None],
     "tf_map_fn_over_positions_gathering_each_row": lambda t: tf.map_fn(
         lambda i: tf.gather(t, i) * 2.0, tf.range(tf.shape(t)[0]),
         fn_output_signature=t.dtype),

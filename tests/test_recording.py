@@ -102,16 +102,35 @@ class _StepsLoop(keras.layers.Layer):
         return h
 
 
-# Before (tf-keras): OperatorNotAllowedInGraphError ("Iterating over a symbolic tf.Tensor"),
-# the recording wrapper calling the layer's call unconverted; plain tf-keras trains it.
+class _RowsLoop(keras.layers.Layer):
+    """No weights: each example's row doubled where its sum is positive, by a Python loop
+    and ``if`` over tensors (AutoGraph's)."""
+
+    def call(self, h):
+        rows = tf.TensorArray(h.dtype, size=tf.shape(h)[0])
+        for i in tf.range(tf.shape(h)[0]):
+            row = h[i]
+            if tf.reduce_sum(row) > 0:
+                row = row * 2.0
+            rows = rows.write(i, row)
+        return tf.reshape(rows.stack(), tf.shape(h))
+
+
+# Before (tf-keras): OperatorNotAllowedInGraphError ("Iterating over a symbolic tf.Tensor"):
+# the recording wrapper called a layer's call unconverted, and the step called the model
+# with AutoGraph off (a layer without weights); plain tf-keras trains both.
 @pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3 converts no layer's call (plain Keras "
                     "fails the same way)")
-def test_a_layer_call_needing_autograph_trains_with_the_exact_update_on_tf_keras():
+@pytest.mark.parametrize("weights", [True, False])
+def test_a_layer_call_needing_autograph_trains_with_the_exact_update_on_tf_keras(weights):
     rng = np.random.default_rng(7)
     x, y = rng.normal(size=(6, 5, 3)).astype(np.float32), rng.integers(0, 3, 6)
 
     def build(dtype="float32"):
-        return keras.Sequential([keras.Input((5, 3), dtype=dtype), _StepsLoop(dtype=dtype),
+        middle = [_StepsLoop(dtype=dtype)] if weights else [
+            keras.layers.Flatten(dtype=dtype), keras.layers.Dense(4, dtype=dtype),
+            _RowsLoop(dtype=dtype)]
+        return keras.Sequential([keras.Input((5, 3), dtype=dtype), *middle,
                                  keras.layers.Dense(3, dtype=dtype)])
 
     assert_exact_update(build, x, y)

@@ -14,12 +14,28 @@
 """TensorFlow runtime facts the engine's path choices depend on, static values of a
 traced graph, read from TF internals, and tf-keras' AutoGraph conversion of a layer's call."""
 
+import contextlib
 import functools
 import os
 
-from tf_tempered._compat import tf
+from tf_tempered._compat import KERAS_MAJOR, tf
 
-__all__ = ["autographed_call", "onednn_enabled", "partial_static_vector"]
+__all__ = ["autographed_call", "layer_calls_autographed", "onednn_enabled",
+           "partial_static_vector"]
+
+
+@contextlib.contextmanager
+def layer_calls_autographed():
+    """While the engine's step (not converted by AutoGraph) calls the model: tf-keras
+    converts each subclassed layer's call under the status it finds, as it does under
+    Keras' converted train_step (a layer without weights, whose call no recording wrapper
+    converts, with a Python ``if`` on a tensor). Keras 3 converts no layer's call."""
+    if KERAS_MAJOR == 3 or not tf.inside_function():
+        yield
+        return
+    from tensorflow.python.autograph.core import ag_ctx  # pylint: disable=import-outside-toplevel
+    with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED):
+        yield
 
 
 def autographed_call(layer, call):

@@ -142,7 +142,9 @@ def _message(layer, what):
 
 def _rearranged_message(layer, layout):
     what = ("rows of the batch's examples rearranged (tf.concat of batch tensors on axis 0, "
-            "or a tile, reverse, roll or gather of the batch's rows)"
+            "a tile, reverse, roll or gather of the batch's rows, a tf.gather_nd or scatter "
+            "that does not keep each example's row in place, or rows unstacked and stacked, "
+            "or written to a TensorArray, in another order)"
             if layout is row_layout.REARRANGED else
             f"a tensor holding the batch's examples on axis {layout}, not on the first axis "
             "(a transpose to time-major, or a stack)")
@@ -150,8 +152,9 @@ def _rearranged_message(layer, layout):
             "splits the first axis into the batch's examples in order, so every example's "
             "clipped gradient would be wrong. Fix: call the layer once per part instead of on "
             "their concatenation (encoder(a) and encoder(b), not encoder(tf.concat([a, b], "
-            "0))), and keep the batch's examples on the first axis (transpose back before the "
-            "layer).")
+            "0))), keep the batch's examples on the first axis (transpose back before the "
+            "layer), and index each example's own row (tf.gather(..., batch_dims=1), or "
+            "tf.gather_nd with tf.stack([tf.range(n), positions], 1)).")
 
 
 def _mixed_message(subject):

@@ -133,7 +133,11 @@ def _loop(op, layouts, walk):
         state = joined
     else:
         return None
-    predicate = _through(condition, state, walk)
+    # The condition sees rows picked before the loop as picked: a count of iterations read
+    # from one example's value decides for every example's rows.
+    seen = [original if is_picked(original) and now is UNKNOWN else now
+            for original, now in zip(layouts, state)]
+    predicate = _through(condition, seen, walk)
     if predicate is None:
         return None
     return _decided_by(join(predicate), state)
@@ -147,7 +151,7 @@ def _decided_by(predicate, layouts):
     ``tf.map_fn``'s body); nothing claimed if not followed."""
     if predicate is None:
         return layouts
-    if predicate is MIXED:
+    if predicate is MIXED or predicate is REARRANGED:  # one value for every example
         return [MIXED] * len(layouts)
     if is_picked(predicate):
         return [MIXED if layout is MIXED else one_layout([predicate, layout])

@@ -35,7 +35,8 @@ the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they claim no
 [0, PICKED, 1]
 """
 
-from tf_tempered.privacy.row_layout_ops import REARRANGED, UNKNOWN, _Mark, is_picked, picked_at
+from tf_tempered.privacy.row_layout_ops import (REARRANGED, UNKNOWN, _Mark, is_picked, picked_at,
+                                                static_values)
 
 __all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY"]
 
@@ -83,26 +84,96 @@ def _set_item(item_input):
 
 
 def _written_where_read(item, index):
-    """Whether picked rows are written at the index that picked them, or at one not known
-    (rows picked without a key, or by an index read from a list: tf.map_fn over
-    tf.range's positions)."""
-    while index.op.type == "Identity" and index.op.inputs:
-        index = index.op.inputs[0]
-    return (not item.keys or picked_at(index).keys == item.keys
-            or any(key[0] == "tensor" and _read_from_a_list(key[2], index.graph)
-                   for key in item.keys))
-
-
-def _read_from_a_list(name, graph):
-    try:
-        op = graph.get_tensor_by_name(name).op
-    except (KeyError, ValueError):
+    """Whether picked rows are written at the index that picked them (or picked without a
+    key), or picked by the position read at that index from a loop's list of positions in
+    order (tf.map_fn over tf.range(n): each example's rows by its own position)."""
+    index = _through_identities(index)
+    if not item.keys or picked_at(index).keys == item.keys:
         return True
-    while op.type in ("Identity", "Cast") and op.inputs:
-        op = op.inputs[0].op
-    return op.type == "TensorListGetItem"
+    return any(key[0] == "tensor" and _position_read_at(key[2], index) for key in item.keys)
+
+
+def _through_identities(tensor):
+    while tensor.op.type in ("Identity", "Cast") and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    return tensor
+
+
+def _position_read_at(name, index):
+    """Whether tensor ``name`` is item ``index`` of a loop's list made from tf.range(0, n, 1)
+    (the loop's own variable, given the op a tf.range tensor listed before the loop)."""
+    graph = index.graph
+    try:
+        read = _through_identities(graph.get_tensor_by_name(name))
+    except (KeyError, ValueError):
+        return False
+    if read.op.type != "TensorListGetItem" or _through_identities(read.op.inputs[1]) is not index:
+        return False
+    listed = read.op.inputs[0]
+    outer = _loop_input(graph, listed)
+    if outer is None or outer.op.type != "TensorListFromTensor":
+        return False
+    source = _through_identities(outer.op.inputs[0])
+    try:
+        return (source.op.type == "Range" and static_values(source.op.inputs[0]) == [0]
+                and static_values(source.op.inputs[2]) == [1])
+    except ValueError:
+        return False
+
+
+def _loop_input(graph, placeholder):
+    """The tensor a While op gives its body graph ``graph`` for ``placeholder``, or None."""
+    inputs = list(getattr(graph, "inputs", []))
+    outer_graph = getattr(graph, "outer_graph", None)
+    positions = [i for i, t in enumerate(inputs) if t is placeholder]
+    if not positions or outer_graph is None:
+        return None
+    position = positions[0]
+    for op in outer_graph.get_operations():
+        if op.type in ("While", "StatelessWhile"):
+            try:
+                if op.get_attr("body").name == graph.name:
+                    return op.inputs[position]
+            except (ValueError, AttributeError):
+                continue
+    return None
+
+
+def _in_order(indices):
+    try:
+        values = static_values(indices)
+    except ValueError:
+        return False
+    return values == list(range(len(values)))
+
+
+def _gather(op, layouts):
+    """TensorListGather (tf.TensorArray.gather): a list of the examples gathered in their
+    order from the first is the batch again; in another order, REARRANGED."""
+    listed, indices = layouts[0], layouts[1]
+    if indices is not None or listed is LISTED_PICKS:
+        return UNKNOWN
+    if listed == 0:
+        return 0 if _in_order(op.inputs[1]) else REARRANGED
+    return listed
+
+
+def _scatter(tensor_input):
+    """TensorListScatterV2 (tensor, indices, ...) and TensorListScatterIntoExistingList
+    (list, tensor, indices; tf.TensorArray.scatter): the examples listed at the indices
+    given; in another order than theirs, REARRANGED."""
+    def rule(op, layouts):
+        tensor, indices = layouts[tensor_input], layouts[tensor_input + 1]
+        if indices is not None or any(layout is not None for layout in layouts[:tensor_input]):
+            return UNKNOWN
+        if tensor == 0:
+            return 0 if _in_order(op.inputs[tensor_input + 1]) else REARRANGED
+        return tensor
+    return rule
 
 
 RULES = {"TensorListFromTensor": _from_tensor, "TensorListGetItem": _get_item,
          "TensorListSetItem": _set_item(2), "TensorListPushBack": _set_item(1),
-         "TensorListStack": _stack}
+         "TensorListStack": _stack, "TensorListGather": _gather,
+         "TensorListScatterV2": _scatter(0), "TensorListScatter": _scatter(0),
+         "TensorListScatterIntoExistingList": _scatter(1)}

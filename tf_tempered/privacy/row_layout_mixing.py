@@ -176,6 +176,14 @@ def _whole_sum(op, layouts):
     return layouts[0] if is_picked(layouts[0]) else MIXED
 
 
+def _ctc(op, layouts):
+    """tf.nn.ctc_loss's ops: each example's labels given by a sparse tensor's rows (values
+    gathered from the labels where they are set, which the walk sees as rearranged), one
+    loss per example: not followed (UNKNOWN), as the sparse labels' rows are read by their
+    indices."""
+    return UNKNOWN
+
+
 def _fused_batch_norm(op, layouts):
     """Statistics over every axis but the channels': the examples on the channel axis are
     normalized each on its own (tf-keras' LayerNormalization), elsewhere together."""
@@ -219,4 +227,5 @@ RULES = {
     **{name: _last_axes(1) for name in ("FFT", "IFFT", "RFFT", "IRFFT")},
     **{name: _last_axes(3) for name in ("FFT3D", "IFFT3D", "RFFT3D", "IRFFT3D")},
     **{name: _opaque for name in ("EagerPyFunc", "PyFunc", "PyFuncStateless")},
+    "CTCLoss": _ctc, "CTCLossV2": _ctc,
 }

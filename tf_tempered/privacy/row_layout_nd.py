@@ -46,8 +46,8 @@ followed (UNKNOWN). Picked rows (a loop's ``x[i]`` written back at
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, is_picked, one_layout,
-                                                static_values)
+from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
+                                                one_layout, static_values)
 
 __all__ = ["RULES"]
 
@@ -57,9 +57,15 @@ def _gather_nd(op, layouts):
     if depth is None:
         return UNKNOWN
     index_rank = op.inputs[1].shape.rank
+    if params is REARRANGED:  # looked up by each example's own indices: a mix
+        return MIXED if isinstance(indices, int) else REARRANGED
     if isinstance(params, int) and params < depth:
-        if params == 0 and indices in (None, 0) and _rows_in_order(op.inputs[1]):
+        if params == 0 and indices in (None, 0) and _rows_in_order(op.inputs[1], op.inputs[0]):
             return 0
+        if params == 0 and indices is None:
+            rows = _first_coordinates(op.inputs[1])
+            if rows is not None and len(set(rows)) == 1:
+                return Picked({("index", rows[0])})  # one example's values: h[0, 0]
         return REARRANGED  # each output row read from any example's rows
     if is_picked(params) or is_picked(indices):
         return one_layout([params, indices])
@@ -75,27 +81,97 @@ def _gather_nd(op, layouts):
     return axes.pop() if axes else UNKNOWN
 
 
-def _rows_in_order(indices):
-    """Whether the first coordinate of the index in row r is r: a tf.range from 0 by 1
-    stacked first with other coordinates, or TF's batch_dims=1 gather_nd (a range tiled
-    over each example's indices, concatenated first)."""
-    op = indices.op
-    if op.type == "Pack" and op.get_attr("axis") in (-1, indices.shape.rank - 1):
-        return _is_range_from_zero(op.inputs[0])
-    # TF's batch_dims gather_nd: each example's range position, concatenated first.
-    return op.type == "ConcatV2" and "/BatchGatherND" in "/" + op.name
+def _rows_in_order(indices, rows):
+    """Whether the first coordinate of the index in row r is r's example, each of the
+    ``rows``' examples in turn: the positions of the batch (a tf.range from 0 by 1 over its
+    length) put first beside other coordinates (tf.stack([positions, labels], 1), a
+    tf.concat of columns, tf.transpose of tf.stack([positions, labels])), repeated per
+    example (tf.repeat, a tile or broadcast along later axes), or TF's batch_dims=1
+    gather_nd (BatchGatherND: a range tiled over each example's indices, concatenated
+    first)."""
+    op, last = indices.op, (-1, indices.shape.rank - 1)
+    if op.type == "Pack" and op.get_attr("axis") in last:
+        return _positions(op.inputs[0], rows)
+    if op.type == "ConcatV2" and "/BatchGatherND" in "/" + op.name:
+        return True
+    if op.type == "ConcatV2" and static_values(op.inputs[-1])[0] in last:
+        return _positions(op.inputs[0], rows)
+    if (op.type == "Transpose" and static_values(op.inputs[1]) == [1, 0]
+            and op.inputs[0].op.type == "Pack" and op.inputs[0].op.get_attr("axis") == 0):
+        return _positions(op.inputs[0].op.inputs[0], rows)
+    return False
 
 
-def _is_range_from_zero(tensor):
+def _positions(tensor, rows):
+    """Whether ``tensor``'s first axis holds 0, 1, ... over ``rows``' first axis (each
+    value repeated along later axes, or in blocks: tf.repeat)."""
     op = tensor.op
-    while op.type in ("Identity", "Cast") and op.inputs:
+    while op.inputs and (op.type in ("Identity", "Cast", "ExpandDims", "BroadcastTo")
+                         or op.type == "Tile" and _first_multiple_is_one(op)
+                         or op.type == "Reshape" and _keeps_row_order(op)
+                         or op.type == "StridedSlice" and _only_new_axes(op)):
         op = op.inputs[0].op
     if op.type != "Range":
         return False
     try:
-        return static_values(op.inputs[0]) == [0] and static_values(op.inputs[2]) == [1]
+        if static_values(op.inputs[0]) != [0] or static_values(op.inputs[2]) != [1]:
+            return False
     except ValueError:
         return False
+    return _is_length_of(op.inputs[1], rows)
+
+
+def _is_length_of(limit, rows):
+    """Whether ``limit`` is the length of ``rows``' first axis: the same static value, or
+    tf.shape(t)[0] of a tensor whose first axis has ``rows``' static length (both unknown
+    while tracing: the batch's)."""
+    value = tf.get_static_value(limit)
+    if value is not None:
+        return rows.shape[0] is not None and int(value) == rows.shape[0]
+    op = limit.op
+    while op.type in ("Identity", "Cast") and op.inputs:
+        op = op.inputs[0].op
+    if op.type != "StridedSlice" or op.inputs[0].op.type not in ("Shape", "Const"):
+        return False
+    try:
+        first = static_values(op.inputs[1]) == [0] and op.get_attr("shrink_axis_mask") == 1
+        if op.inputs[0].op.type == "Const":  # the shape of a tensor known while tracing
+            return first and static_values(op.inputs[0])[0] == rows.shape[0]
+    except (ValueError, IndexError):
+        return False
+    measured = op.inputs[0].op.inputs[0]
+    return bool(first and measured.shape.rank and measured.shape[0] == rows.shape[0])
+
+
+def _first_multiple_is_one(op):
+    try:
+        return static_values(op.inputs[1])[0] == 1
+    except (ValueError, IndexError):
+        return False
+
+
+def _keeps_row_order(op):
+    """A reshape that flattens [n, k] into n·k rows (tf.repeat) or adds axes of length 1."""
+    before, after = op.inputs[0].shape, op.outputs[0].shape
+    if after.rank == 1:
+        return True
+    if before.rank is None or after.rank is None or after.rank < before.rank:
+        return False
+    return (after[:before.rank].as_list() == before.as_list()
+            and all(size == 1 for size in after.as_list()[before.rank:]))
+
+
+def _only_new_axes(op):
+    """x[:, None]: a slice that only adds axes."""
+    try:
+        strides, begin = static_values(op.inputs[3]), static_values(op.inputs[1])
+    except ValueError:
+        return False
+    new = op.get_attr("new_axis_mask")
+    whole = op.get_attr("begin_mask") & op.get_attr("end_mask")
+    return (op.get_attr("shrink_axis_mask") == 0 and op.get_attr("ellipsis_mask") == 0
+            and set(strides) == {1} and set(begin) <= {0}
+            and all(new >> i & 1 or whole >> i & 1 for i in range(len(strides))))
 
 
 def _scatter(target, indices, updates):
@@ -111,6 +187,10 @@ def _scatter(target, indices, updates):
             return UNKNOWN  # a loop's x[i] written back at i (or elsewhere: not followed)
         if _positions_of_a_mask(op.inputs[indices]):
             return UNKNOWN  # rows a mask kept, put back (tf-keras' ignore_class): not followed
+        placed = [layouts[updates]] + ([layouts[target]] if target is not None else [])
+        if (layouts[indices] in (None, 0) and all(layout in (None, 0) for layout in placed)
+                and _rows_in_order(op.inputs[indices], op.inputs[updates])):
+            return 0  # each example's values written into its own row
         if any(layout is not None for layout in moved):
             return REARRANGED  # the batch's rows (or rows chosen by its values) placed anywhere
         return layouts[target] if target is not None else None
@@ -138,8 +218,16 @@ def _first_coordinates(indices):
         return None
 
 
+def _stitch(op, layouts):
+    """tf.dynamic_stitch: rows of the data placed at their indices (anywhere)."""
+    half = len(op.inputs) // 2
+    if any(layout is not None for layout in layouts[:half]):
+        return REARRANGED  # placed where the batch's values say
+    return REARRANGED if any(layout is not None for layout in layouts[half:]) else None
+
+
 RULES = {
-    "GatherNd": _gather_nd,
+    "GatherNd": _gather_nd, "DynamicStitch": _stitch, "ParallelDynamicStitch": _stitch,
     "ScatterNd": _scatter(None, 0, 1),
     **{name: _scatter(0, 1, 2) for name in (
         "TensorScatterUpdate", "TensorScatterAdd", "TensorScatterSub", "TensorScatterMax",

@@ -74,13 +74,16 @@ def picked_at(vector, index=None):
 
 def one_layout(layouts):
     """The one layout of the batch-dependent inputs: MIXED for picked rows with the batch's
-    (t - t[0]) or with rows picked by another index (a loop's t[i] - t[i - 1]), REARRANGED
-    if one is, the picked rows if any, else UNKNOWN when they disagree."""
+    (t - t[0]) or with rows picked by another index (a loop's t[i] - t[i - 1]), and for
+    rearranged rows with the batch's (a loss of each label and a reversed prediction),
+    REARRANGED if one is, the picked rows if any, else UNKNOWN when they disagree."""
     found = {layout for layout in layouts if layout is not None}
     picks = {layout.keys for layout in found if is_picked(layout)} - {frozenset()}
     if any(is_picked(f) for f in found) and (
             REARRANGED in found or any(isinstance(f, int) for f in found) or len(picks) > 1):
         return MIXED
+    if REARRANGED in found and any(isinstance(f, int) for f in found):
+        return MIXED  # rows moved across examples, combined with the batch's rows in place
     if REARRANGED in found:
         return REARRANGED
     if any(is_picked(f) for f in found):
@@ -263,6 +266,8 @@ def _gather(op, layouts):
         return REARRANGED  # rows of the batch picked by index (indices of the batch's too)
     if is_picked(params) or is_picked(indices):
         return one_layout([params, indices])  # picked rows' values, or looked up by them
+    if params is REARRANGED and isinstance(indices, int):
+        return MIXED  # moved rows looked up by each example's own indices
     if params is REARRANGED or indices is REARRANGED or (params is not None
                                                          and indices is not None):
         return UNKNOWN

@@ -119,7 +119,8 @@ def _losses(model, batch, plan, recorder, container):
     layers = keras_bridge.activity_regularized_layers(keras_bridge.flatten_layers(model))
     recorder.activity_regularizers = {id(layer): (layer, layer.activity_regularizer)
                                       for layer in layers}
-    with recorder.active(), keras_bridge.suspended_activity_regularizers(layers):
+    with recorder.active(), keras_bridge.suspended_activity_regularizers(layers), \
+            keras_bridge.layer_calls_autographed():
         y_pred = model(batch.x, training=True)
     _refuse_added_losses(model)  # first: with compile(loss=None) they are its only loss
     losses, output_losses = per_example_losses(model, batch.x, batch.y, y_pred,
