@@ -11,7 +11,11 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Row layouts through ``tf.gather_nd`` and the scatter ops (rules of row_layout's walk).
+"""Row layouts through gathers (``tf.gather``, ``tf.gather_nd``) and scatters (rules of
+row_layout's walk).
+
+``tf.gather`` on the batch's axis picks one example's rows by a scalar index (PICKED), or
+rows of any examples by a vector (REARRANGED); with ``batch_dims=1`` each example's own.
 
 An index tuple of depth d addresses a tensor's first d axes: when they include the
 batch's, each output row may come from any example, and the rows are REARRANGED (so a
@@ -47,9 +51,37 @@ followed (UNKNOWN). Picked rows (a loop's ``x[i]`` written back at
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
-                                                one_layout, static_values)
+                                                normalized_axis, one_layout, picked_at,
+                                                static_values)
 
 __all__ = ["RULES"]
+
+def _gather(op, layouts):
+    params, indices = layouts[0], layouts[1]
+    axis = static_values(op.inputs[2])[0] if op.type == "GatherV2" else 0
+    axis = normalized_axis(axis, op.inputs[0].shape.rank)
+    batch_dims = op.get_attr("batch_dims") if op.type == "GatherV2" else 0
+    if params == 0 and indices in (None, 0) and batch_dims > 0:
+        return 0  # each example's rows looked up by its own indices (tf.gather(..., batch_dims=1))
+    if isinstance(params, int) and params == axis:
+        if op.inputs[1].shape.rank == 0 and indices is None:
+            return picked_at(op.inputs[1])  # one example's rows (tf.gather(x, i) in a loop)
+        return REARRANGED  # rows of the batch picked by index (indices of the batch's too)
+    if is_picked(params) or is_picked(indices):
+        return one_layout([params, indices])  # picked rows' values, or looked up by them
+    if params is REARRANGED and isinstance(indices, int):
+        return MIXED  # moved rows looked up by each example's own indices
+    if params is REARRANGED or indices is REARRANGED or (params is not None
+                                                         and indices is not None):
+        return UNKNOWN
+    if isinstance(params, int):
+        return params if params < axis else params + op.inputs[1].shape.rank - 1
+    return axis + indices if isinstance(indices, int) else UNKNOWN
+
+
+def _resource_gather(op, layouts):
+    return layouts[1] if isinstance(layouts[1], int) or is_picked(layouts[1]) else UNKNOWN
+
 
 def _gather_nd(op, layouts):
     params, indices = layouts[0], layouts[1]
@@ -227,6 +259,7 @@ def _stitch(op, layouts):
 
 
 RULES = {
+    "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
     "GatherNd": _gather_nd, "DynamicStitch": _stitch, "ParallelDynamicStitch": _stitch,
     "ScatterNd": _scatter(None, 0, 1),
     **{name: _scatter(0, 1, 2) for name in (

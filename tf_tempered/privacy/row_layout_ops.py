@@ -253,33 +253,6 @@ def _tile(op, layouts):
     return REARRANGED if static_at(op.inputs[1], layout) != 1 else layout
 
 
-def _gather(op, layouts):
-    params, indices = layouts[0], layouts[1]
-    axis = static_values(op.inputs[2])[0] if op.type == "GatherV2" else 0
-    axis = normalized_axis(axis, op.inputs[0].shape.rank)
-    batch_dims = op.get_attr("batch_dims") if op.type == "GatherV2" else 0
-    if params == 0 and indices in (None, 0) and batch_dims > 0:
-        return 0  # each example's rows looked up by its own indices (tf.gather(..., batch_dims=1))
-    if isinstance(params, int) and params == axis:
-        if op.inputs[1].shape.rank == 0 and indices is None:
-            return picked_at(op.inputs[1])  # one example's rows (tf.gather(x, i) in a loop)
-        return REARRANGED  # rows of the batch picked by index (indices of the batch's too)
-    if is_picked(params) or is_picked(indices):
-        return one_layout([params, indices])  # picked rows' values, or looked up by them
-    if params is REARRANGED and isinstance(indices, int):
-        return MIXED  # moved rows looked up by each example's own indices
-    if params is REARRANGED or indices is REARRANGED or (params is not None
-                                                         and indices is not None):
-        return UNKNOWN
-    if isinstance(params, int):
-        return params if params < axis else params + op.inputs[1].shape.rank - 1
-    return axis + indices if isinstance(indices, int) else UNKNOWN
-
-
-def _resource_gather(op, layouts):
-    return layouts[1] if isinstance(layouts[1], int) or is_picked(layouts[1]) else UNKNOWN
-
-
 def _split(op, layouts):
     value, axis_input = (1, 0) if op.type == "Split" else (0, 2)
     layout = layouts[value]
@@ -338,7 +311,6 @@ RULES = {
     "Transpose": _transpose, "ConcatV2": _concat, "Pack": _pack, "Unpack": _unpack,
     "ExpandDims": _expand_dims, "Squeeze": _squeeze, "Reshape": _reshape,
     "ReverseV2": _on_batch_axis(1), "Roll": _on_batch_axis(2), "Tile": _tile,
-    "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
     "Split": _split, "SplitV": _split,
     "Pad": _pad, "PadV2": _pad, "MirrorPad": _pad, "RandomShuffle": _shuffle,
     "ZerosLike": _values_unread, "OnesLike": _values_unread,
