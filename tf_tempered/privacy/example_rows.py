@@ -123,10 +123,7 @@ def _runs_own_call(record):
 def _is_a_range(tensor):
     """Whether ``tensor`` is a tf.range (through identities and casts): positions, which
     have the batch's static length only by chance."""
-    op = tensor.op
-    while op.type in ("Identity", "Cast") and op.inputs:
-        op = op.inputs[0].op
-    return op.type == "Range"
+    return row_layout.source_of(tensor).op.type == "Range"
 
 
 def _message(layer, what):

@@ -39,7 +39,8 @@ Loops, conds and nested tf.functions are followed into their graphs
 (:mod:`tf_tempered.privacy.row_layout_functions`), TensorLists (tf.TensorArray,
 :mod:`tf_tempered.privacy.row_layout_lists`), slices
 (:mod:`tf_tempered.privacy.row_layout_slices`), gather_nd and scatters
-(:mod:`tf_tempered.privacy.row_layout_nd`).
+(:mod:`tf_tempered.privacy.row_layout_nd`), rows a mask kept put back at its positions
+(:mod:`tf_tempered.privacy.row_layout_masks`).
 
 Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
 ``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
@@ -71,11 +72,12 @@ stays.
 [MIXED, 0, 0, MIXED, MIXED, MIXED, PICKED, MIXED, 0, MIXED]
 """
 
-from tf_tempered.privacy import (row_layout_functions, row_layout_lists, row_layout_mixing,
-                                 row_layout_nd, row_layout_ops, row_layout_slices)
-from tf_tempered.privacy.row_layout_ops import MIXED, PICKED, REARRANGED, UNKNOWN
+from tf_tempered.privacy import (row_layout_functions, row_layout_lists, row_layout_masks,
+                                 row_layout_mixing, row_layout_nd, row_layout_ops,
+                                 row_layout_slices)
+from tf_tempered.privacy.row_layout_ops import MIXED, PICKED, REARRANGED, UNKNOWN, source_of
 
-__all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis"]
+__all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis", "source_of"]
 
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
 SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"}) | row_layout_lists.SHAPE_ONLY
@@ -114,6 +116,8 @@ def batch_axis(tensor, sources, memo=None):
                 memo[op] = UNKNOWN
             else:
                 memo[op] = _follow(op, layouts, counted)
+                if memo[op] is row_layout_masks.PUT_BACK:
+                    memo[op] = row_layout_masks.resolve(op, memo, batch_axis)
                 if isinstance(memo[op], list):  # one layout per output (unstack, split)
                     memo[(_PER_OUTPUT, op)] = memo[op]
                     memo[op] = row_layout_functions.join(memo[op])

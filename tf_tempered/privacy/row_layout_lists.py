@@ -36,7 +36,7 @@ the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they claim no
 """
 
 from tf_tempered.privacy.row_layout_ops import (REARRANGED, UNKNOWN, _Mark, is_picked, picked_at,
-                                                static_values)
+                                                source_of, static_values)
 
 __all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY"]
 
@@ -87,16 +87,10 @@ def _written_where_read(item, index):
     """Whether picked rows are written at the index that picked them (or picked without a
     key), or picked by the position read at that index from a loop's list of positions in
     order (tf.map_fn over tf.range(n): each example's rows by its own position)."""
-    index = _through_identities(index)
+    index = source_of(index)
     if not item.keys or picked_at(index).keys == item.keys:
         return True
     return any(key[0] == "tensor" and _position_read_at(key[2], index) for key in item.keys)
-
-
-def _through_identities(tensor):
-    while tensor.op.type in ("Identity", "Cast") and tensor.op.inputs:
-        tensor = tensor.op.inputs[0]
-    return tensor
 
 
 def _position_read_at(name, index):
@@ -104,16 +98,16 @@ def _position_read_at(name, index):
     (the loop's own variable, given the op a tf.range tensor listed before the loop)."""
     graph = index.graph
     try:
-        read = _through_identities(graph.get_tensor_by_name(name))
+        read = source_of(graph.get_tensor_by_name(name))
     except (KeyError, ValueError):
         return False
-    if read.op.type != "TensorListGetItem" or _through_identities(read.op.inputs[1]) is not index:
+    if read.op.type != "TensorListGetItem" or source_of(read.op.inputs[1]) is not index:
         return False
     listed = read.op.inputs[0]
     outer = _loop_input(graph, listed)
     if outer is None or outer.op.type != "TensorListFromTensor":
         return False
-    source = _through_identities(outer.op.inputs[0])
+    source = source_of(outer.op.inputs[0])
     try:
         return (source.op.type == "Range" and static_values(source.op.inputs[0]) == [0]
                 and static_values(source.op.inputs[2]) == [1])

@@ -25,8 +25,8 @@ coordinate of every index is its own row's position: ``tf.stack([tf.range(n), la
 which keep the examples on axis 0. A scatter of the batch's rows (its updates, or indices
 computed from them) places them anywhere: REARRANGED; a scatter into the batch's rows of
 values that are not the batch's keeps them; rows put back at the positions a mask kept
-(``tf.scatter_nd(tf.where(mask), values, shape)``, tf-keras' ``ignore_class``) are not
-followed (UNKNOWN). Picked rows (a loop's ``x[i]`` written back at
+(``tf.scatter_nd(tf.where(mask), values, shape)``, tf-keras' ``ignore_class``) are the
+walk's to resolve (:mod:`tf_tempered.privacy.row_layout_masks`). Picked rows (a loop's ``x[i]`` written back at
 ``i``) claim nothing, as before.
 
 >>> import tensorflow as tf
@@ -50,9 +50,10 @@ followed (UNKNOWN). Picked rows (a loop's ``x[i]`` written back at
 """
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy.row_layout_masks import PUT_BACK, SCATTERS, mask_of
 from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
                                                 normalized_axis, one_layout, picked_at,
-                                                static_values)
+                                                source_of, static_values)
 
 __all__ = ["RULES"]
 
@@ -160,9 +161,7 @@ def _is_length_of(limit, rows):
     value = tf.get_static_value(limit)
     if value is not None:
         return rows.shape[0] is not None and int(value) == rows.shape[0]
-    op = limit.op
-    while op.type in ("Identity", "Cast") and op.inputs:
-        op = op.inputs[0].op
+    op = source_of(limit).op
     if op.type != "StridedSlice" or op.inputs[0].op.type not in ("Shape", "Const"):
         return False
     try:
@@ -217,8 +216,8 @@ def _scatter(target, indices, updates):
                 if at is not None and set(at) != {_static_row(layouts[updates])}:
                     return REARRANGED  # tf.tensor_scatter_nd_update(x, [[0]], [x[1]])
             return UNKNOWN  # a loop's x[i] written back at i (or elsewhere: not followed)
-        if _positions_of_a_mask(op.inputs[indices]):
-            return UNKNOWN  # rows a mask kept, put back (tf-keras' ignore_class): not followed
+        if mask_of(op.inputs[indices]) is not None:
+            return PUT_BACK  # rows a mask kept, put back (tf-keras' ignore_class)
         placed = [layouts[updates]] + ([layouts[target]] if target is not None else [])
         if (layouts[indices] in (None, 0) and all(layout in (None, 0) for layout in placed)
                 and _rows_in_order(op.inputs[indices], op.inputs[updates])):
@@ -227,13 +226,6 @@ def _scatter(target, indices, updates):
             return REARRANGED  # the batch's rows (or rows chosen by its values) placed anywhere
         return layouts[target] if target is not None else None
     return rule
-
-
-def _positions_of_a_mask(indices):
-    op = indices.op
-    while op.type in ("Identity", "Cast") and op.inputs:
-        op = op.inputs[0].op
-    return op.type == "Where"
 
 
 def _static_row(layout):
@@ -261,8 +253,5 @@ def _stitch(op, layouts):
 RULES = {
     "GatherV2": _gather, "Gather": _gather, "ResourceGather": _resource_gather,
     "GatherNd": _gather_nd, "DynamicStitch": _stitch, "ParallelDynamicStitch": _stitch,
-    "ScatterNd": _scatter(None, 0, 1),
-    **{name: _scatter(0, 1, 2) for name in (
-        "TensorScatterUpdate", "TensorScatterAdd", "TensorScatterSub", "TensorScatterMax",
-        "TensorScatterMin")},
+    **{name: _scatter(*inputs) for name, inputs in SCATTERS.items()},
 }

@@ -21,7 +21,8 @@ its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
 from tf_tempered._compat import tf
 
 __all__ = ["MIXED", "PICKED", "REARRANGED", "RULES", "UNKNOWN", "Picked", "is_picked",
-           "picked_at", "normalized_axis", "one_layout", "same_axes", "static_values"]
+           "picked_at", "normalized_axis", "one_layout", "same_axes", "source_of",
+           "static_values"]
 
 
 class _Mark:
@@ -100,6 +101,14 @@ def same_axes(op, layouts):
         return layout
     ranks = {t.shape.rank for t, found in zip(op.inputs, layouts) if found is not None}
     return layout if ranks == {op.outputs[0].shape.rank} != {None} else UNKNOWN
+
+
+def source_of(tensor, through=("Identity", "Cast")):
+    """The tensor ``tensor`` copies: its first input's, through ops of the types ``through``
+    (identities and casts, which move no row)."""
+    while tensor.op.type in through and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    return tensor
 
 
 def static_values(tensor):
