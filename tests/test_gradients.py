@@ -212,6 +212,40 @@ def test_raw_gradients_of_a_model_with_dp_gradients_are_refused_and_its_own_appl
     assert epsilon_spent(model)[0] > 0
 
 
+@pytest.mark.parametrize("made_private_by", ["make_private", "DPGradients"])
+def test_a_plain_step_traced_before_the_model_was_made_private_fails_instead_of_training(
+        made_private_by):
+    # Before: the optimizer's check runs while tracing, so a tape step traced on the plain
+    # model (a notebook's loop run once, then make_private) kept applying raw gradients.
+    x, y = _data()
+    model, other = _mlp(), _mlp()
+    optimizers = {id(model): keras.optimizers.SGD(0.1), id(other): keras.optimizers.SGD(0.1)}
+    for m in (model, other):
+        optimizers[id(m)].build(m.trainable_variables)
+
+    @tf.function
+    def raw_step(m):
+        with tf.GradientTape() as tape:
+            loss = LOSS(y, m(x, training=True))
+        optimizers[id(m)].apply_gradients(zip(tape.gradient(loss, m.trainable_variables),
+                                              m.trainable_variables))
+
+    raw_step(model)
+    raw_step(other)
+    if made_private_by == "make_private":
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    else:
+        DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="traced before make_private.*"
+                       "WITHOUT differential privacy.*Fix: define the training step again"):
+        raw_step(model)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    others = [w.copy() for w in other.get_weights()]
+    raw_step(other)  # a plain model's weights: still its plain loop's to train
+    assert all((a != b).any() for a, b in zip(others, other.get_weights()))
+
+
 def test_dp_gradients_through_a_loss_scale_optimizer_are_applied():
     x, y = _data()
     model = _mlp()

@@ -21,7 +21,7 @@ import os
 from tf_tempered._compat import KERAS_MAJOR, tf
 
 __all__ = ["autographed_call", "layer_calls_autographed", "onednn_enabled",
-           "partial_static_vector"]
+           "partial_static_vector", "flag_variable"]
 
 
 @contextlib.contextmanager
@@ -50,6 +50,15 @@ def autographed_call(layer, call):
     from tensorflow.python.autograph.core import ag_ctx  # pylint: disable=import-outside-toplevel
     return tf.__internal__.autograph.tf_convert(
         call, ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED))
+
+
+def flag_variable(name):
+    """A scalar float32 variable holding 0, made eagerly also while a tf.function is traced
+    again (tf.Variable refuses to be made on a trace other than the first: a
+    ResourceVariable of its own is not the function's)."""
+    from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-import-not-at-top
+    with tf.init_scope():
+        return resource_variable_ops.ResourceVariable(0.0, trainable=False, name=name)
 
 
 def partial_static_vector(tensor):

@@ -27,7 +27,8 @@ a DPGradients for it), or a plain model built around a private model's layers, i
 instead of training them without clipping or noise. What it cannot see: weights assigned
 directly (not by a Keras optimizer), and a raw gradient added to a DP one inside a
 ``tf.function``. The check runs where Keras' optimizers update (once per trace in a
-``tf.function``); weights of a model loaded from a private one are refused the same way
+``tf.function``); a plain update traced before make_private fails at run time once the
+model is private (an assertion it runs after, _fail_once_private); weights of a model loaded from a private one are refused the same way
 until make_private (saving.refuse_loaded_updates).
 
 >>> from tf_tempered._compat import keras
@@ -42,6 +43,7 @@ tf_tempered.privacy.errors.NotPrivateError: The optimizer SGD would update the w
 """
 
 from tf_tempered import keras_bridge
+from tf_tempered._compat import tf
 from tf_tempered.privacy import dp_outputs, saving, shared_ledgers
 from tf_tempered.privacy.errors import NotPrivateError
 
@@ -51,6 +53,7 @@ __all__ = ["tag_private_weights", "allow_dp_gradient_loops", "refuse_updates_wit
 _TAG = "_tf_tempered_private"  # on a private model's weights: who may update them
 _OWN_STEP = "own DP step"        # only the model's own optimizer (fit, train_on_batch)
 _DP_LOOPS = "DPGradients loops"  # also any optimizer of a DPGradients loop
+_TRACED_PLAIN = "_tf_tempered_traced_plain"  # on a weight: flags of plain traced updates
 
 
 def _tag(variable):
@@ -66,13 +69,21 @@ def tag_private_weights(model):
     """Tags the weights ``model`` holds (trainable or not: they may be unfrozen later)."""
     for variable in keras_bridge.existing_weights(model):
         if _tag(variable) is None:
-            keras_bridge.set_untracked(variable, _TAG, _OWN_STEP)
+            _tag_as(variable, _OWN_STEP)
 
 
 def allow_dp_gradient_loops(model):
     """A DPGradients was made for ``model``: a loop's own optimizer may apply its gradients."""
     for variable in keras_bridge.existing_weights(model):
-        keras_bridge.set_untracked(variable, _TAG, _DP_LOOPS)
+        _tag_as(variable, _DP_LOOPS)
+
+
+def _tag_as(variable, who):
+    """Tags ``variable`` as updated by ``who`` only, and fails the plain updates of it
+    traced before (_fail_once_private)."""
+    keras_bridge.set_untracked(variable, _TAG, who)
+    for flag in vars(variable).get(_TRACED_PLAIN, ()):
+        flag.assign(1.0)
 
 
 def refuse_updates_without_dp(optimizer, variables, grads=()):
@@ -89,6 +100,23 @@ def refuse_updates_without_dp(optimizer, variables, grads=()):
     if raw:
         raise NotPrivateError(_RAW_IN_LOOP.format(name=type(optimizer).__name__,
                                                   variable=raw[0].name))
+    return _fail_once_private([v for v in variables if _tag(v) is None])
+
+
+def _fail_once_private(plain):
+    """Inside a tf.function, an update of weights no make_private has tagged: an assertion
+    the update runs after, failing once make_private tags one of them. The check above runs
+    only while tracing, so a training step traced before make_private (a tape loop run once
+    on the plain model) would keep applying its update without DP. One flag per traced
+    update, kept on each weight it updates (a read of one scalar per step). Not made under
+    a tf.distribute strategy, and XLA drops assertions (jit_compile=True): documented."""
+    if not plain or not tf.inside_function() or tf.distribute.has_strategy():
+        return []
+    flag = keras_bridge.flag_variable("tf_tempered_traced_before_private")
+    for variable in plain:
+        keras_bridge.set_untracked(variable, _TRACED_PLAIN,
+                                   vars(variable).get(_TRACED_PLAIN, ()) + (flag,))
+    return [tf.debugging.Assert(tf.equal(flag, 0.0), [_TRACED_BEFORE])]
 
 
 _REFUSAL = (
@@ -99,6 +127,14 @@ _REFUSAL = (
     "tf_tempered.privacy.DPGradients(model, loss, l2_norm_clip=..., noise_multiplier=...) "
     "(docs/custom_loops.md); a model built around a private model's layers: make it "
     "private too (make_private(outer_model, ...)). " + saving.PUBLIC_COPY_FIX)
+
+
+_TRACED_BEFORE = (
+    "NotPrivateError: this tf.function was traced before make_private and updates the weights "
+    "of a model made private since: it would train them WITHOUT differential privacy (no "
+    "clipping, no noise) and outside its ε. Fix: define the training step again after "
+    "make_private and take its gradients from tf_tempered.privacy.DPGradients(model, loss, "
+    "...) (docs/custom_loops.md), or train with the model's own fit.")
 
 
 _RAW_IN_LOOP = (
