@@ -13,15 +13,34 @@
 # limitations under the License.
 """A check before every save of a Keras model: ``model.save`` and the function
 ``keras.models.save_model`` (``keras.saving.save_model``), which share one implementation
-(Keras' ``saving_api.save_model``) under several names."""
+(Keras' ``saving_api.save_model``) under several names; and one before every compile."""
 
+import functools
 import importlib
 
-from tf_tempered._compat import KERAS_MAJOR
+from tf_tempered._compat import KERAS_MAJOR, keras
 
-__all__ = ["guard_model_saves"]
+__all__ = ["before_model_compiles", "guard_model_saves"]
 
 _CHECKS = []
+_COMPILE_HOOKS = []
+
+
+def before_model_compiles(hook):
+    """Makes every ``Model.compile`` call ``hook(model)`` first, while the model still holds
+    the optimizer the compile replaces. Installed once."""
+    if _COMPILE_HOOKS:
+        return
+    _COMPILE_HOOKS.append(hook)
+    owner = next(cls for cls in keras.Model.__mro__ if "compile" in vars(cls))
+    original = owner.compile
+
+    @functools.wraps(original)
+    def compile(self, *args, **kwargs):  # pylint: disable=redefined-builtin
+        hook(self)
+        return original(self, *args, **kwargs)
+
+    owner.compile = compile
 # Modules holding Keras' save_model under its public names (Model.save calls the first's).
 _MODULES = (("keras.src.saving.saving_api", "keras.models", "keras.saving") if KERAS_MAJOR == 3 else
             ("tf_keras.src.saving.saving_api", "tf_keras.models", "tf_keras.saving",

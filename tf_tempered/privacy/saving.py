@@ -29,7 +29,8 @@ So ``model.save("m.keras")`` (or ``.h5``, or a SavedModel with tf-keras) and
 settings saved with the model, draws a fresh secret key, and keeps counting ε from
 the saved ledger. A loaded model compiled anew before that (a plain optimizer in place
 of the marked one) is refused too: the marked optimizer, once built on the loaded
-weights, marks them, and Keras' optimizers check for that mark before an update
+weights (or before a compile replaces it: tf-keras' SavedModel does not build it), marks
+them, and Keras' optimizers check for that mark before an update
 (:mod:`~tf_tempered.privacy.update_guard`); make_private finds the saved settings there.
 """
 
@@ -169,6 +170,16 @@ def _mark_loaded_variables(optimizer, variables):
             keras_bridge.set_untracked(variable, _LOADED, saved)
 
 
+def _keep_the_loaded_dp(model):
+    """Before a compile replaces a loaded model's marked optimizer: the DP dict it was
+    loaded with goes on the model's weights, as the optimizer's build puts it (tf-keras'
+    SavedModel loads the optimizer without building it on them). So the new plain
+    optimizer's update is refused, and make_private finds the saved settings and ledger."""
+    optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
+    if isinstance(optimizer, _Marked):
+        _mark_loaded_variables(optimizer, keras_bridge.existing_weights(model))
+
+
 def saved_dp(model):
     """The DP dict saved with a loaded model (on its marked optimizer, or, once a plain one
     replaced it, on the variables that one was built on), or None."""
@@ -242,3 +253,6 @@ class PrivateOptimizer:
     def from_config(cls, config):
         optimizer = keras_bridge.deserialize(config["optimizer"])
         return mark_optimizer(optimizer, saved=dict(config["dp"]))
+
+
+keras_bridge.before_model_compiles(_keep_the_loaded_dp)
