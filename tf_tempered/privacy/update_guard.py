@@ -42,6 +42,9 @@ Traceback (most recent call last):
 tf_tempered.privacy.errors.NotPrivateError: The optimizer SGD would update the weights ...
 """
 
+import warnings
+import weakref
+
 from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
 from tf_tempered.privacy import dp_outputs, saving, shared_ledgers
@@ -67,23 +70,31 @@ def is_private_weight(variable):
 
 def tag_private_weights(model):
     """Tags the weights ``model`` holds (trainable or not: they may be unfrozen later)."""
-    for variable in keras_bridge.existing_weights(model):
-        if _tag(variable) is None:
-            _tag_as(variable, _OWN_STEP)
+    _tag_all(model, [v for v in keras_bridge.existing_weights(model) if _tag(v) is None],
+             _OWN_STEP)
 
 
 def allow_dp_gradient_loops(model):
     """A DPGradients was made for ``model``: a loop's own optimizer may apply its gradients."""
-    for variable in keras_bridge.existing_weights(model):
-        _tag_as(variable, _DP_LOOPS)
+    _tag_all(model, keras_bridge.existing_weights(model), _DP_LOOPS)
 
 
-def _tag_as(variable, who):
-    """Tags ``variable`` as updated by ``who`` only, and fails the plain updates of it
-    traced before (_fail_once_private)."""
-    keras_bridge.set_untracked(variable, _TAG, who)
-    for flag in vars(variable).get(_TRACED_PLAIN, ()):
-        flag.assign(1.0)
+def _tag_all(model, variables, who):
+    """Tags ``variables`` as updated by ``who`` only, and fails the plain updates of them
+    traced before (_fail_once_private), warning when a loop's optimizer traced them (not
+    the model's own: make_private drops the step its fit traced)."""
+    loops = set()
+    for variable in variables:
+        keras_bridge.set_untracked(variable, _TAG, who)
+        for flag, optimizer in vars(variable).get(_TRACED_PLAIN, ()):
+            flag.assign(1.0)
+            loops.add(optimizer())
+        keras_bridge.set_untracked(variable, _TRACED_PLAIN, ())
+    own = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
+    names = sorted({type(o).__name__ for o in loops if o is not None and o is not own})
+    if names:
+        warnings.warn(_TRACED_BEFORE_WARNING.format(names=", ".join(names)),
+                      stacklevel=5)  # at make_private's caller
 
 
 def refuse_updates_without_dp(optimizer, variables, grads=()):
@@ -100,22 +111,23 @@ def refuse_updates_without_dp(optimizer, variables, grads=()):
     if raw:
         raise NotPrivateError(_RAW_IN_LOOP.format(name=type(optimizer).__name__,
                                                   variable=raw[0].name))
-    return _fail_once_private([v for v in variables if _tag(v) is None])
+    return _fail_once_private(optimizer, [v for v in variables if _tag(v) is None])
 
 
-def _fail_once_private(plain):
+def _fail_once_private(optimizer, plain):
     """Inside a tf.function, an update of weights no make_private has tagged: an assertion
     the update runs after, failing once make_private tags one of them. The check above runs
     only while tracing, so a training step traced before make_private (a tape loop run once
     on the plain model) would keep applying its update without DP. One flag per traced
     update, kept on each weight it updates (a read of one scalar per step). Not made under
-    a tf.distribute strategy, and XLA drops assertions (jit_compile=True): documented."""
+    a tf.distribute strategy, and XLA drops assertions (jit_compile=True): documented, and
+    make_private warns of a loop that traced an update of its weights (_tag_all)."""
     if not plain or not tf.inside_function() or tf.distribute.has_strategy():
         return []
     flag = keras_bridge.flag_variable("tf_tempered_traced_before_private")
     for variable in plain:
-        keras_bridge.set_untracked(variable, _TRACED_PLAIN,
-                                   vars(variable).get(_TRACED_PLAIN, ()) + (flag,))
+        keras_bridge.set_untracked(variable, _TRACED_PLAIN, vars(variable).get(
+            _TRACED_PLAIN, ()) + ((flag, weakref.ref(keras_bridge.inner_optimizer(optimizer))),))
     return [tf.debugging.Assert(tf.equal(flag, 0.0), [_TRACED_BEFORE])]
 
 
@@ -135,6 +147,16 @@ _TRACED_BEFORE = (
     "clipping, no noise) and outside its ε. Fix: define the training step again after "
     "make_private and take its gradients from tf_tempered.privacy.DPGradients(model, loss, "
     "...) (docs/custom_loops.md), or train with the model's own fit.")
+
+
+_TRACED_BEFORE_WARNING = (
+    "make_private: a tf.function traced before it updates this model's weights with "
+    "{names} (a training loop run on the plain model). Called again, it raises "
+    "InvalidArgumentError instead of training them without differential privacy; compiled "
+    "with jit_compile=True (XLA drops that check) or traced under a tf.distribute strategy, "
+    "it WOULD train them without DP. Fix: define the training step again after "
+    "make_private, taking its gradients from tf_tempered.privacy.DPGradients "
+    "(docs/custom_loops.md), or train with the model's own fit.")
 
 
 _RAW_IN_LOOP = (
