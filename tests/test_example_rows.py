@@ -422,6 +422,10 @@ _PICKING_OR_TRANSFORMING = {
     "a_loop_run_as_many_times_as_one_example_says": _loop_counted_by_one_example,
     "a_label_pick_over_part_of_the_batch": lambda t: t + tf.gather_nd(
         t, tf.stack([tf.range(1), tf.zeros([1], tf.int32)], 1))[:, None],
+    "tf_map_fn_s_results_centred": lambda t: _centred_on_axis_0(
+        tf.map_fn(lambda row: row * 2.0, t)),
+    "tf_map_fn_s_rows_gathered_by_position_centred": lambda t: _centred_on_axis_0(tf.map_fn(
+        lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0]), fn_output_signature=t.dtype)),
     "tf_map_fn_over_the_positions_reversed": lambda t: t + tf.map_fn(
         lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0])[::-1], fn_output_signature=t.dtype),
 }

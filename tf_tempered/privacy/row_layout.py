@@ -118,6 +118,9 @@ def batch_axis(tensor, sources, memo=None):
                 memo[op] = _follow(op, layouts, counted)
                 if memo[op] is row_layout_masks.PUT_BACK:
                     memo[op] = row_layout_masks.resolve(op, memo, batch_axis)
+                elif memo[op] is row_layout_lists.STACKED_PICKS:
+                    memo[op] = row_layout_lists.resolve_stack(
+                        op, lambda t: _layout_of(t, memo) if t.op in memo else None)
                 if isinstance(memo[op], list):  # one layout per output (unstack, split)
                     memo[(_PER_OUTPUT, op)] = memo[op]
                     memo[op] = row_layout_functions.join(memo[op])

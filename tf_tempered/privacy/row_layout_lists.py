@@ -35,14 +35,19 @@ the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they claim no
 [0, PICKED, 1]
 """
 
+from tf_tempered._compat import tf
 from tf_tempered.privacy.row_layout_ops import (REARRANGED, UNKNOWN, _Mark, is_picked, picked_at,
                                                 source_of, static_values)
 
-__all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY"]
+__all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY", "STACKED_PICKS", "resolve_stack"]
 
 # A list whose items are rows picked by their index (tf.map_fn's results, a loop writing each
 # example's row): read back, an item is the rows picked by the index it is read at.
 LISTED_PICKS = _Mark("LISTED_PICKS")
+
+# A stack of LISTED_PICKS: the walk resolves it (resolve_stack), with the layouts of the
+# loop's inputs.
+STACKED_PICKS = _Mark("STACKED_PICKS")
 
 # List ops that read a list's length or its items' shape, not their values.
 SHAPE_ONLY = frozenset({"TensorListLength", "TensorListElementShape"})
@@ -53,7 +58,60 @@ def _from_tensor(op, layouts):
 
 
 def _stack(op, layouts):
-    return UNKNOWN if layouts[0] is LISTED_PICKS else layouts[0]
+    return STACKED_PICKS if layouts[0] is LISTED_PICKS else layouts[0]
+
+
+def resolve_stack(op, layout_of):
+    """The layout of a stack of rows each picked and written at its own index (tf.map_fn's
+    results): the batch's axis when the loop's list was reserved with an item for each of the
+    batch's examples (its length tf.shape(x)[0] of a tensor x holding them on axis 0, or of a
+    tf.range over that length; tf.map_fn's over the batch itself), else UNKNOWN (part of the
+    batch, as over tf.range(1): nothing claimed). ``layout_of``: the walk's layout of a
+    tensor, None when not reached."""
+    listed = source_of(op.inputs[0])
+    loop = listed.op
+    if loop.type not in ("While", "StatelessWhile"):
+        return UNKNOWN
+    reserved = source_of(loop.inputs[listed.value_index])
+    if reserved.op.type != "TensorListReserve":
+        return UNKNOWN
+    return 0 if _counts_the_batch(reserved.op.inputs[1], loop, layout_of) else UNKNOWN
+
+
+def _counts_the_batch(length, loop, layout_of):
+    length = source_of(length)
+    op = length.op
+    if op.type == "StridedSlice" and op.inputs[0].op.type == "Shape":
+        try:
+            first = static_values(op.inputs[1]) == [0] and op.get_attr("shrink_axis_mask") == 1
+        except ValueError:
+            return False
+        measured = source_of(op.inputs[0].op.inputs[0])
+        if not first:
+            return False
+        if layout_of(measured) == 0:
+            return True
+        return _is_a_range_over(measured) and _counts_the_batch(
+            measured.op.inputs[1], loop, layout_of)
+    value = tf.get_static_value(length)
+    if value is None:
+        return False
+    # A static length (a batch of a static size): that of the batch's rows the loop reads
+    # (the elements tf.map_fn unstacks, or a tensor it gathers from).
+    for source in map(source_of, loop.inputs):
+        if source.op.type == "TensorListFromTensor":
+            source = source_of(source.op.inputs[0])
+        if layout_of(source) == 0 and source.shape[:1].as_list() == [int(value)]:
+            return True
+    return False
+
+
+def _is_a_range_over(tensor):
+    try:
+        return (tensor.op.type == "Range" and static_values(tensor.op.inputs[0]) == [0]
+                and static_values(tensor.op.inputs[2]) == [1])
+    except ValueError:
+        return False
 
 
 def _get_item(op, layouts):
@@ -107,12 +165,7 @@ def _position_read_at(name, index):
     outer = _loop_input(graph, listed)
     if outer is None or outer.op.type != "TensorListFromTensor":
         return False
-    source = source_of(outer.op.inputs[0])
-    try:
-        return (source.op.type == "Range" and static_values(source.op.inputs[0]) == [0]
-                and static_values(source.op.inputs[2]) == [1])
-    except ValueError:
-        return False
+    return _is_a_range_over(source_of(outer.op.inputs[0]))
 
 
 def _loop_input(graph, placeholder):
