@@ -19,7 +19,12 @@ the examples on axis 1 (time-major steps) holds them on axis 0 of each item; a l
 examples themselves (axis 0, tf.map_fn's) gives one example's rows per item, PICKED (by the
 index read). Items of picked rows written back (tf.map_fn's per-example results) make a list
 of picks: read back at another index, they are that index's rows (a running total kept in
-the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they claim nothing.
+the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they are the batch's rows
+when the loop's list has an item for each example (tf.map_fn over the batch, or over
+``tf.range`` of its length: resolve_stack), else they claim nothing. A list made from
+``tf.range(n)`` and read in a loop gives each iteration its own position (tf.map_fn over
+positions: rows gathered at it are that example's); TensorArray gathers and scatters keep
+the batch in order, and rearrange it in another.
 
 >>> import tensorflow as tf
 >>> from tf_tempered.privacy import row_layout
@@ -152,8 +157,9 @@ def _written_where_read(item, index):
 
 
 def _position_read_at(name, index):
-    """Whether tensor ``name`` is item ``index`` of a loop's list made from tf.range(0, n, 1)
-    (the loop's own variable, given the op a tf.range tensor listed before the loop)."""
+    """Whether tensor ``name`` (a pick's key) is the item at ``index`` of a loop's list that
+    was made, before the loop, from tf.range(0, n, 1): then it equals ``index``, the loop's
+    own position."""
     graph = index.graph
     try:
         read = source_of(graph.get_tensor_by_name(name))
