@@ -426,6 +426,12 @@ _PICKING_OR_TRANSFORMING = {
         tf.map_fn(lambda row: row * 2.0, t)),
     "tf_map_fn_s_rows_gathered_by_position_centred": lambda t: _centred_on_axis_0(tf.map_fn(
         lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0]), fn_output_signature=t.dtype)),
+    "a_prefix_of_the_batch_up_to_a_loop_s_index": lambda t: tf.map_fn(
+        lambda i: tf.reduce_sum(t[:i + 1], 0), tf.range(tf.shape(t)[0]),
+        fn_output_signature=t.dtype),
+    "two_rows_from_a_loop_s_index": lambda t: tf.map_fn(
+        lambda i: tf.reduce_sum(t[i:i + 2], 0), tf.range(tf.shape(t)[0]),
+        fn_output_signature=t.dtype),
     "tf_map_fn_over_the_positions_reversed": lambda t: t + tf.map_fn(
         lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0])[::-1], fn_output_signature=t.dtype),
 }

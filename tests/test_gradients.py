@@ -258,6 +258,31 @@ def test_a_plain_step_traced_before_the_model_was_made_private_fails_instead_of_
     assert all((a != b).any() for a, b in zip(others, other.get_weights()))
 
 
+def test_a_plain_training_function_still_exports_with_saved_model(tmp_path):
+    # The flag each traced plain update reads is tracked by its optimizer: an untracked one
+    # made tf.saved_model.save of a module with a training tf.function fail (probe K).
+    x, y = _data()
+
+    class Trainer(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.model, self.optimizer = _mlp(), keras.optimizers.SGD(0.1)
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 5]), tf.TensorSpec([None], tf.int64)])
+        def train(self, a, b):
+            with tf.GradientTape() as tape:
+                loss = LOSS(b, self.model(a, training=True))
+            self.optimizer.apply_gradients(zip(tape.gradient(loss, self.model.trainable_variables),
+                                               self.model.trainable_variables))
+            return loss
+
+    trainer = Trainer()
+    first = float(trainer.train(x, y))
+    tf.saved_model.save(trainer, str(tmp_path / "trainer"))
+    loaded = tf.saved_model.load(str(tmp_path / "trainer"))
+    assert float(loaded.train(x, y)) < first
+
+
 def test_make_private_warns_of_a_step_compiled_with_xla_before_it_but_not_of_its_own_fit():
     # XLA drops the assertion: such a step would still train without DP (documented), so
     # make_private says so; a plain fit's own step, which make_private drops, is not named.

@@ -52,13 +52,18 @@ def autographed_call(layer, call):
         call, ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED))
 
 
-def flag_variable(name):
+def flag_variable(name, owner):
     """A scalar float32 variable holding 0, made eagerly also while a tf.function is traced
     again (tf.Variable refuses to be made on a trace other than the first: a
-    ResourceVariable of its own is not the function's)."""
+    ResourceVariable of its own is not the function's). Tracked by ``owner`` (an
+    optimizer) for TensorFlow only, so tf.saved_model.save of a function that captures it
+    finds it (Keras' own saving lists its variables, which this is not one of)."""
     from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-import-not-at-top
     with tf.init_scope():
-        return resource_variable_ops.ResourceVariable(0.0, trainable=False, name=name)
+        flag = resource_variable_ops.ResourceVariable(0.0, trainable=False, name=name)
+    flags = [k for k in vars(owner) if k.startswith("_" + name)]
+    setattr(owner, f"_{name}_{len(flags)}", flag)
+    return flag
 
 
 def partial_static_vector(tensor):

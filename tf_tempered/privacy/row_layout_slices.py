@@ -29,6 +29,7 @@ index); a static part of the examples (``t[:1]``, broadcast against the others),
 """
 
 from tf_tempered import keras_bridge
+from tf_tempered._compat import tf
 from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, picked_at,
                                                 same_axes, static_at)
 
@@ -47,7 +48,7 @@ def _slice(op, layouts):
         return same_axes(op, layouts)
     if op.type == "Slice":
         return _part(op, (_start(op.inputs[1], layout), layout), layout,
-                     lambda: _slice_whole(op, layout))
+                     lambda: _slice_whole(op, layout), lambda: _slice_of_one(op, layout))
     entry, out_axis = _strided_entry(op, layout)
     if entry is None:  # an axis the slice does not name (or an ellipsis holds): whole
         return out_axis
@@ -56,7 +57,8 @@ def _slice(op, layouts):
     begin = 0 if op.get_attr("begin_mask") >> entry & 1 else _start(op.inputs[1], entry)
     if static_at(op.inputs[3], entry) != 1:
         return REARRANGED  # x[::-1]: the examples reversed (or every other one)
-    return _part(op, (begin, entry), out_axis, lambda: _strided_whole(op, layout, entry))
+    return _part(op, (begin, entry), out_axis, lambda: _strided_whole(op, layout, entry),
+                 lambda: _strided_one(op, entry))
 
 
 def _start(vector, index):
@@ -71,19 +73,55 @@ def _start(vector, index):
             return None
 
 
-def _part(op, start, out_axis, whole):
+def _part(op, start, out_axis, whole, one_row):
     """The layout of a slice on the batch axis; ``start``: (its begin, None when known only
     while it runs; that begin's entry in the begin vector); ``whole()``: whether it reaches
-    the batch's end (raises if not known)."""
+    the batch's end (raises if not known); ``one_row()``: whether it is one row long."""
     begin, entry = start
     if begin is None:
-        return picked_at(op.inputs[1], entry)  # rows from a loop's index: some examples'
+        if one_row():
+            return picked_at(op.inputs[1], entry)  # x[i:i + 1]: one example's rows
+        return MIXED  # rows of several examples from a loop's index (x[i:i + 2])
     if begin == 0:
         try:
             return out_axis if whole() else MIXED
         except (TypeError, ValueError, IndexError):
-            return UNKNOWN  # x[:n], n known only while it runs: all of them, or some
+            # x[:n], n known only while it runs: all of them, or some; up to a loop's
+            # index (x[:i + 1], a prefix of the batch), some.
+            return MIXED if _offset_index(_entry(op.inputs[2], entry)) else UNKNOWN
     return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
+
+
+def _entry(vector, index):
+    """Element ``index`` of a slice's begin, end or size vector, as a tensor (a stack of
+    scalars' own), or None."""
+    return vector.op.inputs[index] if vector.op.type == "Pack" else None
+
+
+def _offset_index(tensor):
+    """Whether ``tensor`` is an index known only while running plus or minus a static
+    value (``i + 1``)."""
+    if tensor is None or tensor.op.type not in ("Add", "AddV2", "Sub"):
+        return False
+    statics = [tf.get_static_value(t) is not None for t in tensor.op.inputs]
+    return statics.count(True) == 1
+
+
+def _strided_one(op, entry):
+    """x[i:i + 1]: the end is the begin plus one (stride 1)."""
+    begin, end = _entry(op.inputs[1], entry), _entry(op.inputs[2], entry)
+    if begin is None or end is None or end.op.type not in ("Add", "AddV2"):
+        return False
+    a, b = end.op.inputs
+    return (a is begin and tf.get_static_value(b) == 1) or (
+        b is begin and tf.get_static_value(a) == 1)
+
+
+def _slice_of_one(op, layout):
+    try:
+        return static_at(op.inputs[2], layout) == 1
+    except (TypeError, ValueError, IndexError):
+        return False
 
 
 def _slice_whole(op, layout):

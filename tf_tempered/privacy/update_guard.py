@@ -124,7 +124,8 @@ def _fail_once_private(optimizer, plain):
     make_private warns of a loop that traced an update of its weights (_tag_all)."""
     if not plain or not tf.inside_function() or tf.distribute.has_strategy():
         return []
-    flag = keras_bridge.flag_variable("tf_tempered_traced_before_private")
+    flag = keras_bridge.flag_variable("tf_tempered_traced_before_private",
+                                      keras_bridge.inner_optimizer(optimizer))
     for variable in plain:
         keras_bridge.set_untracked(variable, _TRACED_PLAIN, vars(variable).get(
             _TRACED_PLAIN, ()) + ((flag, weakref.ref(keras_bridge.inner_optimizer(optimizer))),))
