@@ -119,6 +119,32 @@ def test_a_loaded_private_model_recompiled_refuses_until_make_private(tmp_path, 
         assert epsilon_spent(loaded)[0] > spent[0]
 
 
+# tf-keras' SavedModel ("") loaded its DP optimizer without building it on the weights: a tape
+# loop's optimizer and a plain outer model trained them without DP, and the outer model made
+# private counted ε from 0 (probe K).
+@pytest.mark.parametrize("suffix", [".keras"] + ([".h5", ""] if KERAS_MAJOR == 2 else []))
+def test_a_loaded_private_model_s_weights_refuse_other_optimizers_until_make_private(
+        tmp_path, suffix):
+    x, y = _data()
+    model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    model.fit(x, y, batch_size=4, verbose=0)
+    spent = epsilon_spent(model)
+    model.save(tmp_path / f"model{suffix}")
+    loaded = keras.models.load_model(tmp_path / f"model{suffix}")
+    with tf.GradientTape() as tape:
+        loss = LOSS(y, loaded(x, training=True))
+    grads = tape.gradient(loss, loaded.trainable_variables)
+    with pytest.raises(NotPrivateError, match="make_private\\(model\\)"):
+        keras.optimizers.SGD(0.1).apply_gradients(zip(grads, loaded.trainable_variables))
+    outer = keras.Sequential([loaded, keras.layers.Dense(2)])
+    outer.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    with pytest.raises(NotPrivateError):
+        outer.fit(x, y, batch_size=4, verbose=0)
+    make_private(outer)
+    assert epsilon_spent(outer) == pytest.approx(spent)  # the saved ledger, not ε = 0
+
+
 def test_a_second_make_private_keeps_what_the_first_was_given():
     x, y = _data()
     model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle")

@@ -13,22 +13,23 @@
 # limitations under the License.
 """A check before every save of a Keras model: ``model.save`` and the function
 ``keras.models.save_model`` (``keras.saving.save_model``), which share one implementation
-(Keras' ``saving_api.save_model``) under several names; and one before every compile."""
+(Keras' ``saving_api.save_model``) under several names; and one around every compile."""
 
 import functools
 import importlib
 
 from tf_tempered._compat import KERAS_MAJOR, keras
 
-__all__ = ["before_model_compiles", "guard_model_saves"]
+__all__ = ["around_model_compiles", "guard_model_saves"]
 
 _CHECKS = []
 _COMPILE_HOOKS = []
 
 
-def before_model_compiles(hook):
+def around_model_compiles(hook):
     """Makes every ``Model.compile`` call ``hook(model)`` first, while the model still holds
-    the optimizer the compile replaces. Installed once."""
+    the optimizer the compile replaces, and again after it (a loader's compile gives the
+    model its saved optimizer). Installed once."""
     if _COMPILE_HOOKS:
         return
     _COMPILE_HOOKS.append(hook)
@@ -38,7 +39,9 @@ def before_model_compiles(hook):
     @functools.wraps(original)
     def compile(self, *args, **kwargs):  # pylint: disable=redefined-builtin
         hook(self)
-        return original(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
+        hook(self)
+        return result
 
     owner.compile = compile
 # Modules holding Keras' save_model under its public names (Model.save calls the first's).

@@ -29,7 +29,7 @@ So ``model.save("m.keras")`` (or ``.h5``, or a SavedModel with tf-keras) and
 settings saved with the model, draws a fresh secret key, and keeps counting ε from
 the saved ledger. A loaded model compiled anew before that (a plain optimizer in place
 of the marked one) is refused too: the marked optimizer, once built on the loaded
-weights (or before a compile replaces it: tf-keras' SavedModel does not build it), marks
+weights (or around a compile: tf-keras' SavedModel does not build it), marks
 them, and Keras' optimizers check for that mark before an update
 (:mod:`~tf_tempered.privacy.update_guard`); make_private finds the saved settings there.
 """
@@ -171,10 +171,12 @@ def _mark_loaded_variables(optimizer, variables):
 
 
 def _keep_the_loaded_dp(model):
-    """Before a compile replaces a loaded model's marked optimizer: the DP dict it was
-    loaded with goes on the model's weights, as the optimizer's build puts it (tf-keras'
-    SavedModel loads the optimizer without building it on them). So the new plain
-    optimizer's update is refused, and make_private finds the saved settings and ledger."""
+    """Around a compile (the loader's, which gives a loaded model its marked optimizer, and
+    one that replaces it): the DP dict that optimizer was loaded with goes on the model's
+    weights, as the optimizer's build puts it (tf-keras' SavedModel loads the optimizer
+    without building it on them). So a plain optimizer's update of them is refused (a new
+    compile's, a tape loop's, a plain outer model's), and make_private, of the model or of
+    an outer model holding it, finds the saved settings and ledger."""
     optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
     if isinstance(optimizer, _Marked):
         _mark_loaded_variables(optimizer, keras_bridge.existing_weights(model))
@@ -255,4 +257,4 @@ class PrivateOptimizer:
         return mark_optimizer(optimizer, saved=dict(config["dp"]))
 
 
-keras_bridge.before_model_compiles(_keep_the_loaded_dp)
+keras_bridge.around_model_compiles(_keep_the_loaded_dp)
