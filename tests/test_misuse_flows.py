@@ -87,18 +87,22 @@ def test_a_loaded_private_model_refuses_to_train_until_make_private(tmp_path, su
 # tf-keras' SavedModel ("") restores the optimizer without building it on the model's
 # variables: the compile marks them (before: its recompiled fit trained without DP, and
 # make_private after it counted ε from 0).
+def _trained_private_model_saved_and_loaded(path, x, y):
+    """(the model loaded from ``path``, the ε it was saved with) of a private MLP fit once."""
+    model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    model.fit(x, y, batch_size=4, verbose=0)
+    model.save(path)
+    return keras.models.load_model(path), epsilon_spent(model)
+
+
 @pytest.mark.parametrize("suffix", [".keras"] + ([".h5", ""] if KERAS_MAJOR == 2 else []))
 @pytest.mark.parametrize("then", ["fit", "make_private", "dp_gradients"])
 def test_a_loaded_private_model_recompiled_refuses_until_make_private(tmp_path, suffix, then):
     # A new compile (say, another learning rate) replaced the loaded model's DP optimizer:
     # its fit trained without DP, and make_private after it restarted the ledger at ε = 0.
     x, y = _data()
-    model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle")
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    model.fit(x, y, batch_size=4, verbose=0)
-    spent = epsilon_spent(model)
-    model.save(tmp_path / f"model{suffix}")
-    loaded = keras.models.load_model(tmp_path / f"model{suffix}")
+    loaded, spent = _trained_private_model_saved_and_loaded(tmp_path / f"model{suffix}", x, y)
     loaded.compile(optimizer=keras.optimizers.SGD(0.01), loss=LOSS)
     before = loaded.get_weights()
     if then == "fit":
@@ -126,12 +130,7 @@ def test_a_loaded_private_model_recompiled_refuses_until_make_private(tmp_path, 
 def test_a_loaded_private_model_s_weights_refuse_other_optimizers_until_make_private(
         tmp_path, suffix):
     x, y = _data()
-    model = make_private(_mlp(), l2_norm_clip=0.5, noise_multiplier=1.3, sampling="shuffle")
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    model.fit(x, y, batch_size=4, verbose=0)
-    spent = epsilon_spent(model)
-    model.save(tmp_path / f"model{suffix}")
-    loaded = keras.models.load_model(tmp_path / f"model{suffix}")
+    loaded, spent = _trained_private_model_saved_and_loaded(tmp_path / f"model{suffix}", x, y)
     with tf.GradientTape() as tape:
         loss = LOSS(y, loaded(x, training=True))
     grads = tape.gradient(loss, loaded.trainable_variables)
