@@ -43,6 +43,21 @@ blocks: reshaped with its order kept, ``[B·T] -> [B, T]``, it is the same mask.
 >>> put_back(tf.ones((4, 3)))
 >>> found
 [0, 0, REARRANGED, MIXED, REARRANGED]
+
+Two masks are one only when they are provably the same values: of two variables' reads
+(each a placeholder in the function), they are not.
+
+>>> found.clear()
+>>> scale, other_scale = tf.Variable(1.0), tf.Variable(1.0)
+>>> @tf.function
+... def two_masks(x):
+...     kept, other = tf.where(x * scale > 0), tf.where(x * other_scale > 0)
+...     found.extend(row_layout.batch_axis(t, {x.op}) for t in (
+...         tf.scatter_nd(kept, tf.gather_nd(x, kept), tf.shape(x, tf.int64)),
+...         tf.scatter_nd(kept, tf.gather_nd(x, other), tf.shape(x, tf.int64))))
+>>> two_masks(tf.ones((4, 3)))
+>>> found
+[0, REARRANGED]
 """
 
 from tf_tempered._compat import tf
@@ -125,7 +140,7 @@ def _keeps_rows_of(op, mask, memo):
 
 def _same_values(a, b, depth=4):
     """Whether tensors ``a`` and ``b`` hold the same values: one tensor, equal constants,
-    or the same op on the same inputs (``t > 0`` written twice)."""
+    or the same op on the same inputs (``t > 0`` written twice; not two variables' reads)."""
     if a is None or b is None:
         return False
     if a is b:
@@ -134,7 +149,10 @@ def _same_values(a, b, depth=4):
     if static_a is not None or static_b is not None:
         return (static_a is not None and static_b is not None
                 and static_a.shape == static_b.shape and bool((static_a == static_b).all()))
-    return (depth > 0 and a.op.type == b.op.type and a.value_index == b.value_index
+    # Ops without inputs (placeholders: two captured variables' handles) are the same
+    # only as one tensor.
+    return (depth > 0 and a.op.inputs and a.op.type == b.op.type
+            and a.value_index == b.value_index
             and a.op.node_def.attr == b.op.node_def.attr and len(a.op.inputs) == len(b.op.inputs)
             and not a.op.type.startswith(("Random", "Stateless", "Stateful"))
             and all(_same_values(x, y, depth - 1) for x, y in zip(a.op.inputs, b.op.inputs)))
