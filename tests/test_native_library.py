@@ -18,6 +18,7 @@ one tape per example e, summed over each group of consecutive examples.
 """
 
 import ast
+import ctypes
 import logging
 import os
 import pathlib
@@ -168,6 +169,42 @@ def test_build_without_compiler_says_how_to_fix(failing_build):
     assert "no C++ compiler" in message and "install" in message
     assert "TF_TEMPERED_NATIVE=0" in message
     assert not failing_build.parent.exists()
+
+
+def _sources(tmp_path, texts):
+    paths = []
+    for name, text in texts.items():
+        paths.append(tmp_path / name)
+        paths[-1].write_text(text)
+    return tuple(paths)
+
+
+@needs_op
+def test_build_compiles_each_source_and_links_them_into_one_library(monkeypatch, tmp_path):
+    """The sources compile to one object each (several compilers at once), linked into one
+    library that holds every source's functions."""
+    monkeypatch.setattr(native, "_SOURCES", _sources(tmp_path, {
+        "one.cc": 'extern "C" int tf_tempered_one() { return 1; }\n',
+        "two.cc": 'extern "C" int tf_tempered_two() { return 2; }\n'}))
+    monkeypatch.setattr(native, "library_path", lambda: tmp_path / "cache" / "native_ops-t.so")
+    library = ctypes.CDLL(str(native.build()))
+    assert (library.tf_tempered_one(), library.tf_tempered_two()) == (1, 2)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
+        "native_ops-t.lock", "native_ops-t.so"]  # no object file left behind
+
+
+@needs_op
+def test_a_source_that_fails_to_compile_is_named_with_the_compiler_s_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_SOURCES", _sources(tmp_path, {
+        "good.cc": 'extern "C" int tf_tempered_good() { return 1; }\n',
+        "broken.cc": "int broken( { return 1; }\n"}))
+    monkeypatch.setattr(native, "library_path", lambda: tmp_path / "cache" / "native_ops-t.so")
+    with pytest.raises(errors.NativeBuildError) as info:
+        native.build()
+    message = str(info.value)
+    assert "compiling broken.cc failed" in message and "error" in message
+    assert "good.cc failed" not in message
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["native_ops-t.lock"]
 
 
 @pytest.fixture

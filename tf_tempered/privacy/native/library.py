@@ -21,6 +21,7 @@ compiler the engine falls back to TF ops with a warning (same results, slower);
 failed build an error.
 """
 
+import concurrent.futures
 import contextlib
 import functools
 import hashlib
@@ -140,16 +141,33 @@ def build():
                      "minute or two) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
-            command = [compiler, *compile_flags, *map(str, _SOURCES), "-o", str(out),
-                       *link_flags]
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-            if result.returncode != 0:
-                raise NativeBuildError(
-                    f"compiling {', '.join(s.name for s in _SOURCES)} failed "
-                    f"(exit {result.returncode}):\n"
-                    f"{' '.join(command)}\n{result.stderr[-4000:]}")
+            objects = _compile_each(compiler, compile_flags, pathlib.Path(tmp))
+            _run_compiler([compiler, "-shared", *map(str, objects), "-o", str(out), *link_flags],
+                          "linking " + ", ".join(o.name for o in objects))
             os.replace(out, path)  # atomic: readers never see a partial library
     return path
+
+
+def _compile_each(compiler, compile_flags, directory):
+    """One object file per source, compiled by as many compilers at once as there are CPUs:
+    one command for all sources compiles them one after another (measured on 2 vCPUs: 93 s
+    that way, 54 s this way; the README's first command and CI's first native test wait for
+    it)."""
+    objects = [directory / f"{source.stem}.o" for source in _SOURCES]
+    commands = [[compiler, *compile_flags, "-c", str(source), "-o", str(obj)]
+                for source, obj in zip(_SOURCES, objects)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(lambda args: _run_compiler(*args),
+                      [(command, f"compiling {source.name}")
+                       for command, source in zip(commands, _SOURCES)]))
+    return objects
+
+
+def _run_compiler(command, what):
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise NativeBuildError(f"{what} failed (exit {result.returncode}):\n"
+                               f"{' '.join(command)}\n{result.stderr[-4000:]}")
 
 
 @contextlib.contextmanager
