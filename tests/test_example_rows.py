@@ -432,6 +432,12 @@ _PICKING_OR_TRANSFORMING = {
     "two_rows_from_a_loop_s_index": lambda t: tf.map_fn(
         lambda i: tf.reduce_sum(t[i:i + 2], 0), tf.range(tf.shape(t)[0]),
         fn_output_signature=t.dtype),
+    "tf_map_fn_over_one_position_broadcast": lambda t: t - tf.map_fn(
+        lambda i: tf.gather(t, i), tf.range(1), fn_output_signature=t.dtype),
+    "tf_map_fn_over_the_first_two_positions_averaged": lambda t: t - tf.reduce_mean(tf.map_fn(
+        lambda i: t[i] * 2.0, tf.range(2), fn_output_signature=t.dtype), 0),
+    "tf_map_fn_over_the_first_half_averaged": lambda t: t - tf.reduce_mean(tf.map_fn(
+        lambda i: t[i] * 2.0, tf.range(tf.shape(t)[0] // 2), fn_output_signature=t.dtype), 0),
     "tf_map_fn_over_the_positions_reversed": lambda t: t + tf.map_fn(
         lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0])[::-1], fn_output_signature=t.dtype),
 }

@@ -21,7 +21,8 @@ index read). Items of picked rows written back (tf.map_fn's per-example results)
 of picks: read back at another index, they are that index's rows (a running total kept in
 the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they are the batch's rows
 when the loop's list has an item for each example (tf.map_fn over the batch, or over
-``tf.range`` of its length: resolve_stack), else they claim nothing. A list made from
+``tf.range`` of its length: resolve_stack), MIXED when it has one (broadcast against the
+batch), else taken as the batch's axis too. A list made from
 ``tf.range(n)`` and read in a loop gives each iteration its own position (tf.map_fn over
 positions: rows gathered at it are that example's); TensorArray gathers and scatters keep
 the batch in order, and rearrange it in another.
@@ -41,8 +42,8 @@ the batch in order, and rearrange it in another.
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_ops import (REARRANGED, UNKNOWN, _Mark, is_picked, picked_at,
-                                                source_of, static_values)
+from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, _Mark, is_picked,
+                                                picked_at, source_of, static_values)
 
 __all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY", "STACKED_PICKS", "resolve_stack"]
 
@@ -70,9 +71,9 @@ def resolve_stack(op, layout_of):
     """The layout of a stack of rows each picked and written at its own index (tf.map_fn's
     results): the batch's axis when the loop's list was reserved with an item for each of the
     batch's examples (its length tf.shape(x)[0] of a tensor x holding them on axis 0, or of a
-    tf.range over that length; tf.map_fn's over the batch itself), else UNKNOWN (part of the
-    batch, as over tf.range(1): nothing claimed). ``layout_of``: the walk's layout of a
-    tensor, None when not reached."""
+    tf.range over that length; tf.map_fn's over the batch itself); of one item, MIXED; else
+    the batch's axis too (a length not shown to be the batch's: its statistics are MIXED).
+    ``layout_of``: the walk's layout of a tensor, None when not reached."""
     listed = source_of(op.inputs[0])
     loop = listed.op
     if loop.type not in ("While", "StatelessWhile"):
@@ -80,7 +81,14 @@ def resolve_stack(op, layout_of):
     reserved = source_of(loop.inputs[listed.value_index])
     if reserved.op.type != "TensorListReserve":
         return UNKNOWN
-    return 0 if _counts_the_batch(reserved.op.inputs[1], loop, layout_of) else UNKNOWN
+    length = reserved.op.inputs[1]
+    if _counts_the_batch(length, loop, layout_of):
+        return 0
+    # One example's rows, broadcast against the batch's (t - tf.map_fn(f, tf.range(1))):
+    # MIXED. Any other length holds examples 0, 1, ... in order (each written where it was
+    # picked): taken as the batch's axis, a statistic over it is MIXED and it fits the
+    # batch's rows only where it holds all of them.
+    return MIXED if tf.get_static_value(length) == 1 else 0
 
 
 def _counts_the_batch(length, loop, layout_of):
