@@ -438,6 +438,11 @@ _PICKING_OR_TRANSFORMING = {
         lambda i: t[i] * 2.0, tf.range(2), fn_output_signature=t.dtype), 0),
     "tf_map_fn_over_the_first_half_averaged": lambda t: t - tf.reduce_mean(tf.map_fn(
         lambda i: t[i] * 2.0, tf.range(tf.shape(t)[0] // 2), fn_output_signature=t.dtype), 0),
+    "a_prefix_of_a_length_known_while_running_summed": lambda t: t - tf.reduce_sum(
+        t[:tf.shape(t)[0] // 2], 0),
+    "tf_map_fn_s_prefix_sums_to_a_length_known_while_running": lambda t: tf.map_fn(
+        lambda i: tf.reduce_sum(t[:tf.maximum(i, 1)], 0), tf.range(tf.shape(t)[0]),
+        fn_output_signature=t.dtype),
     "tf_map_fn_over_the_positions_reversed": lambda t: t + tf.map_fn(
         lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0])[::-1], fn_output_signature=t.dtype),
 }

@@ -14,7 +14,9 @@
 """How slices move the batch's axis (rules of row_layout's walk): ``x[...]`` (StridedSlice)
 and ``tf.slice``. The whole batch axis keeps it; one row, or rows from an index known only
 while the step runs (a loop's ``x[i]``, ``x[i:i + 1]``), are picked rows (keyed by that
-index); a static part of the examples (``t[:1]``, broadcast against the others), MIXED.
+index); a static part of the examples (``t[:1]``, broadcast against the others), MIXED; the
+first n examples, n known only while the step runs (``t[:n]``), the batch's axis (a statistic
+of them MIXED; broadcast when n is 1, not told apart).
 
 >>> import tensorflow as tf
 >>> from tf_tempered.privacy import row_layout
@@ -30,8 +32,7 @@ index); a static part of the examples (``t[:1]``, broadcast against the others),
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, picked_at,
-                                                same_axes, static_at)
+from tf_tempered.privacy.row_layout_ops import MIXED, REARRANGED, picked_at, same_axes, static_at
 
 __all__ = ["RULES"]
 
@@ -86,9 +87,10 @@ def _part(op, start, out_axis, whole, one_row):
         try:
             return out_axis if whole() else MIXED
         except (TypeError, ValueError, IndexError):
-            # x[:n], n known only while it runs: all of them, or some; up to a loop's
+            # x[:n], n known only while it runs: examples 0 to n - 1 in place, all of them or
+            # some, kept as the batch's axis (a statistic of them is MIXED); up to a loop's
             # index (x[:i + 1], a prefix of the batch), some.
-            return MIXED if _offset_index(_entry(op.inputs[2], entry)) else UNKNOWN
+            return MIXED if _offset_index(_entry(op.inputs[2], entry)) else out_axis
     return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
 
 

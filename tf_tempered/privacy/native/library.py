@@ -137,8 +137,8 @@ def build():
         compile_flags, link_flags = _flags()
         _LOG.warning("tf_tempered: compiling its native ops (per-example convolution and "
                      "depthwise gradients, gradient norms, Embedding norms and sums, DP noise, "
-                     "the LSTM's and GRU's time loops; once per machine and TensorFlow version, up to a "
-                     "minute or two) into %s", path)
+                     "the LSTM's and GRU's time loops; once per machine and TensorFlow "
+                     "version, a minute or two) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
             objects = _compile_each(compiler, compile_flags, pathlib.Path(tmp))
