@@ -30,8 +30,9 @@ whose inputs are checked themselves) through the graph:
 * ``PICKED``: one (or some) example's rows taken by an index (``t[0]``, a loop's ``t[i]``,
   ``tf.unstack(t)[i]``): MIXED once used with the batch's rows (``t - t[0]``), and in a
   loop that carries them from one iteration to the next (a running total); stacked again
-  by static indices, the batch's axis in order, REARRANGED in another; written back by a
-  loop's index (``tf.map_fn``'s results), they claim nothing;
+  by static indices, the batch's axis in order, REARRANGED in another; each written back at
+  the index that picked it and stacked (``tf.map_fn``'s results), the batch's axis (MIXED
+  when one position is: :mod:`tf_tempered.privacy.row_layout_lists`);
 * None: no dependence on the batch (its length aside); ``UNKNOWN``: an op this walk does
   not follow: nothing is claimed.
 
@@ -40,7 +41,9 @@ Loops, conds and nested tf.functions are followed into their graphs
 :mod:`tf_tempered.privacy.row_layout_lists`), slices
 (:mod:`tf_tempered.privacy.row_layout_slices`), gather_nd and scatters
 (:mod:`tf_tempered.privacy.row_layout_nd`), rows a mask kept put back at its positions
-(:mod:`tf_tempered.privacy.row_layout_masks`).
+(:mod:`tf_tempered.privacy.row_layout_masks`). The marks, and how an op's inputs' layouts
+combine, are :mod:`tf_tempered.privacy.row_layout_marks`; the other ops' rules
+:mod:`tf_tempered.privacy.row_layout_ops`.
 
 Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
 ``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
@@ -75,7 +78,8 @@ stays.
 from tf_tempered.privacy import (row_layout_functions, row_layout_lists, row_layout_masks,
                                  row_layout_mixing, row_layout_nd, row_layout_ops,
                                  row_layout_slices)
-from tf_tempered.privacy.row_layout_ops import MIXED, PICKED, REARRANGED, UNKNOWN, source_of
+from tf_tempered.privacy.row_layout_marks import (MIXED, PICKED, REARRANGED, UNKNOWN, same_axes,
+                                                  source_of)
 
 __all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis", "source_of"]
 
@@ -169,7 +173,7 @@ def _follow(op, layouts, counted):
         return MIXED if op.inputs[0].op in counted else None
     if MIXED in layouts:
         return MIXED  # nothing unmixes
-    rule = _RULES.get(op.type, row_layout_ops.same_axes)
+    rule = _RULES.get(op.type, same_axes)
     try:
         return rule(op, layouts)
     except (TypeError, ValueError, IndexError):  # a static value or shape not known

@@ -54,8 +54,8 @@ A graph that cannot be read (no function of that name in the graph) is UNKNOWN.
 [0, None, MIXED, 0, MIXED, MIXED, MIXED, REARRANGED, MIXED]
 """
 
-from tf_tempered.privacy.row_layout_ops import (MIXED, PICKED, REARRANGED, UNKNOWN, Picked,
-                                                is_picked, one_layout)
+from tf_tempered.privacy.row_layout_marks import (MIXED, PICKED, REARRANGED, UNKNOWN, Picked,
+                                                  is_picked, one_layout)
 
 __all__ = ["FUNCTIONAL", "join", "output_layouts"]
 

@@ -42,18 +42,19 @@ the batch in order, and rearrange it in another.
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, _Mark, is_picked,
-                                                picked_at, source_of, static_values)
+from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Mark, is_picked,
+                                                  picked_at, range_limit, source_of,
+                                                  static_values)
 
 __all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY", "STACKED_PICKS", "resolve_stack"]
 
 # A list whose items are rows picked by their index (tf.map_fn's results, a loop writing each
 # example's row): read back, an item is the rows picked by the index it is read at.
-LISTED_PICKS = _Mark("LISTED_PICKS")
+LISTED_PICKS = Mark("LISTED_PICKS")
 
 # A stack of LISTED_PICKS: the walk resolves it (resolve_stack), with the layouts of the
 # loop's inputs.
-STACKED_PICKS = _Mark("STACKED_PICKS")
+STACKED_PICKS = Mark("STACKED_PICKS")
 
 # List ops that read a list's length or its items' shape, not their values.
 SHAPE_ONLY = frozenset({"TensorListLength", "TensorListElementShape"})
@@ -104,8 +105,8 @@ def _counts_the_batch(length, loop, layout_of):
             return False
         if layout_of(measured) == 0:
             return True
-        return _is_a_range_over(measured) and _counts_the_batch(
-            measured.op.inputs[1], loop, layout_of)
+        limit = range_limit(measured)
+        return limit is not None and _counts_the_batch(limit, loop, layout_of)
     value = tf.get_static_value(length)
     if value is None:
         return False
@@ -117,14 +118,6 @@ def _counts_the_batch(length, loop, layout_of):
         if layout_of(source) == 0 and source.shape[:1].as_list() == [int(value)]:
             return True
     return False
-
-
-def _is_a_range_over(tensor):
-    try:
-        return (tensor.op.type == "Range" and static_values(tensor.op.inputs[0]) == [0]
-                and static_values(tensor.op.inputs[2]) == [1])
-    except ValueError:
-        return False
 
 
 def _get_item(op, layouts):
@@ -179,7 +172,7 @@ def _position_read_at(name, index):
     outer = _loop_input(graph, listed)
     if outer is None or outer.op.type != "TensorListFromTensor":
         return False
-    return _is_a_range_over(source_of(outer.op.inputs[0]))
+    return range_limit(outer.op.inputs[0]) is not None
 
 
 def _loop_input(graph, placeholder):

@@ -61,12 +61,12 @@ Two masks are one only when they are provably the same values: of two variables'
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_ops import REARRANGED, _Mark, source_of, static_values
+from tf_tempered.privacy.row_layout_marks import REARRANGED, Mark, source_of, static_values
 
 __all__ = ["PUT_BACK", "SCATTERS", "mask_of", "resolve"]
 
 # A scatter rule's result that the walk resolves with ``resolve``.
-PUT_BACK = _Mark("PUT_BACK")
+PUT_BACK = Mark("PUT_BACK")
 # The scatters' (target, indices, updates) positions among their inputs (no target:
 # tf.scatter_nd's zeros of a given shape).
 SCATTERS = {"ScatterNd": (None, 0, 1),

@@ -17,9 +17,9 @@ pair two examples, batch normalization in training mode, linear algebra and Four
 transforms over it, and Python functions (whose work is not known) on the batch's data
 (rules of row_layout's walk)."""
 
-from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, is_picked,
-                                                normalized_axis, one_layout, same_axes,
-                                                static_values)
+from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, is_picked,
+                                                  normalized_axis, one_layout, same_axes,
+                                                  static_values)
 
 __all__ = ["RULES"]
 

@@ -26,8 +26,8 @@ which keep the examples on axis 0. A scatter of the batch's rows (its updates, o
 computed from them) places them anywhere: REARRANGED; a scatter into the batch's rows of
 values that are not the batch's keeps them; rows put back at the positions a mask kept
 (``tf.scatter_nd(tf.where(mask), values, shape)``, tf-keras' ``ignore_class``) are the
-walk's to resolve (:mod:`tf_tempered.privacy.row_layout_masks`). Picked rows (a loop's ``x[i]`` written back at
-``i``) claim nothing, as before.
+walk's to resolve (:mod:`tf_tempered.privacy.row_layout_masks`). Picked rows (a loop's
+``x[i]`` written back at ``i``) claim nothing, as before.
 
 >>> import tensorflow as tf
 >>> from tf_tempered.privacy import row_layout
@@ -51,9 +51,9 @@ walk's to resolve (:mod:`tf_tempered.privacy.row_layout_masks`). Picked rows (a 
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy.row_layout_masks import PUT_BACK, SCATTERS, mask_of
-from tf_tempered.privacy.row_layout_ops import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
-                                                normalized_axis, one_layout, picked_at,
-                                                source_of, static_values)
+from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
+                                                  normalized_axis, one_layout, picked_at,
+                                                  range_limit, source_of, static_values)
 
 __all__ = ["RULES"]
 
@@ -144,14 +144,8 @@ def _positions(tensor, rows):
                          or op.type == "Reshape" and _keeps_row_order(op)
                          or op.type == "StridedSlice" and _only_new_axes(op)):
         op = op.inputs[0].op
-    if op.type != "Range":
-        return False
-    try:
-        if static_values(op.inputs[0]) != [0] or static_values(op.inputs[2]) != [1]:
-            return False
-    except ValueError:
-        return False
-    return _is_length_of(op.inputs[1], rows)
+    limit = range_limit(op.outputs[0])
+    return limit is not None and _is_length_of(limit, rows)
 
 
 def _is_length_of(limit, rows):

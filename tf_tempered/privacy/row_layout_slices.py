@@ -32,7 +32,7 @@ of them MIXED; broadcast when n is 1, not told apart).
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_ops import MIXED, REARRANGED, picked_at, same_axes, static_at
+from tf_tempered.privacy.row_layout_marks import MIXED, REARRANGED, picked_at, same_axes, static_at
 
 __all__ = ["RULES"]
 

@@ -1,0 +1,159 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The layouts row_layout's walk gives tensors — an axis, or a mark: REARRANGED, MIXED,
+UNKNOWN, rows PICKED by an index; None: no dependence on the batch — how the layouts of an
+op's inputs combine (one_layout, same_axes), and the static values the rules read.
+
+>>> one_layout([0, None, PICKED]), one_layout([REARRANGED, None]), one_layout([1, 1])
+(MIXED, REARRANGED, 1)
+"""
+
+from tf_tempered._compat import tf
+
+__all__ = ["MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked", "is_picked",
+           "normalized_axis", "one_layout", "picked_at", "range_limit", "same_axes",
+           "source_of", "static_at", "static_values"]
+
+
+class Mark:
+    """A layout that is not an axis (its name is its repr)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+REARRANGED = Mark("REARRANGED")
+MIXED = Mark("MIXED")
+UNKNOWN = Mark("UNKNOWN")
+
+
+class Picked(Mark):
+    """Rows of one (or some) of the batch's examples, picked by an index: x[0],
+    tf.unstack(x)[i], a loop's x[i]. ``keys``: which ones (static indices, or the tensors
+    holding them); none known: any. Combined with the batch's rows, or with rows picked by
+    another index, examples see each other's data: MIXED."""
+
+    def __init__(self, keys=()):
+        super().__init__("PICKED")
+        self.keys = frozenset(keys)
+
+    def __eq__(self, other):
+        return isinstance(other, Picked) and other.keys == self.keys
+
+    def __hash__(self):
+        return hash(self.keys)
+
+
+PICKED = Picked()
+
+
+def is_picked(layout):
+    return isinstance(layout, Picked)
+
+
+def picked_at(vector, index=None):
+    """The rows picked by element ``index`` of ``vector`` (a slice's begin; ``index`` None:
+    ``vector`` is the index), keyed by its static value or the tensor holding it."""
+    try:
+        value = static_values(vector)
+        return Picked({("index", value[0 if index is None else index])})
+    except (TypeError, ValueError, IndexError):
+        pass
+    if index is not None and vector.op.type == "Pack":
+        vector, index = vector.op.inputs[index], None
+    return Picked({("tensor", id(vector.graph), vector.name, index)})
+
+
+def one_layout(layouts):
+    """The one layout of the batch-dependent inputs: MIXED for picked rows with the batch's
+    (t - t[0]) or with rows picked by another index (a loop's t[i] - t[i - 1]), and for
+    rearranged rows with the batch's (a loss of each label and a reversed prediction),
+    REARRANGED if one is, the picked rows if any, else UNKNOWN when they disagree."""
+    found = {layout for layout in layouts if layout is not None}
+    picks = {layout.keys for layout in found if is_picked(layout)} - {frozenset()}
+    if any(is_picked(f) for f in found) and (
+            REARRANGED in found or any(isinstance(f, int) for f in found) or len(picks) > 1):
+        return MIXED
+    if REARRANGED in found and any(isinstance(f, int) for f in found):
+        return MIXED  # rows moved across examples, combined with the batch's rows in place
+    if REARRANGED in found:
+        return REARRANGED
+    if any(is_picked(f) for f in found):
+        return Picked(picks.pop()) if picks else PICKED
+    return found.pop() if len(found) == 1 else UNKNOWN
+
+
+def same_axes(op, layouts):
+    """Elementwise ops, matmuls, convolutions, reductions over other axes, ...: the axis
+    is kept when the output's rank is that of every batch-dependent input (picked rows stay
+    picked, whatever is reduced)."""
+    layout = one_layout(layouts)
+    if not isinstance(layout, int) or not op.outputs:
+        return layout
+    ranks = {t.shape.rank for t, found in zip(op.inputs, layouts) if found is not None}
+    return layout if ranks == {op.outputs[0].shape.rank} != {None} else UNKNOWN
+
+
+def source_of(tensor, through=("Identity", "Cast")):
+    """The tensor ``tensor`` copies: its first input's, through ops of the types ``through``
+    (identities and casts, which move no row)."""
+    while tensor.op.type in through and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    return tensor
+
+
+def static_values(tensor):
+    value = tf.get_static_value(tensor)
+    if value is None:
+        raise ValueError("not static")
+    return [int(v) for v in tf.nest.flatten(value.tolist())]
+
+
+def static_at(tensor, index):
+    """Element ``index`` of a static vector, also of a tf.stack of scalars some of which
+    are not static (tf.repeat's multiples)."""
+    if tensor.op.type == "Pack" and tf.get_static_value(tensor) is None:
+        return static_values(tensor.op.inputs[index])[0]
+    return static_values(tensor)[index]
+
+
+def normalized_axis(value, rank):
+    return value + rank if value < 0 else value
+
+
+def range_limit(tensor):
+    """The limit n when ``tensor`` is tf.range(0, n, 1) (through identities and casts),
+    else None.
+
+    >>> found = []
+    >>> @tf.function
+    ... def ranges(n):
+    ...     found.extend(range_limit(t) is not None for t in (
+    ...         tf.range(n), tf.cast(tf.range(0, n, 1), tf.float32), tf.range(1, n),
+    ...         tf.range(0, n, 2)))
+    >>> ranges(tf.constant(4))
+    >>> found
+    [True, True, False, False]
+    """
+    op = source_of(tensor).op
+    try:
+        if op.type == "Range" and static_values(op.inputs[0]) == [0] \
+                and static_values(op.inputs[2]) == [1]:
+            return op.inputs[1]
+    except ValueError:
+        pass
+    return None
