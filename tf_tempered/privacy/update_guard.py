@@ -28,8 +28,9 @@ instead of training them without clipping or noise. What it cannot see: weights 
 directly (not by a Keras optimizer), and a raw gradient added to a DP one inside a
 ``tf.function``. The check runs where Keras' optimizers update (once per trace in a
 ``tf.function``); a plain update traced before make_private fails at run time once the
-model is private (an assertion it runs after, _fail_once_private); weights of a model loaded from a private one are refused the same way
-until make_private (saving.refuse_loaded_updates).
+model is private (an assertion it runs after, _fail_once_private); weights of a model
+loaded from a private one are refused the same way until make_private
+(saving.refuse_loaded_updates).
 
 >>> from tf_tempered._compat import keras
 >>> from tf_tempered.privacy import make_private
