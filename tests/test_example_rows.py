@@ -456,6 +456,9 @@ _REARRANGING = {
         t.dtype, size=tf.shape(t)[0]).unstack(t).gather(tf.range(tf.shape(t)[0])[::-1]),
     "tf_dynamic_stitch_of_the_rows_reversed": lambda t: tf.dynamic_stitch(
         [tf.range(tf.shape(t)[0])[::-1]], [t]),
+    "the_first_examples_rows_by_a_meshgrid_index_along_the_other_axis": lambda t: tf.gather_nd(
+        t, tf.stack([tf.meshgrid(tf.range(2), tf.range(tf.shape(t)[0]))[0],
+                     tf.broadcast_to(tf.constant([0, 3]), [tf.shape(t)[0], 2])], -1)),
     "rows_a_mask_kept_reversed_and_put_back": lambda t: _put_back_at_the_positives(
         t, lambda kept: kept[::-1]),
     "rows_a_mask_kept_reversed_and_written_over_the_batch": lambda t: (
@@ -481,6 +484,13 @@ _PER_EXAMPLE = {
     "tf_map_fn_over_positions_gathering_each_row": lambda t: tf.map_fn(
         lambda i: tf.gather(t, i) * 2.0, tf.range(tf.shape(t)[0]),
         fn_output_signature=t.dtype),
+    # (Refused before as rows rearranged: a probe's false refusals, BERT-MLM-style picks.)
+    "several_positions_of_each_example_by_a_meshgrid_index": lambda t: tf.gather_nd(
+        t, tf.stack([tf.meshgrid(tf.range(tf.shape(t)[0]), tf.range(2), indexing="ij")[0],
+                     tf.broadcast_to(tf.constant([0, 3]), [tf.shape(t)[0], 2])], -1)),
+    "several_positions_of_each_example_by_tf_repeat": lambda t: tf.reshape(tf.gather_nd(
+        t, tf.stack([tf.repeat(tf.range(tf.shape(t)[0]), 2),
+                     tf.tile(tf.constant([0, 3]), tf.shape(t)[:1])], 1)), [-1, 2]),
     # (Trained before too, the scatter at a mask's positions not followed.)
     "rows_a_mask_kept_put_back": lambda t: _put_back_at_the_positives(
         t, lambda kept: kept * tf.exp(kept)),

@@ -53,7 +53,8 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy.row_layout_masks import PUT_BACK, SCATTERS, mask_of
 from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
                                                   normalized_axis, one_layout, picked_at,
-                                                  range_limit, source_of, static_values)
+                                                  range_limit, source_of, static_at,
+                                                  static_values)
 
 __all__ = ["RULES"]
 
@@ -137,13 +138,19 @@ def _rows_in_order(indices, rows):
 
 def _positions(tensor, rows):
     """Whether ``tensor``'s first axis holds 0, 1, ... over ``rows``' first axis (each
-    value repeated along later axes, or in blocks: tf.repeat)."""
+    value repeated along later axes, as tf.meshgrid's first output, or in blocks:
+    tf.repeat)."""
     op = tensor.op
-    while op.inputs and (op.type in ("Identity", "Cast", "ExpandDims", "BroadcastTo")
-                         or op.type == "Tile" and _first_multiple_is_one(op)
-                         or op.type == "Reshape" and _keeps_row_order(op)
-                         or op.type == "StridedSlice" and _only_new_axes(op)):
-        op = op.inputs[0].op
+    while op.inputs:
+        if (op.type in ("Identity", "Cast", "ExpandDims", "BroadcastTo")
+                or op.type == "Tile" and _first_multiple_is_one(op)
+                or op.type == "Reshape" and _keeps_row_order(op)
+                or op.type == "StridedSlice" and _only_new_axes(op)):
+            op = op.inputs[0].op
+        elif _times_ones(op) is not None:
+            op = _times_ones(op).op
+        else:
+            break
     limit = range_limit(op.outputs[0])
     return limit is not None and _is_length_of(limit, rows)
 
@@ -169,10 +176,22 @@ def _is_length_of(limit, rows):
 
 
 def _first_multiple_is_one(op):
+    """A tile's multiples begin with a static 1 (tf.repeat stacks a 1 and its count)."""
     try:
-        return static_values(op.inputs[1])[0] == 1
-    except (ValueError, IndexError):
+        return static_at(op.inputs[1], 0) == 1
+    except (TypeError, ValueError, IndexError):
         return False
+
+
+def _times_ones(op):
+    """x * tf.ones(...) (tf.meshgrid's broadcast): the operand that is not the ones, or
+    None."""
+    if op.type != "Mul":
+        return None
+    for ones, other in (op.inputs, op.inputs[::-1]):
+        if ones.op.type == "Fill" and tf.get_static_value(ones.op.inputs[1]) == 1:
+            return other
+    return None
 
 
 def _keeps_row_order(op):
