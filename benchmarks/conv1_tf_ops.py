@@ -26,6 +26,10 @@ timed over 30 calls per round, the rounds alternating:
   per-example gradients, as oneDNN's grouped kernel rather than its depthwise one);
 * grouped_phases (with --jit_compile only; not timed on TF's executor): the 4 stride phases of
   the padded image as a batch, convolved with g as a filter of B groups;
+* depthwise_multiplier_1: the depthwise backprop with (example, filter) pairs folded into
+  channels and a channel multiplier of 1 (the image repeated for each filter);
+* product_of_given_patches (for scale, not a formulation): the batched product of the patch
+  formulations alone, the patches made once outside the timed call: a floor for all of them;
 * nonprivate_filter_gradient (for scale): the non-private step's work for this layer, the batch's
   summed filter gradient (TF's Conv2DBackpropFilter).
 
@@ -127,6 +131,17 @@ def formulations(layer, jit_compile=False):
             strides=[1, STRIDE, STRIDE, 1], padding="VALID")  # [8, 8, 1, B·16]
         return tf.reduce_sum(tf.square(tf.reshape(grads, [-1, BATCH, FILTERS])), [0, 2])
 
+    def depthwise_multiplier_1(x, g):
+        # (example, filter) pairs folded into channels, the image repeated for each filter.
+        folded = tf.transpose(x[..., 0], [1, 2, 0])[None, :, :, :, None]  # [1, 28, 28, B, 1]
+        folded = tf.reshape(tf.broadcast_to(folded, [1, SIZE, SIZE, BATCH, FILTERS]),
+                            [1, SIZE, SIZE, BATCH * FILTERS])
+        g_folded = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [1, OUT, OUT, BATCH * FILTERS])
+        grads = tf.compat.v1.nn.depthwise_conv2d_native_backprop_filter(
+            folded, [KERNEL, KERNEL, BATCH * FILTERS, 1], g_folded, [1, STRIDE, STRIDE, 1],
+            "SAME")  # [8, 8, B·16, 1]
+        return tf.reduce_sum(tf.square(tf.reshape(grads, [-1, BATCH, FILTERS])), [0, 2])
+
     def grouped_phases(x, g):
         phases = tf.transpose(tf.nn.space_to_depth(_padded(x), STRIDE), [3, 1, 2, 0])
         kernel = tf.reshape(tf.transpose(g, [1, 2, 0, 3]), [OUT, OUT, 1, BATCH * FILTERS])
@@ -140,7 +155,8 @@ def formulations(layer, jit_compile=False):
     fns = [("depthwise", depthwise), ("gather", gather), ("two_gathers", two_gathers),
            ("slices", slices), ("space_to_depth", space_to_depth),
            ("extract_patches", extract_patches), ("identity_conv", identity_conv),
-           ("depthwise_forward", depthwise_forward), ("grouped_backprop", grouped_backprop)]
+           ("depthwise_forward", depthwise_forward), ("grouped_backprop", grouped_backprop),
+           ("depthwise_multiplier_1", depthwise_multiplier_1)]
     if jit_compile:
         fns += [("grouped_phases", grouped_phases), ("offsets", offsets)]
     return {name: tf.function(fn, jit_compile=jit_compile) for name, fn in fns}
@@ -166,6 +182,15 @@ def main():
     fns["nonprivate_filter_gradient"] = tf.function(
         lambda x, g: tf.compat.v1.nn.conv2d_backprop_filter(
             x, [KERNEL, KERNEL, 1, FILTERS], g, strides=[1, STRIDE, STRIDE, 1], padding="SAME"),
+        jit_compile=args.jit_compile)
+    # A floor for every patch formulation: their batched product alone, the patches given
+    # (made once, outside the timed call, in the layout the product reads fastest).
+    given = tf.transpose(tf.reshape(tf.nn.conv2d(x, tf.reshape(
+        tf.eye(KERNEL * KERNEL), [KERNEL, KERNEL, 1, -1]), [1, STRIDE, STRIDE, 1], "SAME"),
+        [BATCH, OUT * OUT, -1]), [0, 2, 1])  # [B, 64, 196]
+    fns["product_of_given_patches"] = tf.function(
+        lambda x, g: tf.reduce_sum(tf.square(tf.matmul(
+            given, tf.reshape(g, [BATCH, OUT * OUT, FILTERS]))), [1, 2]),
         jit_compile=args.jit_compile)
     times = {name: [] for name in fns}
     for _ in range(args.rounds):

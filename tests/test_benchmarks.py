@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
+from tf_tempered.privacy import layer_paths
 
 # The code under test does not depend on the Keras version (tests/conftest.py).
 pytestmark = pytest.mark.keras3_suite
@@ -235,6 +236,16 @@ def test_conv1_tf_ops_formulations_give_the_engines_norms(jit_compile):
     assert ("offsets" in formulations) == jit_compile
     for name, fn in formulations.items():
         np.testing.assert_allclose(fn(x, g).numpy()[:3], direct, rtol=1e-4, err_msg=name)
+
+
+def test_tf_ops_conv_paths_forces_conv2_s_path_while_tracing_only():
+    bench = _load_module("tf_ops_conv_paths")
+    data = _load_module("dp_step")._dataset("mnist", 8)  # pylint: disable=protected-access
+    model = bench._model("conv2_materialized_by_offsets", data)
+    paths = {p["layer"]: p["path"] for p in layer_paths(model)}
+    assert "materialize=True, kept_by='offsets'" in paths["conv2"]
+    assert "native=False" in paths["conv1"] and "native=False" in paths["conv2"]
+    assert bench.conv.choose_path is bench._CHOOSE  # restored for the next variant
 
 
 def test_dp_step_ratios_are_against_the_step_compiled_the_same_way():
