@@ -393,6 +393,21 @@ def _next_example_written_in_a_tensor_array(t):
     return tf.reshape(rows.stack(), tf.shape(t))
 
 
+def _gathered_by_positions(t, positions):
+    """Each row's first two values of the rows an [n, n, 2] index names: positions(n) beside
+    column 0."""
+    rows = positions(tf.shape(t)[0])
+    return tf.reshape(tf.gather_nd(t, tf.stack([rows, tf.zeros_like(rows)], -1))[:, :2], [-1, 2])
+
+
+def _each_example_written_in_a_tensor_array(t):
+    n = tf.shape(t)[0]
+    written = tf.TensorArray(t.dtype, size=n, element_shape=t.shape[1:])
+    _, written = tf.while_loop(lambda i, ta: i < n,
+                               lambda i, ta: (i + 1, ta.write(i, tf.sin(t[i]))), [0, written])
+    return written.stack()
+
+
 _PICKING_OR_TRANSFORMING = {
     "one_row_subtracted": lambda t: t - t[0],
     "one_row_by_tf_slice": lambda t: t - tf.slice(t, [0, 0], [1, -1]),
@@ -443,6 +458,14 @@ _PICKING_OR_TRANSFORMING = {
     "tf_map_fn_s_prefix_sums_to_a_length_known_while_running": lambda t: tf.map_fn(
         lambda i: tf.reduce_sum(t[:tf.maximum(i, 1)], 0), tf.range(tf.shape(t)[0]),
         fn_output_signature=t.dtype),
+    # (Trained: a part of the batch lined up with it by a repeat, or one row from a length
+    # known only while the step runs broadcast; probe L, 1.3-2.9 x 2C.)
+    "the_batch_repeated_then_its_first_rows": lambda t: tf.repeat(t, 2, axis=0)[:tf.shape(t)[0]],
+    "one_row_of_a_length_known_while_running_broadcast": lambda t: t - t[
+        :tf.minimum(tf.shape(t)[0], 1)],
+    "tf_map_fn_over_the_first_half_of_the_positions_repeated": lambda t: tf.repeat(tf.map_fn(
+        lambda i: t[i], tf.range((tf.shape(t)[0] + 1) // 2), fn_output_signature=t.dtype), 2,
+        axis=0)[:tf.shape(t)[0]],
     "tf_map_fn_over_the_positions_reversed": lambda t: t + tf.map_fn(
         lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0])[::-1], fn_output_signature=t.dtype),
 }
@@ -459,6 +482,15 @@ _REARRANGING = {
     "the_first_examples_rows_by_a_meshgrid_index_along_the_other_axis": lambda t: tf.gather_nd(
         t, tf.stack([tf.meshgrid(tf.range(2), tf.range(tf.shape(t)[0]))[0],
                      tf.broadcast_to(tf.constant([0, 3]), [tf.shape(t)[0], 2])], -1)),
+    # (Trained before: positions broadcast along the index's other axis, or tiled and
+    # flattened, were taken for each example's own; probe L, 1.4-2.1 x 2C.)
+    "positions_broadcast_along_the_other_axis_of_an_index": lambda t: _gathered_by_positions(
+        t, lambda n: tf.broadcast_to(tf.range(n), [n, n])),
+    "positions_times_ones_along_the_other_axis_of_an_index": lambda t: _gathered_by_positions(
+        t, lambda n: tf.range(n)[None, :] * tf.ones(tf.stack([n, 1]), tf.int32)),
+    "positions_tiled_and_flattened_as_if_repeated": lambda t: tf.reshape(tf.gather_nd(t, tf.stack(
+        [tf.reshape(tf.tile(tf.expand_dims(tf.range(tf.shape(t)[0]), 0), [1, 2]), [-1]),
+         tf.repeat(tf.range(2), tf.shape(t)[0])], 1)), [-1, 2]),
     "rows_a_mask_kept_reversed_and_put_back": lambda t: _put_back_at_the_positives(
         t, lambda kept: kept[::-1]),
     "rows_a_mask_kept_reversed_and_written_over_the_batch": lambda t: (
@@ -484,6 +516,8 @@ _PER_EXAMPLE = {
     "tf_map_fn_over_positions_gathering_each_row": lambda t: tf.map_fn(
         lambda i: tf.gather(t, i) * 2.0, tf.range(tf.shape(t)[0]),
         fn_output_signature=t.dtype),
+    "each_example_s_row_written_in_a_tensor_array_of_the_batch_s_length":
+        _each_example_written_in_a_tensor_array,
     # (Refused before as rows rearranged: a probe's false refusals, BERT-MLM-style picks.)
     "several_positions_of_each_example_by_a_meshgrid_index": lambda t: tf.gather_nd(
         t, tf.stack([tf.meshgrid(tf.range(tf.shape(t)[0]), tf.range(2), indexing="ij")[0],

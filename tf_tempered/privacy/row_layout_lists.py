@@ -21,8 +21,7 @@ index read). Items of picked rows written back (tf.map_fn's per-example results)
 of picks: read back at another index, they are that index's rows (a running total kept in
 the list, ``ta.read(i - 1) + t[i]``, mixes two examples); stacked, they are the batch's rows
 when the loop's list has an item for each example (tf.map_fn over the batch, or over
-``tf.range`` of its length: resolve_stack), MIXED when it has one (broadcast against the
-batch), else taken as the batch's axis too. A list made from
+``tf.range`` of its length: resolve_stack), else MIXED (some examples' rows). A list made from
 ``tf.range(n)`` and read in a loop gives each iteration its own position (tf.map_fn over
 positions: rows gathered at it are that example's); TensorArray gathers and scatters keep
 the batch in order, and rearrange it in another.
@@ -72,9 +71,9 @@ def resolve_stack(op, layout_of):
     """The layout of a stack of rows each picked and written at its own index (tf.map_fn's
     results): the batch's axis when the loop's list was reserved with an item for each of the
     batch's examples (its length tf.shape(x)[0] of a tensor x holding them on axis 0, or of a
-    tf.range over that length; tf.map_fn's over the batch itself); of one item, MIXED; else
-    the batch's axis too (a length not shown to be the batch's: its statistics are MIXED).
-    ``layout_of``: the walk's layout of a tensor, None when not reached."""
+    tf.range over that length; tf.map_fn's over the batch itself); MIXED for any other length
+    (some examples' rows), UNKNOWN for a list that grows as the loop writes. ``layout_of``:
+    the walk's layout of a tensor, None when not reached."""
     listed = source_of(op.inputs[0])
     loop = listed.op
     if loop.type not in ("While", "StatelessWhile"):
@@ -85,29 +84,33 @@ def resolve_stack(op, layout_of):
     length = reserved.op.inputs[1]
     if _counts_the_batch(length, loop, layout_of):
         return 0
-    # One example's rows, broadcast against the batch's (t - tf.map_fn(f, tf.range(1))):
-    # MIXED. Any other length holds examples 0, 1, ... in order (each written where it was
-    # picked): taken as the batch's axis, a statistic over it is MIXED and it fits the
-    # batch's rows only where it holds all of them.
-    return MIXED if tf.get_static_value(length) == 1 else 0
+    value = tf.get_static_value(length)
+    if value is not None and value <= 0:
+        return UNKNOWN  # a list that grows as the loop writes (dynamic_size): not followed
+    # Some examples' rows (t - tf.map_fn(f, tf.range(1)) broadcasts one; repeated, a
+    # shorter stack lines up with the batch's rows): MIXED.
+    return MIXED
 
 
 def _counts_the_batch(length, loop, layout_of):
     length = source_of(length)
     op = length.op
-    if op.type == "StridedSlice" and op.inputs[0].op.type == "Shape":
+    value = tf.get_static_value(length)
+    if op.type == "StridedSlice" and op.inputs[0].op.type in ("Shape", "Const"):
         try:
             first = static_values(op.inputs[1]) == [0] and op.get_attr("shrink_axis_mask") == 1
-        except ValueError:
+            if first and op.inputs[0].op.type == "Const":  # tf.shape(x)[0] of a static x
+                value = static_values(op.inputs[0])[0]
+        except (ValueError, IndexError):
             return False
-        measured = source_of(op.inputs[0].op.inputs[0])
         if not first:
             return False
-        if layout_of(measured) == 0:
-            return True
-        limit = range_limit(measured)
-        return limit is not None and _counts_the_batch(limit, loop, layout_of)
-    value = tf.get_static_value(length)
+        if op.inputs[0].op.type == "Shape":
+            measured = source_of(op.inputs[0].op.inputs[0])
+            if layout_of(measured) == 0:
+                return True
+            limit = range_limit(measured)
+            return limit is not None and _counts_the_batch(limit, loop, layout_of)
     if value is None:
         return False
     # A static length (a batch of a static size): that of the batch's rows the loop reads

@@ -139,20 +139,43 @@ def _rows_in_order(indices, rows):
 def _positions(tensor, rows):
     """Whether ``tensor``'s first axis holds 0, 1, ... over ``rows``' first axis (each
     value repeated along later axes, as tf.meshgrid's first output, or in blocks:
-    tf.repeat)."""
-    op = tensor.op
-    while op.inputs:
-        if (op.type in ("Identity", "Cast", "ExpandDims", "BroadcastTo")
+    tf.repeat). Each op between it and the tf.range must keep the range on axis 0: a
+    broadcast or a product by ones of the same rank, new axes after the first, a tile that
+    does not repeat axis 0, a reshape that flattens or adds trailing axes of length 1 (the
+    positions broadcast along another axis, tf.broadcast_to(tf.range(n), [n, n]), put every
+    example's rows in each row)."""
+    t = tensor
+    while t.op.inputs:
+        op = t.op
+        if op.type in ("Identity", "Cast") or (
+                op.type == "ExpandDims" and _axis_after_the_first(op)
+                or op.type == "BroadcastTo" and _keeps_the_first_axis(op.inputs[0], op)
                 or op.type == "Tile" and _first_multiple_is_one(op)
                 or op.type == "Reshape" and _keeps_row_order(op)
                 or op.type == "StridedSlice" and _only_new_axes(op)):
-            op = op.inputs[0].op
-        elif _times_ones(op) is not None:
-            op = _times_ones(op).op
+            t = op.inputs[0]
+        elif _times_ones(op) is not None and _keeps_the_first_axis(_times_ones(op), op):
+            t = _times_ones(op)
         else:
             break
-    limit = range_limit(op.outputs[0])
+    limit = range_limit(t)
     return limit is not None and _is_length_of(limit, rows)
+
+
+def _axis_after_the_first(op):
+    """tf.expand_dims(t, axis) with axis ≥ 1 (counted in the output): t's axis 0 stays first."""
+    try:
+        return normalized_axis(static_values(op.inputs[1])[0], op.outputs[0].shape.rank) >= 1
+    except (TypeError, ValueError, IndexError):
+        return False
+
+
+def _keeps_the_first_axis(operand, op):
+    """A broadcast of ``operand`` by ``op`` keeps its axis 0 as the output's: the same rank
+    (a lower one is aligned with the last axes) and an axis 0 not of length 1."""
+    rank = operand.shape.rank
+    return (rank is not None and rank == op.outputs[0].shape.rank and rank >= 1
+            and operand.shape[0] != 1)
 
 
 def _is_length_of(limit, rows):
@@ -206,7 +229,7 @@ def _keeps_row_order(op):
 
 
 def _only_new_axes(op):
-    """x[:, None]: a slice that only adds axes."""
+    """x[:, None]: a slice that only adds axes, none before x's first (x[None] moves it)."""
     try:
         strides, begin = static_values(op.inputs[3]), static_values(op.inputs[1])
     except ValueError:
@@ -214,6 +237,7 @@ def _only_new_axes(op):
     new = op.get_attr("new_axis_mask")
     whole = op.get_attr("begin_mask") & op.get_attr("end_mask")
     return (op.get_attr("shrink_axis_mask") == 0 and op.get_attr("ellipsis_mask") == 0
+            and not new & 1
             and set(strides) == {1} and set(begin) <= {0}
             and all(new >> i & 1 or whole >> i & 1 for i in range(len(strides))))
 

@@ -14,9 +14,8 @@
 """How slices move the batch's axis (rules of row_layout's walk): ``x[...]`` (StridedSlice)
 and ``tf.slice``. The whole batch axis keeps it; one row, or rows from an index known only
 while the step runs (a loop's ``x[i]``, ``x[i:i + 1]``), are picked rows (keyed by that
-index); a static part of the examples (``t[:1]``, broadcast against the others), MIXED; the
-first n examples, n known only while the step runs (``t[:n]``), the batch's axis (a statistic
-of them MIXED; broadcast when n is 1, not told apart).
+index); a part of the examples (``t[:1]``, broadcast against the others; ``t[:n]`` with n
+known only while the step runs, unless it is ``tf.shape(t)[0]``), MIXED.
 
 >>> import tensorflow as tf
 >>> from tf_tempered.privacy import row_layout
@@ -32,7 +31,8 @@ of them MIXED; broadcast when n is 1, not told apart).
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_marks import MIXED, REARRANGED, picked_at, same_axes, static_at
+from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, picked_at, same_axes,
+                                                  source_of, static_at, static_values)
 
 __all__ = ["RULES"]
 
@@ -87,10 +87,10 @@ def _part(op, start, out_axis, whole, one_row):
         try:
             return out_axis if whole() else MIXED
         except (TypeError, ValueError, IndexError):
-            # x[:n], n known only while it runs: examples 0 to n - 1 in place, all of them or
-            # some, kept as the batch's axis (a statistic of them is MIXED); up to a loop's
-            # index (x[:i + 1], a prefix of the batch), some.
-            return MIXED if _offset_index(_entry(op.inputs[2], entry)) else out_axis
+            # x[:n], n known only while it runs: all of x's rows when n is its own length
+            # (x[:tf.shape(x)[0]]), else some, MIXED: one row broadcast against the batch
+            # (n = 1), or rows that line up with the batch's only after a repeat.
+            return out_axis if _own_length(op, _entry(op.inputs[2], entry)) else MIXED
     return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
 
 
@@ -100,13 +100,18 @@ def _entry(vector, index):
     return vector.op.inputs[index] if vector.op.type == "Pack" else None
 
 
-def _offset_index(tensor):
-    """Whether ``tensor`` is an index known only while running plus or minus a static
-    value (``i + 1``)."""
-    if tensor is None or tensor.op.type not in ("Add", "AddV2", "Sub"):
+def _own_length(op, end):
+    """Whether a slice's end ``end`` is tf.shape(x)[0] of the tensor x it slices."""
+    if end is None:
         return False
-    statics = [tf.get_static_value(t) is not None for t in tensor.op.inputs]
-    return statics.count(True) == 1
+    end = source_of(end)
+    if end.op.type != "StridedSlice" or end.op.inputs[0].op.type != "Shape":
+        return False
+    try:
+        first = static_values(end.op.inputs[1]) == [0] and end.op.get_attr("shrink_axis_mask") == 1
+    except ValueError:
+        return False
+    return first and source_of(end.op.inputs[0].op.inputs[0]) is source_of(op.inputs[0])
 
 
 def _strided_one(op, entry):
