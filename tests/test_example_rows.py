@@ -491,6 +491,8 @@ _REARRANGING = {
     "positions_tiled_and_flattened_as_if_repeated": lambda t: tf.reshape(tf.gather_nd(t, tf.stack(
         [tf.reshape(tf.tile(tf.expand_dims(tf.range(tf.shape(t)[0]), 0), [1, 2]), [-1]),
          tf.repeat(tf.range(2), tf.shape(t)[0])], 1)), [-1, 2]),
+    "the_batch_shifted_by_a_padding_known_while_running": lambda t: tf.pad(
+        t, [[tf.shape(t)[0] // tf.shape(t)[0], 0], [0, 0]])[:-1],
     "rows_a_mask_kept_reversed_and_put_back": lambda t: _put_back_at_the_positives(
         t, lambda kept: kept[::-1]),
     "rows_a_mask_kept_reversed_and_written_over_the_batch": lambda t: (
@@ -518,6 +520,8 @@ _PER_EXAMPLE = {
         fn_output_signature=t.dtype),
     "each_example_s_row_written_in_a_tensor_array_of_the_batch_s_length":
         _each_example_written_in_a_tensor_array,
+    "features_padded_by_an_amount_known_while_running": lambda t: tf.pad(
+        t, [[0, 0], [0, tf.shape(t)[1] // 2]])[:, :4] * 2.0,
     # (Refused before as rows rearranged: a probe's false refusals, BERT-MLM-style picks.)
     "several_positions_of_each_example_by_a_meshgrid_index": lambda t: tf.gather_nd(
         t, tf.stack([tf.meshgrid(tf.range(tf.shape(t)[0]), tf.range(2), indexing="ij")[0],

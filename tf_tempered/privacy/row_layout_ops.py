@@ -195,11 +195,26 @@ def _broadcast(op, layouts):
 
 
 def _pad(op, layouts):
+    """tf.pad: rows added before or after the batch's shift or extend it, REARRANGED; its
+    padding known only while the step runs (tf.pad(t, [[k, 0], ...])), REARRANGED too."""
     layout = layouts[0]
     if not isinstance(layout, int):
         return layout
-    paddings = static_values(op.inputs[1])
-    return REARRANGED if any(paddings[2 * layout: 2 * layout + 2]) else layout
+    try:
+        return REARRANGED if any(_padding_of(op.inputs[1], layout)) else layout
+    except ValueError:
+        return REARRANGED
+
+
+def _padding_of(paddings, axis):
+    """[before, after] of one axis in a [rank, 2] paddings tensor: static, or a row of a
+    tf.stack of rows (paddings of other axes known only while the step runs)."""
+    try:
+        return static_values(paddings)[2 * axis:2 * axis + 2]
+    except ValueError:
+        if paddings.op.type != "Pack" or paddings.op.get_attr("axis") != 0:
+            raise
+        return static_values(paddings.op.inputs[axis])
 
 
 def _values_unread(op, layouts):
