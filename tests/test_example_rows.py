@@ -393,6 +393,13 @@ def _next_example_written_in_a_tensor_array(t):
     return tf.reshape(rows.stack(), tf.shape(t))
 
 
+def _each_row_scattered_in_a_loop(t, row):
+    """A while loop writing example i's row (doubled) at row(i, n) of a zero tensor."""
+    n = tf.shape(t)[0]
+    return tf.while_loop(lambda i, acc: i < n, lambda i, acc: (i + 1, tf.tensor_scatter_nd_update(
+        acc, [[row(i, n)]], [t[i] * 2.0])), [0, tf.zeros_like(t)])[1]
+
+
 def _gathered_by_positions(t, positions):
     """Each row's first two values of the rows an [n, n, 2] index names: positions(n) beside
     column 0."""
@@ -491,6 +498,8 @@ _REARRANGING = {
     "positions_tiled_and_flattened_as_if_repeated": lambda t: tf.reshape(tf.gather_nd(t, tf.stack(
         [tf.reshape(tf.tile(tf.expand_dims(tf.range(tf.shape(t)[0]), 0), [1, 2]), [-1]),
          tf.repeat(tf.range(2), tf.shape(t)[0])], 1)), [-1, 2]),
+    "each_example_s_row_scattered_into_the_next_row_in_a_loop": lambda t: (
+        _each_row_scattered_in_a_loop(t, lambda i, n: (i + 1) % n)),
     "the_batch_shifted_by_a_padding_known_while_running": lambda t: tf.pad(
         t, [[tf.shape(t)[0] // tf.shape(t)[0], 0], [0, 0]])[:-1],
     "rows_a_mask_kept_reversed_and_put_back": lambda t: _put_back_at_the_positives(
@@ -520,6 +529,8 @@ _PER_EXAMPLE = {
         fn_output_signature=t.dtype),
     "each_example_s_row_written_in_a_tensor_array_of_the_batch_s_length":
         _each_example_written_in_a_tensor_array,
+    "each_example_s_row_scattered_into_its_own_row_in_a_loop": lambda t: (
+        _each_row_scattered_in_a_loop(t, lambda i, n: i)),
     "features_padded_by_an_amount_known_while_running": lambda t: tf.pad(
         t, [[0, 0], [0, tf.shape(t)[1] // 2]])[:, :4] * 2.0,
     # (Refused before as rows rearranged: a probe's false refusals, BERT-MLM-style picks.)

@@ -252,6 +252,9 @@ def _scatter(target, indices, updates):
                 at = _first_coordinates(op.inputs[indices])
                 if at is not None and set(at) != {_static_row(layouts[updates])}:
                     return REARRANGED  # tf.tensor_scatter_nd_update(x, [[0]], [x[1]])
+            if layouts[indices] is None and _moved_from_its_index(op.inputs[indices],
+                                                                  layouts[updates]):
+                return REARRANGED  # a loop's x[i] written at row (i + 1) % n
             return UNKNOWN  # a loop's x[i] written back at i (or elsewhere: not followed)
         if mask_of(op.inputs[indices]) is not None:
             return PUT_BACK  # rows a mask kept, put back (tf-keras' ignore_class)
@@ -263,6 +266,32 @@ def _scatter(target, indices, updates):
             return REARRANGED  # the batch's rows (or rows chosen by its values) placed anywhere
         return layouts[target] if target is not None else None
     return rule
+
+
+def _moved_from_its_index(indices, picked):
+    """Whether a scatter's index [[c]] writes rows picked by a loop's index i at a row c
+    computed from i (i + 1, (i + 1) % n), not at i itself."""
+    keys = [key for key in getattr(picked, "keys", ()) if key[0] == "tensor"]
+    if len(keys) != 1 or indices.shape.num_elements() != 1:
+        return False
+    names = {keys[0][2]}
+    coordinate = indices
+    while coordinate.op.type in ("Pack", "Reshape", "ExpandDims", "Identity", "Cast") \
+            and len(coordinate.op.inputs) >= 1:
+        coordinate = coordinate.op.inputs[0]
+    if coordinate.name in names:
+        return False  # written back where it was read
+    pending, seen = [coordinate], set()
+    while pending:  # arithmetic on the index: i + 1, i - 1, (i + 1) % n
+        t = pending.pop()
+        if t.name in names:
+            return True
+        if t.name in seen or t.op.type not in ("Add", "AddV2", "Sub", "FloorMod", "Mod",
+                                                "Identity", "Cast"):
+            continue
+        seen.add(t.name)
+        pending.extend(t.op.inputs)
+    return False
 
 
 def _static_row(layout):

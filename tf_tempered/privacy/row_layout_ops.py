@@ -65,8 +65,11 @@ def _restacked(layouts):
     """Picked rows put together on the first axis, by static indices: in the batch's order
     from its first example (tf.stack([f(e) for e in tf.unstack(x)]), tf.split's parts
     concatenated again), the batch's axis; in another order (tf.stack(tf.unstack(x)[::-1]),
-    a row twice, the second half first), REARRANGED; one row, still that row. Picked by a
-    loop's index, nothing is claimed."""
+    a row twice, the second half first), REARRANGED; one row, still that row (also one
+    picked by a loop's index: ``[x[i]]``, a scatter's update). Several picked by a loop's
+    index, nothing is claimed."""
+    if len(layouts) == 1:
+        return layouts[0]
     positions = []
     for layout in layouts:
         keys = list(layout.keys) if is_picked(layout) else []
