@@ -138,7 +138,7 @@ def build():
         _LOG.warning("tf_tempered: compiling its native ops (per-example convolution and "
                      "depthwise gradients, gradient norms, Embedding norms and sums, DP noise, "
                      "the LSTM's and GRU's time loops; once per machine and TensorFlow "
-                     "version, a minute or two) into %s", path)
+                     "version, about a minute) into %s", path)
         with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
             out = pathlib.Path(tmp) / path.name
             objects = _compile_each(compiler, compile_flags, pathlib.Path(tmp))
@@ -220,7 +220,7 @@ def available():
 
 # For the noise or an Embedding of fewer values than this the ops are used only if the
 # library is built already: their saving (the noise: ≈ 4 ms a step at 10⁶ values, ≈ 0.4 ms at
-# 10⁵; benchmarks/results/noise_native.md) would not repay a first compilation (≈ 1–2 min)
+# 10⁵; benchmarks/results/noise_native.md) would not repay a first compilation (≈ 1 min)
 # in a short run of a small model.
 BUILD_MIN_VALUES = 1_000_000
 
