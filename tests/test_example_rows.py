@@ -473,6 +473,9 @@ _PICKING_OR_TRANSFORMING = {
     "tf_map_fn_over_the_first_half_of_the_positions_repeated": lambda t: tf.repeat(tf.map_fn(
         lambda i: t[i], tf.range((tf.shape(t)[0] + 1) // 2), fn_output_signature=t.dtype), 2,
         axis=0)[:tf.shape(t)[0]],
+    "reversed_rows_gathered_one_by_one_in_tf_map_fn": lambda t: tf.map_fn(
+        lambda i: t[i] + tf.gather(tf.reverse(t, [0]), i), tf.range(tf.shape(t)[0]),
+        fn_output_signature=t.dtype),
     "tf_map_fn_over_the_positions_reversed": lambda t: t + tf.map_fn(
         lambda i: tf.gather(t, i), tf.range(tf.shape(t)[0])[::-1], fn_output_signature=t.dtype),
 }
@@ -506,6 +509,19 @@ _REARRANGING = {
         t, lambda kept: kept[::-1]),
     "rows_a_mask_kept_reversed_and_written_over_the_batch": lambda t: (
         tf.tensor_scatter_nd_update(t, tf.where(t > 0), tf.gather_nd(t, tf.where(t > 0))[::-1])),
+    # (Trained before: a gather, split or unstack of moved rows along another axis claimed
+    # nothing, as if it gave a concatenation's parts back; probe L, 1.0-1.6 x 2C.)
+    "rolled_rows_gathered_along_the_features": lambda t: tf.gather(tf.roll(t, 1, 0), [0, 1, 2],
+                                                                   axis=1),
+    "rolled_rows_split_along_the_features": lambda t: tf.split(tf.roll(t, 1, 0), [1, 3], 1)[1],
+    "rolled_rows_unstacked_along_the_features_and_stacked": lambda t: tf.stack(
+        tf.unstack(tf.roll(t, 1, 0), axis=1)[:3], 1),
+    "the_batch_s_axis_merged_by_a_reshape_then_gathered_row_by_row": lambda t: tf.transpose(
+        tf.reshape(tf.gather(tf.reshape(tf.transpose(t), [4, 1, -1]), tf.broadcast_to(
+            (tf.range(tf.shape(t)[0]) + 1) % tf.shape(t)[0], [4, tf.shape(t)[0]]), axis=2,
+            batch_dims=1), [4, -1])),
+    "a_concatenation_s_halves_given_back_through_an_activation": lambda t: tf.split(
+        tf.nn.relu(tf.concat([t, t * 2.0], 0)), 2)[0],
 }
 _PER_EXAMPLE = {
     "tf_map_fn": lambda t: t + tf.map_fn(lambda row: row * tf.reduce_sum(row), t),
@@ -570,6 +586,20 @@ def test_rows_picked_by_an_index_or_transformed_over_the_batch_are_refused(what)
 @pytest.mark.parametrize("what", sorted(_REARRANGING))
 def test_rows_put_in_another_order_are_refused(what):
     _assert_lambda_refused(_REARRANGING[what], "rows of the batch's examples rearranged",
+                           sampling="shuffle")
+
+
+# Before: trained silently (Keras 3's take_along_axis on the batch's axis swaps it last,
+# merges it by a reshape and gathers with batch_dims: the gather claimed nothing; probe L,
+# 2.0-2.1 x 2C with every row reading the first examples).
+@pytest.mark.skipif(not hasattr(keras, "ops"), reason="keras.ops is Keras 3's")
+def test_keras_take_along_axis_on_the_batch_s_axis_is_refused():
+    def first_examples(t):  # [B, 2, 2] (a 2-D t takes another path, refused before too)
+        rows = keras.ops.reshape(t, (-1, 2, 2))
+        taken = keras.ops.take_along_axis(rows, keras.ops.broadcast_to(
+            keras.ops.arange(2)[None, :, None], keras.ops.shape(rows)), axis=0)
+        return keras.ops.reshape(taken, (-1, 4))
+    _assert_lambda_refused(first_examples, "rows of the batch's examples rearranged",
                            sampling="shuffle")
 
 

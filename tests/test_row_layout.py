@@ -39,6 +39,22 @@ CASES = {  # x: [B, T, d] = [2, 4, 3], ids: [B, T] int32
     "examples rolled": (lambda x, ids: tf.roll(x, 1, 0), REARRANGED),
     "batch of pairs": (lambda x, ids: tf.concat([x, x[:, ::-1]], 0), REARRANGED),
     "halves split again": (lambda x, ids: tf.split(tf.concat([x, x], 0), 2)[0], UNKNOWN),
+    "a tile's copies unstacked": (lambda x, ids: tf.unstack(tf.tile(x, [1, 1, 2]), axis=2)[0],
+                                  0),
+    "a tile's copies split again": (lambda x, ids: tf.split(tf.tile(x, [2, 1, 1]), 2)[1],
+                                    UNKNOWN),
+    "halves of rolled and kept rows split again": (lambda x, ids: tf.split(
+        tf.concat([tf.roll(x, 1, 0), tf.roll(x, 1, 0)], 0), 2)[0], REARRANGED),
+    "halves of time-major rows split along time": (lambda x, ids: tf.split(tf.concat(
+        [tf.transpose(x, [1, 0, 2])] * 2, 1), 2)[0], REARRANGED),
+    "rolled, then a feature gathered": (lambda x, ids: tf.gather(tf.roll(x, 1, 0), 0, axis=2),
+                                        REARRANGED),
+    "rolled, then split over time": (lambda x, ids: tf.split(tf.roll(x, 1, 0), 2, 1)[0],
+                                     REARRANGED),
+    "reversed, then unstacked over time": (lambda x, ids: tf.unstack(
+        tf.reverse(x, [0]), axis=1)[0], REARRANGED),
+    "reversed, then gathered back": (lambda x, ids: tf.gather(tf.reverse(x, [0]), [1, 0]),
+                                     REARRANGED),
     "batch mean": (lambda x, ids: x - tf.reduce_mean(x, [0, 1]), MIXED),
     "batch max, kept dims": (lambda x, ids: tf.reduce_max(x, 0, keepdims=True) + x, MIXED),
     "global max": (lambda x, ids: x / tf.reduce_max(tf.abs(x)), MIXED),

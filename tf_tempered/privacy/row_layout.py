@@ -45,9 +45,11 @@ Loops, conds and nested tf.functions are followed into their graphs
 combine, are :mod:`tf_tempered.privacy.row_layout_marks`; the other ops' rules
 :mod:`tf_tempered.privacy.row_layout_ops`.
 
-Ops that could restore the layout (split, unstack, gather) turn ``REARRANGED`` into
-``UNKNOWN``: ``tf.split`` of a concatenation gives its parts back. Reshapes and slices keep
-it (a Flatten after a concatenation, a slice of shifted rows). Nothing unmixes: ``MIXED``
+A split, unstack or gather of a concatenation (or a tile) along the axis it joined its
+parts' examples on may give the parts back: ``UNKNOWN`` (``tf.split(tf.concat([a, b], 0),
+2)``); any other keeps ``REARRANGED`` (rolled rows split or gathered along the features, a
+reversal gathered back in order: refused, on the safe side). Reshapes and slices keep it
+(a Flatten after a concatenation, a slice of shifted rows). Nothing unmixes: ``MIXED``
 stays.
 
 >>> import tensorflow as tf
@@ -122,6 +124,8 @@ def batch_axis(tensor, sources, memo=None):
                 memo[op] = _follow(op, layouts, counted)
                 if memo[op] is row_layout_masks.PUT_BACK:
                     memo[op] = row_layout_masks.resolve(op, memo, batch_axis)
+                elif memo[op] is row_layout_ops.GIVEN_BACK:
+                    memo[op] = row_layout_ops.given_back(op, lambda t: _layout_of(t, memo))
                 elif memo[op] is row_layout_lists.STACKED_PICKS:
                     memo[op] = row_layout_lists.resolve_stack(
                         op, lambda t: _layout_of(t, memo) if t.op in memo else None)

@@ -51,6 +51,7 @@ walk's to resolve (:mod:`tf_tempered.privacy.row_layout_masks`). Picked rows (a 
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy.row_layout_masks import PUT_BACK, SCATTERS, mask_of
+from tf_tempered.privacy.row_layout_ops import from_rearranged
 from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
                                                   normalized_axis, one_layout, picked_at,
                                                   range_limit, source_of, static_at,
@@ -73,6 +74,8 @@ def _gather(op, layouts):
         return one_layout([params, indices])  # picked rows' values, or looked up by them
     if params is REARRANGED and isinstance(indices, int):
         return MIXED  # moved rows looked up by each example's own indices
+    if params is REARRANGED and indices is None:  # moved rows stay moved, or are given back
+        return REARRANGED if batch_dims else from_rearranged(op.inputs[0], axis)
     if params is REARRANGED or indices is REARRANGED or (params is not None
                                                          and indices is not None):
         return UNKNOWN
