@@ -370,6 +370,13 @@ def _own_positions(t):
     return tf.stack([tf.range(tf.shape(t)[0]), tf.argmax(t, 1, output_type=tf.int32)], 1)
 
 
+def _reversed_positions_named_as_tf_s_batch_gather(t):
+    n = tf.shape(t)[0]
+    with tf.name_scope("BatchGatherND"):
+        index = tf.concat([tf.range(n)[::-1, None], tf.zeros([n, 1], tf.int32)], -1)
+    return tf.gather_nd(tf.reshape(t, [-1, 2, 2]), index)
+
+
 def _put_back_at_the_positives(t, values_of_kept_rows):
     """Each positive entry replaced by ``values_of_kept_rows`` of the positives (a 1-D
     tensor, tf.boolean_mask's), scattered back at their positions (tf.where)."""
@@ -520,6 +527,10 @@ _REARRANGING = {
         tf.reshape(tf.gather(tf.reshape(tf.transpose(t), [4, 1, -1]), tf.broadcast_to(
             (tf.range(tf.shape(t)[0]) + 1) % tf.shape(t)[0], [4, tf.shape(t)[0]]), axis=2,
             batch_dims=1), [4, -1])),
+    # (Trained before: an index concatenated under a name scope called BatchGatherND was
+    # trusted by its name; probe L, 1.1 x 2C.)
+    "reversed_positions_under_the_name_tf_gives_batch_dims_gather_nd": (
+        _reversed_positions_named_as_tf_s_batch_gather),
     "a_concatenation_s_halves_given_back_through_an_activation": lambda t: tf.split(
         tf.nn.relu(tf.concat([t, t * 2.0], 0)), 2)[0],
 }
@@ -556,6 +567,13 @@ _PER_EXAMPLE = {
     "several_positions_of_each_example_by_tf_repeat": lambda t: tf.reshape(tf.gather_nd(
         t, tf.stack([tf.repeat(tf.range(tf.shape(t)[0]), 2),
                      tf.tile(tf.constant([0, 3]), tf.shape(t)[:1])], 1)), [-1, 2]),
+    # (Trained before by the name of TF's index op, checked by its ops now.)
+    "several_positions_of_each_example_by_gather_nd_with_batch_dims_1": lambda t: tf.gather_nd(
+        t, tf.broadcast_to(tf.constant([[0], [3]]), tf.stack([tf.shape(t)[0], 2, 1])),
+        batch_dims=1) * 2.0,
+    "one_position_of_each_example_and_pair_by_gather_nd_with_batch_dims_2": lambda t: tf.reshape(
+        tf.gather_nd(tf.reshape(t, [-1, 2, 2]), tf.ones(tf.stack([tf.shape(t)[0], 2, 1]),
+                                                        tf.int32), batch_dims=2), [-1, 2]),
     # (Trained before too, the scatter at a mask's positions not followed.)
     "rows_a_mask_kept_put_back": lambda t: _put_back_at_the_positives(
         t, lambda kept: kept * tf.exp(kept)),

@@ -41,9 +41,9 @@ the batch in order, and rearrange it in another.
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Mark, is_picked,
-                                                  picked_at, range_limit, source_of,
-                                                  static_values)
+from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Mark,
+                                                  first_length, is_picked, picked_at,
+                                                  range_limit, source_of, static_values)
 
 __all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY", "STACKED_PICKS", "resolve_stack"]
 
@@ -94,19 +94,11 @@ def resolve_stack(op, layout_of):
 
 def _counts_the_batch(length, loop, layout_of):
     length = source_of(length)
-    op = length.op
     value = tf.get_static_value(length)
-    if op.type == "StridedSlice" and op.inputs[0].op.type in ("Shape", "Const"):
-        try:
-            first = static_values(op.inputs[1]) == [0] and op.get_attr("shrink_axis_mask") == 1
-            if first and op.inputs[0].op.type == "Const":  # tf.shape(x)[0] of a static x
-                value = static_values(op.inputs[0])[0]
-        except (ValueError, IndexError):
-            return False
-        if not first:
-            return False
-        if op.inputs[0].op.type == "Shape":
-            measured = source_of(op.inputs[0].op.inputs[0])
+    if value is None and first_length(length) is not None:
+        measured, value = first_length(length)
+        if measured is not None:  # tf.shape(x)[0]: of the batch, or of a range over its length
+            measured = source_of(measured)
             if layout_of(measured) == 0:
                 return True
             limit = range_limit(measured)

@@ -21,7 +21,7 @@ op's inputs combine (one_layout, same_axes), and the static values the rules rea
 
 from tf_tempered._compat import tf
 
-__all__ = ["MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked", "is_picked",
+__all__ = ["MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked", "first_length", "is_picked",
            "normalized_axis", "one_layout", "picked_at", "range_limit", "same_axes",
            "source_of", "static_at", "static_values"]
 
@@ -125,10 +125,56 @@ def static_values(tensor):
 
 def static_at(tensor, index):
     """Element ``index`` of a static vector, also of a tf.stack of scalars some of which
-    are not static (tf.repeat's multiples)."""
-    if tensor.op.type == "Pack" and tf.get_static_value(tensor) is None:
-        return static_values(tensor.op.inputs[index])[0]
+    are not static (tf.repeat's multiples), or of a tf.concat whose part holding it is
+    static (TF's batch_dims gather_nd tiles by [1, <a shape's slice>, 1])."""
+    if tf.get_static_value(tensor) is None:
+        if tensor.op.type == "Pack":
+            return static_values(tensor.op.inputs[index])[0]
+        if tensor.op.type == "ConcatV2":
+            for part in tensor.op.inputs[:-1]:
+                length = part.shape.num_elements()
+                if length is None:
+                    break
+                if index < length:
+                    return static_values(part)[index]
+                index -= length
     return static_values(tensor)[index]
+
+
+def first_length(tensor):
+    """What ``tensor`` measures when it is the length of a tensor x's first axis:
+    ``tf.shape(x)[0]`` (or ``tf.unstack(tf.shape(x)[:k])[0]``, TF's batch_dims gather_nd),
+    through identities and casts: (x, None); (None, n) when TF knew the shape while tracing
+    (a constant n); None when it is not such a length.
+
+    >>> @tf.function(input_signature=[tf.TensorSpec([None, 3])])
+    ... def lengths(x):
+    ...     found.extend([first_length(tf.shape(x)[0])[0] is x,
+    ...                   first_length(tf.unstack(tf.shape(x)[:1])[0])[0] is x,
+    ...                   first_length(tf.shape(x)[1]), first_length(tf.shape(x * 2)[0])[0] is x,
+    ...                   first_length(tf.shape(tf.ones([5, 3]))[0])])
+    >>> found = []
+    >>> _ = lengths.get_concrete_function()
+    >>> found
+    [True, True, None, False, (None, 5)]
+    """
+    tensor = source_of(tensor)
+    op = tensor.op
+    try:
+        if op.type == "Unpack" and tensor.value_index == 0 and op.get_attr("axis") == 0:
+            op, shrunk = op.inputs[0].op, False  # the first of a shape's leading lengths
+        else:
+            shrunk = True
+        if (op.type != "StridedSlice" or op.inputs[0].op.type not in ("Shape", "Const")
+                or static_values(op.inputs[1]) != [0] or set(static_values(op.inputs[3])) != {1}
+                or op.get_attr("shrink_axis_mask") != int(shrunk)
+                or op.get_attr("ellipsis_mask") or op.get_attr("new_axis_mask")):
+            return None
+        if op.inputs[0].op.type == "Const":
+            return None, static_values(op.inputs[0])[0]
+    except (ValueError, IndexError):
+        return None
+    return op.inputs[0].op.inputs[0], None
 
 
 def normalized_axis(value, rank):

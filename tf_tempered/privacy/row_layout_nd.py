@@ -21,7 +21,7 @@ An index tuple of depth d addresses a tensor's first d axes: when they include t
 batch's, each output row may come from any example, and the rows are REARRANGED (so a
 batch statistic of them, or their use with the batch's rows, is MIXED), unless the first
 coordinate of every index is its own row's position: ``tf.stack([tf.range(n), labels],
-1)``, the label-pick idiom, and ``tf.gather_nd(..., batch_dims=1)`` (TF's BatchGatherND),
+1)``, the label-pick idiom, and ``tf.gather_nd(..., batch_dims=1)`` (whose index TF builds so),
 which keep the examples on axis 0. A scatter of the batch's rows (its updates, or indices
 computed from them) places them anywhere: REARRANGED; a scatter into the batch's rows of
 values that are not the batch's keeps them; rows put back at the positions a mask kept
@@ -50,12 +50,12 @@ walk's to resolve (:mod:`tf_tempered.privacy.row_layout_masks`). Picked rows (a 
 """
 
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_masks import PUT_BACK, SCATTERS, mask_of
-from tf_tempered.privacy.row_layout_ops import from_rearranged
 from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
                                                   normalized_axis, one_layout, picked_at,
-                                                  range_limit, source_of, static_at,
                                                   static_values)
+from tf_tempered.privacy.row_layout_masks import PUT_BACK, SCATTERS, mask_of
+from tf_tempered.privacy.row_layout_ops import from_rearranged
+from tf_tempered.privacy.row_layout_positions import rows_in_order
 
 __all__ = ["RULES"]
 
@@ -97,7 +97,7 @@ def _gather_nd(op, layouts):
     if params is REARRANGED:  # looked up by each example's own indices: a mix
         return MIXED if isinstance(indices, int) else REARRANGED
     if isinstance(params, int) and params < depth:
-        if params == 0 and indices in (None, 0) and _rows_in_order(op.inputs[1], op.inputs[0]):
+        if params == 0 and indices in (None, 0) and rows_in_order(op.inputs[1], op.inputs[0]):
             return 0
         if params == 0 and indices is None:
             rows = _first_coordinates(op.inputs[1])
@@ -118,133 +118,6 @@ def _gather_nd(op, layouts):
     return axes.pop() if axes else UNKNOWN
 
 
-def _rows_in_order(indices, rows):
-    """Whether the first coordinate of the index in row r is r's example, each of the
-    ``rows``' examples in turn: the positions of the batch (a tf.range from 0 by 1 over its
-    length) put first beside other coordinates (tf.stack([positions, labels], 1), a
-    tf.concat of columns, tf.transpose of tf.stack([positions, labels])), repeated per
-    example (tf.repeat, a tile or broadcast along later axes), or TF's batch_dims=1
-    gather_nd (BatchGatherND: a range tiled over each example's indices, concatenated
-    first)."""
-    op, last = indices.op, (-1, indices.shape.rank - 1)
-    if op.type == "Pack" and op.get_attr("axis") in last:
-        return _positions(op.inputs[0], rows)
-    if op.type == "ConcatV2" and "/BatchGatherND" in "/" + op.name:
-        return True
-    if op.type == "ConcatV2" and static_values(op.inputs[-1])[0] in last:
-        return _positions(op.inputs[0], rows)
-    if (op.type == "Transpose" and static_values(op.inputs[1]) == [1, 0]
-            and op.inputs[0].op.type == "Pack" and op.inputs[0].op.get_attr("axis") == 0):
-        return _positions(op.inputs[0].op.inputs[0], rows)
-    return False
-
-
-def _positions(tensor, rows):
-    """Whether ``tensor``'s first axis holds 0, 1, ... over ``rows``' first axis (each
-    value repeated along later axes, as tf.meshgrid's first output, or in blocks:
-    tf.repeat). Each op between it and the tf.range must keep the range on axis 0: a
-    broadcast or a product by ones of the same rank, new axes after the first, a tile that
-    does not repeat axis 0, a reshape that flattens or adds trailing axes of length 1 (the
-    positions broadcast along another axis, tf.broadcast_to(tf.range(n), [n, n]), put every
-    example's rows in each row)."""
-    t = tensor
-    while t.op.inputs:
-        op = t.op
-        if op.type in ("Identity", "Cast") or (
-                op.type == "ExpandDims" and _axis_after_the_first(op)
-                or op.type == "BroadcastTo" and _keeps_the_first_axis(op.inputs[0], op)
-                or op.type == "Tile" and _first_multiple_is_one(op)
-                or op.type == "Reshape" and _keeps_row_order(op)
-                or op.type == "StridedSlice" and _only_new_axes(op)):
-            t = op.inputs[0]
-        elif _times_ones(op) is not None and _keeps_the_first_axis(_times_ones(op), op):
-            t = _times_ones(op)
-        else:
-            break
-    limit = range_limit(t)
-    return limit is not None and _is_length_of(limit, rows)
-
-
-def _axis_after_the_first(op):
-    """tf.expand_dims(t, axis) with axis ≥ 1 (counted in the output): t's axis 0 stays first."""
-    try:
-        return normalized_axis(static_values(op.inputs[1])[0], op.outputs[0].shape.rank) >= 1
-    except (TypeError, ValueError, IndexError):
-        return False
-
-
-def _keeps_the_first_axis(operand, op):
-    """A broadcast of ``operand`` by ``op`` keeps its axis 0 as the output's: the same rank
-    (a lower one is aligned with the last axes) and an axis 0 not of length 1."""
-    rank = operand.shape.rank
-    return (rank is not None and rank == op.outputs[0].shape.rank and rank >= 1
-            and operand.shape[0] != 1)
-
-
-def _is_length_of(limit, rows):
-    """Whether ``limit`` is the length of ``rows``' first axis: the same static value, or
-    tf.shape(t)[0] of a tensor whose first axis has ``rows``' static length (both unknown
-    while tracing: the batch's)."""
-    value = tf.get_static_value(limit)
-    if value is not None:
-        return rows.shape[0] is not None and int(value) == rows.shape[0]
-    op = source_of(limit).op
-    if op.type != "StridedSlice" or op.inputs[0].op.type not in ("Shape", "Const"):
-        return False
-    try:
-        first = static_values(op.inputs[1]) == [0] and op.get_attr("shrink_axis_mask") == 1
-        if op.inputs[0].op.type == "Const":  # the shape of a tensor known while tracing
-            return first and static_values(op.inputs[0])[0] == rows.shape[0]
-    except (ValueError, IndexError):
-        return False
-    measured = op.inputs[0].op.inputs[0]
-    return bool(first and measured.shape.rank and measured.shape[0] == rows.shape[0])
-
-
-def _first_multiple_is_one(op):
-    """A tile's multiples begin with a static 1 (tf.repeat stacks a 1 and its count)."""
-    try:
-        return static_at(op.inputs[1], 0) == 1
-    except (TypeError, ValueError, IndexError):
-        return False
-
-
-def _times_ones(op):
-    """x * tf.ones(...) (tf.meshgrid's broadcast): the operand that is not the ones, or
-    None."""
-    if op.type != "Mul":
-        return None
-    for ones, other in (op.inputs, op.inputs[::-1]):
-        if ones.op.type == "Fill" and tf.get_static_value(ones.op.inputs[1]) == 1:
-            return other
-    return None
-
-
-def _keeps_row_order(op):
-    """A reshape that flattens [n, k] into n·k rows (tf.repeat) or adds axes of length 1."""
-    before, after = op.inputs[0].shape, op.outputs[0].shape
-    if after.rank == 1:
-        return True
-    if before.rank is None or after.rank is None or after.rank < before.rank:
-        return False
-    return (after[:before.rank].as_list() == before.as_list()
-            and all(size == 1 for size in after.as_list()[before.rank:]))
-
-
-def _only_new_axes(op):
-    """x[:, None]: a slice that only adds axes, none before x's first (x[None] moves it)."""
-    try:
-        strides, begin = static_values(op.inputs[3]), static_values(op.inputs[1])
-    except ValueError:
-        return False
-    new = op.get_attr("new_axis_mask")
-    whole = op.get_attr("begin_mask") & op.get_attr("end_mask")
-    return (op.get_attr("shrink_axis_mask") == 0 and op.get_attr("ellipsis_mask") == 0
-            and not new & 1
-            and set(strides) == {1} and set(begin) <= {0}
-            and all(new >> i & 1 or whole >> i & 1 for i in range(len(strides))))
-
-
 def _scatter(target, indices, updates):
     """A scatter's rule; the positions of its target, indices and updates among the
     op's inputs (target None: tf.scatter_nd's zeros of a given shape)."""
@@ -263,7 +136,7 @@ def _scatter(target, indices, updates):
             return PUT_BACK  # rows a mask kept, put back (tf-keras' ignore_class)
         placed = [layouts[updates]] + ([layouts[target]] if target is not None else [])
         if (layouts[indices] in (None, 0) and all(layout in (None, 0) for layout in placed)
-                and _rows_in_order(op.inputs[indices], op.inputs[updates])):
+                and rows_in_order(op.inputs[indices], op.inputs[updates])):
             return 0  # each example's values written into its own row
         if any(layout is not None for layout in moved):
             return REARRANGED  # the batch's rows (or rows chosen by its values) placed anywhere

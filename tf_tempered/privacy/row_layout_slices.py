@@ -31,8 +31,8 @@ known only while the step runs, unless it is ``tf.shape(t)[0]``), MIXED.
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
-from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, picked_at, same_axes,
-                                                  source_of, static_at, static_values)
+from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, first_length, picked_at,
+                                                  same_axes, source_of, static_at)
 
 __all__ = ["RULES"]
 
@@ -102,16 +102,8 @@ def _entry(vector, index):
 
 def _own_length(op, end):
     """Whether a slice's end ``end`` is tf.shape(x)[0] of the tensor x it slices."""
-    if end is None:
-        return False
-    end = source_of(end)
-    if end.op.type != "StridedSlice" or end.op.inputs[0].op.type != "Shape":
-        return False
-    try:
-        first = static_values(end.op.inputs[1]) == [0] and end.op.get_attr("shrink_axis_mask") == 1
-    except ValueError:
-        return False
-    return first and source_of(end.op.inputs[0].op.inputs[0]) is source_of(op.inputs[0])
+    measured = None if end is None else (first_length(end) or (None, None))[0]
+    return measured is not None and source_of(measured) is source_of(op.inputs[0])
 
 
 def _strided_one(op, entry):
