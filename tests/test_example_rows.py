@@ -422,6 +422,15 @@ def _each_example_written_in_a_tensor_array(t):
     return written.stack()
 
 
+def _rows_written_in_a_growing_tensor_array(t, length):
+    """A tf.TensorArray of size 0 that grows as a loop writes sin(t[i]) at i < length(n)."""
+    n = tf.shape(t)[0]
+    written = tf.TensorArray(t.dtype, size=0, dynamic_size=True, element_shape=t.shape[1:])
+    _, written = tf.while_loop(lambda i, ta: i < length(n),
+                               lambda i, ta: (i + 1, ta.write(i, tf.sin(t[i]))), [0, written])
+    return written.stack()
+
+
 _PICKING_OR_TRANSFORMING = {
     "one_row_subtracted": lambda t: t - t[0],
     "one_row_by_tf_slice": lambda t: t - tf.slice(t, [0, 0], [1, -1]),
@@ -480,6 +489,11 @@ _PICKING_OR_TRANSFORMING = {
     "tf_map_fn_over_the_first_half_of_the_positions_repeated": lambda t: tf.repeat(tf.map_fn(
         lambda i: t[i], tf.range((tf.shape(t)[0] + 1) // 2), fn_output_signature=t.dtype), 2,
         axis=0)[:tf.shape(t)[0]],
+    # (Trained before: a growing tf.TensorArray's stack claimed nothing.)
+    "the_first_example_written_in_a_growing_tensor_array_broadcast": lambda t: t - (
+        _rows_written_in_a_growing_tensor_array(t, lambda n: 1)),
+    "half_the_examples_written_in_a_growing_tensor_array_repeated": lambda t: t - tf.repeat(
+        _rows_written_in_a_growing_tensor_array(t, lambda n: n // 2), 2, axis=0),
     "reversed_rows_gathered_one_by_one_in_tf_map_fn": lambda t: tf.map_fn(
         lambda i: t[i] + tf.gather(tf.reverse(t, [0]), i), tf.range(tf.shape(t)[0]),
         fn_output_signature=t.dtype),
@@ -556,6 +570,8 @@ _PER_EXAMPLE = {
         fn_output_signature=t.dtype),
     "each_example_s_row_written_in_a_tensor_array_of_the_batch_s_length":
         _each_example_written_in_a_tensor_array,
+    "each_example_s_row_written_in_a_growing_tensor_array": lambda t: t * (
+        _rows_written_in_a_growing_tensor_array(t, lambda n: n)),
     "each_example_s_row_scattered_into_its_own_row_in_a_loop": lambda t: (
         _each_row_scattered_in_a_loop(t, lambda i, n: i)),
     "features_padded_by_an_amount_known_while_running": lambda t: tf.pad(

@@ -57,7 +57,7 @@ A graph that cannot be read (no function of that name in the graph) is UNKNOWN.
 from tf_tempered.privacy.row_layout_marks import (MIXED, PICKED, REARRANGED, UNKNOWN, Picked,
                                                   is_picked, one_layout)
 
-__all__ = ["FUNCTIONAL", "join", "output_layouts"]
+__all__ = ["FUNCTIONAL", "function_graph", "join", "output_layouts"]
 
 FUNCTIONAL = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "PartitionedCall",
                         "StatefulPartitionedCall"})
@@ -88,13 +88,13 @@ def output_layouts(op, layouts, walk):
     elif op.type in ("If", "StatelessIf"):
         found = _cond(op, layouts, walk)
     else:
-        found = _through(_graph(op, "f"), layouts, walk)
+        found = _through(function_graph(op, "f"), layouts, walk)
     if found is None or len(found) != len(op.outputs):
         return [UNKNOWN] * len(op.outputs)
     return found
 
 
-def _graph(op, attribute):
+def function_graph(op, attribute):
     try:
         name = op.get_attr(attribute).name
         return op.graph._get_function(name).graph  # pylint: disable=protected-access
@@ -111,7 +111,7 @@ def _through(graph, layouts, walk):
 
 
 def _cond(op, layouts, walk):
-    branches = [_through(_graph(op, name), layouts[1:], walk)
+    branches = [_through(function_graph(op, name), layouts[1:], walk)
                 for name in ("then_branch", "else_branch")]
     if any(found is None or len(found) != len(op.outputs) for found in branches):
         return None
@@ -119,7 +119,7 @@ def _cond(op, layouts, walk):
 
 
 def _loop(op, layouts, walk):
-    body, condition = _graph(op, "body"), _graph(op, "cond")
+    body, condition = function_graph(op, "body"), function_graph(op, "cond")
     state = [UNKNOWN if is_picked(layout) else layout for layout in layouts]
     for _ in range(_MAX_LOOP_ROUNDS):
         found = _through(body, state, walk)

@@ -41,6 +41,7 @@ the batch in order, and rearrange it in another.
 """
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy.row_layout_functions import function_graph
 from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Mark,
                                                   first_length, is_picked, picked_at,
                                                   range_limit, source_of, static_values)
@@ -71,9 +72,10 @@ def resolve_stack(op, layout_of):
     """The layout of a stack of rows each picked and written at its own index (tf.map_fn's
     results): the batch's axis when the loop's list was reserved with an item for each of the
     batch's examples (its length tf.shape(x)[0] of a tensor x holding them on axis 0, or of a
-    tf.range over that length; tf.map_fn's over the batch itself); MIXED for any other length
-    (some examples' rows), UNKNOWN for a list that grows as the loop writes. ``layout_of``:
-    the walk's layout of a tensor, None when not reached."""
+    tf.range over that length; tf.map_fn's over the batch itself), or grown by a loop writing
+    at its counter from 0 by 1 while below such a length (_writes_each_example); MIXED for
+    any other length (some examples' rows). ``layout_of``: the walk's layout of a tensor, None
+    when not reached."""
     listed = source_of(op.inputs[0])
     loop = listed.op
     if loop.type not in ("While", "StatelessWhile"):
@@ -85,11 +87,57 @@ def resolve_stack(op, layout_of):
     if _counts_the_batch(length, loop, layout_of):
         return 0
     value = tf.get_static_value(length)
-    if value is not None and value <= 0:
-        return UNKNOWN  # a list that grows as the loop writes (dynamic_size): not followed
+    if value is not None and value <= 0:  # a list that grows as the loop writes (dynamic_size)
+        return 0 if _writes_each_example(loop, listed.value_index, layout_of) else MIXED
     # Some examples' rows (t - tf.map_fn(f, tf.range(1)) broadcasts one; repeated, a
     # shorter stack lines up with the batch's rows): MIXED.
     return MIXED
+
+
+def _writes_each_example(loop, list_input, layout_of):
+    """Whether a while loop grows its list (input ``list_input``) by one item per iteration
+    at its counter, which counts from 0 by 1 while below the batch's length (``i < n`` in
+    the condition: a tf.while_loop over the examples, AutoGraph's ``for i in
+    tf.range(n)``)."""
+    condition, body = function_graph(loop, "cond"), function_graph(loop, "body")
+    if condition is None or body is None or len(body.outputs) != len(loop.inputs):
+        return False
+    test = source_of(condition.outputs[0], ("Identity",)).op
+    if test.type != "Less":
+        return False
+    counter, limit = (source_of(t, ("Identity",)) for t in test.inputs)
+    k = _position(counter, condition.inputs)
+    if k is None:
+        return False
+    if _position(limit, condition.inputs) is not None:
+        limit = loop.inputs[_position(limit, condition.inputs)]
+    write = source_of(body.outputs[list_input], ("Identity",)).op
+    return (_static_is(loop.inputs[k], 0) and _steps_by_one(body, k, loop)
+            and write.type == "TensorListSetItem" and write.inputs[0] is body.inputs[list_input]
+            and source_of(write.inputs[1]) is body.inputs[k]
+            and _counts_the_batch(limit, loop, layout_of))
+
+
+def _steps_by_one(body, k, loop):
+    """Whether the loop's body returns its input ``k`` plus a static 1 (or plus a loop input
+    that is 1: AutoGraph's range delta)."""
+    step = source_of(body.outputs[k], ("Identity",)).op
+    if step.type not in ("AddV2", "Add") or step.inputs[0] is not body.inputs[k]:
+        return False
+    by = step.inputs[1]
+    if _position(by, body.inputs) is not None:
+        by = loop.inputs[_position(by, body.inputs)]
+    return _static_is(by, 1)
+
+
+def _position(tensor, tensors):
+    """The index of ``tensor`` (itself, not an equal value) in ``tensors``, or None."""
+    return next((i for i, t in enumerate(tensors) if t is tensor), None)
+
+
+def _static_is(tensor, value):
+    found = tf.get_static_value(tensor)
+    return found is not None and found.size == 1 and int(found) == value
 
 
 def _counts_the_batch(length, loop, layout_of):
