@@ -431,6 +431,11 @@ def _rows_written_in_a_growing_tensor_array(t, length):
     return written.stack()
 
 
+def _the_previous_row_chosen_by_a_cond(t, i):
+    own, previous = t[i], t[tf.maximum(i - 1, 0)]
+    return tf.cond(i > 0, lambda: previous * 2.0, lambda: own)
+
+
 _PICKING_OR_TRANSFORMING = {
     "one_row_subtracted": lambda t: t - t[0],
     "one_row_by_tf_slice": lambda t: t - tf.slice(t, [0, 0], [1, -1]),
@@ -530,6 +535,15 @@ _REARRANGING = {
         t, lambda kept: kept[::-1]),
     "rows_a_mask_kept_reversed_and_written_over_the_batch": lambda t: (
         tf.tensor_scatter_nd_update(t, tf.where(t > 0), tf.gather_nd(t, tf.where(t > 0))[::-1])),
+    # (Trained before: rows picked by either of two indices, one the loop's own position,
+    # counted as written where they were read; and refused, though per example, when a
+    # branch picked them, its copy of the position taken for another index.)
+    "the_previous_example_chosen_by_a_cond_in_tf_map_fn": lambda t: tf.map_fn(
+        lambda i: _the_previous_row_chosen_by_a_cond(t, i), tf.range(tf.shape(t)[0]),
+        fn_output_signature=t.dtype),
+    "the_previous_example_picked_in_a_cond_s_branch_in_tf_map_fn": lambda t: tf.map_fn(
+        lambda i: tf.cond(i > 0, lambda: t[i - 1] * 2.0, lambda: t[i]),
+        tf.range(tf.shape(t)[0]), fn_output_signature=t.dtype),
     # (Trained before: a gather, split or unstack of moved rows along another axis claimed
     # nothing, as if it gave a concatenation's parts back; probe L, 1.0-1.6 x 2C.)
     "rolled_rows_gathered_along_the_features": lambda t: tf.gather(tf.roll(t, 1, 0), [0, 1, 2],
@@ -570,6 +584,15 @@ _PER_EXAMPLE = {
         fn_output_signature=t.dtype),
     "each_example_s_row_written_in_a_tensor_array_of_the_batch_s_length":
         _each_example_written_in_a_tensor_array,
+    # (Refused before: each branch's copy of the position was taken for another index.)
+    # (A branch on the position alone, i >= 0 here: one on i > 0 would treat the first
+    # example otherwise than in a batch of one, the reference's.)
+    "a_branch_on_the_position_reading_its_row_in_tf_map_fn": lambda t: tf.map_fn(
+        lambda i: tf.cond(i >= 0, lambda: t[i] * 2.0, lambda: t[i]), tf.range(tf.shape(t)[0]),
+        fn_output_signature=t.dtype),
+    "a_branch_on_the_row_s_value_reading_it_in_tf_map_fn": lambda t: tf.map_fn(
+        lambda i: tf.cond(t[i, 0] > 0, lambda: t[i] * 2.0, lambda: t[i] - 1.0),
+        tf.range(tf.shape(t)[0]), fn_output_signature=t.dtype),
     "each_example_s_row_written_in_a_growing_tensor_array": lambda t: t * (
         _rows_written_in_a_growing_tensor_array(t, lambda n: n)),
     "each_example_s_row_scattered_into_its_own_row_in_a_loop": lambda t: (

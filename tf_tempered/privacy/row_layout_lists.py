@@ -195,9 +195,10 @@ def _written_where_read(item, index):
     key), or picked by the position read at that index from a loop's list of positions in
     order (tf.map_fn over tf.range(n): each example's rows by its own position)."""
     index = source_of(index)
-    if not item.keys or picked_at(index).keys == item.keys:
-        return True
-    return any(key[0] == "tensor" and _position_read_at(key[2], index) for key in item.keys)
+    own = picked_at(index).keys
+    # Every index that may have picked them (rows picked in either branch of a tf.cond).
+    return all(key in own or key[0] == "tensor" and key[1] == id(index.graph)
+               and _position_read_at(key[2], index) for key in item.keys)
 
 
 def _position_read_at(name, index):

@@ -22,7 +22,7 @@ op's inputs combine (one_layout, same_axes), and the static values the rules rea
 from tf_tempered._compat import tf
 
 __all__ = ["MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked", "first_length", "is_picked",
-           "normalized_axis", "one_layout", "picked_at", "range_limit", "same_axes",
+           "normalized_axis", "outer_of", "one_layout", "picked_at", "range_limit", "same_axes",
            "source_of", "static_at", "static_values"]
 
 
@@ -75,7 +75,22 @@ def picked_at(vector, index=None):
         pass
     if index is not None and vector.op.type == "Pack":
         vector, index = vector.op.inputs[index], None
+    vector = outer_of(vector)
     return Picked({("tensor", id(vector.graph), vector.name, index)})
+
+
+def outer_of(tensor):
+    """The tensor of an enclosing graph that ``tensor`` stands for when it is a function's
+    placeholder for a value it captured (a tf.cond branch's copy of tf.map_fn's position):
+    rows picked by either are the same rows. ``tensor`` itself otherwise."""
+    while tensor.op.type == "Placeholder":
+        graph = tensor.graph
+        inside = list(getattr(graph, "internal_captures", None) or ())
+        position = next((i for i, t in enumerate(inside) if t is tensor), None)
+        if position is None:
+            break
+        tensor = list(graph.external_captures)[position]
+    return tensor
 
 
 def one_layout(layouts):
