@@ -759,3 +759,36 @@ def test_category_counts_of_each_example_train_with_the_exact_update():
     rng = np.random.default_rng(5)
     x, y = rng.integers(0, VOCAB, (6, 4)).astype(np.int32), rng.integers(0, 3, 6)
     assert_exact_update(_category_counts, x, y)
+
+
+def _decoder_from_an_encoder_s_states(rnn, centred, dtype="float32"):
+    """A seq2seq-style model: a recurrent layer started from another's last states (its own
+    call, through tf_tempered's native time loop on CPU), pooled, then maybe centred over
+    the batch."""
+    inputs = keras.Input((5, 3), dtype=dtype)
+    states = rnn(4, return_state=True, dtype=dtype)(inputs)[1:]
+    decoded = rnn(4, return_sequences=True, dtype=dtype)(inputs, initial_state=states)
+    pooled = keras.layers.GlobalAveragePooling1D(dtype=dtype)(decoded)
+    if centred:
+        pooled = keras.layers.Lambda(lambda t: t - tf.reduce_mean(t, 0), dtype=dtype)(pooled)
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(pooled))
+
+
+# Before: trained silently (the walk did not follow tf_tempered's own LSTM and GRU time loops
+# in a recurrent layer's call, so what came after them claimed nothing).
+@pytest.mark.parametrize("rnn", ["LSTM", "GRU"])
+def test_a_batch_statistic_after_a_recurrent_layer_s_own_call_is_refused(rnn):
+    x = np.random.default_rng(0).normal(size=(16, 5, 3)).astype(np.float32)
+    _assert_refused_before_any_update(
+        _decoder_from_an_encoder_s_states(getattr(keras.layers, rnn), centred=True), x,
+        np.zeros(16), r"Layer 'dense(_\d+)?' \(Dense\) is called on values computed from several",
+        batch_size=8)
+
+
+@pytest.mark.parametrize("rnn", ["LSTM", "GRU"])
+def test_a_decoder_started_from_an_encoder_s_states_trains_with_the_exact_update(rnn):
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(6, 5, 3)).astype(np.float32), rng.integers(0, 3, 6)
+    keras.utils.set_random_seed(0)
+    assert_exact_update(lambda dtype="float32": _decoder_from_an_encoder_s_states(
+        getattr(keras.layers, rnn), centred=False, dtype=dtype), x, y)

@@ -216,6 +216,15 @@ def given_back(op, layout_of):
     return [layout] * len(op.outputs) if op.type in ("Split", "SplitV", "Unpack") else layout
 
 
+def _each_example_s_recurrence(op, layouts):
+    """tf_tempered's own LSTM and GRU time loops (native ops): [B, T, ·] inputs and [B, H]
+    states, each example's recurrence over its own rows, to [B, T, ·] outputs: the batch's
+    axis stays first; examples on another axis would be run through as time steps: MIXED."""
+    if any(isinstance(layout, int) and layout != 0 for layout in layouts):
+        return MIXED
+    return one_layout(layouts)
+
+
 def _unknown(op, layouts):
     return UNKNOWN
 
@@ -281,6 +290,8 @@ RULES = {
     "Split": _split, "SplitV": _split,
     "Pad": _pad, "PadV2": _pad, "MirrorPad": _pad, "RandomShuffle": _shuffle,
     "ZerosLike": _values_unread, "OnesLike": _values_unread,
+    "TfTemperedLstmSequence": _each_example_s_recurrence,
+    "TfTemperedGruSequence": _each_example_s_recurrence,
     **{name: _broadcast for name in _BROADCASTING},
     **{name: _unknown for name in ("SpaceToBatchND", "BatchToSpaceND", "SpaceToDepth",
                                    "DepthToSpace")},
