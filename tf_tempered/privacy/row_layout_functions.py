@@ -120,13 +120,16 @@ def _cond(op, layouts, walk):
 
 def _loop(op, layouts, walk):
     body, condition = function_graph(op, "body"), function_graph(op, "cond")
-    state = [UNKNOWN if is_picked(layout) else layout for layout in layouts]
+    # Rows picked before the loop by an index of an enclosing graph (tf.map_fn's row, read
+    # by a time loop inside its body) stay that example's rows; others claim nothing.
+    state = [layout if _picked_outside(layout, body) else UNKNOWN if is_picked(layout)
+             else layout for layout in layouts]
     for _ in range(_MAX_LOOP_ROUNDS):
         found = _through(body, state, walk)
         if found is None or len(found) != len(state):
             return None
-        if any(map(is_picked, found)):  # rows picked in one iteration, carried to the next
-            return [MIXED] * len(state)
+        if any(is_picked(f) and not _picked_outside(f, body) for f in found):
+            return [MIXED] * len(state)  # rows picked in one iteration, carried to the next
         joined = [join(pair) for pair in zip(state, found)]
         if joined == state:
             break
@@ -141,6 +144,13 @@ def _loop(op, layouts, walk):
     if predicate is None:
         return None
     return _decided_by(join(predicate), state)
+
+
+def _picked_outside(layout, body):
+    """Rows picked by tensors of graphs other than the loop's ``body`` (the same rows in
+    every iteration: an enclosing loop's position, captured)."""
+    return (is_picked(layout) and bool(layout.keys) and body is not None
+            and all(key[0] == "tensor" and key[1] != id(body) for key in layout.keys))
 
 
 def _decided_by(predicate, layouts):
