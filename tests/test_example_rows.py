@@ -436,6 +436,32 @@ def _the_previous_row_chosen_by_a_cond(t, i):
     return tf.cond(i > 0, lambda: previous * 2.0, lambda: own)
 
 
+def _next_positions(t):
+    """Each example's position and the next one's, a column each: [n, 2]."""
+    n = tf.shape(t)[0]
+    return tf.transpose(tf.stack([tf.range(n), (tf.range(n) + 1) % n]))
+
+
+def _rows_written_while_below_a_shrinking_limit(t):
+    """A growing tf.TensorArray written at i < limit, the limit falling to 1 in the loop."""
+    written = tf.TensorArray(t.dtype, size=0, dynamic_size=True, element_shape=t.shape[1:])
+    _, _, written = tf.while_loop(
+        lambda i, limit, ta: i < limit,
+        lambda i, limit, ta: (i + 1, tf.minimum(limit, 1), ta.write(i, t[i])),
+        [0, tf.shape(t)[0], written])
+    return written.stack()
+
+
+def _each_row_written_one_back_then_at_its_own(t):
+    """ta.write(i - 1, t[i]).write(i, t[i]): row r holds example r + 1's (the last, its own)."""
+    n = tf.shape(t)[0]
+    written = tf.TensorArray(t.dtype, size=n, element_shape=t.shape[1:])
+    _, written = tf.while_loop(
+        lambda i, ta: i < n,
+        lambda i, ta: (i + 1, ta.write(tf.maximum(i - 1, 0), t[i]).write(i, t[i])), [0, written])
+    return written.stack()
+
+
 _PICKING_OR_TRANSFORMING = {
     "one_row_subtracted": lambda t: t - t[0],
     "one_row_by_tf_slice": lambda t: t - tf.slice(t, [0, 0], [1, -1]),
@@ -499,6 +525,8 @@ _PICKING_OR_TRANSFORMING = {
         _rows_written_in_a_growing_tensor_array(t, lambda n: 1)),
     "half_the_examples_written_in_a_growing_tensor_array_repeated": lambda t: t - tf.repeat(
         _rows_written_in_a_growing_tensor_array(t, lambda n: n // 2), 2, axis=0),
+    "rows_written_while_below_a_limit_that_shrinks_in_the_loop": lambda t: t + (
+        _rows_written_while_below_a_shrinking_limit(t)),
     "reversed_rows_gathered_one_by_one_in_tf_map_fn": lambda t: tf.map_fn(
         lambda i: t[i] + tf.gather(tf.reverse(t, [0]), i), tf.range(tf.shape(t)[0]),
         fn_output_signature=t.dtype),
@@ -559,6 +587,22 @@ _REARRANGING = {
     # trusted by its name; probe L, 1.1 x 2C.)
     "reversed_positions_under_the_name_tf_gives_batch_dims_gather_nd": (
         _reversed_positions_named_as_tf_s_batch_gather),
+    # (Trained before, and at this stop's first version, which let a split or gather of a
+    # concatenation claim nothing; probe M, 1.2-1.8 x 2C.)
+    "a_concatenation_gathered_one_row_along": lambda t: tf.gather(
+        tf.concat([t, t], 0), tf.range(1, tf.shape(t)[0] + 1)),
+    "a_concatenation_s_quarters_taken_off_by_one": lambda t: tf.concat(
+        tf.split(tf.concat([t, t], 0), 4)[1:3], 0),
+    # (Trained before or at this stop's first version: a transposed stack of positions and other
+    # values taken for positions, and writes over rearranged rows, a growing list's limit
+    # read before the loop, tf.switch_case not followed; probe M, 1.2-2.8 x 2C.)
+    "positions_beside_the_next_ones_flattened_into_a_gather_nd_index": lambda t: tf.reshape(
+        tf.gather_nd(t, tf.reshape(_next_positions(t), [-1])[:, None]), [-1, 8]),
+    "each_row_written_one_back_then_at_its_own_position": (
+        _each_row_written_one_back_then_at_its_own),
+    "the_previous_example_chosen_by_tf_switch_case_in_tf_map_fn": lambda t: tf.map_fn(
+        lambda i: tf.switch_case(tf.cast(i > 0, tf.int32), [lambda: t[i], lambda: t[i - 1]]),
+        tf.range(tf.shape(t)[0]), fn_output_signature=t.dtype),
     "a_concatenation_s_halves_given_back_through_an_activation": lambda t: tf.split(
         tf.nn.relu(tf.concat([t, t * 2.0], 0)), 2)[0],
 }
@@ -606,13 +650,11 @@ _PER_EXAMPLE = {
     "several_positions_of_each_example_by_tf_repeat": lambda t: tf.reshape(tf.gather_nd(
         t, tf.stack([tf.repeat(tf.range(tf.shape(t)[0]), 2),
                      tf.tile(tf.constant([0, 3]), tf.shape(t)[:1])], 1)), [-1, 2]),
-    # (Trained before by the name of TF's index op, checked by its ops now.)
+    # (Trained before by the name of TF's index op, checked by its ops now; batch_dims=2 is
+    # refused now, its index's second column not checked.)
     "several_positions_of_each_example_by_gather_nd_with_batch_dims_1": lambda t: tf.gather_nd(
         t, tf.broadcast_to(tf.constant([[0], [3]]), tf.stack([tf.shape(t)[0], 2, 1])),
         batch_dims=1) * 2.0,
-    "one_position_of_each_example_and_pair_by_gather_nd_with_batch_dims_2": lambda t: tf.reshape(
-        tf.gather_nd(tf.reshape(t, [-1, 2, 2]), tf.ones(tf.stack([tf.shape(t)[0], 2, 1]),
-                                                        tf.int32), batch_dims=2), [-1, 2]),
     # (Trained before too, the scatter at a mask's positions not followed.)
     "rows_a_mask_kept_put_back": lambda t: _put_back_at_the_positives(
         t, lambda kept: kept * tf.exp(kept)),
@@ -657,6 +699,18 @@ def test_keras_take_along_axis_on_the_batch_s_axis_is_refused():
             keras.ops.arange(2)[None, :, None], keras.ops.shape(rows)), axis=0)
         return keras.ops.reshape(taken, (-1, 4))
     _assert_lambda_refused(first_examples, "rows of the batch's examples rearranged",
+                           sampling="shuffle")
+
+
+# Before (this stop's first version): each example's position repeated in a tf.gather_nd
+# index gives two rows per example, example-major; a half of them was taken for the batch
+# (probe M, 1.1-1.6 x 2C).
+@pytest.mark.parametrize("part", [
+    lambda rows: tf.split(rows, 2)[0], lambda rows: tf.reshape(rows, [2, -1, 4])[1]])
+def test_a_part_of_rows_repeated_per_example_is_refused(part):
+    def first_half(t):
+        return part(tf.gather_nd(t, tf.stack([tf.repeat(tf.range(tf.shape(t)[0]), 2)], 1)))
+    _assert_lambda_refused(first_half, "rows of some of the batch's examples",
                            sampling="shuffle")
 
 

@@ -74,7 +74,8 @@ def refuse_calls_off_the_batch(records, x, rows):
                 raise UnsupportedLayerError(_mixed_message(
                     f"Layer {record.layer.name!r} ({type(record.layer).__name__}) is called "
                     "on"))
-            if layout is row_layout.REARRANGED or (isinstance(layout, int) and layout):
+            if (layout is row_layout.REARRANGED or row_layout.is_picked(layout)
+                    or (isinstance(layout, int) and layout)):
                 raise UnsupportedLayerError(_rearranged_message(record.layer, layout))
     return sources, layouts
 
@@ -143,6 +144,10 @@ def _rearranged_message(layer, layout):
             "that does not keep each example's row in place, or rows unstacked and stacked, "
             "or written to a TensorArray, in another order)"
             if layout is row_layout.REARRANGED else
+            "rows of some of the batch's examples (picked by an index, a part of tf.split, "
+            "or rows taken by a tf.gather_nd whose positions repeat examples), each handled as "
+            "an example of its own"
+            if row_layout.is_picked(layout) else
             f"a tensor holding the batch's examples on axis {layout}, not on the first axis "
             "(a transpose to time-major, or a stack)")
     return (f"Layer {layer.name!r} ({type(layer).__name__}) is called on {what}: its handler "

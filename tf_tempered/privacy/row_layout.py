@@ -45,12 +45,11 @@ Loops, conds and nested tf.functions are followed into their graphs
 combine, are :mod:`tf_tempered.privacy.row_layout_marks`; the other ops' rules
 :mod:`tf_tempered.privacy.row_layout_ops`.
 
-A split, unstack or gather of a concatenation (or a tile) along the axis it joined its
-parts' examples on may give the parts back: ``UNKNOWN`` (``tf.split(tf.concat([a, b], 0),
-2)``); any other keeps ``REARRANGED`` (rolled rows split or gathered along the features, a
-reversal gathered back in order: refused, on the safe side). Reshapes and slices keep it
-(a Flatten after a concatenation, a slice of shifted rows). Nothing unmixes: ``MIXED``
-stays.
+Nothing puts rearranged rows back in order for the walk: a split, unstack or gather keeps
+``REARRANGED`` along any axis (rolled rows gathered along the features are still rolled; a
+concatenation's halves split again, or a reversal gathered back in order, are refused on the
+safe side: which rows come back is not checked), as do reshapes and slices (a Flatten after a
+concatenation, a slice of shifted rows). Nothing unmixes: ``MIXED`` stays.
 
 >>> import tensorflow as tf
 >>> found = []
@@ -80,10 +79,11 @@ stays.
 from tf_tempered.privacy import (row_layout_functions, row_layout_lists, row_layout_masks,
                                  row_layout_mixing, row_layout_nd, row_layout_ops,
                                  row_layout_slices)
-from tf_tempered.privacy.row_layout_marks import (MIXED, PICKED, REARRANGED, UNKNOWN, same_axes,
-                                                  source_of)
+from tf_tempered.privacy.row_layout_marks import (MIXED, PICKED, REARRANGED, UNKNOWN, is_picked,
+                                                  same_axes, source_of)
 
-__all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis", "source_of"]
+__all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis", "is_picked",
+           "source_of"]
 
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
 SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"}) | row_layout_lists.SHAPE_ONLY
@@ -124,8 +124,6 @@ def batch_axis(tensor, sources, memo=None):
                 memo[op] = _follow(op, layouts, counted)
                 if memo[op] is row_layout_masks.PUT_BACK:
                     memo[op] = row_layout_masks.resolve(op, memo, batch_axis)
-                elif memo[op] is row_layout_ops.GIVEN_BACK:
-                    memo[op] = row_layout_ops.given_back(op, lambda t: _layout_of(t, memo))
                 elif memo[op] is row_layout_lists.STACKED_PICKS:
                     memo[op] = row_layout_lists.resolve_stack(
                         op, lambda t: _layout_of(t, memo) if t.op in memo else None)

@@ -59,8 +59,8 @@ from tf_tempered.privacy.row_layout_marks import (MIXED, PICKED, REARRANGED, UNK
 
 __all__ = ["FUNCTIONAL", "function_graph", "join", "output_layouts"]
 
-FUNCTIONAL = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "PartitionedCall",
-                        "StatefulPartitionedCall"})
+FUNCTIONAL = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase",
+                        "PartitionedCall", "StatefulPartitionedCall"})
 _MAX_LOOP_ROUNDS = 8  # a join only climbs: None < an axis < UNKNOWN < PICKED < REARRANGED < MIXED
 
 
@@ -85,7 +85,7 @@ def output_layouts(op, layouts, walk):
     ``memo`` holding its inputs' layouts."""
     if op.type in ("While", "StatelessWhile"):
         found = _loop(op, layouts, walk)
-    elif op.type in ("If", "StatelessIf"):
+    elif op.type in ("If", "StatelessIf", "Case", "StatelessCase"):
         found = _cond(op, layouts, walk)
     else:
         found = _through(function_graph(op, "f"), layouts, walk)
@@ -95,8 +95,16 @@ def output_layouts(op, layouts, walk):
 
 
 def function_graph(op, attribute):
+    """The graph of ``op``'s function attribute ``attribute`` (a loop's body, a branch), or
+    None when the graph does not hold it."""
     try:
-        name = op.get_attr(attribute).name
+        return _graph_named(op, op.get_attr(attribute).name)
+    except (AttributeError, ValueError, TypeError):
+        return None
+
+
+def _graph_named(op, name):
+    try:
         return op.graph._get_function(name).graph  # pylint: disable=protected-access
     except (AttributeError, KeyError, ValueError, TypeError):
         return None
@@ -111,8 +119,12 @@ def _through(graph, layouts, walk):
 
 
 def _cond(op, layouts, walk):
-    branches = [_through(function_graph(op, name), layouts[1:], walk)
-                for name in ("then_branch", "else_branch")]
+    """tf.cond (then and else branches) and tf.switch_case (a list of branches)."""
+    if op.type in ("Case", "StatelessCase"):
+        graphs = [_graph_named(op, branch.name) for branch in op.get_attr("branches")]
+    else:
+        graphs = [function_graph(op, name) for name in ("then_branch", "else_branch")]
+    branches = [_through(graph, layouts[1:], walk) for graph in graphs]
     if any(found is None or len(found) != len(op.outputs) for found in branches):
         return None
     return _decided_by(layouts[0], [join(pair) for pair in zip(*branches)])

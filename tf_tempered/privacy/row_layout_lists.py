@@ -106,11 +106,13 @@ def _writes_each_example(loop, list_input, layout_of):
     if test.type != "Less":
         return False
     counter, limit = (source_of(t, ("Identity",)) for t in test.inputs)
-    k = _position(counter, condition.inputs)
+    k, m = _position(counter, condition.inputs), _position(limit, condition.inputs)
     if k is None:
         return False
-    if _position(limit, condition.inputs) is not None:
-        limit = loop.inputs[_position(limit, condition.inputs)]
+    if m is not None:  # a loop variable: the same in every iteration (a shrinking one is not)
+        if source_of(body.outputs[m], ("Identity",)) is not body.inputs[m]:
+            return False
+        limit = loop.inputs[m]
     write = source_of(body.outputs[list_input], ("Identity",)).op
     return (_static_is(loop.inputs[k], 0) and _steps_by_one(body, k, loop)
             and write.type == "TensorListSetItem" and write.inputs[0] is body.inputs[list_input]
@@ -176,6 +178,8 @@ def _set_item(item_input):
     """SetItem (list, index, item) and PushBack (list, item)."""
     def rule(op, layouts):
         listed, item = layouts[0], layouts[item_input]
+        if listed is REARRANGED:
+            return REARRANGED  # moved rows stay moved, whatever is written over them
         if any(layout is not None for layout in layouts[1:item_input]):
             return UNKNOWN  # written where the batch's values say
         if item is None:

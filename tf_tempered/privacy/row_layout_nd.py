@@ -54,7 +54,6 @@ from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Pi
                                                   normalized_axis, one_layout, picked_at,
                                                   static_values)
 from tf_tempered.privacy.row_layout_masks import PUT_BACK, SCATTERS, mask_of
-from tf_tempered.privacy.row_layout_ops import from_rearranged
 from tf_tempered.privacy.row_layout_positions import rows_in_order
 
 __all__ = ["RULES"]
@@ -74,8 +73,8 @@ def _gather(op, layouts):
         return one_layout([params, indices])  # picked rows' values, or looked up by them
     if params is REARRANGED and isinstance(indices, int):
         return MIXED  # moved rows looked up by each example's own indices
-    if params is REARRANGED and indices is None:  # moved rows stay moved, or are given back
-        return REARRANGED if batch_dims else from_rearranged(op.inputs[0], axis)
+    if params is REARRANGED and indices is None:
+        return REARRANGED  # moved rows stay moved, whatever is gathered, along any axis
     if params is REARRANGED or indices is REARRANGED or (params is not None
                                                          and indices is not None):
         return UNKNOWN

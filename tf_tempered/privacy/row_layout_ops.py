@@ -18,17 +18,11 @@ Each rule takes the op and the layouts of its inputs (at least one not None) and
 its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
 """
 
-from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Mark, Picked,
-                                                  is_picked, normalized_axis, one_layout,
-                                                  same_axes, source_of, static_at,
-                                                  static_values)
+from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
+                                                  normalized_axis, one_layout, same_axes,
+                                                  static_at, static_values)
 
-__all__ = ["GIVEN_BACK", "RULES", "from_rearranged", "given_back"]
-
-# A split, unstack or gather of rearranged rows that may give back the parts a concatenation
-# or a tile just before it put together; the walk, which knows the parts' layouts, decides
-# (given_back).
-GIVEN_BACK = Mark("GIVEN_BACK")
+__all__ = ["RULES"]
 
 
 def _transpose(op, layouts):
@@ -99,10 +93,8 @@ def _pack(op, layouts):
 
 def _unpack(op, layouts):
     layout = layouts[0]
-    if layout is REARRANGED:
-        return from_rearranged(op.inputs[0], op.get_attr("axis"))
-    if not isinstance(layout, int):
-        return layout if is_picked(layout) else UNKNOWN
+    if not isinstance(layout, int):  # rearranged rows stay so, along any axis
+        return layout if is_picked(layout) or layout is REARRANGED else UNKNOWN
     axis = normalized_axis(op.get_attr("axis"), op.inputs[0].shape.rank)
     if axis == layout:  # one example per output (stacked again, they claim nothing)
         return [Picked({("index", k)}) for k in range(len(op.outputs))]
@@ -171,49 +163,12 @@ def _tile(op, layouts):
 def _split(op, layouts):
     value, axis_input = (1, 0) if op.type == "Split" else (0, 2)
     layout = layouts[value]
+    if not isinstance(layout, int):  # rearranged rows stay so, along any axis
+        return layout if is_picked(layout) or layout is REARRANGED else UNKNOWN
     axis = normalized_axis(static_values(op.inputs[axis_input])[0], op.inputs[value].shape.rank)
-    if layout is REARRANGED:
-        return from_rearranged(op.inputs[value], axis)
-    if not isinstance(layout, int):
-        return layout if is_picked(layout) else UNKNOWN
     if axis != layout:
         return layout
     return [Picked({("part", k, len(op.outputs))}) for k in range(len(op.outputs))]
-
-
-def from_rearranged(data, axis):
-    """A split, unstack or gather along ``axis`` of rearranged rows ``data``: they stay
-    REARRANGED (rolled rows split on another axis are still rolled), unless ``data`` is a
-    concatenation or a tile, whose parts the op may give back (GIVEN_BACK)."""
-    axis = normalized_axis(axis, data.shape.rank)
-    joined = source_of(data).op
-    if joined.type not in ("ConcatV2", "Tile"):
-        return REARRANGED
-    return GIVEN_BACK if axis == _joined_axis(joined) else REARRANGED
-
-
-def _joined_axis(joined):
-    """The axis along which a ConcatV2 puts its parts together, or a Tile its only one
-    repeated (None: several, or not known while tracing)."""
-    rank = joined.outputs[0].shape.rank
-    if joined.type == "ConcatV2":
-        return normalized_axis(static_values(joined.inputs[-1])[0], rank)
-    repeated = [a for a, m in enumerate(static_values(joined.inputs[1])) if m != 1]
-    return repeated[0] if len(repeated) == 1 else None
-
-
-def given_back(op, layout_of):
-    """GIVEN_BACK resolved: a concatenation's parts (or a tile's copies) split again along
-    the axis that held each part's examples, UNKNOWN (``tf.split(tf.concat([a, b], 0), 2)``
-    gives a and b back, or other blocks: nothing is claimed); else REARRANGED (a part's rows
-    were rearranged already, or joined on another axis). ``layout_of``: the walk's layout
-    of a tensor it has seen. A list of layouts, one per output, for split and unstack."""
-    data = op.inputs[1] if op.type == "Split" else op.inputs[0]
-    joined = source_of(data).op
-    parts = joined.inputs[:-1] if joined.type == "ConcatV2" else joined.inputs[:1]
-    axes = {layout_of(t) for t in parts} - {None}
-    layout = UNKNOWN if axes == {_joined_axis(joined)} else REARRANGED
-    return [layout] * len(op.outputs) if op.type in ("Split", "SplitV", "Unpack") else layout
 
 
 def _each_example_s_recurrence(op, layouts):

@@ -114,11 +114,13 @@ def _is_length_of(limit, rows):
 
 
 def _first_of_a_transposed_stack(op):
-    """tf.transpose(tf.stack([a, ...])) of vectors: row r holds a[r] first (TF's batch_dims
-    gather_nd stacks its flattened ranges so)."""
+    """tf.transpose(tf.stack([a])) of one vector: a as a column, row r holds a[r] (TF's
+    batch_dims=1 gather_nd builds its positions so). Of several vectors, the others' values
+    would sit beside the positions, and a later reshape could move them to the first axis."""
     try:
         return (op.type == "Transpose" and static_values(op.inputs[1]) == [1, 0]
                 and op.inputs[0].op.type == "Pack" and op.inputs[0].op.get_attr("axis") == 0
+                and len(op.inputs[0].op.inputs) == 1
                 and op.inputs[0].op.inputs[0].shape.rank == 1)
     except ValueError:
         return False
