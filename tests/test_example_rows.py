@@ -462,6 +462,43 @@ def _each_row_written_one_back_then_at_its_own(t):
     return written.stack()
 
 
+def _the_first_row_carried_through_a_loop(t):
+    _, carried = tf.while_loop(lambda k, row: k < 2, lambda k, row: (k + 1, row * 2.0), [0, t[0]])
+    return t + carried
+
+
+def _the_previous_row_carried_by_a_nested_function(t):
+    """Row c of the list is t[c - 1]: a tf.function writes the row it was given and picks
+    the next, carried to the next iteration."""
+    @tf.function
+    def write_and_pick(written, k, row):
+        return written.write(k, row), t[k]
+
+    def body(k, row, written):
+        written, picked = write_and_pick(written, k, row)
+        return k + 1, picked, written
+
+    written = tf.TensorArray(t.dtype, size=tf.shape(t)[0], element_shape=t.shape[1:])
+    _, _, written = tf.while_loop(lambda k, row, ta: k < tf.shape(t)[0], body,
+                                  [0, tf.zeros_like(t[0]), written])
+    return written.stack()
+
+
+def _positions_rewritten_in_the_loop(t):
+    """A list of positions from tf.range(n), read at the counter, rewritten in the loop so
+    that row c reads example c + 1's."""
+    n = tf.shape(t)[0]
+    positions = tf.TensorArray(tf.int32, size=n, clear_after_read=False).unstack(tf.range(n))
+    written = tf.TensorArray(t.dtype, size=n, element_shape=t.shape[1:])
+
+    def body(c, positions, written):
+        written = written.write(c, t[positions.read(c)])
+        return c + 1, positions.write(tf.minimum(c + 1, n - 1), (c + 2) % n), written
+
+    _, _, written = tf.while_loop(lambda c, p, w: c < n, body, [0, positions, written])
+    return written.stack()
+
+
 _PICKING_OR_TRANSFORMING = {
     "one_row_subtracted": lambda t: t - t[0],
     "one_row_by_tf_slice": lambda t: t - tf.slice(t, [0, 0], [1, -1]),
@@ -525,6 +562,11 @@ _PICKING_OR_TRANSFORMING = {
         _rows_written_in_a_growing_tensor_array(t, lambda n: 1)),
     "half_the_examples_written_in_a_growing_tensor_array_repeated": lambda t: t - tf.repeat(
         _rows_written_in_a_growing_tensor_array(t, lambda n: n // 2), 2, axis=0),
+    # (Trained before, and at this stop's first version: picks by a static index carried
+    # through a loop became UNKNOWN; a pick by a function's argument inside the loop counted
+    # as the same rows in every iteration; probe N, 1.0-3.0 x 2C.)
+    "the_first_row_carried_through_a_loop": _the_first_row_carried_through_a_loop,
+    "the_previous_row_carried_by_a_nested_function": _the_previous_row_carried_by_a_nested_function,
     "rows_written_while_below_a_limit_that_shrinks_in_the_loop": lambda t: t + (
         _rows_written_while_below_a_shrinking_limit(t)),
     "reversed_rows_gathered_one_by_one_in_tf_map_fn": lambda t: tf.map_fn(
@@ -598,6 +640,9 @@ _REARRANGING = {
     # read before the loop, tf.switch_case not followed; probe M, 1.2-2.8 x 2C.)
     "positions_beside_the_next_ones_flattened_into_a_gather_nd_index": lambda t: tf.reshape(
         tf.gather_nd(t, tf.reshape(_next_positions(t), [-1])[:, None]), [-1, 8]),
+    # (Trained before: a list of positions rewritten in the loop still counted as each
+    # example's own; probe N, 1.2-1.5 x 2C.)
+    "positions_rewritten_in_the_loop_that_reads_them": _positions_rewritten_in_the_loop,
     "each_row_written_one_back_then_at_its_own_position": (
         _each_row_written_one_back_then_at_its_own),
     "the_previous_example_chosen_by_tf_switch_case_in_tf_map_fn": lambda t: tf.map_fn(

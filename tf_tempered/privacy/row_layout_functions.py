@@ -132,15 +132,15 @@ def _cond(op, layouts, walk):
 
 def _loop(op, layouts, walk):
     body, condition = function_graph(op, "body"), function_graph(op, "cond")
-    # Rows picked before the loop by an index of an enclosing graph (tf.map_fn's row, read
-    # by a time loop inside its body) stay that example's rows; others claim nothing.
-    state = [layout if _picked_outside(layout, body) else UNKNOWN if is_picked(layout)
-             else layout for layout in layouts]
+    # Rows picked by the same index in every iteration (a static one, t[0]; or one of an
+    # enclosing graph: tf.map_fn's row read by a time loop in its body) stay those rows.
+    state = [layout if _same_rows_in_every_iteration(layout, body)
+             else UNKNOWN if is_picked(layout) else layout for layout in layouts]
     for _ in range(_MAX_LOOP_ROUNDS):
         found = _through(body, state, walk)
         if found is None or len(found) != len(state):
             return None
-        if any(is_picked(f) and not _picked_outside(f, body) for f in found):
+        if any(is_picked(f) and not _same_rows_in_every_iteration(f, body) for f in found):
             return [MIXED] * len(state)  # rows picked in one iteration, carried to the next
         joined = [join(pair) for pair in zip(state, found)]
         if joined == state:
@@ -158,11 +158,18 @@ def _loop(op, layouts, walk):
     return _decided_by(join(predicate), state)
 
 
-def _picked_outside(layout, body):
-    """Rows picked by tensors of graphs other than the loop's ``body`` (the same rows in
-    every iteration: an enclosing loop's position, captured)."""
-    return (is_picked(layout) and bool(layout.keys) and body is not None
-            and all(key[0] == "tensor" and key[1] != id(body) for key in layout.keys))
+def _same_rows_in_every_iteration(layout, body):
+    """Rows picked by static indices, or by tensors of graphs enclosing the loop's ``body``
+    (an enclosing loop's position, captured): the same rows in every iteration. (Not by a
+    tensor of the body, or of a function or branch inside it.)"""
+    if not is_picked(layout) or not layout.keys or body is None:
+        return False
+    enclosing, graph = set(), getattr(body, "outer_graph", None)
+    while graph is not None:
+        enclosing.add(id(graph))
+        graph = getattr(graph, "outer_graph", None)
+    return all(key[0] in ("index", "part") or key[0] == "tensor" and key[1] in enclosing
+               for key in layout.keys)
 
 
 def _decided_by(predicate, layouts):

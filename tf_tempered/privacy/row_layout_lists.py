@@ -217,10 +217,20 @@ def _position_read_at(name, index):
     if read.op.type != "TensorListGetItem" or source_of(read.op.inputs[1]) is not index:
         return False
     listed = read.op.inputs[0]
+    if not _passed_on_unchanged(graph, listed):
+        return False  # the list of positions rewritten in the loop
     outer = _loop_input(graph, listed)
     if outer is None or outer.op.type != "TensorListFromTensor":
         return False
     return range_limit(outer.op.inputs[0]) is not None
+
+
+def _passed_on_unchanged(body, placeholder):
+    """Whether a loop's body graph returns its input ``placeholder`` as it came."""
+    inputs, outputs = list(getattr(body, "inputs", [])), list(getattr(body, "outputs", []))
+    position = _position(placeholder, inputs)
+    return (position is not None and position < len(outputs)
+            and source_of(outputs[position], ("Identity",)) is placeholder)
 
 
 def _loop_input(graph, placeholder):
