@@ -44,7 +44,8 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy.row_layout_functions import function_graph
 from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Mark,
                                                   first_length, is_picked, picked_at,
-                                                  range_limit, source_of, static_values)
+                                                  position_in, range_limit, source_of,
+                                                  static_values)
 
 __all__ = ["LISTED_PICKS", "RULES", "SHAPE_ONLY", "STACKED_PICKS", "resolve_stack"]
 
@@ -106,7 +107,7 @@ def _writes_each_example(loop, list_input, layout_of):
     if test.type != "Less":
         return False
     counter, limit = (source_of(t, ("Identity",)) for t in test.inputs)
-    k, m = _position(counter, condition.inputs), _position(limit, condition.inputs)
+    k, m = position_in(counter, condition.inputs), position_in(limit, condition.inputs)
     if k is None:
         return False
     if m is not None:  # a loop variable: the same in every iteration (a shrinking one is not)
@@ -127,14 +128,9 @@ def _steps_by_one(body, k, loop):
     if step.type not in ("AddV2", "Add") or step.inputs[0] is not body.inputs[k]:
         return False
     by = step.inputs[1]
-    if _position(by, body.inputs) is not None:
-        by = loop.inputs[_position(by, body.inputs)]
+    if position_in(by, body.inputs) is not None:
+        by = loop.inputs[position_in(by, body.inputs)]
     return _static_is(by, 1)
-
-
-def _position(tensor, tensors):
-    """The index of ``tensor`` (itself, not an equal value) in ``tensors``, or None."""
-    return next((i for i, t in enumerate(tensors) if t is tensor), None)
 
 
 def _static_is(tensor, value):
@@ -228,7 +224,7 @@ def _position_read_at(name, index):
 def _passed_on_unchanged(body, placeholder):
     """Whether a loop's body graph returns its input ``placeholder`` as it came."""
     inputs, outputs = list(getattr(body, "inputs", [])), list(getattr(body, "outputs", []))
-    position = _position(placeholder, inputs)
+    position = position_in(placeholder, inputs)
     return (position is not None and position < len(outputs)
             and source_of(outputs[position], ("Identity",)) is placeholder)
 
@@ -237,10 +233,9 @@ def _loop_input(graph, placeholder):
     """The tensor a While op gives its body graph ``graph`` for ``placeholder``, or None."""
     inputs = list(getattr(graph, "inputs", []))
     outer_graph = getattr(graph, "outer_graph", None)
-    positions = [i for i, t in enumerate(inputs) if t is placeholder]
-    if not positions or outer_graph is None:
+    position = position_in(placeholder, inputs)
+    if position is None or outer_graph is None:
         return None
-    position = positions[0]
     for op in outer_graph.get_operations():
         if op.type in ("While", "StatelessWhile"):
             try:

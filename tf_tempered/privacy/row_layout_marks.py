@@ -21,9 +21,9 @@ op's inputs combine (one_layout, same_axes), and the static values the rules rea
 
 from tf_tempered._compat import tf
 
-__all__ = ["MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked", "first_length", "is_picked",
-           "normalized_axis", "outer_of", "one_layout", "picked_at", "range_limit", "same_axes",
-           "source_of", "static_at", "static_values"]
+__all__ = ["MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked", "first_length",
+           "is_picked", "normalized_axis", "one_layout", "outer_of", "picked_at", "position_in",
+           "range_limit", "same_axes", "source_of", "static_at", "static_values"]
 
 
 class Mark:
@@ -79,6 +79,12 @@ def picked_at(vector, index=None):
     return Picked({("tensor", id(vector.graph), vector.name, index)})
 
 
+def position_in(tensor, tensors):
+    """The index of ``tensor`` itself (not an equal value: tensors compare elementwise) in
+    ``tensors``, or None."""
+    return next((i for i, t in enumerate(tensors) if t is tensor), None)
+
+
 def outer_of(tensor):
     """The tensor of an enclosing graph that ``tensor`` stands for when it is a function's
     placeholder for a value it captured (a tf.cond branch's copy of tf.map_fn's position):
@@ -86,7 +92,7 @@ def outer_of(tensor):
     while tensor.op.type == "Placeholder":
         graph = tensor.graph
         inside = list(getattr(graph, "internal_captures", None) or ())
-        position = next((i for i, t in enumerate(inside) if t is tensor), None)
+        position = position_in(tensor, inside)
         if position is None:
             break
         tensor = list(graph.external_captures)[position]
