@@ -283,21 +283,75 @@ def test_a_plain_training_function_still_exports_with_saved_model(tmp_path):
     assert float(loaded.train(x, y)) < first
 
 
-def test_make_private_warns_of_a_step_compiled_with_xla_before_it_but_not_of_its_own_fit():
-    # XLA drops the assertion: such a step would still train without DP (documented), so
-    # make_private says so; a plain fit's own step, which make_private drops, is not named.
+def test_a_plain_step_compiled_with_xla_before_make_private_writes_nan_instead_of_training():
+    # XLA drops the assertion and raises nothing at run time: the traced update's gradients
+    # carry the flag instead. Before, such a step trained the now-private weights without DP
+    # (moved by 0.04-0.1 on both Kerases after make_private's warning).
     x, y = _data()
-    model, fitted = _mlp(), _mlp()
-    raw_step = _raw_steps([model], x, y, jit_compile=True)  # kept: a loop that may run again
-    with pytest.warns(UserWarning, match=_TRACED_BEFORE + ".*jit_compile=True"):
+    model, other = _mlp(), _mlp()
+    raw_step = _raw_steps([model, other], x, y, jit_compile=True)
+    with pytest.warns(UserWarning, match=_TRACED_BEFORE + ".*jit_compile=True.*writes NaN"):
         make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    raw_step(model)
+    assert all(np.isnan(w).all() for w in model.get_weights())
+    # A plain model's weights: its compiled loop trains them, by the same update as eagerly.
+    twin = _mlp()
+    twin.set_weights(other.get_weights())
+    optimizer = keras.optimizers.SGD(0.1)
+    with tf.GradientTape() as tape:
+        loss = LOSS(y, twin(x, training=True))
+    optimizer.apply_gradients(zip(tape.gradient(loss, twin.trainable_variables),
+                                  twin.trainable_variables))
+    before = [w.copy() for w in other.get_weights()]
+    raw_step(other)
+    for trained, eager, old in zip(other.get_weights(), twin.get_weights(), before):
+        assert np.abs(trained - old).max() > 1e-4
+        np.testing.assert_allclose(trained, eager, rtol=1e-5, atol=1e-6)
+
+
+def test_a_plain_step_run_by_a_strategy_before_make_private_fails_instead_of_training():
+    # Before: under a tf.distribute strategy no flag was made and make_private warned of
+    # nothing: the old step trained the now-private weights without DP.
+    x, y = _data()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model, other = _mlp(), _mlp()
+        optimizers = {id(m): keras.optimizers.SGD(0.1) for m in (model, other)}
+        for m in (model, other):
+            optimizers[id(m)].build(m.trainable_variables)
+
+    @tf.function
+    def raw_step(m):
+        def replica_step():
+            with tf.GradientTape() as tape:
+                loss = LOSS(y, m(x, training=True))
+            optimizers[id(m)].apply_gradients(zip(tape.gradient(loss, m.trainable_variables),
+                                                  m.trainable_variables))
+        strategy.run(replica_step)
+
+    raw_step(model)
+    raw_step(other)
+    with pytest.warns(UserWarning, match=_TRACED_BEFORE):
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="traced before make_private"):
+        raw_step(model)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    others = [w.copy() for w in other.get_weights()]
+    raw_step(other)
+    assert all((a != b).any() for a, b in zip(others, other.get_weights()))
+
+
+def test_make_private_does_not_warn_of_its_own_fit_traced_before():
+    # A plain fit's own step, which make_private drops, is not named.
+    x, y = _data()
+    fitted = _mlp()
     fitted.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
     fitted.fit(x, y, verbose=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         make_private(fitted, l2_norm_clip=1.0, noise_multiplier=1.0)
     assert not [w for w in caught if "traced before it" in str(w.message)]
-    del raw_step
 
 
 def test_dp_gradients_through_a_loss_scale_optimizer_are_applied():

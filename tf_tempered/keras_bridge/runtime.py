@@ -21,7 +21,7 @@ import os
 from tf_tempered._compat import KERAS_MAJOR, tf
 
 __all__ = ["autographed_call", "layer_calls_autographed", "onednn_enabled",
-           "partial_static_vector", "flag_variable"]
+           "partial_static_vector", "flag_variable", "in_xla_context"]
 
 
 @contextlib.contextmanager
@@ -64,6 +64,14 @@ def flag_variable(name, owner):
     flags = [k for k in vars(owner) if k.startswith("_" + name)]
     setattr(owner, f"_{name}_{len(flags)}", flag)
     return flag
+
+
+def in_xla_context():
+    """Whether the graph being traced is compiled by XLA (a ``tf.function(jit_compile=True)``
+    or inside one): XLA drops ``tf.debugging.Assert``, so a check at run time there has to
+    be part of the data flow."""
+    from tensorflow.python.ops import control_flow_util  # pylint: disable=import-outside-toplevel
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def partial_static_vector(tensor):

@@ -144,8 +144,9 @@ def loss_scale_factor(optimizer):
 def guard_optimizer_updates(check):
     """Makes every Keras optimizer call ``check(optimizer, variables, grads)`` before it
     updates ``variables`` (Keras 3's ``apply``, tf-keras' ``apply_gradients`` of both
-    optimizer families); ``check`` raises to refuse, and may return ops the update then
-    runs after (checks at run time of a traced update). An optimizer's update inside
+    optimizer families); ``check`` raises to refuse, else returns ``(ops, grads)``: ops the
+    update then runs after (checks at run time of a traced update) and the gradients it
+    applies (as given, or carrying a check where XLA drops ops). An optimizer's update inside
     another's (a LossScaleOptimizer's inner one, on the gradients it unscaled) is the outer
     one's, checked once. Installed once; checks run while tracing."""
     if _GUARDS:
@@ -174,8 +175,8 @@ def _guarded_apply(apply, check):
         variables = (list(trainable_variables) if trainable_variables is not None
                      else list(getattr(self, "_trainable_variables", None) or []))
         with _outermost() as outermost:
-            before = check(self, variables, grads) if outermost else None
-            with tf.control_dependencies(before or []):
+            before, grads = check(self, variables, grads) if outermost else ([], grads)
+            with tf.control_dependencies(before):
                 return apply(self, grads, variables if trainable_variables is not None else None)
     return guarded
 
@@ -184,9 +185,13 @@ def _guarded_apply_gradients(apply_gradients, check):
     def guarded(self, grads_and_vars, *args, **kwargs):
         grads_and_vars = list(grads_and_vars)  # (often a zip: read once)
         with _outermost() as outermost:
-            before = (check(self, [v for _, v in grads_and_vars], [g for g, _ in grads_and_vars])
-                      if outermost else None)
-            with tf.control_dependencies(before or []):
+            if outermost:
+                variables = [v for _, v in grads_and_vars]
+                before, grads = check(self, variables, [g for g, _ in grads_and_vars])
+                grads_and_vars = list(zip(grads, variables))
+            else:
+                before = []
+            with tf.control_dependencies(before):
                 return apply_gradients(self, grads_and_vars, *args, **kwargs)
     return guarded
 

@@ -101,7 +101,7 @@ def _tag_all(model, variables, who):
 def refuse_updates_without_dp(optimizer, variables, grads=()):
     """The optimizer guard (keras_bridge.guard_optimizer_updates), before every update."""
     if saving.is_marked(optimizer):
-        return  # it refuses by itself unless the DP engine marked the update
+        return [], grads  # it refuses by itself unless the DP engine marked the update
     for model in shared_ledgers.private_models():
         tag_private_weights(model)  # weights built since make_private (no Input: first call)
     saving.refuse_loaded_updates(optimizer, variables)
@@ -112,25 +112,56 @@ def refuse_updates_without_dp(optimizer, variables, grads=()):
     if raw:
         raise NotPrivateError(_RAW_IN_LOOP.format(name=type(optimizer).__name__,
                                                   variable=raw[0].name))
-    return _fail_once_private(optimizer, [v for v in variables if _tag(v) is None])
+    return _fail_once_private(optimizer, [v for v in variables if _tag(v) is None], grads)
 
 
-def _fail_once_private(optimizer, plain):
+def _fail_once_private(optimizer, plain, grads):
     """Inside a tf.function, an update of weights no make_private has tagged: an assertion
     the update runs after, failing once make_private tags one of them. The check above runs
     only while tracing, so a training step traced before make_private (a tape loop run once
     on the plain model) would keep applying its update without DP. One flag per traced
-    update, kept on each weight it updates (a read of one scalar per step). Not made under
-    a tf.distribute strategy, and XLA drops assertions (jit_compile=True): documented, and
-    make_private warns of a loop that traced an update of its weights (_tag_all)."""
-    if not plain or not tf.inside_function() or tf.distribute.has_strategy():
-        return []
+    update, kept on each weight it updates (a read of one scalar per step; under a
+    tf.distribute strategy each replica reads it). XLA drops assertions (jit_compile=True):
+    there the gradients carry the check instead, NaN once the flag is set
+    (_nan_once_flagged). make_private also warns of a loop that traced an update of its
+    weights (_tag_all). Returns (ops to run before the update, the gradients to apply)."""
+    if not plain or not tf.inside_function():
+        return [], grads
     flag = keras_bridge.flag_variable("tf_tempered_traced_before_private",
                                       keras_bridge.inner_optimizer(optimizer))
     for variable in plain:
         keras_bridge.set_untracked(variable, _TRACED_PLAIN, vars(variable).get(
             _TRACED_PLAIN, ()) + ((flag, weakref.ref(keras_bridge.inner_optimizer(optimizer))),))
-    return [tf.debugging.Assert(tf.equal(flag, 0.0), [_TRACED_BEFORE])]
+    if keras_bridge.in_xla_context():
+        return [], _nan_once_flagged(grads, flag)
+    return [tf.debugging.Assert(tf.equal(flag, 0.0), [_TRACED_BEFORE])], grads
+
+
+def _nan_once_flagged(grads, flag):
+    """``grads`` + (NaN if flag else 0): once make_private has tagged a weight of this
+    update, it writes NaN into the weights (the loss turns NaN) instead of training them
+    without DP — XLA has no run-time error to raise. One add XLA fuses into the update.
+
+    >>> flag = tf.Variable(0.0)
+    >>> [g.numpy().tolist() for g in _nan_once_flagged([tf.constant([1.0, 2.0]), None], flag)
+    ...  if g is not None]
+    [[1.0, 2.0]]
+    >>> _ = flag.assign(1.0)
+    >>> _nan_once_flagged([tf.constant([1.0, 2.0])], flag)[0].numpy().tolist()
+    [nan, nan]
+    """
+    poison = tf.where(flag > 0.0, float("nan"), 0.0)
+
+    def carried(grad):
+        if grad is None:
+            return None
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(grad.values + tf.cast(poison, grad.values.dtype),
+                                    grad.indices, grad.dense_shape)
+        grad = tf.convert_to_tensor(grad)
+        return grad + tf.cast(poison, grad.dtype)
+
+    return [carried(grad) for grad in grads]
 
 
 _REFUSAL = (
@@ -154,9 +185,9 @@ _TRACED_BEFORE = (
 _TRACED_BEFORE_WARNING = (
     "make_private: a tf.function traced before it updates this model's weights with "
     "{names} (a training loop run on the plain model). Called again, it raises "
-    "InvalidArgumentError instead of training them without differential privacy; compiled "
-    "with jit_compile=True (XLA drops that check) or traced under a tf.distribute strategy, "
-    "it WOULD train them without DP. Fix: define the training step again after "
+    "InvalidArgumentError instead of training them without differential privacy (compiled "
+    "with jit_compile=True, where XLA raises no error, it writes NaN into them instead). "
+    "Fix: define the training step again after "
     "make_private, taking its gradients from tf_tempered.privacy.DPGradients "
     "(docs/custom_loops.md), or train with the model's own fit.")
 
