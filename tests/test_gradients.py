@@ -309,6 +309,65 @@ def test_a_plain_step_compiled_with_xla_before_make_private_writes_nan_instead_o
         np.testing.assert_allclose(trained, eager, rtol=1e-5, atol=1e-6)
 
 
+def test_a_plain_step_traced_before_make_private_called_inside_an_xla_step_writes_nan():
+    # A tf.function traced without XLA (its assertion in place) and called later inside a
+    # jit_compile=True step: XLA inlines its graph and drops the assertion. Before, it trained
+    # the now-private weights without DP (the raw SGD update to 3e-8, probe O).
+    x, y = _data()
+    model, other = _mlp(), _mlp()
+    raw_step = _raw_steps([model, other], x, y)  # traced without XLA
+
+    @tf.function(jit_compile=True)
+    def compiled_step(m):
+        raw_step(m)
+
+    with pytest.warns(UserWarning, match=_TRACED_BEFORE + ".*called inside such a step"):
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    compiled_step(model)
+    assert all(np.isnan(w).all() for w in model.get_weights())
+    twin = _mlp()
+    twin.set_weights(other.get_weights())
+    optimizer = keras.optimizers.SGD(0.1)
+    with tf.GradientTape() as tape:
+        loss = LOSS(y, twin(x, training=True))
+    optimizer.apply_gradients(zip(tape.gradient(loss, twin.trainable_variables),
+                                  twin.trainable_variables))
+    compiled_step(other)  # a plain model's weights: trained, by the plain update
+    for trained, eager in zip(other.get_weights(), twin.get_weights()):
+        np.testing.assert_allclose(trained, eager, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("traced", ["eagerly", "in a tf.function", "traced before"])
+def test_a_private_weight_given_to_the_optimizer_as_its_tf_variable_is_refused(traced):
+    # Keras 3's tape.watched_variables() gives the tf.Variables that hold the model's weights,
+    # and a Keras optimizer updates them: the tags were on the Keras variables only, so such
+    # a loop trained a private model without DP (eagerly too; probe O, Keras 3).
+    x, y = _data()
+    model = _mlp()
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+
+    def raw_step():
+        with tf.GradientTape() as tape:
+            loss = LOSS(y, model(x, training=True))
+        watched = tape.watched_variables()
+        optimizer.apply_gradients(zip(tape.gradient(loss, watched), watched))
+
+    if traced != "eagerly":
+        raw_step = tf.function(raw_step)
+    if traced == "traced before":
+        raw_step()
+        with pytest.warns(UserWarning, match="traced before it"):
+            make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    else:
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    before = [w.copy() for w in model.get_weights()]
+    expected = (tf.errors.InvalidArgumentError if traced == "traced before" else NotPrivateError)
+    with pytest.raises(expected, match="WITHOUT differential privacy"):
+        raw_step()
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
 def test_a_plain_step_run_by_a_strategy_before_make_private_fails_instead_of_training():
     # Before: under a tf.distribute strategy no flag was made and make_private warned of
     # nothing: the old step trained the now-private weights without DP.

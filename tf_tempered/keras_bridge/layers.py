@@ -24,7 +24,7 @@ __all__ = ["flatten_layers", "inside_recurrent_units", "mixes_batch_examples", "
            "variable_key", "existing_weights", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
            "is_functional_model", "layer_normalized_input", "register_activation_name",
-           "declared_input_shapes"]
+           "declared_input_shapes", "variable_aliases"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -144,6 +144,16 @@ def existing_weights(model):
         return list(model.weights)
     except ValueError:
         return [w for layer in getattr(model, "layers", []) for w in existing_weights(layer)]
+
+
+def variable_aliases(variable):
+    """``variable`` and, on Keras 3, the tf.Variable that holds its value: a Keras optimizer
+    updates either (``tape.watched_variables()`` and ``variable.value`` give the latter), so
+    a mark that decides whether an update may run goes on both."""
+    backing = getattr(variable, "_value", None) if IS_KERAS3 else None
+    if isinstance(backing, tf.Variable) and backing is not variable:
+        return (variable, backing)
+    return (variable,)
 
 
 def overwritten_with_gradient(variable):

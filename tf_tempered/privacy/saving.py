@@ -167,7 +167,8 @@ def _mark_loaded_variables(optimizer, variables):
     saved = vars(optimizer).get("_tf_tempered_saved_dp")
     if saved is not None and vars(optimizer).get("_tf_tempered_describe") is None:
         for variable in variables or []:
-            keras_bridge.set_untracked(variable, _LOADED, saved)
+            for alias in keras_bridge.variable_aliases(variable):
+                keras_bridge.set_untracked(alias, _LOADED, saved)
 
 
 def _keep_the_loaded_dp(model):
@@ -207,8 +208,9 @@ def release_loaded_variables(model):
     """make_private took the DP dict the model was loaded with: its variables train as its
     own again (by its marked optimizer in fit, or by DPGradients' in a custom loop)."""
     for variable in keras_bridge.existing_weights(model):
-        if hasattr(variable, "__dict__") and _LOADED in vars(variable):
-            delattr(variable, _LOADED)
+        for alias in keras_bridge.variable_aliases(variable):
+            if hasattr(alias, "__dict__") and _LOADED in vars(alias):
+                delattr(alias, _LOADED)
 
 
 def is_marked(optimizer):
