@@ -283,6 +283,17 @@ def test_a_plain_training_function_still_exports_with_saved_model(tmp_path):
     assert float(loaded.train(x, y)) < first
 
 
+def _eager_sgd_step(model, x, y):
+    """The weights one eager SGD(0.1) step would give a copy of ``model``."""
+    twin = _mlp()
+    twin.set_weights(model.get_weights())
+    with tf.GradientTape() as tape:
+        loss = LOSS(y, twin(x, training=True))
+    keras.optimizers.SGD(0.1).apply_gradients(zip(tape.gradient(loss, twin.trainable_variables),
+                                                  twin.trainable_variables))
+    return twin.get_weights()
+
+
 def test_a_plain_step_compiled_with_xla_before_make_private_writes_nan_instead_of_training():
     # XLA drops the assertion and raises nothing at run time: the traced update's gradients
     # carry the flag instead. Before, such a step trained the now-private weights without DP
@@ -295,18 +306,12 @@ def test_a_plain_step_compiled_with_xla_before_make_private_writes_nan_instead_o
     raw_step(model)
     assert all(np.isnan(w).all() for w in model.get_weights())
     # A plain model's weights: its compiled loop trains them, by the same update as eagerly.
-    twin = _mlp()
-    twin.set_weights(other.get_weights())
-    optimizer = keras.optimizers.SGD(0.1)
-    with tf.GradientTape() as tape:
-        loss = LOSS(y, twin(x, training=True))
-    optimizer.apply_gradients(zip(tape.gradient(loss, twin.trainable_variables),
-                                  twin.trainable_variables))
+    eager = _eager_sgd_step(other, x, y)
     before = [w.copy() for w in other.get_weights()]
     raw_step(other)
-    for trained, eager, old in zip(other.get_weights(), twin.get_weights(), before):
+    for trained, expected, old in zip(other.get_weights(), eager, before):
         assert np.abs(trained - old).max() > 1e-4
-        np.testing.assert_allclose(trained, eager, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(trained, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_a_plain_step_traced_before_make_private_called_inside_an_xla_step_writes_nan():
@@ -325,16 +330,10 @@ def test_a_plain_step_traced_before_make_private_called_inside_an_xla_step_write
         make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
     compiled_step(model)
     assert all(np.isnan(w).all() for w in model.get_weights())
-    twin = _mlp()
-    twin.set_weights(other.get_weights())
-    optimizer = keras.optimizers.SGD(0.1)
-    with tf.GradientTape() as tape:
-        loss = LOSS(y, twin(x, training=True))
-    optimizer.apply_gradients(zip(tape.gradient(loss, twin.trainable_variables),
-                                  twin.trainable_variables))
+    eager = _eager_sgd_step(other, x, y)
     compiled_step(other)  # a plain model's weights: trained, by the plain update
-    for trained, eager in zip(other.get_weights(), twin.get_weights()):
-        np.testing.assert_allclose(trained, eager, rtol=1e-5, atol=1e-6)
+    for trained, expected in zip(other.get_weights(), eager):
+        np.testing.assert_allclose(trained, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("traced", ["eagerly", "in a tf.function", "traced before"])
