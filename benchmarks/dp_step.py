@@ -427,10 +427,12 @@ def _dataset(kind, batch_size, dynamic_batch=False):
     # differences measured here. The data is one in-memory batch: nothing to tune.
     options = tf.data.Options()
     options.autotune.enabled = False
-    data = tf.data.Dataset.from_tensors((x, y)).repeat()
+    data = tf.data.Dataset.from_tensors((x, y))
     if dynamic_batch:  # batch size unknown while tracing, as in model.fit(x, y, batch_size=...)
+        # Batched before the repeat: fit refuses a pipeline that repeats before an unbatch
+        # (an example's share of a batch could not be bounded; fit_data.py).
         data = data.unbatch().batch(batch_size)
-    return data.with_options(options)
+    return data.repeat().with_options(options)
 
 
 def baselines(paths, timed):

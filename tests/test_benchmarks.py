@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tensorflow_privacy, tf
-from tf_tempered.privacy import layer_paths
+from tf_tempered.privacy import layer_paths, make_private
 
 # The code under test does not depend on the Keras version (tests/conftest.py).
 pytestmark = pytest.mark.keras3_suite
@@ -246,6 +246,21 @@ def test_tf_ops_conv_paths_forces_conv2_s_path_while_tracing_only():
     assert "materialize=True, kept_by='offsets'" in paths["conv2"]
     assert "native=False" in paths["conv1"] and "native=False" in paths["conv2"]
     assert bench.conv.choose_path is bench._CHOOSE  # restored for the next variant
+
+
+def test_dp_step_dynamic_batch_pipeline_trains_a_private_model():
+    # run_all.sh stopped at its --dynamic_batch rows: the pipeline repeated one batch before
+    # an unbatch, which fit refuses (an example's share of a batch unbounded). Batched first.
+    data = _load_module("dp_step")._dataset("mnist", 8, dynamic_batch=True)  # pylint: disable=protected-access
+    assert data.element_spec[0].shape.as_list() == [None, 28, 28, 1]
+    model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),
+                              keras.layers.Dense(10)])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.warns(UserWarning, match="accounted with the bound for shuffled batches"):
+        history = model.fit(data, steps_per_epoch=2, epochs=1, verbose=0)
+    assert history.history["epsilon"][0] > 0
 
 
 def test_dp_step_ratios_are_against_the_step_compiled_the_same_way():
