@@ -30,7 +30,8 @@ re-exports:
 * :mod:`.compiled_state`: Keras 3's compiled metrics and loss, built before fit traces;
 * :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's);
 * :mod:`.preprocessing`: preprocessing layers whose state adapt() fit to data;
-* :mod:`.saving_hooks`: a check before every model save.
+* :mod:`.saving_hooks`: a check before every model save, hooks around compiles and
+  weights files.
 """
 
 from tf_tempered.keras_bridge.layers import *  # noqa: F401,F403

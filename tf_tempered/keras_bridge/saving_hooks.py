@@ -13,17 +13,20 @@
 # limitations under the License.
 """A check before every save of a Keras model: ``model.save`` and the function
 ``keras.models.save_model`` (``keras.saving.save_model``), which share one implementation
-(Keras' ``saving_api.save_model``) under several names; and one around every compile."""
+(Keras' ``saving_api.save_model``) under several names; one around every compile; and
+one after every ``save_weights`` and ``load_weights`` (Keras' ``saving_api`` functions,
+which the Model methods call)."""
 
 import functools
 import importlib
 
 from tf_tempered._compat import KERAS_MAJOR, keras
 
-__all__ = ["around_model_compiles", "guard_model_saves"]
+__all__ = ["around_model_compiles", "guard_model_saves", "after_weight_files"]
 
 _CHECKS = []
 _COMPILE_HOOKS = []
+_WEIGHT_FILE_HOOKS = []
 
 
 def around_model_compiles(hook):
@@ -71,3 +74,36 @@ def guard_model_saves(check):
             continue
         if getattr(module, "save_model", None) is original:
             module.save_model = save_model
+
+
+# Modules holding Keras' save_weights/load_weights (the Model methods call the first's).
+_WEIGHTS_MODULES = (("keras.src.saving.saving_api", "keras.saving") if KERAS_MAJOR == 3 else
+                    ("tf_keras.src.saving.saving_api",))
+
+
+def after_weight_files(saved, loaded):
+    """Makes every ``save_weights`` call ``saved(model, filepath)`` once the file is
+    written, and every ``load_weights`` call ``loaded(model, filepath)`` once the weights
+    are in the model. Installed once."""
+    if _WEIGHT_FILE_HOOKS:
+        return
+    _WEIGHT_FILE_HOOKS.append((saved, loaded))
+    api = importlib.import_module(_WEIGHTS_MODULES[0])
+    originals = api.save_weights, api.load_weights
+
+    def save_weights(model, filepath, *args, **kwargs):
+        result = originals[0](model, filepath, *args, **kwargs)
+        saved(model, filepath)
+        return result
+
+    def load_weights(model, filepath, *args, **kwargs):
+        result = originals[1](model, filepath, *args, **kwargs)
+        loaded(model, filepath)
+        return result
+
+    for wrapper, original in zip((save_weights, load_weights), originals):
+        wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
+        for name in _WEIGHTS_MODULES:
+            module = importlib.import_module(name)
+            if getattr(module, original.__name__, None) is original:
+                setattr(module, original.__name__, wrapper)

@@ -46,6 +46,7 @@ import dataclasses
 import math
 import sys
 import threading
+import uuid
 from typing import Optional
 
 import dp_accounting
@@ -53,7 +54,7 @@ import numpy as np
 
 from tf_tempered.privacy import accounting
 
-__all__ = ["SAMPLINGS", "Segment", "PrivacyLedger"]
+__all__ = ["SAMPLINGS", "Segment", "PrivacyLedger", "segments_of"]
 
 SAMPLINGS = ("poisson", "shuffle", "unsampled")
 
@@ -114,7 +115,10 @@ class PrivacyLedger:
     """The segments of DP steps a model has taken, and the ε at δ they spend together.
 
     ``prior_events``: releases computed on the same data before training (e.g. DP
-    feature statistics), composed into every ε.
+    feature statistics), composed into every ε. ``id``: this ledger's own (random; a
+    ledger read back from a config gets a new one); ``absorbed``: of each other ledger
+    whose saved steps were added here, the segments added (:mod:`.ledger_lineage`);
+    ``merged_ids``: the ledgers merged into this one whole (:mod:`.shared_ledgers`).
     """
 
     def __init__(self, *, delta=accounting.DEFAULT_DELTA, accountant=accounting.DEFAULT_ACCOUNTANT,
@@ -129,6 +133,9 @@ class PrivacyLedger:
         self.accountant = accountant
         self.segments = list(segments)
         self.prior_events = list(accounting.check_prior_events(prior_events))
+        self.id = uuid.uuid4().hex
+        self.absorbed = {}
+        self.merged_ids = set()
 
     def add(self, segment):
         """Records a finished segment (one without steps is dropped). Unsampled steps
@@ -185,21 +192,37 @@ class PrivacyLedger:
         """A JSON-serializable dict (saved with the model; no secret in it)."""
         return {"delta": self.delta, "accountant": self.accountant,
                 "segments": [dataclasses.asdict(s) for s in self.segments],
-                "prior_events": [_plain(e.to_named_tuple()) for e in self.prior_events]}
+                "prior_events": [_plain(e.to_named_tuple()) for e in self.prior_events],
+                "id": self.id,
+                "absorbed": {key: [dataclasses.asdict(s) for s in segments]
+                             for key, segments in self.absorbed.items()}}
 
     @classmethod
     def from_config(cls, config):
-        """The ledger :meth:`to_config` described.
+        """The ledger :meth:`to_config` described, under an id of its own: it holds the
+        described ledger's steps so far (``absorbed``), and goes on apart from it.
 
         >>> ledger = PrivacyLedger(delta=1e-6, prior_events=[dp_accounting.GaussianDpEvent(8.0)])
         >>> ledger.add(Segment("shuffle", noise_multiplier=2.0, steps=10, passes=2))
         >>> again = PrivacyLedger.from_config(ledger.to_config())
         >>> again.epsilon() == ledger.epsilon(), again.segments == ledger.segments
         (True, True)
+        >>> again.id != ledger.id, list(again.absorbed) == [ledger.id]
+        (True, True)
         """
-        return cls(delta=config["delta"], accountant=config["accountant"],
-                   segments=[Segment(**s) for s in config["segments"]],
-                   prior_events=[_event(e) for e in config.get("prior_events", ())])
+        ledger = cls(delta=config["delta"], accountant=config["accountant"],
+                     segments=segments_of(config["segments"]),
+                     prior_events=[_event(e) for e in config.get("prior_events", ())])
+        ledger.absorbed = {key: segments_of(segments)
+                           for key, segments in config.get("absorbed", {}).items()}
+        if config.get("id"):
+            ledger.absorbed[config["id"]] = list(ledger.segments)
+        return ledger
+
+
+def segments_of(configs):
+    """The Segments ``configs`` (dicts, as :meth:`PrivacyLedger.to_config` writes) describe."""
+    return [Segment(**s) for s in configs]
 
 
 def merged_events(events):

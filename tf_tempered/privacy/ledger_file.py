@@ -31,6 +31,7 @@ import os
 
 from tf_tempered._compat import keras, tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy import ledger_lineage
 from tf_tempered.privacy.ledger import PrivacyLedger, Segment
 from tf_tempered.privacy.state import get_state
 
@@ -46,7 +47,11 @@ def read_ledger_file(path, state, run):
     path = str(path)
     data = json.loads(_read(path)) if tf.io.gfile.exists(path) else {}
     segments = None
-    if isinstance(data.get("ledger"), dict):
+    key = path if "://" in path else os.path.realpath(path)
+    if isinstance(data.get("ledger"), dict) and data["ledger"].get("id"):
+        if key not in state.loaded_ledgers:  # the same run's weights may have brought it
+            ledger_lineage.absorb(state.ledger, data["ledger"])
+    elif isinstance(data.get("ledger"), dict):  # written before ledgers carried an id
         segments = PrivacyLedger.from_config(data["ledger"]).segments
     elif isinstance(data.get("steps"), int) and data["steps"] >= 0:  # an older file
         now = run.segment()
@@ -56,7 +61,6 @@ def read_ledger_file(path, state, run):
     elif data:
         raise ValueError(f"privacy ledger file {path} is corrupt ({data!r}); restore it or "
                          f"start a new run with a new backup directory.")
-    key = path if "://" in path else os.path.realpath(path)
     if key not in state.loaded_ledgers and segments:
         state.ledger.segments.extend(s for s in segments if s.mechanisms)
     state.loaded_ledgers.add(key)

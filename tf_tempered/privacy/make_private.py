@@ -27,8 +27,8 @@ logs ε):
 ['delta', 'dp_clipped_fraction', 'dp_grad_norm', 'dp_nonfinite', 'epsilon']
 """
 
-from tf_tempered.privacy import (keras_adapter, microbatching, randomness, recording,
-                                 saving, shared_ledgers, update_guard)
+from tf_tempered.privacy import (keras_adapter, ledger_lineage, microbatching, randomness,
+                                 recording, saving, shared_ledgers, update_guard)
 from tf_tempered.privacy.fit import record_outside_steps, record_steps_when_collected
 from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.make_private_checks import (checked_model, training_overrides_allowed,
@@ -107,9 +107,7 @@ def _ledger(model, previous, saved, delta, accountant):
         ledger = PrivacyLedger.from_config(saved["ledger"])
         for other in saving.saved_dps(model)[1:]:  # parts of other loaded private models
             if other.get("ledger"):
-                other_ledger = PrivacyLedger.from_config(other["ledger"])
-                ledger.segments.extend(other_ledger.segments)
-                ledger.add_prior_events(other_ledger.prior_events)
+                ledger_lineage.absorb(ledger, other["ledger"])
     else:
         ledger = PrivacyLedger()
     ledger = shared_ledgers.shared_ledger(model, ledger)  # weights shared with another model

@@ -42,7 +42,7 @@ from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp",
            "release_loaded_variables", "refuse_loaded_updates", "is_marked",
-           "PUBLIC_COPY_FIX"]
+           "mark_loaded_weights", "PUBLIC_COPY_FIX", "REGISTERED_NAME"]
 
 REGISTERED_NAME = "tf_tempered>PrivateOptimizer"
 
@@ -171,6 +171,15 @@ def _mark_loaded_variables(optimizer, variables):
                 keras_bridge.set_untracked(alias, _LOADED, saved)
 
 
+def mark_loaded_weights(model, saved):
+    """``model``'s weights came from a private model's file (``load_weights``): marked with
+    the DP dict ``saved`` as a loaded model's are, so a plain update of them is refused and
+    make_private finds the settings and ledger."""
+    for variable in keras_bridge.existing_weights(model):
+        for alias in keras_bridge.variable_aliases(variable):
+            keras_bridge.set_untracked(alias, _LOADED, saved)
+
+
 def _keep_the_loaded_dp(model):
     """Around a compile (the loader's, which gives a loaded model its marked optimizer, and
     one that replaces it): the DP dict that optimizer was loaded with goes on the model's
@@ -236,7 +245,9 @@ PUBLIC_COPY_FIX = (
 _REFUSAL_RECOMPILED = (
     "The optimizer {name} would train the weights of a model saved by a private model "
     "and loaded (or copied from one by Keras 3's clone_model, which copies its DP compile), "
-    "whose DP optimizer a new compile replaced: WITHOUT differential privacy, "
+    "whose DP optimizer a new compile replaced, or weights a private model saved "
+    "(save_weights, ModelCheckpoint) loaded into a model with load_weights: WITHOUT "
+    "differential privacy, "
     "and without counting its privacy ledger. Fix: call tf_tempered.make_private(model) "
     "(no arguments: the DP settings and ledger saved with it, a fresh secret key), then "
     "fit. " + PUBLIC_COPY_FIX)

@@ -29,10 +29,11 @@ under-count.
 import weakref
 
 from tf_tempered import keras_bridge
+from tf_tempered.privacy import ledger_lineage
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["register", "shared_ledger", "models_sharing", "tag_weights", "carry_ledger",
-           "merge_new_weights", "current", "private_models"]
+           "merge_new_weights", "current", "private_models", "weights_ledger"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
 _LEDGER = "_tf_tempered_ledger"  # on a private model's weights: the ledger of their steps
@@ -103,6 +104,7 @@ def shared_ledger(model, ledger):
 def _merge(ledger, target):
     target.segments.extend(ledger.segments)
     target.add_prior_events(ledger.prior_events)
+    ledger_lineage.merge_lineage(ledger, target)
     keras_bridge.set_untracked(ledger, _MERGED_INTO, target)
     for model in models_sharing(ledger):
         get_state(model).ledger = target
@@ -114,14 +116,20 @@ def models_sharing(ledger):
             if get_state(model) is not None and get_state(model).ledger is ledger]
 
 
+def weights_ledger(model):
+    """The ledger of ``model``'s weights: its own if private, else the first one its weights
+    carry (a part of a private model), or None."""
+    state = get_state(model)
+    ledgers = [state.ledger] if state is not None else []
+    ledgers += [vars(v).get(_LEDGER) for v in keras_bridge.existing_weights(model)
+                if hasattr(v, "__dict__")]
+    return next((current(found) for found in ledgers if found is not None), None)
+
+
 def carry_ledger(source, copy):
     """Gives ``copy`` (a model holding ``source``'s trained weights in variables of its own,
     e.g. tf_tempered.swap_activations') the ledger of ``source``'s weights: make_private on
     the copy then goes on counting their steps."""
-    state = get_state(source)
-    ledgers = [state.ledger] if state is not None else []
-    ledgers += [current(vars(v).get(_LEDGER)) for v in keras_bridge.existing_weights(source)
-                if hasattr(v, "__dict__")]
-    ledger = next((current(found) for found in ledgers if found is not None), None)
+    ledger = weights_ledger(source)
     if ledger is not None:
         tag_weights(copy, ledger)
