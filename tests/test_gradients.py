@@ -314,6 +314,17 @@ def test_a_plain_step_compiled_with_xla_before_make_private_writes_nan_instead_o
         np.testing.assert_allclose(trained, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_a_plain_models_xla_step_logs_no_dropped_assertion(capfd):
+    # The guard's assertion is left out of XLA-compiled updates (the flag rides on the
+    # gradients there): XLA would drop it, logging "Ignoring Assert operator" (TF 2.21, C++
+    # log on stderr) at every compile of every plain model's jit_compile=True step.
+    x, y = _data()
+    model = _mlp()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS, jit_compile=True)
+    model.fit(x, y, batch_size=len(x), epochs=1, verbose=0)
+    assert "Ignoring Assert" not in capfd.readouterr().err
+
+
 def test_a_plain_step_traced_before_make_private_called_inside_an_xla_step_writes_nan():
     # A tf.function traced without XLA (its assertion in place) and called later inside a
     # jit_compile=True step: XLA inlines its graph and drops the assertion. Before, it trained

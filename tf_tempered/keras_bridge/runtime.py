@@ -68,8 +68,9 @@ def flag_variable(name, owner):
 
 def in_xla_context():
     """Whether the graph being traced is compiled by XLA (a ``tf.function(jit_compile=True)``
-    or inside one): XLA drops ``tf.debugging.Assert``, so a check at run time there has to
-    be part of the data flow."""
+    or inside one): XLA drops ``tf.debugging.Assert``, logging "Ignoring Assert operator"
+    at each compile (TF 2.21), so a check at run time there has to be part of the data flow,
+    and an assertion is better left out."""
     from tensorflow.python.ops import control_flow_util  # pylint: disable=import-outside-toplevel
     return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 

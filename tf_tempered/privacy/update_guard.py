@@ -128,11 +128,12 @@ def _fail_once_private(optimizer, plain, grads):
     Returns (ops to run before the update, the gradients to apply)."""
     if not plain or not tf.inside_function():
         return [], grads
-    flag = keras_bridge.flag_variable("tf_tempered_traced_before_private",
-                                      keras_bridge.inner_optimizer(optimizer))
+    owner = keras_bridge.inner_optimizer(optimizer)
+    flag = keras_bridge.flag_variable("tf_tempered_traced_before_private", owner)
     for variable in plain:
         keras_bridge.set_untracked(variable, _TRACED_PLAIN, vars(variable).get(
-            _TRACED_PLAIN, ()) + ((flag, weakref.ref(keras_bridge.inner_optimizer(optimizer))),))
+            _TRACED_PLAIN, ()) + ((flag, weakref.ref(owner)),))
+    # Not under XLA: it would drop the assertion, logging so at every compile of a plain step.
     checks = ([] if keras_bridge.in_xla_context()
               else [tf.debugging.Assert(tf.equal(flag, 0.0), [_TRACED_BEFORE])])
     return checks, _nan_once_flagged(grads, flag)
