@@ -13,7 +13,8 @@
 # limitations under the License.
 """benchmarks/dp_step.py (the README's speed table) still runs and reports every path;
 --keras selects the Keras of its process; keras_versions.py's, end_to_end.py's and
-summarize.py's medians, ratios and tables; the peers' scripts skip without their framework."""
+summarize.py's medians, ratios and tables; the peers' scripts skip without their framework;
+save_weights_cost.py times both saves."""
 
 import importlib.util
 import json
@@ -292,3 +293,9 @@ def test_interleaved_times_every_variant_each_round_and_reports_ratios(capsys):
     out = capsys.readouterr().out
     assert "other        median 4.00 ms  x2.000 of base" in out
     assert "third/other per-round median 0.500" in out
+
+
+def test_save_weights_cost_times_both_saves_of_one_private_model():
+    with_dp, weights_only, ratio = _load_module("save_weights_cost").measure(rounds=2)
+    assert with_dp > 0 and weights_only > 0
+    assert ratio == pytest.approx(with_dp / weights_only)
