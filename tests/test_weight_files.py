@@ -130,6 +130,58 @@ def test_a_plain_model_loading_private_weights_refuses_to_train_until_made_priva
     np.testing.assert_allclose(history.history["epsilon"], [_poisson_epsilon(3)], rtol=1e-6)
 
 
+def _private_file(tmp_path):
+    path = str(tmp_path / f"private{FORMATS[0]}")
+    x, y = _data()
+    model = _private_model()
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    model.save_weights(path)
+    return path
+
+
+def test_a_plain_fit_traced_before_load_weights_is_refused_after_it(tmp_path):
+    # Probe P F1: the check runs while a step is traced, so a fit traced before the load
+    # kept training the loaded private weights without DP (both Kerases).
+    path = _private_file(tmp_path)
+    x, y = _data()
+    model = _compiled(_plain_model())
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)  # traced on the plain weights
+    model.load_weights(path)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(NotPrivateError, match="load_weights"):
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    for kept, now in zip(before, model.get_weights()):
+        np.testing.assert_array_equal(kept, now)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_tape_loop_traced_before_load_weights_fails_after_it(tmp_path, jit_compile):
+    path = _private_file(tmp_path)
+    x, y = _data()
+    model, optimizer = _plain_model(), keras.optimizers.SGD(0.1)
+
+    @tf.function(jit_compile=jit_compile)
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                y, model(x), from_logits=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    step()
+    with pytest.warns(UserWarning, match="load_weights: .* traced before .* SGD"):
+        model.load_weights(path)
+    if jit_compile:  # XLA has no run-time error: NaN instead of an update without DP
+        step()
+        assert all(np.isnan(w).all() for w in model.get_weights())
+    else:
+        before = [w.copy() for w in model.get_weights()]
+        with pytest.raises(tf.errors.InvalidArgumentError, match="load_weights"):
+            step()
+        for kept, now in zip(before, model.get_weights()):
+            np.testing.assert_array_equal(kept, now)
+
+
 @pytest.mark.parametrize("ext", FORMATS)
 def test_a_plain_models_save_carries_nothing(tmp_path, ext):
     path = str(tmp_path / f"weights{ext}")

@@ -52,7 +52,7 @@ from tf_tempered.privacy import dp_outputs, saving, shared_ledgers
 from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["tag_private_weights", "allow_dp_gradient_loops", "refuse_updates_without_dp",
-           "is_private_weight"]
+           "is_private_weight", "fail_traced_plain_updates"]
 
 _TAG = "_tf_tempered_private"  # on a private model's weights: who may update them
 _OWN_STEP = "own DP step"        # only the model's own optimizer (fit, train_on_batch)
@@ -84,18 +84,27 @@ def _tag_all(model, variables, who):
     """Tags ``variables`` as updated by ``who`` only, and fails the plain updates of them
     traced before (_fail_once_private), warning when a loop's optimizer traced them (not
     the model's own: make_private drops the step its fit traced)."""
-    loops = set()
     for alias in (a for variable in variables for a in keras_bridge.variable_aliases(variable)):
         keras_bridge.set_untracked(alias, _TAG, who)
+    names = fail_traced_plain_updates(model, variables)
+    if names:
+        warnings.warn(_TRACED_BEFORE_WARNING.format(names=", ".join(names)),
+                      stacklevel=5)  # at make_private's caller
+
+
+def fail_traced_plain_updates(model, variables):
+    """Sets the flags of the plain updates of ``variables`` traced so far in a tf.function
+    (_fail_once_private): called again, they fail instead of training the variables, which
+    are private now (tagged by make_private, or loaded from a private model's weights).
+    Returns the names of the optimizers of those that were not ``model``'s own (a loop's)."""
+    loops = set()
+    for alias in (a for variable in variables for a in keras_bridge.variable_aliases(variable)):
         for flag, optimizer in vars(alias).get(_TRACED_PLAIN, ()):
             flag.assign(1.0)
             loops.add(optimizer())
         keras_bridge.set_untracked(alias, _TRACED_PLAIN, ())
     own = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
-    names = sorted({type(o).__name__ for o in loops if o is not None and o is not own})
-    if names:
-        warnings.warn(_TRACED_BEFORE_WARNING.format(names=", ".join(names)),
-                      stacklevel=5)  # at make_private's caller
+    return sorted({type(o).__name__ for o in loops if o is not None and o is not own})
 
 
 def refuse_updates_without_dp(optimizer, variables, grads=()):
@@ -180,11 +189,12 @@ _REFUSAL = (
 
 
 _TRACED_BEFORE = (
-    "NotPrivateError: this tf.function was traced before make_private and updates the weights "
-    "of a model made private since: it would train them WITHOUT differential privacy (no "
-    "clipping, no noise) and outside its ε. Fix: define the training step again after "
-    "make_private and take its gradients from tf_tempered.privacy.DPGradients(model, loss, "
-    "...) (docs/custom_loops.md), or train with the model's own fit.")
+    "NotPrivateError: this tf.function was traced before make_private (or before load_weights "
+    "loaded a private model's weights) and updates weights that are private since: it would "
+    "train them WITHOUT differential privacy (no clipping, no noise) and outside its ε. Fix: "
+    "define the training step again after make_private(model) and take its gradients from "
+    "tf_tempered.privacy.DPGradients(model, loss, ...) (docs/custom_loops.md), or train with "
+    "the model's own fit.")
 
 
 _TRACED_BEFORE_WARNING = (

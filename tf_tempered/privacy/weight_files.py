@@ -36,6 +36,7 @@ ledger (see docs/keras_features.md).
 
 import json
 import os
+import warnings
 import zipfile
 
 import h5py
@@ -43,7 +44,8 @@ import numpy as np
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
-from tf_tempered.privacy import keras_adapter, ledger_lineage, saving, shared_ledgers
+from tf_tempered.privacy import (keras_adapter, ledger_lineage, saving, shared_ledgers,
+                                 update_guard)
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["DATASET", "SIDECAR_SUFFIX", "dp_to_save", "read_dp", "write_dp"]
@@ -141,8 +143,24 @@ def _loaded(model, filepath):
     ledger = shared_ledgers.weights_ledger(model)
     if ledger is not None:
         ledger_lineage.absorb(ledger, dp["ledger"])
-    else:
-        saving.mark_loaded_weights(model, dp)
+        return
+    saving.mark_loaded_weights(model, dp)
+    # Steps traced before the load would keep updating them without the check: they fail
+    # now (a loop's), or are traced anew (fit's own, then refused by the check).
+    loops = update_guard.fail_traced_plain_updates(model, keras_bridge.existing_weights(model))
+    model.train_function = None  # fit traces its step anew: the check refuses it
+    if loops:
+        warnings.warn(_TRACED_BEFORE_LOAD.format(names=", ".join(loops)), stacklevel=4)
+
+
+_TRACED_BEFORE_LOAD = (
+    "load_weights: these weights come from a private model (its DP settings and privacy ledger "
+    "are in the file), and a tf.function traced before updates them with {names}. Called "
+    "again it raises InvalidArgumentError (under jit_compile=True it writes NaN into them) "
+    "instead of training them without differential privacy. Fix: make_private(model) (no "
+    "arguments: the saved settings; ε goes on from the saved ledger), then define the "
+    "training step again with tf_tempered.privacy.DPGradients (docs/custom_loops.md), or "
+    "train with the model's own fit.")
 
 
 keras_bridge.after_weight_files(_saved, _loaded)
