@@ -15,18 +15,21 @@
 ``keras.models.save_model`` (``keras.saving.save_model``), which share one implementation
 (Keras' ``saving_api.save_model``) under several names; one around every compile; and
 one after every ``save_weights`` and ``load_weights`` (Keras' ``saving_api`` functions,
-which the Model methods call)."""
+which the Model methods call); one before a ``BackupAndRestore`` restores."""
 
 import functools
 import importlib
+import os
 
-from tf_tempered._compat import KERAS_MAJOR, keras
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["around_model_compiles", "guard_model_saves", "after_weight_files"]
+__all__ = ["around_model_compiles", "guard_model_saves", "after_weight_files",
+           "before_backup_restores"]
 
 _CHECKS = []
 _COMPILE_HOOKS = []
 _WEIGHT_FILE_HOOKS = []
+_RESTORE_CHECKS = []
 
 
 def around_model_compiles(hook):
@@ -92,8 +95,11 @@ def after_weight_files(saved, loaded):
     originals = api.save_weights, api.load_weights
 
     def save_weights(model, filepath, *args, **kwargs):
+        overwrite = kwargs.get("overwrite", args[0] if args else True)
+        before = None if overwrite else _written_state(filepath)
         result = originals[0](model, filepath, *args, **kwargs)
-        saved(model, filepath)
+        if overwrite or before is None or _written_state(filepath) != before:
+            saved(model, filepath)  # not when Keras asked and was told not to overwrite
         return result
 
     def load_weights(model, filepath, *args, **kwargs):
@@ -107,3 +113,31 @@ def after_weight_files(saved, loaded):
             module = importlib.import_module(name)
             if getattr(module, original.__name__, None) is original:
                 setattr(module, original.__name__, wrapper)
+
+
+def _written_state(filepath):
+    """(modification time, size) of the file a save_weights to ``filepath`` writes (a TF
+    checkpoint: its index), or None when there is none yet."""
+    path = os.fspath(filepath) if isinstance(filepath, os.PathLike) else str(filepath)
+    for candidate in (path, path + ".index"):
+        if tf.io.gfile.exists(candidate) and not tf.io.gfile.isdir(candidate):
+            stat = tf.io.gfile.stat(candidate)
+            return candidate, stat.mtime_nsec, stat.length
+    return None
+
+
+def before_backup_restores(check):
+    """Makes every ``keras.callbacks.BackupAndRestore`` call ``check(callback)`` at the start
+    of a fit, before it restores a backup (tf-keras restores through tf.train.Checkpoint,
+    not ``load_weights``). Installed once."""
+    if _RESTORE_CHECKS:
+        return
+    _RESTORE_CHECKS.append(check)
+    original = keras.callbacks.BackupAndRestore.on_train_begin
+
+    @functools.wraps(original)
+    def on_train_begin(self, logs=None):
+        check(self)
+        return original(self, logs)
+
+    keras.callbacks.BackupAndRestore.on_train_begin = on_train_begin

@@ -49,7 +49,7 @@ import dataclasses
 
 from tf_tempered.privacy.ledger import PrivacyLedger, segments_of
 
-__all__ = ["absorb", "steps_beyond", "merge_lineage"]
+__all__ = ["absorb", "steps_beyond", "merge_lineage", "combined_dp"]
 
 
 def absorb(ledger, config):
@@ -132,6 +132,22 @@ def _keep_longer(absorbed, key, segments):
     held = absorbed.get(key)
     if held is None or steps_beyond(held, segments) is not None:
         absorbed[key] = list(segments)
+
+
+def combined_dp(dps):
+    """One DP dict for weights that several private models' steps trained: the first's
+    settings, and the union of their ledgers (each step once, by :func:`absorb`; ledgers
+    that share no history are composed whole, an over-count when they trained on different
+    data)."""
+    dps = [dp for dp in dps if dp is not None]
+    if len(dps) <= 1:
+        return dps[0] if dps else None
+    ledgers = [dp["ledger"] for dp in dps if dp.get("ledger")]
+    union = PrivacyLedger(delta=min(c["delta"] for c in ledgers),
+                          accountant=ledgers[0]["accountant"]) if ledgers else None
+    for config in ledgers:
+        absorb(union, config)
+    return {**dps[0], "ledger": union.to_config() if union is not None else None}
 
 
 def _prior_events(config):

@@ -23,7 +23,9 @@ loaded from such a file trains without DP unless made private again, counting ε
 * a plain model holding a private model's weights (a trained private model nested in a
   new outer model) saved where the nested model's optimizer is not saved: tf-keras, any
   format, and Keras 3's H5 (Keras 3's ``.keras`` saves it, and the loaded outer model
-  refuses to train until made private).
+  refuses to train until made private);
+* a plain model holding weights loaded from a private model's weights file
+  (:mod:`.weight_files`), any format: its own optimizer carries no DP dict.
 
 Both are fine for a model that serves predictions; the warnings name how to keep training.
 """
@@ -32,7 +34,7 @@ import warnings
 
 from tf_tempered._compat import KERAS_MAJOR
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import update_guard
+from tf_tempered.privacy import saving, update_guard
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["warn_saves_without_dp"]
@@ -54,17 +56,31 @@ _SAVED_INSIDE_A_PLAIN_MODEL = (
     "the steps those weights took), or save the private model itself.")
 
 
+_SAVED_LOADED_WEIGHTS = (
+    "Model {name!r} holds weights loaded from a private model's weights file (load_weights) "
+    "and is not private itself: this save keeps neither their DP settings nor their privacy "
+    "ledger, so a model loaded from it trains them WITHOUT DP, and make_private on it counts "
+    "ε from 0. Fine for a model to serve predictions; to train it on, make_private({name}) "
+    "before saving (no arguments: the settings loaded with the weights), or save its weights "
+    "(save_weights keeps them).")
+
+
 def warn_saves_without_dp(model, filepath, include_optimizer):
     """Warns before a save that loses a private model's DP settings (module docstring)."""
     h5 = str(filepath).endswith((".h5", ".hdf5"))
     optimizer_kept = include_optimizer is not False or (KERAS_MAJOR == 3 and not h5)
+    name = getattr(model, "name", "model")
     if get_state(model) is not None:
         if not optimizer_kept:
             warnings.warn(_SAVED_WITHOUT_OPTIMIZER, UserWarning, stacklevel=4)
-    elif (KERAS_MAJOR == 2 or h5 or not optimizer_kept) and any(
-            update_guard.is_private_weight(v) for v in keras_bridge.existing_weights(model)):
-        warnings.warn(_SAVED_INSIDE_A_PLAIN_MODEL.format(name=getattr(model, "name", "model")),
-                      UserWarning, stacklevel=4)
+        return
+    weights = keras_bridge.existing_weights(model)
+    if (KERAS_MAJOR == 2 or h5 or not optimizer_kept) and any(
+            update_guard.is_private_weight(v) for v in weights):
+        warnings.warn(_SAVED_INSIDE_A_PLAIN_MODEL.format(name=name), UserWarning, stacklevel=4)
+    elif not (optimizer_kept and saving.is_marked(getattr(model, "optimizer", None))) and any(
+            saving.is_loaded_weight(v) for v in weights):
+        warnings.warn(_SAVED_LOADED_WEIGHTS.format(name=name), UserWarning, stacklevel=4)
 
 
 

@@ -38,11 +38,13 @@ import weakref
 
 from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered import keras_bridge
+from tf_tempered.privacy import ledger_lineage
 from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp",
            "release_loaded_variables", "refuse_loaded_updates", "is_marked",
-           "mark_loaded_weights", "PUBLIC_COPY_FIX", "REGISTERED_NAME"]
+           "mark_loaded_weights", "is_loaded_weight", "PUBLIC_COPY_FIX",
+           "REGISTERED_NAME"]
 
 REGISTERED_NAME = "tf_tempered>PrivateOptimizer"
 
@@ -171,13 +173,21 @@ def _mark_loaded_variables(optimizer, variables):
                 keras_bridge.set_untracked(alias, _LOADED, saved)
 
 
-def mark_loaded_weights(model, saved):
-    """``model``'s weights came from a private model's file (``load_weights``): marked with
-    the DP dict ``saved`` as a loaded model's are, so a plain update of them is refused and
-    make_private finds the settings and ledger."""
-    for variable in keras_bridge.existing_weights(model):
+def mark_loaded_weights(variables, saved):
+    """``variables`` came from a private model's file (``load_weights``): marked with the DP
+    dict ``saved`` as a loaded model's are, so a plain update of them is refused and
+    make_private finds the settings and ledger. One marked already (by another file: a
+    partial load may have kept it) keeps both ledgers (:func:`.ledger_lineage.combined_dp`)."""
+    combined = {}
+    for variable in variables:
+        held = vars(variable).get(_LOADED) if hasattr(variable, "__dict__") else None
+        mark = saved
+        if held is not None and held is not saved:
+            if id(held) not in combined:
+                combined[id(held)] = ledger_lineage.combined_dp([held, saved])
+            mark = combined[id(held)]
         for alias in keras_bridge.variable_aliases(variable):
-            keras_bridge.set_untracked(alias, _LOADED, saved)
+            keras_bridge.set_untracked(alias, _LOADED, mark)
 
 
 def _keep_the_loaded_dp(model):
@@ -228,11 +238,17 @@ def is_marked(optimizer):
     return isinstance(keras_bridge.inner_optimizer(optimizer), _Marked)
 
 
+def is_loaded_weight(variable):
+    """Whether ``variable`` holds weights loaded from a private model's file, not yet made
+    private again."""
+    return hasattr(variable, "__dict__") and _LOADED in vars(variable)
+
+
 def refuse_loaded_updates(optimizer, variables):
     """Refuses a plain optimizer's update of the variables of a private model loaded and
     not yet made private again (a recompile replaced its marked optimizer: it would train
     WITHOUT DP)."""
-    if any(hasattr(v, "__dict__") and _LOADED in vars(v) for v in variables):
+    if any(is_loaded_weight(v) for v in variables):
         raise NotPrivateError(_REFUSAL_RECOMPILED.format(name=type(optimizer).__name__))
 
 

@@ -33,7 +33,8 @@ from tf_tempered.privacy import ledger_lineage
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["register", "shared_ledger", "models_sharing", "tag_weights", "carry_ledger",
-           "merge_new_weights", "current", "private_models", "weights_ledger"]
+           "merge_new_weights", "current", "private_models", "weights_ledger",
+           "weights_ledgers"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
 _LEDGER = "_tf_tempered_ledger"  # on a private model's weights: the ledger of their steps
@@ -102,8 +103,9 @@ def shared_ledger(model, ledger):
 
 
 def _merge(ledger, target):
-    target.segments.extend(ledger.segments)
-    target.add_prior_events(ledger.prior_events)
+    # Its steps that target lacks (both may hold a save's: a model loaded from it, and
+    # a private model whose part loaded its weights), then its lineage.
+    ledger_lineage.absorb(target, ledger.to_config())
     ledger_lineage.merge_lineage(ledger, target)
     keras_bridge.set_untracked(ledger, _MERGED_INTO, target)
     for model in models_sharing(ledger):
@@ -116,14 +118,24 @@ def models_sharing(ledger):
             if get_state(model) is not None and get_state(model).ledger is ledger]
 
 
-def weights_ledger(model):
-    """The ledger of ``model``'s weights: its own if private, else the first one its weights
-    carry (a part of a private model), or None."""
+def weights_ledgers(model):
+    """The distinct ledgers of ``model``'s weights: its own first if private, then those its
+    weights carry (parts of private models)."""
     state = get_state(model)
-    ledgers = [state.ledger] if state is not None else []
-    ledgers += [vars(v).get(_LEDGER) for v in keras_bridge.existing_weights(model)
-                if hasattr(v, "__dict__")]
-    return next((current(found) for found in ledgers if found is not None), None)
+    found = [state.ledger] if state is not None else []
+    found += [vars(v).get(_LEDGER) for v in keras_bridge.existing_weights(model)
+              if hasattr(v, "__dict__")]
+    ledgers = []
+    for ledger in (current(f) for f in found if f is not None):
+        if not any(ledger is seen for seen in ledgers):
+            ledgers.append(ledger)
+    return ledgers
+
+
+def weights_ledger(model):
+    """The first of :func:`weights_ledgers`, or None."""
+    ledgers = weights_ledgers(model)
+    return ledgers[0] if ledgers else None
 
 
 def carry_ledger(source, copy):

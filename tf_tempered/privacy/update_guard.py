@@ -86,25 +86,27 @@ def _tag_all(model, variables, who):
     the model's own: make_private drops the step its fit traced)."""
     for alias in (a for variable in variables for a in keras_bridge.variable_aliases(variable)):
         keras_bridge.set_untracked(alias, _TAG, who)
-    names = fail_traced_plain_updates(model, variables)
+    own = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
+    names = sorted({type(o).__name__ for o in fail_traced_plain_updates(variables)
+                    if o is not own})
     if names:
         warnings.warn(_TRACED_BEFORE_WARNING.format(names=", ".join(names)),
                       stacklevel=5)  # at make_private's caller
 
 
-def fail_traced_plain_updates(model, variables):
+def fail_traced_plain_updates(variables):
     """Sets the flags of the plain updates of ``variables`` traced so far in a tf.function
     (_fail_once_private): called again, they fail instead of training the variables, which
     are private now (tagged by make_private, or loaded from a private model's weights).
-    Returns the names of the optimizers of those that were not ``model``'s own (a loop's)."""
-    loops = set()
+    Returns the optimizers (still alive) of those updates."""
+    optimizers = []
     for alias in (a for variable in variables for a in keras_bridge.variable_aliases(variable)):
         for flag, optimizer in vars(alias).get(_TRACED_PLAIN, ()):
             flag.assign(1.0)
-            loops.add(optimizer())
+            if optimizer() is not None and not any(optimizer() is o for o in optimizers):
+                optimizers.append(optimizer())
         keras_bridge.set_untracked(alias, _TRACED_PLAIN, ())
-    own = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
-    return sorted({type(o).__name__ for o in loops if o is not None and o is not own})
+    return optimizers
 
 
 def refuse_updates_without_dp(optimizer, variables, grads=()):

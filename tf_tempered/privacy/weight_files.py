@@ -46,9 +46,12 @@ from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
 from tf_tempered.privacy import (keras_adapter, ledger_lineage, saving, shared_ledgers,
                                  update_guard)
+from tf_tempered.privacy.errors import NotPrivateError
+from tf_tempered.privacy.ledger_file import LEDGER_FILE_NAME
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["DATASET", "SIDECAR_SUFFIX", "dp_to_save", "read_dp", "write_dp"]
+__all__ = ["DATASET", "SIDECAR_SUFFIX", "dp_to_save", "read_dp", "write_dp",
+           "refuse_private_backups_in_plain_fits"]
 
 DATASET = "tf_tempered_dp"
 SIDECAR_SUFFIX = ".tf_tempered_dp.json"
@@ -61,13 +64,16 @@ def dp_to_save(model):
     if state is not None:
         return keras_adapter.saving_description(
             state, keras_bridge.inner_optimizer(getattr(model, "optimizer", None)))
-    ledger = shared_ledgers.weights_ledger(model)
-    if ledger is not None:
-        owners = shared_ledgers.models_sharing(ledger)
-        if owners:
-            return dp_to_save(owners[0])
-        return {"ledger": ledger.to_config()}  # its models are gone: the ledger alone
-    return saving.saved_dp(model)
+    return ledger_lineage.combined_dp([*(_owners_dp(ledger) for ledger in
+                                 shared_ledgers.weights_ledgers(model)),
+                               *saving.saved_dps(model)])
+
+
+def _owners_dp(ledger):
+    owners = shared_ledgers.models_sharing(ledger)
+    if owners:
+        return dp_to_save(owners[0])
+    return {"ledger": ledger.to_config()}  # its models are gone: the ledger alone
 
 
 def write_dp(filepath, dp):
@@ -93,9 +99,14 @@ def read_dp(filepath):
     path, sidecar = _paths(filepath)
     if _local_hdf5(path):
         with h5py.File(path, "r") as f:
-            return json.loads(bytes(f[DATASET][()]).decode()) if DATASET in f else None
+            if DATASET in f:
+                return json.loads(bytes(f[DATASET][()]).decode())
+            config = f.attrs.get("training_config")  # a whole model's save (model.save)
+            return None if config is None else _dp_in_config(json.loads(
+                config.decode() if isinstance(config, bytes) else config))
     if path.endswith(".keras") and tf.io.gfile.exists(path):
-        return _dp_in_keras_file(path)
+        with tf.io.gfile.GFile(path, "rb") as f, zipfile.ZipFile(f) as archive:
+            return _dp_in_config(json.loads(archive.read("config.json")))
     if tf.io.gfile.exists(sidecar):
         with tf.io.gfile.GFile(sidecar) as f:
             return json.loads(f.read())
@@ -111,16 +122,15 @@ def _local_hdf5(path):
     return "://" not in path and os.path.isfile(path) and h5py.is_hdf5(path)
 
 
-def _dp_in_keras_file(path):
-    """The DP dict in a ``.keras`` file's compiled optimizer (``load_weights`` of one)."""
-    with tf.io.gfile.GFile(path, "rb") as f, zipfile.ZipFile(f) as archive:
-        config = json.loads(archive.read("config.json"))
+def _dp_in_config(config):
+    """The DP dict of the private optimizer in a whole model's saved config (``.keras``, or
+    an HDF5 file's training config: ``load_weights`` of a ``model.save``), or None."""
     found = []
 
     def visit(node):
         if isinstance(node, dict):
-            if node.get("registered_name") == saving.REGISTERED_NAME and "dp" in node.get(
-                    "config", {}):
+            named = saving.REGISTERED_NAME in (node.get("registered_name"), node.get("class_name"))
+            if named and isinstance(node.get("config"), dict) and "dp" in node["config"]:
                 found.append(node["config"]["dp"])
             for value in node.values():
                 visit(value)
@@ -140,27 +150,50 @@ def _loaded(model, filepath):
     dp = read_dp(filepath)
     if dp is None or not dp.get("ledger"):
         return
-    ledger = shared_ledgers.weights_ledger(model)
-    if ledger is not None:
-        ledger_lineage.absorb(ledger, dp["ledger"])
+    if get_state(model) is not None:
+        ledger_lineage.absorb(get_state(model).ledger, dp["ledger"])
         return
-    saving.mark_loaded_weights(model, dp)
-    # Steps traced before the load would keep updating them without the check: they fail
-    # now (a loop's), or are traced anew (fit's own, then refused by the check).
-    loops = update_guard.fail_traced_plain_updates(model, keras_bridge.existing_weights(model))
-    model.train_function = None  # fit traces its step anew: the check refuses it
-    if loops:
-        warnings.warn(_TRACED_BEFORE_LOAD.format(names=", ".join(loops)), stacklevel=4)
+    weights = keras_bridge.existing_weights(model)
+    for ledger in shared_ledgers.weights_ledgers(model):  # parts of live private models:
+        ledger_lineage.absorb(ledger, dp["ledger"])        # those weights are the file's now
+    saving.mark_loaded_weights([w for w in weights if not update_guard.is_private_weight(w)],
+                               dp)
+    # A step traced before the load (the model's fit, a loop's tf.function) would keep
+    # updating them without the check, which runs while tracing: it fails from now on. (Its
+    # train_function is kept: Keras 3's BackupAndRestore loads inside fit, which calls it.)
+    traced = update_guard.fail_traced_plain_updates(weights)
+    if traced:
+        warnings.warn(_TRACED_BEFORE_LOAD.format(
+            names=", ".join(sorted({type(o).__name__ for o in traced}))), stacklevel=4)
 
 
 _TRACED_BEFORE_LOAD = (
     "load_weights: these weights come from a private model (its DP settings and privacy ledger "
-    "are in the file), and a tf.function traced before updates them with {names}. Called "
-    "again it raises InvalidArgumentError (under jit_compile=True it writes NaN into them) "
-    "instead of training them without differential privacy. Fix: make_private(model) (no "
-    "arguments: the saved settings; ε goes on from the saved ledger), then define the "
-    "training step again with tf_tempered.privacy.DPGradients (docs/custom_loops.md), or "
-    "train with the model's own fit.")
+    "are in the file), and a training step traced before (this model's fit, or a loop's "
+    "tf.function) updates them with {names}. Called again it raises InvalidArgumentError "
+    "(compiled with XLA, it writes NaN into them) instead of training them without "
+    "differential privacy. Fix: make_private(model) (no arguments: the saved settings; ε goes "
+    "on from the saved ledger), then fit, or define a loop's step again with "
+    "tf_tempered.privacy.DPGradients (docs/custom_loops.md).")
+
+
+def refuse_private_backups_in_plain_fits(backup):
+    """A fit of a model that is not private, restoring a backup a private model's fit wrote
+    (its ledger file is there: :mod:`.ledger_file`), would train those weights without DP
+    (tf-keras restores them through tf.train.Checkpoint, which carries no DP dict)."""
+    model = getattr(backup, "model", None)
+    directory = str(backup.backup_dir).rstrip("/")
+    if get_state(model) is None and tf.io.gfile.exists(f"{directory}/{LEDGER_FILE_NAME}"):
+        raise NotPrivateError(_PRIVATE_BACKUP.format(directory=directory))
+
+
+_PRIVATE_BACKUP = (
+    "BackupAndRestore({directory!r}) holds the backup of a private model's fit (its privacy "
+    "ledger is there), and this model is not private: resumed, it would train those weights "
+    "WITHOUT differential privacy and without counting their ε. Fix: make_private(model, "
+    "l2_norm_clip=..., noise_multiplier=...) with the run's settings before fit (its ε counts "
+    "the backup's steps), or a new backup_dir for a run without DP.")
 
 
 keras_bridge.after_weight_files(_saved, _loaded)
+keras_bridge.before_backup_restores(refuse_private_backups_in_plain_fits)
