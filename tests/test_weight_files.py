@@ -414,3 +414,32 @@ def test_a_whole_model_save_of_loaded_private_weights_warns(tmp_path):
     path = str(tmp_path / ("model.keras" if KERAS_MAJOR == 3 else "model.h5"))
     with pytest.warns(UserWarning, match="holds weights loaded from a private model"):
         model.save(path)
+
+
+def test_a_plain_head_on_a_private_encoder_resumes_and_only_the_encoder_is_guarded(tmp_path):
+    # Probe P F13: its own checkpoint marked every weight as a private model's, so the
+    # resumed plain head (trained without DP in the first process, as allowed) was refused.
+    def encoder():
+        return keras.Sequential([keras.Input((5,)), keras.layers.Dense(4)], name="encoder")
+
+    def on(encoder_model):
+        return keras.Sequential([keras.Input((5,)), encoder_model, keras.layers.Dense(3)])
+
+    x, y = _data()
+    first = encoder()
+    owner = _compiled(make_private(on(first), l2_norm_clip=1.0, noise_multiplier=SIGMA))
+    owner.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    first.trainable = False
+    path = str(tmp_path / f"head{FORMATS[0]}")
+    _compiled(on(first)).fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[
+        keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    second = encoder()
+    second.trainable = False
+    resumed = _compiled(on(second))
+    resumed.load_weights(path)
+    resumed.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)  # the plain head trains
+    second.trainable = True  # the encoder's weights are the private model's
+    with pytest.raises(NotPrivateError):
+        _compiled(resumed).fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    make_private(resumed)
+    np.testing.assert_allclose(epsilon_spent(resumed)[0], _poisson_epsilon(1), rtol=1e-6)

@@ -29,6 +29,8 @@ beside any other format (tf-keras' TF checkpoints, sharded or remote files) in
   update of them is refused, :func:`.saving.refuse_loaded_updates`), and ``make_private``
   takes the settings and ledger saved (no arguments needed), as after ``load_model``.
 
+A plain model holding some private weights (a head on a private encoder) also saves which
+of its weights they are; a load into a model of the same weight shapes marks only those.
 A file written by a plain model carries nothing, and deletes an old private save's
 ``<path>.tf_tempered_dp.json``. ``tf.train.Checkpoint`` files written directly carry no
 ledger (see docs/keras_features.md).
@@ -64,9 +66,23 @@ def dp_to_save(model):
     if state is not None:
         return keras_adapter.saving_description(
             state, keras_bridge.inner_optimizer(getattr(model, "optimizer", None)))
-    return ledger_lineage.combined_dp([*(_owners_dp(ledger) for ledger in
-                                 shared_ledgers.weights_ledgers(model)),
-                               *saving.saved_dps(model)])
+    dp = ledger_lineage.combined_dp([*(_owners_dp(ledger) for ledger in
+                                       shared_ledgers.weights_ledgers(model)),
+                                     *saving.saved_dps(model)])
+    weights = keras_bridge.existing_weights(model)
+    private = [i for i, w in enumerate(weights) if _is_private(w)]
+    if dp is None or len(private) == len(weights):
+        return dp
+    # Some are not (a plain head on a private encoder): a load marks only those that are.
+    return {**dp, "private_weights": private, "weight_shapes": _shapes(weights)}
+
+
+def _is_private(variable):
+    return update_guard.is_private_weight(variable) or saving.is_loaded_weight(variable)
+
+
+def _shapes(weights):
+    return [[int(d) for d in w.shape] for w in weights]
 
 
 def _owners_dp(ledger):
@@ -156,8 +172,10 @@ def _loaded(model, filepath):
     weights = keras_bridge.existing_weights(model)
     for ledger in shared_ledgers.weights_ledgers(model):  # parts of live private models:
         ledger_lineage.absorb(ledger, dp["ledger"])        # those weights are the file's now
-    saving.mark_loaded_weights([w for w in weights if not update_guard.is_private_weight(w)],
-                               dp)
+    loaded = weights
+    if "private_weights" in dp and dp.get("weight_shapes") == _shapes(weights):
+        loaded = [weights[i] for i in dp["private_weights"]]  # the same model: by position
+    saving.mark_loaded_weights([w for w in loaded if not update_guard.is_private_weight(w)], dp)
     # A step traced before the load (the model's fit, a loop's tf.function) would keep
     # updating them without the check, which runs while tracing: it fails from now on. (Its
     # train_function is kept: Keras 3's BackupAndRestore loads inside fit, which calls it.)
