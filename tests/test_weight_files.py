@@ -205,11 +205,7 @@ def test_a_plain_models_save_carries_nothing(tmp_path, ext):
 
 
 def test_the_file_holds_the_ledger_and_settings_never_the_key(tmp_path):
-    path = str(tmp_path / f"weights{FORMATS[0]}")
-    x, y = _data()
-    model = _private_model()
-    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-    model.save_weights(path)
+    path = _private_file(tmp_path)
     with h5py.File(path, "r") as f:
         assert DATASET in f
     saved = read_dp(path)
