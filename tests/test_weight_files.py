@@ -439,3 +439,98 @@ def test_a_plain_head_on_a_private_encoder_resumes_and_only_the_encoder_is_guard
         _compiled(resumed).fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
     make_private(resumed)
     np.testing.assert_allclose(epsilon_spent(resumed)[0], _poisson_epsilon(1), rtol=1e-6)
+
+
+def _frozen_private_encoder_with_head(x, y):
+    """A private model's encoder (trained 1 epoch, then frozen) under a plain head, trained."""
+    encoder = keras.Sequential([keras.Input((5,)), keras.layers.Dense(5)], name="encoder")
+    owner = _compiled(make_private(keras.Sequential([keras.Input((5,)), encoder,
+                                                     keras.layers.Dense(3)]),
+                                   l2_norm_clip=1.0, noise_multiplier=SIGMA))
+    owner.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    encoder.trainable = False
+    outer = _compiled(keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(5)]))
+    outer.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    return encoder, outer
+
+
+def test_private_positions_apply_only_to_the_same_layers_loaded_in_order(tmp_path):
+    # Probe Q Q1: a model of the same weight shapes with its layers in another order (or a
+    # load by name) got the saved positions, so the private encoder's weights went unmarked.
+    from tf_tempered.privacy.saving import is_loaded_weight
+    x, y = _data()
+    encoder, outer = _frozen_private_encoder_with_head(x, y)
+    path = str(tmp_path / f"outer{FORMATS[0]}")
+    outer.save_weights(path)
+    other = keras.Sequential([keras.Input((5,)), keras.layers.Dense(5)], name="encoder")
+    reordered = _compiled(keras.Sequential([keras.Input((5,)), keras.layers.Dense(5), other]))
+    reordered.load_weights(path)
+    private = encoder.get_weights()
+    holding = [w for w in reordered.weights
+               if any(v.shape == w.shape and np.array_equal(v, w.numpy()) for v in private)]
+    assert len(holding) == 2 and all(is_loaded_weight(w) for w in holding)
+    with pytest.raises(NotPrivateError):
+        reordered.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+
+
+def test_reloading_its_own_checkpoint_keeps_training_the_plain_head(tmp_path):
+    # Probe Q Q4: the load failed the head's traced update too (InvalidArgumentError).
+    x, y = _data()
+    _, outer = _frozen_private_encoder_with_head(x, y)
+    path = str(tmp_path / f"outer{FORMATS[0]}")
+    outer.save_weights(path)
+    outer.load_weights(path)
+    head = outer.layers[-1].get_weights()[0].copy()
+    outer.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    assert not np.allclose(head, outer.layers[-1].get_weights()[0])
+
+
+def test_a_swapped_copy_of_loaded_private_weights_is_refused_and_counts_them(tmp_path):
+    # Probe Q Q2: tf_tempered.swap_activations dropped the loaded weights' mark.
+    from tf_tempered import swap_activations
+    model = _compiled(_plain_model())
+    model.load_weights(_private_file(tmp_path))
+    copy = _compiled(swap_activations(model, "tanh"))
+    x, y = _data()
+    with pytest.raises(NotPrivateError):
+        copy.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    make_private(copy)
+    np.testing.assert_allclose(epsilon_spent(copy)[0], _poisson_epsilon(1), rtol=1e-6)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3 refuses to load into a model not built")
+def test_a_checkpoint_restored_into_a_model_built_later_is_marked(tmp_path):
+    # Probe Q Q3: tf-keras restores a TF checkpoint into a model without an Input when it is
+    # built; nothing was marked at the load (no weights yet), and it trained without DP.
+    path = str(tmp_path / "private")  # a TF checkpoint
+    x, y = _data()
+    private = _private_model()
+    private.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    private.save_weights(path)
+    model = _compiled(keras.Sequential([keras.layers.Dense(3)]))
+    model.load_weights(path)
+    with pytest.raises(NotPrivateError):
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    np.testing.assert_array_equal(model.get_weights()[0], private.get_weights()[0])
+    make_private(model)
+    np.testing.assert_allclose(epsilon_spent(model)[0], _poisson_epsilon(1), rtol=1e-6)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3's .keras keeps nested optimizers")
+def test_load_weights_of_a_keras_file_nesting_two_private_models_counts_both(tmp_path):
+    # Probe Q Q5: the first nested optimizer's DP dict was taken.
+    x, y = _data()
+    a = _compiled(make_private(_plain_model(), l2_norm_clip=1.0, noise_multiplier=SIGMA))
+    b = _compiled(make_private(_plain_model(), l2_norm_clip=1.0, noise_multiplier=0.9))
+    a.fit(x, y, batch_size=BATCH, epochs=3, verbose=0)
+    b.fit(x, y, batch_size=BATCH, epochs=2, verbose=0)
+    inputs = keras.Input((5,))
+    _compiled(keras.Model(inputs, keras.layers.Add()([a(inputs), b(inputs)]))).save(
+        tmp_path / "two.keras")
+    inputs = keras.Input((5,))
+    resumed = _compiled(make_private(keras.Model(inputs, keras.layers.Add()(
+        [_plain_model()(inputs), _plain_model()(inputs)])), l2_norm_clip=1.0,
+        noise_multiplier=SIGMA))
+    resumed.load_weights(tmp_path / "two.keras")
+    np.testing.assert_allclose(epsilon_spent(resumed)[0], _poisson_epsilon(3, more=(0.9, 2)),
+                               rtol=1e-6)

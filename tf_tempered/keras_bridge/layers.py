@@ -19,7 +19,7 @@ import contextlib
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.keras_bridge.recurrent import is_recurrent_unit
 
-__all__ = ["flatten_layers", "inside_recurrent_units", "mixes_batch_examples", "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
+__all__ = ["flatten_layers", "sublayers", "inside_recurrent_units", "mixes_batch_examples", "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "without_activation", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "existing_weights", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
@@ -33,6 +33,12 @@ def flatten_layers(model, include_self=False):
     """Every layer of `model`, nested ones included (Keras' own traversal, both Kerases)."""
     # pylint: disable-next=protected-access
     return model._flatten_layers(include_self=include_self, recursive=True)
+
+
+def sublayers(layer):
+    """The layers ``layer`` holds directly (Keras' own traversal, one level; both Kerases)."""
+    # pylint: disable-next=protected-access
+    return list(layer._flatten_layers(include_self=False, recursive=False))
 
 
 def inside_recurrent_units(model):

@@ -19,6 +19,7 @@ which the Model methods call); one before a ``BackupAndRestore`` restores."""
 
 import functools
 import importlib
+import inspect
 import os
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
@@ -86,8 +87,8 @@ _WEIGHTS_MODULES = (("keras.src.saving.saving_api", "keras.saving") if KERAS_MAJ
 
 def after_weight_files(saved, loaded):
     """Makes every ``save_weights`` call ``saved(model, filepath)`` once the file is
-    written, and every ``load_weights`` call ``loaded(model, filepath)`` once the weights
-    are in the model. Installed once."""
+    written, and every ``load_weights`` call ``loaded(model, filepath, by_name=...,
+    skip_mismatch=...)`` once the weights are in the model. Installed once."""
     if _WEIGHT_FILE_HOOKS:
         return
     _WEIGHT_FILE_HOOKS.append((saved, loaded))
@@ -104,7 +105,10 @@ def after_weight_files(saved, loaded):
 
     def load_weights(model, filepath, *args, **kwargs):
         result = originals[1](model, filepath, *args, **kwargs)
-        loaded(model, filepath)
+        arguments = inspect.signature(originals[1]).bind(model, filepath, *args, **kwargs)
+        given = {**arguments.arguments.get("kwargs", {}), **arguments.arguments}
+        loaded(model, filepath, by_name=bool(given.get("by_name")),
+               skip_mismatch=bool(given.get("skip_mismatch")))
         return result
 
     for wrapper, original in zip((save_weights, load_weights), originals):

@@ -43,7 +43,8 @@ from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp",
            "release_loaded_variables", "refuse_loaded_updates", "is_marked",
-           "mark_loaded_weights", "is_loaded_weight", "PUBLIC_COPY_FIX",
+           "mark_loaded_weights", "mark_loaded_when_built", "mark_weights_built_since_load",
+           "is_loaded_weight", "PUBLIC_COPY_FIX",
            "REGISTERED_NAME"]
 
 REGISTERED_NAME = "tf_tempered>PrivateOptimizer"
@@ -209,10 +210,33 @@ def saved_dp(model):
     return found[0] if found else None
 
 
+_PENDING = weakref.WeakValueDictionary()  # id -> a model loaded before it was built
+_PENDING_DP = "_tf_tempered_pending_loaded_dp"
+
+
+def mark_loaded_when_built(model, saved):
+    """tf-keras restores a TF checkpoint into a model not built yet when it is built: its
+    weights are marked (:func:`mark_loaded_weights`) before any update, as make_private's
+    tags are (update_guard)."""
+    keras_bridge.set_untracked(model, _PENDING_DP, ledger_lineage.combined_dp(
+        [vars(model).get(_PENDING_DP), saved]))
+    _PENDING[id(model)] = model
+
+
+def mark_weights_built_since_load():
+    """Marks the weights of the models loaded before they were built, once they are."""
+    for model in list(_PENDING.values()):
+        weights = keras_bridge.existing_weights(model)
+        if weights:
+            mark_loaded_weights(weights, vars(model).pop(_PENDING_DP))
+            _PENDING.pop(id(model), None)
+
+
 def saved_dps(model):
     """Every distinct DP dict a model's loaded parts were saved with, its optimizer's
     first (a model built on the layers of two loaded private models has two)."""
-    found = []
+    mark_weights_built_since_load()
+    found = [vars(model)[_PENDING_DP]] if _PENDING_DP in vars(model) else []
     optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
     if isinstance(optimizer, _Marked) and vars(optimizer).get("_tf_tempered_saved_dp"):
         found.append(vars(optimizer).get("_tf_tempered_saved_dp"))
@@ -226,6 +250,8 @@ def saved_dps(model):
 def release_loaded_variables(model):
     """make_private took the DP dict the model was loaded with: its variables train as its
     own again (by its marked optimizer in fit, or by DPGradients' in a custom loop)."""
+    vars(model).pop(_PENDING_DP, None)
+    _PENDING.pop(id(model), None)
     for variable in keras_bridge.existing_weights(model):
         for alias in keras_bridge.variable_aliases(variable):
             if hasattr(alias, "__dict__") and _LOADED in vars(alias):
@@ -248,6 +274,7 @@ def refuse_loaded_updates(optimizer, variables):
     """Refuses a plain optimizer's update of the variables of a private model loaded and
     not yet made private again (a recompile replaced its marked optimizer: it would train
     WITHOUT DP)."""
+    mark_weights_built_since_load()
     if any(is_loaded_weight(v) for v in variables):
         raise NotPrivateError(_REFUSAL_RECOMPILED.format(name=type(optimizer).__name__))
 

@@ -30,7 +30,8 @@ beside any other format (tf-keras' TF checkpoints, sharded or remote files) in
   takes the settings and ledger saved (no arguments needed), as after ``load_model``.
 
 A plain model holding some private weights (a head on a private encoder) also saves which
-of its weights they are; a load into a model of the same weight shapes marks only those.
+of its weights they are; a load in order (not ``by_name``, not ``skip_mismatch``) into a model
+of the same layers and shapes marks only those.
 A file written by a plain model carries nothing, and deletes an old private save's
 ``<path>.tf_tempered_dp.json``. ``tf.train.Checkpoint`` files written directly carry no
 ledger (see docs/keras_features.md).
@@ -69,20 +70,37 @@ def dp_to_save(model):
     dp = ledger_lineage.combined_dp([*(_owners_dp(ledger) for ledger in
                                        shared_ledgers.weights_ledgers(model)),
                                      *saving.saved_dps(model)])
-    weights = keras_bridge.existing_weights(model)
+    weights, structure = _weights_by_layer(model)
     private = [i for i, w in enumerate(weights) if _is_private(w)]
     if dp is None or len(private) == len(weights):
         return dp
     # Some are not (a plain head on a private encoder): a load marks only those that are.
-    return {**dp, "private_weights": private, "weight_shapes": _shapes(weights)}
+    return {**dp, "private_weights": private, "weight_structure": structure}
 
 
 def _is_private(variable):
     return update_guard.is_private_weight(variable) or saving.is_loaded_weight(variable)
 
 
-def _shapes(weights):
-    return [[int(d) for d in w.shape] for w in weights]
+def _weights_by_layer(model):
+    """The weights of ``model``'s layers, depth first, and for each the classes of the layers
+    holding it, its index in its layer and its shape: what a load by structure (Keras 3's
+    paths of layer classes, tf-keras' topological order) matches a file's weights by."""
+    weights, structure = [], []
+
+    def visit(layer, outer):
+        chain = [*outer, type(layer).__name__]
+        inner = keras_bridge.sublayers(layer)
+        own = [w for w in keras_bridge.existing_weights(layer)
+               if not any(w is v for sub in inner for v in keras_bridge.existing_weights(sub))]
+        for index, weight in enumerate(own):
+            weights.append(weight)
+            structure.append(["/".join(chain), index, [int(d) for d in weight.shape]])
+        for sub in inner:
+            visit(sub, chain)
+
+    visit(model, [])
+    return weights, structure
 
 
 def _owners_dp(ledger):
@@ -155,31 +173,35 @@ def _dp_in_config(config):
                 visit(value)
 
     visit(config)
-    return found[0] if found else None
+    return ledger_lineage.combined_dp(found)  # a plain model nesting several: all of them
 
 
 def _saved(model, filepath):
     write_dp(filepath, dp_to_save(model))
 
 
-def _loaded(model, filepath):
+def _loaded(model, filepath, by_name=False, skip_mismatch=False):
     dp = read_dp(filepath)
     if dp is None or not dp.get("ledger"):
         return
     if get_state(model) is not None:
         ledger_lineage.absorb(get_state(model).ledger, dp["ledger"])
         return
-    weights = keras_bridge.existing_weights(model)
     for ledger in shared_ledgers.weights_ledgers(model):  # parts of live private models:
         ledger_lineage.absorb(ledger, dp["ledger"])        # those weights are the file's now
-    loaded = weights
-    if "private_weights" in dp and dp.get("weight_shapes") == _shapes(weights):
-        loaded = [weights[i] for i in dp["private_weights"]]  # the same model: by position
-    saving.mark_loaded_weights([w for w in loaded if not update_guard.is_private_weight(w)], dp)
+    weights, structure = _weights_by_layer(model)
+    if not weights:  # tf-keras restores into a model not built yet once it is built
+        saving.mark_loaded_when_built(model, dp)
+        return
+    if ("private_weights" in dp and dp.get("weight_structure") == structure
+            and not (by_name or skip_mismatch)):  # the same layers, loaded in order
+        weights = [weights[i] for i in dp["private_weights"]]
+    marked = [w for w in weights if not update_guard.is_private_weight(w)]
+    saving.mark_loaded_weights(marked, dp)
     # A step traced before the load (the model's fit, a loop's tf.function) would keep
     # updating them without the check, which runs while tracing: it fails from now on. (Its
     # train_function is kept: Keras 3's BackupAndRestore loads inside fit, which calls it.)
-    traced = update_guard.fail_traced_plain_updates(weights)
+    traced = update_guard.fail_traced_plain_updates(marked)
     if traced:
         warnings.warn(_TRACED_BEFORE_LOAD.format(
             names=", ".join(sorted({type(o).__name__ for o in traced}))), stacklevel=4)
