@@ -457,7 +457,7 @@ def _frozen_private_encoder_with_head(x, y):
 def test_private_positions_apply_only_to_the_same_layers_loaded_in_order(tmp_path):
     # Probe Q Q1: a model of the same weight shapes with its layers in another order (or a
     # load by name) got the saved positions, so the private encoder's weights went unmarked.
-    from tf_tempered.privacy.saving import is_loaded_weight
+    from tf_tempered.privacy.loaded_marks import is_loaded_weight
     x, y = _data()
     encoder, outer = _frozen_private_encoder_with_head(x, y)
     path = str(tmp_path / f"outer{FORMATS[0]}")

@@ -26,7 +26,7 @@ from tf_tempered import keras_bridge
 from tf_tempered._compat import keras
 from tf_tempered.keras_bridge import is_functional_model
 from tf_tempered.models import resolve_activation
-from tf_tempered.privacy import ledger_lineage, saving, shared_ledgers
+from tf_tempered.privacy import ledger_lineage, loaded_marks, saving, shared_ledgers
 
 _is_functional = is_functional_model
 
@@ -314,5 +314,5 @@ def swap_activations(model, activation, *, replace=("relu",), return_count=False
     # Loaded from a private model's weights and not made private since: so is the copy.
     loaded = ledger_lineage.combined_dp(saving.saved_dps(model))
     if loaded is not None:
-        saving.mark_loaded_weights(keras_bridge.existing_weights(new_model), loaded)
+        loaded_marks.mark_loaded_weights(keras_bridge.existing_weights(new_model), loaded)
     return (new_model, swapper.count) if return_count else new_model

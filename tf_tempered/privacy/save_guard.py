@@ -34,7 +34,7 @@ import warnings
 
 from tf_tempered._compat import KERAS_MAJOR
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import saving, update_guard
+from tf_tempered.privacy import loaded_marks, saving, update_guard
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["warn_saves_without_dp"]
@@ -79,7 +79,7 @@ def warn_saves_without_dp(model, filepath, include_optimizer):
             update_guard.is_private_weight(v) for v in weights):
         warnings.warn(_SAVED_INSIDE_A_PLAIN_MODEL.format(name=name), UserWarning, stacklevel=4)
     elif not (optimizer_kept and saving.is_marked(getattr(model, "optimizer", None))) and any(
-            saving.is_loaded_weight(v) for v in weights):
+            loaded_marks.is_loaded_weight(v) for v in weights):
         warnings.warn(_SAVED_LOADED_WEIGHTS.format(name=name), UserWarning, stacklevel=4)
 
 

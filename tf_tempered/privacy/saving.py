@@ -38,14 +38,12 @@ import weakref
 
 from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import ledger_lineage
+from tf_tempered.privacy import loaded_marks
 from tf_tempered.privacy.errors import NotPrivateError
 
 __all__ = ["PrivateOptimizer", "mark_optimizer", "bind_optimizer", "saved_dp",
            "release_loaded_variables", "refuse_loaded_updates", "is_marked",
-           "mark_loaded_weights", "mark_loaded_when_built", "mark_weights_built_since_load",
-           "is_loaded_weight", "PUBLIC_COPY_FIX",
-           "REGISTERED_NAME"]
+           "PUBLIC_COPY_FIX", "REGISTERED_NAME"]
 
 REGISTERED_NAME = "tf_tempered>PrivateOptimizer"
 
@@ -163,7 +161,6 @@ def saved_dp_of(optimizer):
     return vars(optimizer).get("_tf_tempered_saved_dp")
 
 
-_LOADED = "_tf_tempered_loaded_dp"  # on a loaded model's variables: the DP dict saved with it
 
 
 def _mark_loaded_variables(optimizer, variables):
@@ -171,24 +168,7 @@ def _mark_loaded_variables(optimizer, variables):
     if saved is not None and vars(optimizer).get("_tf_tempered_describe") is None:
         for variable in variables or []:
             for alias in keras_bridge.variable_aliases(variable):
-                keras_bridge.set_untracked(alias, _LOADED, saved)
-
-
-def mark_loaded_weights(variables, saved):
-    """``variables`` came from a private model's file (``load_weights``): marked with the DP
-    dict ``saved`` as a loaded model's are, so a plain update of them is refused and
-    make_private finds the settings and ledger. One marked already (by another file: a
-    partial load may have kept it) keeps both ledgers (:func:`.ledger_lineage.combined_dp`)."""
-    combined = {}
-    for variable in variables:
-        held = vars(variable).get(_LOADED) if hasattr(variable, "__dict__") else None
-        mark = saved
-        if held is not None and held is not saved:
-            if id(held) not in combined:
-                combined[id(held)] = ledger_lineage.combined_dp([held, saved])
-            mark = combined[id(held)]
-        for alias in keras_bridge.variable_aliases(variable):
-            keras_bridge.set_untracked(alias, _LOADED, mark)
+                keras_bridge.set_untracked(alias, loaded_marks.LOADED, saved)
 
 
 def _keep_the_loaded_dp(model):
@@ -210,38 +190,16 @@ def saved_dp(model):
     return found[0] if found else None
 
 
-_PENDING = weakref.WeakValueDictionary()  # id -> a model loaded before it was built
-_PENDING_DP = "_tf_tempered_pending_loaded_dp"
-
-
-def mark_loaded_when_built(model, saved):
-    """tf-keras restores a TF checkpoint into a model not built yet when it is built: its
-    weights are marked (:func:`mark_loaded_weights`) before any update, as make_private's
-    tags are (update_guard)."""
-    keras_bridge.set_untracked(model, _PENDING_DP, ledger_lineage.combined_dp(
-        [vars(model).get(_PENDING_DP), saved]))
-    _PENDING[id(model)] = model
-
-
-def mark_weights_built_since_load():
-    """Marks the weights of the models loaded before they were built, once they are."""
-    for model in list(_PENDING.values()):
-        weights = keras_bridge.existing_weights(model)
-        if weights:
-            mark_loaded_weights(weights, vars(model).pop(_PENDING_DP))
-            _PENDING.pop(id(model), None)
-
-
 def saved_dps(model):
     """Every distinct DP dict a model's loaded parts were saved with, its optimizer's
     first (a model built on the layers of two loaded private models has two)."""
-    mark_weights_built_since_load()
-    found = [vars(model)[_PENDING_DP]] if _PENDING_DP in vars(model) else []
+    loaded_marks.mark_weights_built_since_load()
+    found = loaded_marks.pending_dps(model)
     optimizer = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
     if isinstance(optimizer, _Marked) and vars(optimizer).get("_tf_tempered_saved_dp"):
         found.append(vars(optimizer).get("_tf_tempered_saved_dp"))
     for variable in keras_bridge.existing_weights(model):
-        saved = vars(variable).get(_LOADED) if hasattr(variable, "__dict__") else None
+        saved = loaded_marks.loaded_dp(variable)
         if saved is not None and not any(saved is seen for seen in found):
             found.append(saved)
     return found
@@ -250,12 +208,11 @@ def saved_dps(model):
 def release_loaded_variables(model):
     """make_private took the DP dict the model was loaded with: its variables train as its
     own again (by its marked optimizer in fit, or by DPGradients' in a custom loop)."""
-    vars(model).pop(_PENDING_DP, None)
-    _PENDING.pop(id(model), None)
+    loaded_marks.forget_pending(model)
     for variable in keras_bridge.existing_weights(model):
         for alias in keras_bridge.variable_aliases(variable):
-            if hasattr(alias, "__dict__") and _LOADED in vars(alias):
-                delattr(alias, _LOADED)
+            if hasattr(alias, "__dict__") and loaded_marks.LOADED in vars(alias):
+                delattr(alias, loaded_marks.LOADED)
 
 
 def is_marked(optimizer):
@@ -264,18 +221,12 @@ def is_marked(optimizer):
     return isinstance(keras_bridge.inner_optimizer(optimizer), _Marked)
 
 
-def is_loaded_weight(variable):
-    """Whether ``variable`` holds weights loaded from a private model's file, not yet made
-    private again."""
-    return hasattr(variable, "__dict__") and _LOADED in vars(variable)
-
-
 def refuse_loaded_updates(optimizer, variables):
     """Refuses a plain optimizer's update of the variables of a private model loaded and
     not yet made private again (a recompile replaced its marked optimizer: it would train
     WITHOUT DP)."""
-    mark_weights_built_since_load()
-    if any(is_loaded_weight(v) for v in variables):
+    loaded_marks.mark_weights_built_since_load()
+    if any(loaded_marks.is_loaded_weight(v) for v in variables):
         raise NotPrivateError(_REFUSAL_RECOMPILED.format(name=type(optimizer).__name__))
 
 

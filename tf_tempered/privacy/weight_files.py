@@ -47,8 +47,8 @@ import numpy as np
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
-from tf_tempered.privacy import (keras_adapter, ledger_lineage, saving, shared_ledgers,
-                                 update_guard)
+from tf_tempered.privacy import (keras_adapter, ledger_lineage, loaded_marks, saving,
+                                 shared_ledgers, update_guard)
 from tf_tempered.privacy.errors import NotPrivateError
 from tf_tempered.privacy.ledger_file import LEDGER_FILE_NAME
 from tf_tempered.privacy.state import get_state
@@ -79,7 +79,7 @@ def dp_to_save(model):
 
 
 def _is_private(variable):
-    return update_guard.is_private_weight(variable) or saving.is_loaded_weight(variable)
+    return update_guard.is_private_weight(variable) or loaded_marks.is_loaded_weight(variable)
 
 
 def _weights_by_layer(model):
@@ -191,13 +191,13 @@ def _loaded(model, filepath, by_name=False, skip_mismatch=False):
         ledger_lineage.absorb(ledger, dp["ledger"])        # those weights are the file's now
     weights, structure = _weights_by_layer(model)
     if not weights:  # tf-keras restores into a model not built yet once it is built
-        saving.mark_loaded_when_built(model, dp)
+        loaded_marks.mark_loaded_when_built(model, dp)
         return
     if ("private_weights" in dp and dp.get("weight_structure") == structure
             and not (by_name or skip_mismatch)):  # the same layers, loaded in order
         weights = [weights[i] for i in dp["private_weights"]]
     marked = [w for w in weights if not update_guard.is_private_weight(w)]
-    saving.mark_loaded_weights(marked, dp)
+    loaded_marks.mark_loaded_weights(marked, dp)
     # A step traced before the load (the model's fit, a loop's tf.function) would keep
     # updating them without the check, which runs while tracing: it fails from now on. (Its
     # train_function is kept: Keras 3's BackupAndRestore loads inside fit, which calls it.)

@@ -1,0 +1,93 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The mark on weights loaded from a private model's file, not yet made private again.
+
+A loaded model's weights (``load_model``: its marked optimizer's build, :mod:`.saving`;
+``load_weights`` of a private model's weights file, :mod:`.weight_files`) carry the DP dict
+saved with them: a plain optimizer's update of them is refused
+(:func:`.saving.refuse_loaded_updates`) and make_private finds the settings and ledger
+(:func:`.saving.saved_dps`), until make_private releases them.
+"""
+
+import weakref
+
+from tf_tempered import keras_bridge
+from tf_tempered.privacy import ledger_lineage
+
+__all__ = ["LOADED", "is_loaded_weight", "loaded_dp", "mark_loaded_weights",
+           "mark_loaded_when_built", "mark_weights_built_since_load", "pending_dps",
+           "forget_pending"]
+
+LOADED = "_tf_tempered_loaded_dp"  # on a loaded model's variables: the DP dict saved with it
+
+
+def is_loaded_weight(variable):
+    """Whether ``variable`` holds weights loaded from a private model's file, not yet made
+    private again."""
+    return loaded_dp(variable) is not None
+
+
+def loaded_dp(variable):
+    """The DP dict ``variable`` was loaded with, or None."""
+    return vars(variable).get(LOADED) if hasattr(variable, "__dict__") else None
+
+
+def mark_loaded_weights(variables, saved):
+    """``variables`` came from a private model's file (``load_weights``): marked with the DP
+    dict ``saved`` as a loaded model's are, so a plain update of them is refused and
+    make_private finds the settings and ledger. One marked already (by another file: a
+    partial load may have kept it) keeps both ledgers (:func:`.ledger_lineage.combined_dp`)."""
+    combined = {}
+    for variable in variables:
+        held = loaded_dp(variable)
+        mark = saved
+        if held is not None and held is not saved:
+            if id(held) not in combined:
+                combined[id(held)] = ledger_lineage.combined_dp([held, saved])
+            mark = combined[id(held)]
+        for alias in keras_bridge.variable_aliases(variable):
+            keras_bridge.set_untracked(alias, LOADED, mark)
+
+
+_PENDING = weakref.WeakValueDictionary()  # id -> a model loaded before it was built
+_PENDING_DP = "_tf_tempered_pending_loaded_dp"
+
+
+def mark_loaded_when_built(model, saved):
+    """tf-keras restores a TF checkpoint into a model not built yet when it is built: its
+    weights are marked (:func:`mark_loaded_weights`) before any update, as make_private's
+    tags are (update_guard)."""
+    keras_bridge.set_untracked(model, _PENDING_DP, ledger_lineage.combined_dp(
+        [vars(model).get(_PENDING_DP), saved]))
+    _PENDING[id(model)] = model
+
+
+def mark_weights_built_since_load():
+    """Marks the weights of the models loaded before they were built, once they are."""
+    for model in list(_PENDING.values()):
+        weights = keras_bridge.existing_weights(model)
+        if weights:
+            mark_loaded_weights(weights, vars(model).pop(_PENDING_DP))
+            _PENDING.pop(id(model), None)
+
+
+def pending_dps(model):
+    """The DP dict of a load into ``model`` before it was built, in a list (empty if none)."""
+    return [vars(model)[_PENDING_DP]] if _PENDING_DP in vars(model) else []
+
+
+def forget_pending(model):
+    """make_private took it (:func:`.saving.release_loaded_variables`)."""
+    vars(model).pop(_PENDING_DP, None)
+    _PENDING.pop(id(model), None)
