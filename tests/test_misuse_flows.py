@@ -500,37 +500,6 @@ def test_a_fully_frozen_model_fits_without_an_update_then_trains_once_unfrozen()
     assert all((a != b).any() for a, b in zip(before, model.get_weights()))
 
 
-# Before: silent; the file held no ledger, and a model loaded from it counted ε from 0.
-def test_saving_a_private_model_without_its_optimizer_warns(tmp_path):
-    x, y = _data()
-    model = make_private(_mlp(), l2_norm_clip=1.0, noise_multiplier=1.0)
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    model.fit(x, y, batch_size=4, verbose=0)
-    with pytest.warns(UserWarning, match="include_optimizer=False: the file keeps neither"):
-        model.save(str(tmp_path / "m.h5"), include_optimizer=False)
-
-
-# Before: the weights of a private model built after make_private (no Input: by its first fit
-# or call) were not tagged, and a plain model around it trained them with a plain optimizer:
-# no clipping, no noise.
-@pytest.mark.parametrize("built_by", ["fit", "call"])
-def test_a_plain_model_around_a_private_model_built_later_is_refused(built_by):
-    x, y = _data()
-    inner = make_private(keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(3)]),
-                         l2_norm_clip=1.0, noise_multiplier=1.0)
-    inner.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    if built_by == "fit":
-        inner.fit(x, y, batch_size=4, verbose=0)
-    else:
-        inner(x)
-    outer = keras.Sequential([keras.Input((5,)), inner])
-    outer.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    before = [w.copy() for w in outer.get_weights()]
-    with pytest.raises(NotPrivateError, match="would update the weights"):
-        outer.fit(x, y, batch_size=4, verbose=0)
-    assert all((a == b).all() for a, b in zip(before, outer.get_weights()))
-
-
 def _trained_private_mlp():
     x, y = _data()
     model = make_private(_mlp(), l2_norm_clip=1.0, noise_multiplier=1.0)
@@ -539,27 +508,44 @@ def _trained_private_mlp():
     return model
 
 
+def _assert_loaded_refuses_then_counts(path, spent):
+    """The model loaded from ``path`` refuses a plain fit; made private, its ε is ``spent``."""
+    loaded = keras.models.load_model(path)
+    if not loaded.compiled if KERAS_MAJOR == 3 else loaded.optimizer is None:  # saved without
+        loaded.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    x, y = _data()
+    with pytest.raises(NotPrivateError):
+        loaded.fit(x, y, batch_size=4, verbose=0)
+    assert epsilon_spent(make_private(loaded))[0] == pytest.approx(spent)
+
+
+# Before: silent; the file held no ledger, and a model loaded from it counted ε from 0. Then
+# (stop 68) warned; now (stop 76) the file keeps the DP dict (privacy/model_files.py).
 @pytest.mark.parametrize("how", ["method", "function"])
-def test_saving_a_private_model_without_its_optimizer_warns_by_method_or_function(tmp_path,
-                                                                                    how):
+def test_a_private_model_saved_without_its_optimizer_keeps_its_dp(tmp_path, how):
     model = _trained_private_mlp()
     path = str(tmp_path / "m.h5")
-    with pytest.warns(UserWarning, match="include_optimizer=False: the file keeps neither"):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", r"(?s).*\bDP\b", UserWarning)  # (not Keras' own)
         if how == "method":
             model.save(path, include_optimizer=False)
         else:
             keras.models.save_model(model, path, include_optimizer=False)
+    _assert_loaded_refuses_then_counts(path, epsilon_spent(model)[0])
 
 
 # Before (Keras 2): silent, and the loaded outer model trained the private weights without
-# DP (make_private on it counted ε from 0).
-@pytest.mark.parametrize("suffix", [".h5"] + ([".keras"] if KERAS_MAJOR == 2 else []))
-def test_saving_a_plain_model_holding_a_private_model_warns_where_the_file_loses_dp(
-        tmp_path, suffix):
-    outer = keras.Sequential([keras.Input((5,)), _trained_private_mlp()])
+# DP (make_private on it counted ε from 0). Then warned; now the file keeps the DP dict.
+@pytest.mark.parametrize("suffix", [".h5", ".keras"] + (["", ] if KERAS_MAJOR == 2 else []))
+def test_saving_a_plain_model_holding_a_private_model_keeps_its_dp(tmp_path, suffix):
+    inner = _trained_private_mlp()
+    outer = keras.Sequential([keras.Input((5,)), inner])
     outer.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
-    with pytest.warns(UserWarning, match="holds the weights of a private model"):
-        outer.save(str(tmp_path / f"outer{suffix}"))
+    path = str(tmp_path / f"outer{suffix}")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", r"(?s).*\bDP\b", UserWarning)  # (not Keras' own)
+        outer.save(path)
+    _assert_loaded_refuses_then_counts(path, epsilon_spent(inner)[0])
 
 
 def test_saving_a_plain_model_holding_a_private_model_made_private_keeps_its_epsilon(

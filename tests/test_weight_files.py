@@ -18,6 +18,8 @@ Resuming the Keras way — ``ModelCheckpoint(save_weights_only=True)``, then a n
 after one more epoch). Every ε here is checked against dp_accounting on the steps taken.
 """
 
+import io
+
 import dp_accounting
 import h5py
 import numpy as np
@@ -26,7 +28,7 @@ import pytest
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import NotPrivateError, epsilon_spent, make_private
 from tf_tempered.privacy.state import get_state
-from tf_tempered.privacy.weight_files import DATASET, SIDECAR_SUFFIX, read_dp
+from tf_tempered.privacy.dp_in_files import DATASET, SIDECAR_SUFFIX, read_dp
 
 N, BATCH, SIGMA, DELTA = 64, 16, 1.3, 1e-5
 STEPS = N // BATCH  # Poisson steps an epoch
@@ -401,15 +403,58 @@ def test_a_plain_fit_resuming_a_private_backup_is_refused(tmp_path, budget_ledge
             keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))])
 
 
-def test_a_whole_model_save_of_loaded_private_weights_warns(tmp_path):
+# Whole-model formats: a SavedModel directory ("") with tf-keras.
+MODEL_FORMATS = [".keras", ".h5"] + ([""] if KERAS_MAJOR == 2 else [])
+
+
+@pytest.mark.parametrize("ext", MODEL_FORMATS)
+def test_a_whole_model_save_of_loaded_private_weights_keeps_their_dp(tmp_path, ext):
     # Probe P F6: the plain model's own optimizer carries no DP dict, so a whole-model save
-    # loses it (a model loaded from it trains the weights without DP): warned, as for a
-    # private model nested in a plain one.
+    # lost it (warned): a model loaded from it trained the weights without DP. The file
+    # keeps it now (privacy/model_files.py).
     model = _compiled(_plain_model())
     model.load_weights(_private_file(tmp_path))
-    path = str(tmp_path / ("model.keras" if KERAS_MAJOR == 3 else "model.h5"))
+    path = str(tmp_path / f"model{ext}")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    x, y = _data()
+    with pytest.raises(NotPrivateError):
+        loaded.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    make_private(loaded)
+    np.testing.assert_allclose(epsilon_spent(loaded)[0], _poisson_epsilon(1), rtol=1e-6)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="tf-keras saves to a path only")
+def test_a_save_to_a_file_object_warns_where_the_dp_is_lost(tmp_path):
+    model = _compiled(_plain_model())
+    model.load_weights(_private_file(tmp_path))
     with pytest.warns(UserWarning, match="holds weights loaded from a private model"):
-        model.save(path)
+        try:
+            model.save(io.BytesIO())  # a Keras 3 without file objects raises after the check
+        except (ValueError, TypeError, AttributeError):
+            pass
+
+
+@pytest.mark.parametrize("ext", MODEL_FORMATS)
+def test_a_whole_model_save_of_a_head_on_a_frozen_private_encoder_guards_the_encoder(
+        tmp_path, ext):
+    # The same for a plain head on a live private encoder: the loaded head trains, the
+    # encoder, unfrozen, is refused.
+    x, y = _data()
+    _, outer = _frozen_private_encoder_with_head(x, y)
+    path = str(tmp_path / f"outer{ext}")
+    outer.save(path)
+    loaded = keras.models.load_model(path)
+    loaded.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    head = loaded.layers[-1].get_weights()[0].copy()
+    loaded.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    assert not np.allclose(head, loaded.layers[-1].get_weights()[0])
+    for layer in (loaded.layers[0], *loaded.layers[0].layers):  # (Keras 3 loads each frozen)
+        layer.trainable = True
+    assert len(loaded.trainable_weights) == 4
+    loaded.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    with pytest.raises(NotPrivateError):
+        loaded.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
 
 
 def test_a_plain_head_on_a_private_encoder_resumes_and_only_the_encoder_is_guarded(tmp_path):
@@ -534,3 +579,76 @@ def test_load_weights_of_a_keras_file_nesting_two_private_models_counts_both(tmp
     resumed.load_weights(tmp_path / "two.keras")
     np.testing.assert_allclose(epsilon_spent(resumed)[0], _poisson_epsilon(3, more=(0.9, 2)),
                                rtol=1e-6)
+
+
+def _killed_plain_fit_holding_a_frozen_private_encoder(x, y, backup):
+    """The encoder of :func:`_frozen_private_encoder_with_head` under a plain head, whose fit
+    with a BackupAndRestore is killed in its second epoch; the encoder."""
+    encoder, outer = _frozen_private_encoder_with_head(x, y)
+    with pytest.raises(KeyboardInterrupt):
+        outer.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[
+            keras.callbacks.BackupAndRestore(backup), _Kill()])
+    return encoder
+
+
+def _encoder_under_a_head(trainable):
+    encoder = keras.Sequential([keras.Input((5,)), keras.layers.Dense(5)], name="encoder")
+    encoder.trainable = trainable
+    return encoder, keras.Sequential([keras.Input((5,)), encoder, keras.layers.Dense(5)])
+
+
+def test_a_plain_fits_backup_of_a_frozen_private_encoder_restores_it_guarded(tmp_path):
+    # Probe Q Q6 (tf-keras): a BackupAndRestore restores through tf.train.Checkpoint, so a
+    # plain model's backup holding a private model's frozen encoder came back unmarked, and
+    # unfrozen the encoder trained without DP. (Keras 3: its backup is a weights file.)
+    from tf_tempered.privacy.plain_backups import WEIGHTS_DP_FILE_NAME
+    x, y = _data()
+    backup = str(tmp_path / "backup")
+    private = _killed_plain_fit_holding_a_frozen_private_encoder(x, y, backup)
+    encoder, outer = _encoder_under_a_head(trainable=False)
+    resumed = _compiled(outer)
+    resumed.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[
+        keras.callbacks.BackupAndRestore(backup)])  # the plain head trains
+    np.testing.assert_array_equal(encoder.get_weights()[0], private.get_weights()[0])
+    assert not tf.io.gfile.exists(f"{backup}/{WEIGHTS_DP_FILE_NAME}")  # deleted with it
+    encoder.trainable = True
+    # (tf-keras' next fit needs a BackupAndRestore; Keras 3 keeps the restored epoch, 3)
+    with pytest.raises(NotPrivateError):
+        _compiled(resumed).fit(x, y, batch_size=BATCH, epochs=4, verbose=0, callbacks=[
+            keras.callbacks.BackupAndRestore(str(tmp_path / "next"))])
+    make_private(resumed)
+    np.testing.assert_allclose(epsilon_spent(resumed)[0], _poisson_epsilon(1), rtol=1e-6)
+
+
+def test_a_private_model_resuming_a_plain_fits_backup_counts_its_private_weights(tmp_path):
+    # The same backup resumed by a private model: its ε counts the encoder's steps.
+    x, y = _data()
+    backup = str(tmp_path / "backup")
+    _killed_plain_fit_holding_a_frozen_private_encoder(x, y, backup)
+    _, outer = _encoder_under_a_head(trainable=True)
+    resumed = _compiled(make_private(outer, l2_norm_clip=1.0, noise_multiplier=SIGMA))
+    resumed.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[
+        keras.callbacks.BackupAndRestore(backup)])  # epochs 2 and 3 (the first was backed up)
+    np.testing.assert_allclose(epsilon_spent(resumed)[0], _poisson_epsilon(3), rtol=1e-6)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="tf-keras' load_weights of a SavedModel")
+@pytest.mark.parametrize("inner", [False, True])
+def test_load_weights_of_a_private_models_saved_model_counts_its_ledger(tmp_path, inner):
+    # Probe P F2b: load_weights of a SavedModel directory (or its variables/variables
+    # checkpoint) carried nothing: a plain model trained the weights without DP.
+    x, y = _data()
+    owner = _private_model()
+    owner.fit(x, y, batch_size=BATCH, epochs=2, verbose=0)
+    directory = str(tmp_path / "saved_model")
+    owner.save(directory)
+    path = f"{directory}/variables/variables" if inner else directory
+    plain = _compiled(_plain_model())
+    plain.load_weights(path)
+    with pytest.raises(NotPrivateError):
+        plain.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    make_private(plain)
+    np.testing.assert_allclose(epsilon_spent(plain)[0], _poisson_epsilon(2), rtol=1e-6)
+    private = _private_model()
+    private.load_weights(path)
+    np.testing.assert_allclose(epsilon_spent(private)[0], _poisson_epsilon(2), rtol=1e-6)

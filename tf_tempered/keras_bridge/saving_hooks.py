@@ -11,26 +11,29 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""A check before every save of a Keras model: ``model.save`` and the function
-``keras.models.save_model`` (``keras.saving.save_model``), which share one implementation
-(Keras' ``saving_api.save_model``) under several names; one around every compile; and
-one after every ``save_weights`` and ``load_weights`` (Keras' ``saving_api`` functions,
-which the Model methods call); one before a ``BackupAndRestore`` restores."""
+"""A check before every save of a Keras model (``model.save`` and the function
+``keras.models.save_model``/``keras.saving.save_model``, which share one implementation,
+Keras' ``saving_api.save_model``, under several names) and a hook after it and after every
+``load_model``; one around every compile; one after every ``save_weights`` and
+``load_weights`` (Keras' ``saving_api`` functions, which the Model methods call); hooks
+around a ``BackupAndRestore``'s restore and end."""
 
 import functools
 import importlib
 import inspect
+import json
 import os
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
-__all__ = ["around_model_compiles", "guard_model_saves", "after_weight_files",
-           "before_backup_restores"]
+__all__ = ["around_model_compiles", "guard_model_saves", "around_model_files",
+           "after_weight_files", "around_backup_restores", "saved_model_metadata"]
 
 _CHECKS = []
 _COMPILE_HOOKS = []
 _WEIGHT_FILE_HOOKS = []
 _RESTORE_CHECKS = []
+_MODEL_FILE_HOOKS = []
 
 
 def around_model_compiles(hook):
@@ -63,21 +66,57 @@ def guard_model_saves(check):
     if _CHECKS:
         return
     _CHECKS.append(check)
-    original = importlib.import_module(_MODULES[0]).save_model
 
-    def save_model(model, filepath, *args, **kwargs):
-        check(model, filepath, kwargs.get("include_optimizer", True))
-        return original(model, filepath, *args, **kwargs)
+    def wrap(original):
+        def save_model(model, filepath, *args, **kwargs):
+            check(model, filepath, kwargs.get("include_optimizer", True))
+            return original(model, filepath, *args, **kwargs)
+        return save_model
 
-    save_model.__doc__ = original.__doc__
-    save_model.__wrapped__ = original
-    for name in _MODULES:
+    _replace_in_modules(_MODULES, "save_model", wrap)
+
+
+def around_model_files(saving, saved, loaded):
+    """Makes every model save run inside the context ``saving(model)`` and call
+    ``saved(model, filepath, include_optimizer)`` once the file is written, and every
+    ``load_model`` call ``loaded(model, filepath)`` with the model it returns. Installed
+    once."""
+    if _MODEL_FILE_HOOKS:
+        return
+    _MODEL_FILE_HOOKS.append((saving, saved, loaded))
+
+    def wrap_save(original):
+        def save_model(model, filepath, *args, **kwargs):
+            with saving(model):
+                result = original(model, filepath, *args, **kwargs)
+            saved(model, filepath, kwargs.get("include_optimizer", True))
+            return result
+        return save_model
+
+    def wrap_load(original):
+        def load_model(filepath, *args, **kwargs):
+            model = original(filepath, *args, **kwargs)
+            loaded(model, filepath)
+            return model
+        return load_model
+
+    _replace_in_modules(_MODULES, "save_model", wrap_save)
+    _replace_in_modules(_MODULES, "load_model", wrap_load)
+
+
+def _replace_in_modules(modules, name, wrap):
+    """Replaces the function ``name`` of ``modules[0]`` by ``wrap(it)`` there and in the
+    other ``modules`` holding it (its public names)."""
+    original = getattr(importlib.import_module(modules[0]), name)
+    wrapper = wrap(original)
+    wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
+    for module_name in modules:
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(module_name)
         except ImportError:  # a Keras without that public name
             continue
-        if getattr(module, "save_model", None) is original:
-            module.save_model = save_model
+        if getattr(module, name, None) is original:
+            setattr(module, name, wrapper)
 
 
 # Modules holding Keras' save_weights/load_weights (the Model methods call the first's).
@@ -92,31 +131,29 @@ def after_weight_files(saved, loaded):
     if _WEIGHT_FILE_HOOKS:
         return
     _WEIGHT_FILE_HOOKS.append((saved, loaded))
-    api = importlib.import_module(_WEIGHTS_MODULES[0])
-    originals = api.save_weights, api.load_weights
 
-    def save_weights(model, filepath, *args, **kwargs):
-        overwrite = kwargs.get("overwrite", args[0] if args else True)
-        before = None if overwrite else _written_state(filepath)
-        result = originals[0](model, filepath, *args, **kwargs)
-        if overwrite or before is None or _written_state(filepath) != before:
-            saved(model, filepath)  # not when Keras asked and was told not to overwrite
-        return result
+    def wrap_save(original):
+        def save_weights(model, filepath, *args, **kwargs):
+            overwrite = kwargs.get("overwrite", args[0] if args else True)
+            before = None if overwrite else _written_state(filepath)
+            result = original(model, filepath, *args, **kwargs)
+            if overwrite or before is None or _written_state(filepath) != before:
+                saved(model, filepath)  # not when Keras asked and was told not to overwrite
+            return result
+        return save_weights
 
-    def load_weights(model, filepath, *args, **kwargs):
-        result = originals[1](model, filepath, *args, **kwargs)
-        arguments = inspect.signature(originals[1]).bind(model, filepath, *args, **kwargs)
-        given = {**arguments.arguments.get("kwargs", {}), **arguments.arguments}
-        loaded(model, filepath, by_name=bool(given.get("by_name")),
-               skip_mismatch=bool(given.get("skip_mismatch")))
-        return result
+    def wrap_load(original):
+        def load_weights(model, filepath, *args, **kwargs):
+            result = original(model, filepath, *args, **kwargs)
+            arguments = inspect.signature(original).bind(model, filepath, *args, **kwargs)
+            given = {**arguments.arguments.get("kwargs", {}), **arguments.arguments}
+            loaded(model, filepath, by_name=bool(given.get("by_name")),
+                   skip_mismatch=bool(given.get("skip_mismatch")))
+            return result
+        return load_weights
 
-    for wrapper, original in zip((save_weights, load_weights), originals):
-        wrapper.__doc__, wrapper.__wrapped__ = original.__doc__, original
-        for name in _WEIGHTS_MODULES:
-            module = importlib.import_module(name)
-            if getattr(module, original.__name__, None) is original:
-                setattr(module, original.__name__, wrapper)
+    _replace_in_modules(_WEIGHTS_MODULES, "save_weights", wrap_save)
+    _replace_in_modules(_WEIGHTS_MODULES, "load_weights", wrap_load)
 
 
 def _written_state(filepath):
@@ -130,18 +167,47 @@ def _written_state(filepath):
     return None
 
 
-def before_backup_restores(check):
-    """Makes every ``keras.callbacks.BackupAndRestore`` call ``check(callback)`` at the start
+def around_backup_restores(before, after, ended):
+    """Makes every ``keras.callbacks.BackupAndRestore`` call ``before(callback)`` at the start
     of a fit, before it restores a backup (tf-keras restores through tf.train.Checkpoint,
-    not ``load_weights``). Installed once."""
+    not ``load_weights``), ``after(callback)`` once it has, and ``ended(callback)`` when the
+    fit ends, before it deletes the backup. Installed once."""
     if _RESTORE_CHECKS:
         return
-    _RESTORE_CHECKS.append(check)
-    original = keras.callbacks.BackupAndRestore.on_train_begin
+    _RESTORE_CHECKS.append((before, after, ended))
+    cls = keras.callbacks.BackupAndRestore
+    begin, end = cls.on_train_begin, cls.on_train_end
 
-    @functools.wraps(original)
+    @functools.wraps(begin)
     def on_train_begin(self, logs=None):
-        check(self)
-        return original(self, logs)
+        before(self)
+        result = begin(self, logs)
+        after(self)
+        return result
 
-    keras.callbacks.BackupAndRestore.on_train_begin = on_train_begin
+    @functools.wraps(end)
+    def on_train_end(self, logs=None):
+        ended(self)
+        return end(self, logs)
+
+    cls.on_train_begin, cls.on_train_end = on_train_begin, on_train_end
+
+
+def saved_model_metadata(filepath):
+    """The Keras metadata of each object of the tf-keras SavedModel at ``filepath`` (its
+    directory, or the checkpoint prefix in it, ``<dir>/variables/variables``: both are what
+    tf-keras' ``load_weights`` reads), as dicts (the root's holds the training config), or
+    [] (not a SavedModel, or Keras 3, whose ``load_weights`` reads none)."""
+    if KERAS_MAJOR == 3:
+        return []
+    from tf_keras.protobuf import saved_metadata_pb2  # pylint: disable=g-import-not-at-top
+    path = (os.fspath(filepath) if isinstance(filepath, os.PathLike) else str(filepath)).rstrip("/")
+    inner = f"/{tf.saved_model.VARIABLES_DIRECTORY}/{tf.saved_model.VARIABLES_FILENAME}"
+    for directory in (path, path[:-len(inner)] if path.endswith(inner) else None):
+        found = directory and f"{directory}/keras_metadata.pb"
+        if found and tf.io.gfile.exists(found):
+            metadata = saved_metadata_pb2.SavedMetadata()
+            with tf.io.gfile.GFile(found, "rb") as f:
+                metadata.ParseFromString(f.read())
+            return [json.loads(node.metadata) for node in metadata.nodes if node.metadata]
+    return []

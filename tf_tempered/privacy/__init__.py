@@ -24,6 +24,8 @@ from tf_tempered.privacy.layer_report import layer_paths
 from tf_tempered.privacy.make_private import has_secret_dp_randomness, is_private, make_private
 from tf_tempered.privacy import save_guard as _save_guard  # noqa: F401  (installs the save check)
 from tf_tempered.privacy import weight_files as _weight_files  # noqa: F401  (weights files' DP)
+from tf_tempered.privacy import plain_backups as _plain_backups  # noqa: F401  (BackupAndRestore)
+from tf_tempered.privacy import model_files as _model_files  # noqa: F401  (model.save DP)
 from tf_tempered.privacy.options import EngineOptions
 from tf_tempered.privacy.settings import DPConfig, dp_config
 from tf_tempered.privacy.optimizers import (DPKerasAdagradOptimizer, DPKerasAdamOptimizer,

@@ -46,6 +46,7 @@ is a part of what both hold.
 """
 
 import dataclasses
+import json
 
 from tf_tempered.privacy.ledger import PrivacyLedger, segments_of
 
@@ -55,6 +56,8 @@ __all__ = ["absorb", "steps_beyond", "merge_lineage", "combined_dp"]
 def absorb(ledger, config):
     """Adds the steps of the saved ledger ``config`` (a ``to_config()`` dict) that
     ``ledger`` does not hold yet; returns how many."""
+    if config.get("parts"):  # a union of saved ledgers (combined_dp): each part once
+        return sum(absorb(ledger, part) for part in config["parts"])
     snapshot = segments_of(config["segments"])
     ledger.add_prior_events(_prior_events(config))
     key = config.get("id")
@@ -138,16 +141,32 @@ def combined_dp(dps):
     """One DP dict for weights that several private models' steps trained: the first's
     settings, and the union of their ledgers (each step once, by :func:`absorb`; ledgers
     that share no history are composed whole, an over-count when they trained on different
-    data)."""
+    data), which keeps its ``parts``.
+
+    >>> from tf_tempered.privacy.ledger import Segment
+    >>> a, b = PrivacyLedger(), PrivacyLedger()
+    >>> a.add(Segment("shuffle", 1.1, steps=10, passes=2))
+    >>> b.add(Segment("shuffle", 0.9, steps=4, passes=1))
+    >>> dp_a, dp_b = {"ledger": a.to_config()}, {"ledger": b.to_config()}
+    >>> both = combined_dp([dp_a, dp_b])
+    >>> again = combined_dp([dp_a, dp_b, both])    # the union with its own parts
+    >>> [sum(s["steps"] for s in d["ledger"]["segments"]) for d in (both, again)]
+    [14, 14]
+    """
     dps = [dp for dp in dps if dp is not None]
     if len(dps) <= 1:
         return dps[0] if dps else None
-    ledgers = [dp["ledger"] for dp in dps if dp.get("ledger")]
-    union = PrivacyLedger(delta=min(c["delta"] for c in ledgers),
-                          accountant=ledgers[0]["accountant"]) if ledgers else None
-    for config in ledgers:
+    # The union keeps its parts: a union holding it (a save of weights loaded from several
+    # files, read back with them) absorbs each part once, not its concatenated segments.
+    parts = {json.dumps(part, sort_keys=True): part for dp in dps if dp.get("ledger")
+             for part in (dp["ledger"].get("parts") or [dp["ledger"]])}
+    if not parts:
+        return {**dps[0], "ledger": None}
+    union = PrivacyLedger(delta=min(c["delta"] for c in parts.values()),
+                          accountant=next(iter(parts.values()))["accountant"])
+    for config in parts.values():
         absorb(union, config)
-    return {**dps[0], "ledger": union.to_config() if union is not None else None}
+    return {**dps[0], "ledger": {**union.to_config(), "parts": list(parts.values())}}
 
 
 def _prior_events(config):

@@ -161,10 +161,14 @@ def instrument(model):
     return layers
 
 
+# Keras 3 calls a quantized layer's quantized_call instead of call (int8 or int4: a frozen
+# base under LoRA): both are recorded, by a function set on the layer (model_files lifts it
+# while tf-keras writes a SavedModel).
+RECORDED_METHODS = ("call", "quantized_call")
+
+
 def _wrap_call(layer):
-    # Keras 3 calls a quantized layer's quantized_call instead of call (int8 or int4:
-    # a frozen base under LoRA): both are recorded.
-    for name in ("call", "quantized_call"):
+    for name in RECORDED_METHODS:
         if callable(getattr(layer, name, None)):
             keras_bridge.set_untracked(layer, name, _recording(layer, getattr(layer, name)))
     keras_bridge.set_untracked(layer, "_tf_tempered_instrumented", True)

@@ -28,13 +28,15 @@ loaded from such a file trains without DP unless made private again, counting ε
   (:mod:`.weight_files`), any format: its own optimizer carries no DP dict.
 
 Both are fine for a model that serves predictions; the warnings name how to keep training.
+A save to a local path keeps the DP dict in the file instead (:mod:`.model_files`): these
+warnings are for the others (a file object, a remote path).
 """
 
 import warnings
 
 from tf_tempered._compat import KERAS_MAJOR
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import loaded_marks, saving, update_guard
+from tf_tempered.privacy import loaded_marks, model_files, saving, update_guard
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["warn_saves_without_dp"]
@@ -67,6 +69,8 @@ _SAVED_LOADED_WEIGHTS = (
 
 def warn_saves_without_dp(model, filepath, include_optimizer):
     """Warns before a save that loses a private model's DP settings (module docstring)."""
+    if model_files.carries_dp(filepath):
+        return  # the file keeps them (model_files)
     h5 = str(filepath).endswith((".h5", ".hdf5"))
     optimizer_kept = include_optimizer is not False or (KERAS_MAJOR == 3 and not h5)
     name = getattr(model, "name", "model")

@@ -37,27 +37,16 @@ A file written by a plain model carries nothing, and deletes an old private save
 ledger (see docs/keras_features.md).
 """
 
-import json
-import os
 import warnings
-import zipfile
-
-import h5py
-import numpy as np
 
 from tf_tempered import keras_bridge
-from tf_tempered._compat import tf
-from tf_tempered.privacy import (keras_adapter, ledger_lineage, loaded_marks, saving,
-                                 shared_ledgers, update_guard)
-from tf_tempered.privacy.errors import NotPrivateError
-from tf_tempered.privacy.ledger_file import LEDGER_FILE_NAME
+from tf_tempered.privacy import (keras_adapter, ledger_lineage, loaded_marks, shared_ledgers,
+                                 update_guard)
+from tf_tempered.privacy import saving
+from tf_tempered.privacy.dp_in_files import read_dp, write_dp
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["DATASET", "SIDECAR_SUFFIX", "dp_to_save", "read_dp", "write_dp",
-           "refuse_private_backups_in_plain_fits"]
-
-DATASET = "tf_tempered_dp"
-SIDECAR_SUFFIX = ".tf_tempered_dp.json"
+__all__ = ["dp_to_save", "apply_loaded_dp"]
 
 
 def dp_to_save(model):
@@ -70,9 +59,11 @@ def dp_to_save(model):
     dp = ledger_lineage.combined_dp([*(_owners_dp(ledger) for ledger in
                                        shared_ledgers.weights_ledgers(model)),
                                      *saving.saved_dps(model)])
+    if dp is None:
+        return None
     weights, structure = _weights_by_layer(model)
     private = [i for i, w in enumerate(weights) if _is_private(w)]
-    if dp is None or len(private) == len(weights):
+    if len(private) == len(weights):
         return dp
     # Some are not (a plain head on a private encoder): a load marks only those that are.
     return {**dp, "private_weights": private, "weight_structure": structure}
@@ -95,7 +86,9 @@ def _weights_by_layer(model):
                if not any(w is v for sub in inner for v in keras_bridge.existing_weights(sub))]
         for index, weight in enumerate(own):
             weights.append(weight)
-            structure.append(["/".join(chain), index, [int(d) for d in weight.shape]])
+            shape = getattr(weight, "shape", None)  # (tf-keras' lookup tables have none)
+            structure.append(["/".join(chain), index,
+                              None if shape is None else [int(d) for d in shape]])
         for sub in inner:
             visit(sub, chain)
 
@@ -110,78 +103,18 @@ def _owners_dp(ledger):
     return {"ledger": ledger.to_config()}  # its models are gone: the ledger alone
 
 
-def write_dp(filepath, dp):
-    """Writes ``dp`` into the weights file at ``filepath`` (HDF5) or beside it."""
-    path, sidecar = _paths(filepath)
-    if _local_hdf5(path):
-        with h5py.File(path, "a") as f:
-            if DATASET in f:
-                del f[DATASET]
-            if dp is not None:
-                f.create_dataset(DATASET, data=np.frombuffer(json.dumps(dp).encode(), np.uint8))
-        return
-    if dp is None:
-        if tf.io.gfile.exists(sidecar):  # an earlier private save's, now stale
-            tf.io.gfile.remove(sidecar)
-        return
-    with tf.io.gfile.GFile(sidecar, "w") as f:
-        f.write(json.dumps(dp))
-
-
-def read_dp(filepath):
-    """The DP dict the weights file at ``filepath`` carries, or None."""
-    path, sidecar = _paths(filepath)
-    if _local_hdf5(path):
-        with h5py.File(path, "r") as f:
-            if DATASET in f:
-                return json.loads(bytes(f[DATASET][()]).decode())
-            config = f.attrs.get("training_config")  # a whole model's save (model.save)
-            return None if config is None else _dp_in_config(json.loads(
-                config.decode() if isinstance(config, bytes) else config))
-    if path.endswith(".keras") and tf.io.gfile.exists(path):
-        with tf.io.gfile.GFile(path, "rb") as f, zipfile.ZipFile(f) as archive:
-            return _dp_in_config(json.loads(archive.read("config.json")))
-    if tf.io.gfile.exists(sidecar):
-        with tf.io.gfile.GFile(sidecar) as f:
-            return json.loads(f.read())
-    return None
-
-
-def _paths(filepath):
-    path = os.fspath(filepath) if isinstance(filepath, os.PathLike) else str(filepath)
-    return path, path + SIDECAR_SUFFIX
-
-
-def _local_hdf5(path):
-    return "://" not in path and os.path.isfile(path) and h5py.is_hdf5(path)
-
-
-def _dp_in_config(config):
-    """The DP dict of the private optimizer in a whole model's saved config (``.keras``, or
-    an HDF5 file's training config: ``load_weights`` of a ``model.save``), or None."""
-    found = []
-
-    def visit(node):
-        if isinstance(node, dict):
-            named = saving.REGISTERED_NAME in (node.get("registered_name"), node.get("class_name"))
-            if named and isinstance(node.get("config"), dict) and "dp" in node["config"]:
-                found.append(node["config"]["dp"])
-            for value in node.values():
-                visit(value)
-        elif isinstance(node, list):
-            for value in node:
-                visit(value)
-
-    visit(config)
-    return ledger_lineage.combined_dp(found)  # a plain model nesting several: all of them
-
-
 def _saved(model, filepath):
     write_dp(filepath, dp_to_save(model))
 
 
 def _loaded(model, filepath, by_name=False, skip_mismatch=False):
-    dp = read_dp(filepath)
+    apply_loaded_dp(model, read_dp(filepath), by_name=by_name, skip_mismatch=skip_mismatch)
+
+
+def apply_loaded_dp(model, dp, *, by_name=False, skip_mismatch=False):
+    """``model`` now holds the weights of a private model whose DP dict is ``dp`` (read from
+    a weights file, or a plain fit's backup: :mod:`.plain_backups`): a private model's ledger
+    adds the steps it lacks, a plain model's weights are marked."""
     if dp is None or not dp.get("ledger"):
         return
     if get_state(model) is not None:
@@ -204,7 +137,7 @@ def _loaded(model, filepath, by_name=False, skip_mismatch=False):
     traced = update_guard.fail_traced_plain_updates(marked)
     if traced:
         warnings.warn(_TRACED_BEFORE_LOAD.format(
-            names=", ".join(sorted({type(o).__name__ for o in traced}))), stacklevel=4)
+            names=", ".join(sorted({type(o).__name__ for o in traced}))), stacklevel=5)
 
 
 _TRACED_BEFORE_LOAD = (
@@ -217,23 +150,4 @@ _TRACED_BEFORE_LOAD = (
     "tf_tempered.privacy.DPGradients (docs/custom_loops.md).")
 
 
-def refuse_private_backups_in_plain_fits(backup):
-    """A fit of a model that is not private, restoring a backup a private model's fit wrote
-    (its ledger file is there: :mod:`.ledger_file`), would train those weights without DP
-    (tf-keras restores them through tf.train.Checkpoint, which carries no DP dict)."""
-    model = getattr(backup, "model", None)
-    directory = str(backup.backup_dir).rstrip("/")
-    if get_state(model) is None and tf.io.gfile.exists(f"{directory}/{LEDGER_FILE_NAME}"):
-        raise NotPrivateError(_PRIVATE_BACKUP.format(directory=directory))
-
-
-_PRIVATE_BACKUP = (
-    "BackupAndRestore({directory!r}) holds the backup of a private model's fit (its privacy "
-    "ledger is there), and this model is not private: resumed, it would train those weights "
-    "WITHOUT differential privacy and without counting their ε. Fix: make_private(model, "
-    "l2_norm_clip=..., noise_multiplier=...) with the run's settings before fit (its ε counts "
-    "the backup's steps), or a new backup_dir for a run without DP.")
-
-
 keras_bridge.after_weight_files(_saved, _loaded)
-keras_bridge.before_backup_restores(refuse_private_backups_in_plain_fits)
