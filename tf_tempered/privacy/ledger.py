@@ -54,7 +54,7 @@ import numpy as np
 
 from tf_tempered.privacy import accounting
 
-__all__ = ["SAMPLINGS", "Segment", "PrivacyLedger", "segments_of"]
+__all__ = ["SAMPLINGS", "Segment", "PrivacyLedger", "segments_of", "prior_events_of"]
 
 SAMPLINGS = ("poisson", "shuffle", "unsampled")
 
@@ -212,12 +212,17 @@ class PrivacyLedger:
         """
         ledger = cls(delta=config["delta"], accountant=config["accountant"],
                      segments=segments_of(config["segments"]),
-                     prior_events=[_event(e) for e in config.get("prior_events", ())])
+                     prior_events=prior_events_of(config))
         ledger.absorbed = {key: segments_of(segments)
                            for key, segments in config.get("absorbed", {}).items()}
         if config.get("id"):
             ledger.absorbed[config["id"]] = list(ledger.segments)
         return ledger
+
+
+def prior_events_of(config):
+    """The prior DpEvents a :meth:`PrivacyLedger.to_config` dict lists."""
+    return [_event(e) for e in config.get("prior_events", ())]
 
 
 def segments_of(configs):

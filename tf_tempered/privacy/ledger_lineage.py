@@ -48,7 +48,7 @@ is a part of what both hold.
 import dataclasses
 import json
 
-from tf_tempered.privacy.ledger import PrivacyLedger, segments_of
+from tf_tempered.privacy.ledger import PrivacyLedger, prior_events_of, segments_of
 
 __all__ = ["absorb", "steps_beyond", "merge_lineage", "combined_dp"]
 
@@ -59,7 +59,7 @@ def absorb(ledger, config):
     if config.get("parts"):  # a union of saved ledgers (combined_dp): each part once
         return sum(absorb(ledger, part) for part in config["parts"])
     snapshot = segments_of(config["segments"])
-    ledger.add_prior_events(_prior_events(config))
+    ledger.add_prior_events(prior_events_of(config))
     key = config.get("id")
     if key is not None and (key == ledger.id or key in ledger.merged_ids):
         return 0
@@ -167,7 +167,3 @@ def combined_dp(dps):
     for config in parts.values():
         absorb(union, config)
     return {**dps[0], "ledger": {**union.to_config(), "parts": list(parts.values())}}
-
-
-def _prior_events(config):
-    return PrivacyLedger.from_config({**config, "segments": [], "absorbed": {}}).prior_events
