@@ -19,6 +19,7 @@ after one more epoch). Every ε here is checked against dp_accounting on the ste
 """
 
 import io
+import warnings
 
 import dp_accounting
 import h5py
@@ -652,3 +653,88 @@ def test_load_weights_of_a_private_models_saved_model_counts_its_ledger(tmp_path
     private = _private_model()
     private.load_weights(path)
     np.testing.assert_allclose(epsilon_spent(private)[0], _poisson_epsilon(2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("ext", MODEL_FORMATS)
+def test_a_private_models_save_loaded_with_compile_false_keeps_its_dp(tmp_path, ext):
+    # Probe R 1: loaded without its optimizer, compiled anew, the weights trained without
+    # DP, and make_private counted ε from 0.
+    x, y = _data()
+    model = _private_model()
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0)
+    path = str(tmp_path / f"private{ext}")
+    model.save(path)
+    loaded = _compiled(keras.models.load_model(path, compile=False))
+    with pytest.raises(NotPrivateError):
+        loaded.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    loaded = _compiled(make_private(keras.models.load_model(path, compile=False)))
+    loaded.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    np.testing.assert_allclose(epsilon_spent(loaded)[0], _poisson_epsilon(3), rtol=1e-6)
+
+
+def _plain_model_holding_loaded_private_weights(tmp_path):
+    model = _compiled(_plain_model())
+    model.load_weights(_private_file(tmp_path))
+    return model
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="tf-keras' SavedModel")
+def test_load_weights_of_a_saved_models_checkpoint_reads_the_dp_it_keeps(tmp_path):
+    # Probe R 2: the DP dict in the directory was looked for beside variables/variables.
+    directory = str(tmp_path / "saved_model")
+    _plain_model_holding_loaded_private_weights(tmp_path).save(directory)
+    plain = _compiled(_plain_model())
+    plain.load_weights(f"{directory}/variables/variables")
+    with pytest.raises(NotPrivateError):
+        plain.fit(*_data(), batch_size=BATCH, epochs=1, verbose=0)
+    make_private(plain)
+    np.testing.assert_allclose(epsilon_spent(plain)[0], _poisson_epsilon(1), rtol=1e-6)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3's zipped=False")
+def test_an_unzipped_keras_save_keeps_the_dp(tmp_path):
+    # Probe R 3: a local directory only warned, and the loaded weights trained without DP.
+    directory = str(tmp_path / "unzipped")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", r"(?s).*\bDP\b", UserWarning)
+        _plain_model_holding_loaded_private_weights(tmp_path).save(directory, zipped=False)
+    loaded = _compiled(keras.models.load_model(directory))
+    with pytest.raises(NotPrivateError):
+        loaded.fit(*_data(), batch_size=BATCH, epochs=1, verbose=0)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="tf-keras' SavedModel")
+def test_a_plain_save_into_a_saved_model_directory_removes_the_stale_dp(tmp_path):
+    # Probe R 6: an earlier private save's file stayed, and marked the plain model's weights.
+    from tf_tempered.privacy.dp_in_files import ENTRY
+    directory = str(tmp_path / "saved_model")
+    _plain_model_holding_loaded_private_weights(tmp_path).save(directory)
+    assert tf.io.gfile.exists(f"{directory}/{ENTRY}")
+    _compiled(_plain_model()).save(directory)
+    assert not tf.io.gfile.exists(f"{directory}/{ENTRY}")
+    loaded = keras.models.load_model(directory)
+    loaded.fit(*_data(), batch_size=BATCH, epochs=1, verbose=0)  # trains: nothing private
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="tf-keras restores a backup by tf.train.Checkpoint")
+def test_a_backup_of_a_model_built_in_its_fit_guards_only_the_private_weights(tmp_path):
+    # Probe R 4: a model without Input is built in fit, after BackupAndRestore began: the DP
+    # dict written then said nothing of which weights were private, and the restore marked
+    # the plain head too (its fit then failed).
+    x, y = _data()
+    encoder = _private_model()
+    encoder.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    encoder.trainable = False
+    outer = _compiled(keras.Sequential([encoder, keras.layers.Dense(3)]))
+    backup = str(tmp_path / "backup")
+    with pytest.raises(KeyboardInterrupt):
+        outer.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[
+            keras.callbacks.BackupAndRestore(backup), _Kill()])
+    inner = _plain_model()
+    for layer in (inner, *inner.layers):  # (tf-keras' first trace of an unbuilt outer model
+        layer.trainable = False           # does not see the nested model's flag alone)
+    resumed = _compiled(keras.Sequential([inner, keras.layers.Dense(3)]))
+    resumed.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[
+        keras.callbacks.BackupAndRestore(backup)])  # the head trains
+    from tf_tempered.privacy.loaded_marks import is_loaded_weight
+    assert [is_loaded_weight(w) for w in resumed.weights] == [True, True, False, False]

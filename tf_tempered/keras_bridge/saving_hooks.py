@@ -167,14 +167,15 @@ def _written_state(filepath):
     return None
 
 
-def around_backup_restores(before, after, ended):
+def around_backup_restores(before, after, ended, backing_up):
     """Makes every ``keras.callbacks.BackupAndRestore`` call ``before(callback)`` at the start
     of a fit, before it restores a backup (tf-keras restores through tf.train.Checkpoint,
-    not ``load_weights``), ``after(callback)`` once it has, and ``ended(callback)`` when the
-    fit ends, before it deletes the backup. Installed once."""
+    not ``load_weights``), ``after(callback)`` once it has, ``ended(callback)`` when the
+    fit ends, before it deletes the backup, and, on tf-keras, ``backing_up(callback)``
+    before each backup it writes. Installed once."""
     if _RESTORE_CHECKS:
         return
-    _RESTORE_CHECKS.append((before, after, ended))
+    _RESTORE_CHECKS.append((before, after, ended, backing_up))
     cls = keras.callbacks.BackupAndRestore
     begin, end = cls.on_train_begin, cls.on_train_end
 
@@ -191,6 +192,15 @@ def around_backup_restores(before, after, ended):
         return end(self, logs)
 
     cls.on_train_begin, cls.on_train_end = on_train_begin, on_train_end
+    if KERAS_MAJOR == 2:  # its one method writing a backup (every save_freq)
+        backup = cls._backup  # pylint: disable=protected-access
+
+        @functools.wraps(backup)
+        def _backup(self, *args, **kwargs):
+            backing_up(self)
+            return backup(self, *args, **kwargs)
+
+        cls._backup = _backup  # pylint: disable=protected-access
 
 
 def saved_model_metadata(filepath):

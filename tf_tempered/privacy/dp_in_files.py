@@ -16,8 +16,8 @@ settings, sampling, ledger; never the key), by format.
 
 * An HDF5 file (a weights file, or a whole model's ``.h5``): the dataset ``tf_tempered_dp``
   (JSON bytes), which Keras' loaders skip.
-* Keras 3's ``.keras`` archive: the entry ``tf_tempered_dp.json``.
-* tf-keras' SavedModel directory: the file ``tf_tempered_dp.json`` in it.
+* Keras 3's ``.keras`` archive: the entry ``tf_tempered_dp.json``; saved unzipped, or a
+  tf-keras SavedModel directory: the file ``tf_tempered_dp.json`` in it.
 * Any other weights file (tf-keras' TF checkpoints, sharded or remote files):
   ``<path>.tf_tempered_dp.json`` beside it.
 
@@ -61,22 +61,27 @@ def write_dp(filepath, dp):
 
 def read_dp(filepath):
     """The DP dict the weights file at ``filepath`` carries (a whole model's file, given to
-    ``load_weights``: its own and its private optimizers'), or None."""
+    ``load_weights`` or loaded with ``compile=False``: the one it keeps for its weights, else
+    its private optimizers'), or None."""
     path, sidecar = _paths(filepath)
+    kept = read_model_dp(filepath)
+    if kept is not None:
+        return kept  # (it holds the nested private models' ledgers too: weight_files)
     if _local_hdf5(path):
         with h5py.File(path, "r") as f:
-            if DATASET in f:
-                return json.loads(bytes(f[DATASET][()]).decode())
             config = f.attrs.get("training_config")  # a whole model's save (model.save)
-            return None if config is None else _dp_in_config(json.loads(
-                config.decode() if isinstance(config, bytes) else config))
-    if path.endswith(".keras") and tf.io.gfile.exists(path):
+        return None if config is None else _dp_in_config(json.loads(
+            config.decode() if isinstance(config, bytes) else config))
+    if path.endswith(".keras") and tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
         with tf.io.gfile.GFile(path, "rb") as f, zipfile.ZipFile(f) as archive:
-            return ledger_lineage.combined_dp([_dp_in_config(json.loads(archive.read(
-                "config.json"))), _entry(archive)])
-    metadata = keras_bridge.saved_model_metadata(path)  # tf-keras' SavedModel (model.save)
-    if metadata:
-        return ledger_lineage.combined_dp([_dp_in_config(metadata), read_model_dp(path)])
+            return _dp_in_config(json.loads(archive.read("config.json")))
+    directory = _model_directory(path)
+    if directory is not None:
+        metadata = keras_bridge.saved_model_metadata(directory)  # tf-keras' SavedModel
+        if metadata:
+            return _dp_in_config(metadata)
+        with tf.io.gfile.GFile(f"{directory}/config.json") as f:  # an unzipped .keras
+            return _dp_in_config(json.loads(f.read()))
     if tf.io.gfile.exists(sidecar):
         with tf.io.gfile.GFile(sidecar) as f:
             return json.loads(f.read())
@@ -84,21 +89,30 @@ def read_dp(filepath):
 
 
 def write_model_dp(filepath, dp):
-    """Writes ``dp`` into the whole model's file ``model.save`` wrote at ``filepath`` (local
-    ``.keras``, HDF5, or tf-keras SavedModel directory). Returns whether it could."""
+    """Writes ``dp`` into the whole model's file ``model.save`` wrote at ``filepath`` (a
+    local ``.keras`` file or unzipped directory, HDF5, tf-keras SavedModel directory); None
+    removes an earlier one from a directory. Returns whether it could."""
     if not isinstance(filepath, (str, os.PathLike)):
         return False  # a file object
     path, _ = _paths(filepath)
     if "://" in path:
         return False
-    if _local_hdf5(path):
-        _write_dataset(path, dp)
-    elif path.endswith(".keras") and zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path, "a") as archive:
-            archive.writestr(ENTRY, json.dumps(dp))
-    elif os.path.isdir(path) and keras_bridge.saved_model_metadata(path):
-        with open(os.path.join(path, ENTRY), "w", encoding="utf-8") as f:
-            f.write(json.dumps(dp))
+    directory = _model_directory(path)
+    if _local_hdf5(path) or (path.endswith(".keras") and zipfile.is_zipfile(path)):
+        if dp is None:
+            return True  # Keras wrote the file anew: no earlier one there
+        if _local_hdf5(path):
+            _write_dataset(path, dp)
+        else:
+            with zipfile.ZipFile(path, "a") as archive:
+                archive.writestr(ENTRY, json.dumps(dp))
+    elif directory is not None:
+        entry = os.path.join(directory, ENTRY)
+        if dp is not None:
+            with open(entry, "w", encoding="utf-8") as f:
+                f.write(json.dumps(dp))
+        elif os.path.exists(entry):  # a private model's earlier save there: stale now
+            os.remove(entry)
     else:
         return False
     return True
@@ -106,20 +120,36 @@ def write_model_dp(filepath, dp):
 
 def read_model_dp(filepath):
     """The DP dict :func:`write_model_dp` wrote into the whole model's file at
-    ``filepath``, or None."""
+    ``filepath`` (or the SavedModel ``filepath`` is the checkpoint of), or None."""
     if not isinstance(filepath, (str, os.PathLike)):
         return None
     path, _ = _paths(filepath)
     if _local_hdf5(path):
         with h5py.File(path, "r") as f:
             return json.loads(bytes(f[DATASET][()]).decode()) if DATASET in f else None
-    if path.endswith(".keras") and tf.io.gfile.exists(path):
+    if path.endswith(".keras") and tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
         with tf.io.gfile.GFile(path, "rb") as f, zipfile.ZipFile(f) as archive:
             return _entry(archive)
-    entry = path.rstrip("/") + "/" + ENTRY
-    if tf.io.gfile.isdir(path) and tf.io.gfile.exists(entry):
-        with tf.io.gfile.GFile(entry) as f:
+    directory = _model_directory(path)
+    if directory is not None and tf.io.gfile.exists(f"{directory}/{ENTRY}"):
+        with tf.io.gfile.GFile(f"{directory}/{ENTRY}") as f:
             return json.loads(f.read())
+    return None
+
+
+_VARIABLES = f"/{tf.saved_model.VARIABLES_DIRECTORY}/{tf.saved_model.VARIABLES_FILENAME}"
+
+
+def _model_directory(path):
+    """The directory of a whole model's save at ``path``: a tf-keras SavedModel (``path``, or
+    its checkpoint ``<dir>/variables/variables``, which tf-keras' ``load_weights`` reads) or
+    a Keras 3 ``.keras`` saved unzipped (``zipped=False``); else None."""
+    path = path.rstrip("/")
+    for directory in (path, path[:-len(_VARIABLES)] if path.endswith(_VARIABLES) else None):
+        if directory and tf.io.gfile.isdir(directory) and (
+                tf.io.gfile.exists(f"{directory}/keras_metadata.pb")
+                or tf.io.gfile.exists(f"{directory}/config.json")):
+            return directory
     return None
 
 

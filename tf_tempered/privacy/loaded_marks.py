@@ -27,7 +27,7 @@ from tf_tempered.privacy import ledger_lineage
 
 __all__ = ["LOADED", "is_loaded_weight", "loaded_dp", "mark_loaded_weights",
            "mark_loaded_when_built", "mark_weights_built_since_load", "pending_dps",
-           "forget_pending"]
+           "forget_pending", "weights_by_layer", "private_part"]
 
 LOADED = "_tf_tempered_loaded_dp"  # on a loaded model's variables: the DP dict saved with it
 
@@ -60,6 +60,39 @@ def mark_loaded_weights(variables, saved):
             keras_bridge.set_untracked(alias, LOADED, mark)
 
 
+def weights_by_layer(model):
+    """The weights of ``model``'s layers, depth first, and for each the classes of the layers
+    holding it, its index in its layer and its shape: what a load by structure (Keras 3's
+    paths of layer classes, tf-keras' topological order) matches a file's weights by."""
+    weights, structure = [], []
+
+    def visit(layer, outer):
+        chain = [*outer, type(layer).__name__]
+        inner = keras_bridge.sublayers(layer)
+        own = [w for w in keras_bridge.existing_weights(layer)
+               if not any(w is v for sub in inner for v in keras_bridge.existing_weights(sub))]
+        for index, weight in enumerate(own):
+            weights.append(weight)
+            shape = getattr(weight, "shape", None)  # (tf-keras' lookup tables have none)
+            structure.append(["/".join(chain), index,
+                              None if shape is None else [int(d) for d in shape]])
+        for sub in inner:
+            visit(sub, chain)
+
+    visit(model, [])
+    return weights, structure
+
+
+def private_part(model, saved, *, in_order=True):
+    """The weights of ``model`` a file's DP dict ``saved`` covers: those it lists as private
+    (a plain head on a private encoder saved which they are) when loaded in order into the
+    same layers (classes, nesting, shapes), else all."""
+    weights, structure = weights_by_layer(model)
+    if in_order and "private_weights" in saved and saved.get("weight_structure") == structure:
+        return [weights[i] for i in saved["private_weights"]]
+    return weights
+
+
 _PENDING = weakref.WeakValueDictionary()  # id -> a model loaded before it was built
 _PENDING_DP = "_tf_tempered_pending_loaded_dp"
 
@@ -76,9 +109,9 @@ def mark_loaded_when_built(model, saved):
 def mark_weights_built_since_load():
     """Marks the weights of the models loaded before they were built, once they are."""
     for model in list(_PENDING.values()):
-        weights = keras_bridge.existing_weights(model)
-        if weights:
-            mark_loaded_weights(weights, vars(model).pop(_PENDING_DP))
+        if keras_bridge.existing_weights(model):  # (a TF checkpoint: restored in order)
+            saved = vars(model).pop(_PENDING_DP)
+            mark_loaded_weights(private_part(model, saved), saved)
             _PENDING.pop(id(model), None)
 
 

@@ -18,9 +18,11 @@ A private model's ``model.save`` keeps its DP settings and ledger in its optimiz
 (:mod:`.saving`). Three saves used to lose them (and only warned): a plain model holding a
 private model's weights (a head on a private encoder) where the nested optimizer is not
 saved (tf-keras, any ``.h5``), a plain model holding weights loaded from a private model's
-weights file, and a private model saved with ``include_optimizer=False``. Their file now
-keeps the DP dict (:func:`.dp_in_files.write_model_dp`: the ``.keras`` entry, the HDF5
-dataset, the SavedModel's file), and ``load_model`` gives it to the loaded model's weights
+weights file, and a private model saved with ``include_optimizer=False``; and a private
+model's file loaded with ``compile=False`` trained them without DP. Their file now keeps the
+DP dict (:func:`.dp_in_files.write_model_dp`: the ``.keras`` entry, the HDF5
+dataset, the SavedModel's file), and ``load_model`` gives it (or, with ``compile=False``,
+the one in the private optimizer's config) to the loaded model's weights
 as ``load_weights`` does (:func:`.weight_files.apply_loaded_dp`): a plain update of them is
 refused, and ``make_private(loaded)`` takes the settings and goes on counting ε. A save
 where it cannot (a file object, a remote path) still warns (:mod:`.save_guard`).
@@ -31,7 +33,7 @@ import warnings
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import KERAS_MAJOR
-from tf_tempered.privacy import dp_in_files, recording, weight_files
+from tf_tempered.privacy import dp_in_files, recording, saving, weight_files
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["dp_to_carry", "carries_dp"]
@@ -71,7 +73,8 @@ def _calls_as_defined(model):
 
 def _saved(model, filepath, include_optimizer=True):
     dp = dp_to_carry(model, include_optimizer)
-    if dp is not None and not dp_in_files.write_model_dp(filepath, dp):
+    # (None: a directory saved into again loses an earlier private save's file)
+    if not dp_in_files.write_model_dp(filepath, dp) and dp is not None:
         warnings.warn(_NOT_KEPT.format(path=str(filepath)), UserWarning, stacklevel=4)
 
 
@@ -83,7 +86,11 @@ _NOT_KEPT = (
 
 
 def _loaded(model, filepath):
-    dp = dp_in_files.read_model_dp(filepath)
+    # Compiled from the file, a private model's optimizer marks its weights itself (saving);
+    # loaded with compile=False (or without its optimizer), the dict its config keeps counts.
+    own = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
+    dp = (dp_in_files.read_model_dp(filepath) if saving.is_marked(own)
+          else dp_in_files.read_dp(filepath))
     if dp is not None:
         weight_files.apply_loaded_dp(model, dp)
 

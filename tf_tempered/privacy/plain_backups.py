@@ -17,7 +17,8 @@
   is refused: restored into a plain model, its weights would train without DP.
 * A plain model holding private weights (a head on a frozen private encoder, or weights
   loaded from a private model's file) keeps their DP dict (:mod:`.weight_files`) in
-  ``<backup_dir>/tf_tempered_weights_dp.json``, and the restore gives it back: a plain
+  ``<backup_dir>/tf_tempered_weights_dp.json`` (written before each backup), and the
+  restore gives it back: a plain
   model's weights are marked again (a plain update of the private ones is refused), a
   private model's ledger adds the steps it lacks. tf-keras only: it restores through
   ``tf.train.Checkpoint``, which carries no DP dict; Keras 3's backups are weights files,
@@ -56,16 +57,21 @@ def _directory(backup):
 
 
 def _restored(backup):
-    """After the restore: the weights get the backup's DP dict back; a plain model holding
-    private weights writes theirs (before any backup of this fit is written)."""
-    if KERAS_MAJOR == 3:
-        return  # its backup is a weights file, which carries the DP dict itself
+    """After the restore: the weights get the backup's DP dict back (tf-keras)."""
     path = f"{_directory(backup)}/{WEIGHTS_DP_FILE_NAME}"
-    if tf.io.gfile.exists(path):
+    if KERAS_MAJOR == 2 and tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
             weight_files.apply_loaded_dp(backup.model, json.loads(f.read()))
-    dp = None if get_state(backup.model) is not None else weight_files.dp_to_save(backup.model)
-    if dp is not None:  # (a private model's fit keeps its ledger file instead: ledger_file)
+
+
+def _backing_up(backup):
+    """Before tf-keras writes a backup (the model is built by then: the dict says which of
+    its weights are private): a plain model holding private weights writes their DP dict.
+    (A private model's fit keeps its ledger file instead: :mod:`.ledger_file`.)"""
+    model = backup.model
+    dp = None if get_state(model) is not None else weight_files.dp_to_save(model)
+    if dp is not None:
+        path = f"{_directory(backup)}/{WEIGHTS_DP_FILE_NAME}"
         tf.io.gfile.makedirs(_directory(backup))
         with tf.io.gfile.GFile(path + ".tmp", "w") as f:
             f.write(json.dumps(dp))
@@ -87,4 +93,5 @@ _PRIVATE_BACKUP = (
     "the backup's steps), or a new backup_dir for a run without DP.")
 
 
-keras_bridge.around_backup_restores(refuse_private_backups_in_plain_fits, _restored, _ended)
+keras_bridge.around_backup_restores(refuse_private_backups_in_plain_fits, _restored, _ended,
+                                    _backing_up)

@@ -61,7 +61,7 @@ def dp_to_save(model):
                                      *saving.saved_dps(model)])
     if dp is None:
         return None
-    weights, structure = _weights_by_layer(model)
+    weights, structure = loaded_marks.weights_by_layer(model)
     private = [i for i, w in enumerate(weights) if _is_private(w)]
     if len(private) == len(weights):
         return dp
@@ -71,29 +71,6 @@ def dp_to_save(model):
 
 def _is_private(variable):
     return update_guard.is_private_weight(variable) or loaded_marks.is_loaded_weight(variable)
-
-
-def _weights_by_layer(model):
-    """The weights of ``model``'s layers, depth first, and for each the classes of the layers
-    holding it, its index in its layer and its shape: what a load by structure (Keras 3's
-    paths of layer classes, tf-keras' topological order) matches a file's weights by."""
-    weights, structure = [], []
-
-    def visit(layer, outer):
-        chain = [*outer, type(layer).__name__]
-        inner = keras_bridge.sublayers(layer)
-        own = [w for w in keras_bridge.existing_weights(layer)
-               if not any(w is v for sub in inner for v in keras_bridge.existing_weights(sub))]
-        for index, weight in enumerate(own):
-            weights.append(weight)
-            shape = getattr(weight, "shape", None)  # (tf-keras' lookup tables have none)
-            structure.append(["/".join(chain), index,
-                              None if shape is None else [int(d) for d in shape]])
-        for sub in inner:
-            visit(sub, chain)
-
-    visit(model, [])
-    return weights, structure
 
 
 def _owners_dp(ledger):
@@ -122,13 +99,10 @@ def apply_loaded_dp(model, dp, *, by_name=False, skip_mismatch=False):
         return
     for ledger in shared_ledgers.weights_ledgers(model):  # parts of live private models:
         ledger_lineage.absorb(ledger, dp["ledger"])        # those weights are the file's now
-    weights, structure = _weights_by_layer(model)
-    if not weights:  # tf-keras restores into a model not built yet once it is built
-        loaded_marks.mark_loaded_when_built(model, dp)
+    if not keras_bridge.existing_weights(model):  # tf-keras restores into a model not
+        loaded_marks.mark_loaded_when_built(model, dp)  # built yet once it is built
         return
-    if ("private_weights" in dp and dp.get("weight_structure") == structure
-            and not (by_name or skip_mismatch)):  # the same layers, loaded in order
-        weights = [weights[i] for i in dp["private_weights"]]
+    weights = loaded_marks.private_part(model, dp, in_order=not (by_name or skip_mismatch))
     marked = [w for w in weights if not update_guard.is_private_weight(w)]
     loaded_marks.mark_loaded_weights(marked, dp)
     # A step traced before the load (the model's fit, a loop's tf.function) would keep
