@@ -20,6 +20,9 @@ import pytest
 
 from tf_tempered.privacy import dp_seeds, errors, randomness
 
+# Keras-independent code: runs in the Keras 3 suite (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 
 @pytest.fixture
 def fresh_warning(monkeypatch):

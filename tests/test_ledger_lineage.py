@@ -14,9 +14,13 @@
 """Saved ledgers added to a model's, each DP step once (tf_tempered.privacy.ledger_lineage)."""
 
 import dp_accounting
+import pytest
 
 from tf_tempered.privacy.ledger import PrivacyLedger, Segment
 from tf_tempered.privacy.ledger_lineage import absorb, merge_lineage
+
+# Keras-independent code: runs in the Keras 3 suite (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
 
 
 def _poisson(steps):

@@ -20,6 +20,9 @@ import pytest
 
 from tf_tempered.experiments import command_line, malloc_arenas
 
+# Keras-independent code: runs in the Keras 3 suite (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 
 def _spy(monkeypatch, returns=1):
     calls = []

@@ -242,6 +242,7 @@ def test_noise_std_is_noise_multiplier_times_clip():
 
 
 @pytest.mark.tf_privacy
+@pytest.mark.cover_each("key", "num_microbatches")  # each class, each microbatching once
 @pytest.mark.parametrize("key", sorted(CLASSES))
 @pytest.mark.parametrize("num_microbatches", [None, 2])
 def test_same_update_as_tf_privacy_optimizer(key, num_microbatches):

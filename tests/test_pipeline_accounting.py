@@ -27,6 +27,9 @@ import pytest
 from tf_tempered._compat import tf
 from tf_tempered.privacy import pipeline_accounting
 
+# Keras-independent code: runs in the Keras 3 suite (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
+
 
 def _worst_sum_of_squares(dataset, steps, examples):
     """max over examples of Σ_s (copies of the example in batch s)²."""

@@ -14,9 +14,13 @@
 """The 8-bit logarithmic codes of cached ScatterNet features (scatternet/codes.py)."""
 
 import numpy as np
+import pytest
 
 from tf_tempered._compat import tf
 from tf_tempered.scatternet import codes
+
+# Keras-independent code: runs in the Keras 3 suite (tests/conftest.py).
+pytestmark = pytest.mark.keras3_suite
 
 
 def test_every_code_reads_back_as_itself():
