@@ -144,6 +144,21 @@ def _private_file(tmp_path):
     return path
 
 
+def _plain_model_holding_loaded_private_weights(tmp_path):
+    model = _compiled(_plain_model())
+    model.load_weights(_private_file(tmp_path))
+    return model
+
+
+def _assert_refused_then_counted(model, epochs=1):
+    """A plain fit of ``model`` is refused; made private, its ε counts ``epochs`` epochs."""
+    x, y = _data()
+    with pytest.raises(NotPrivateError):
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    make_private(model)
+    np.testing.assert_allclose(epsilon_spent(model)[0], _poisson_epsilon(epochs), rtol=1e-6)
+
+
 def test_a_plain_fit_traced_before_load_weights_fails_after_it(tmp_path):
     # Probe P F1: the check runs while a step is traced, so a fit traced before the load
     # kept training the loaded private weights without DP (both Kerases).
@@ -413,22 +428,16 @@ def test_a_whole_model_save_of_loaded_private_weights_keeps_their_dp(tmp_path, e
     # Probe P F6: the plain model's own optimizer carries no DP dict, so a whole-model save
     # lost it (warned): a model loaded from it trained the weights without DP. The file
     # keeps it now (privacy/model_files.py).
-    model = _compiled(_plain_model())
-    model.load_weights(_private_file(tmp_path))
+    model = _plain_model_holding_loaded_private_weights(tmp_path)
     path = str(tmp_path / f"model{ext}")
     model.save(path)
     loaded = keras.models.load_model(path)
-    x, y = _data()
-    with pytest.raises(NotPrivateError):
-        loaded.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-    make_private(loaded)
-    np.testing.assert_allclose(epsilon_spent(loaded)[0], _poisson_epsilon(1), rtol=1e-6)
+    _assert_refused_then_counted(loaded)
 
 
 @pytest.mark.skipif(KERAS_MAJOR == 2, reason="tf-keras saves to a path only")
 def test_a_save_to_a_file_object_warns_where_the_dp_is_lost(tmp_path):
-    model = _compiled(_plain_model())
-    model.load_weights(_private_file(tmp_path))
+    model = _plain_model_holding_loaded_private_weights(tmp_path)
     with pytest.warns(UserWarning, match="holds weights loaded from a private model"):
         try:
             model.save(io.BytesIO())  # a Keras 3 without file objects raises after the check
@@ -534,14 +543,9 @@ def test_reloading_its_own_checkpoint_keeps_training_the_plain_head(tmp_path):
 def test_a_swapped_copy_of_loaded_private_weights_is_refused_and_counts_them(tmp_path):
     # Probe Q Q2: tf_tempered.swap_activations dropped the loaded weights' mark.
     from tf_tempered import swap_activations
-    model = _compiled(_plain_model())
-    model.load_weights(_private_file(tmp_path))
+    model = _plain_model_holding_loaded_private_weights(tmp_path)
     copy = _compiled(swap_activations(model, "tanh"))
-    x, y = _data()
-    with pytest.raises(NotPrivateError):
-        copy.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-    make_private(copy)
-    np.testing.assert_allclose(epsilon_spent(copy)[0], _poisson_epsilon(1), rtol=1e-6)
+    _assert_refused_then_counted(copy)
 
 
 @pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3 refuses to load into a model not built")
@@ -670,12 +674,6 @@ def test_a_private_models_save_loaded_with_compile_false_keeps_its_dp(tmp_path, 
     loaded = _compiled(make_private(keras.models.load_model(path, compile=False)))
     loaded.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
     np.testing.assert_allclose(epsilon_spent(loaded)[0], _poisson_epsilon(3), rtol=1e-6)
-
-
-def _plain_model_holding_loaded_private_weights(tmp_path):
-    model = _compiled(_plain_model())
-    model.load_weights(_private_file(tmp_path))
-    return model
 
 
 @pytest.mark.skipif(KERAS_MAJOR == 3, reason="tf-keras' SavedModel")
