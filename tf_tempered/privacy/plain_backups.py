@@ -18,14 +18,10 @@
 * A plain model holding private weights (a head on a frozen private encoder, or weights
   loaded from a private model's file) keeps their DP dict (:mod:`.weight_files`) in
   ``<backup_dir>/tf_tempered_weights_dp.json`` (written before each backup), and the
-  restore gives it back: a plain
-  model's weights are marked again (a plain update of the private ones is refused), a
-  private model's ledger adds the steps it lacks. tf-keras only: it restores through
+  restore gives it back: a plain model's weights are marked again (a plain update of the
+  private ones is refused), a private model's ledger adds the steps it lacks. tf-keras only: it restores through
   ``tf.train.Checkpoint``, which carries no DP dict; Keras 3's backups are weights files,
   which carry it (``load_weights`` restores them).
-
->>> WEIGHTS_DP_FILE_NAME
-'tf_tempered_weights_dp.json'
 """
 
 import json
