@@ -733,3 +733,54 @@ def test_a_backup_of_a_model_built_in_its_fit_guards_only_the_private_weights(tm
     outer.fit(x, y, batch_size=BATCH, epochs=3, verbose=0, callbacks=[
         keras.callbacks.BackupAndRestore(backup)])  # resumed: the head trains
     assert not any(is_loaded_weight(w) for w in outer.layers[-1].weights)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="Keras 3's legacy .h5 saver")
+def test_a_keras_save_after_a_legacy_h5_save_keeps_the_dp(tmp_path):
+    # Probe S 1: Keras 3's legacy .h5 save (a ModelCheckpoint("ckpt.h5") in the fit) drops
+    # "optimizer" from the model's compile config in place: the later .keras held no DP
+    # dict, and the loaded model trained the weights without DP.
+    x, y = _data()
+    model = _private_model()
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[
+        keras.callbacks.ModelCheckpoint(str(tmp_path / "ckpt.h5"))])
+    model.save(tmp_path / "final.keras")
+    _assert_refused_then_counted(keras.models.load_model(tmp_path / "final.keras"), epochs=2)
+
+
+def _reloaded_export(directory):
+    if KERAS_MAJOR == 3:
+        return keras.layers.TFSMLayer(directory, call_endpoint="serve", trainable=True)
+    from tf_keras.src.export.export_lib import ReloadedLayer
+    return ReloadedLayer(directory, call_endpoint="serve", trainable=True)
+
+
+def test_an_export_reloaded_to_train_is_refused_and_counts_its_steps(tmp_path):
+    # Probe S 2: Model.export then TFSMLayer(..., trainable=True) (tf-keras: ReloadedLayer)
+    # in a plain model trained the private weights without DP; make_private counted from 0.
+    x, y = _data()
+    model = _private_model()
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0)
+    directory = str(tmp_path / "export")
+    model.export(directory)
+    reloaded = _compiled(keras.Sequential([keras.Input((5,)), _reloaded_export(directory)]))
+    _assert_refused_then_counted(reloaded, epochs=2)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="tf-keras' .h5 loader")
+def test_a_mixed_precision_private_h5_names_the_load_that_works(tmp_path):
+    # Probe S 3: "Unknown optimizer: 'PrivateSGD'" named no fix (tf-keras saves the optimizer
+    # inside a LossScaleOptimizer by its class name). The fix it names keeps ε.
+    x, y = _data()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = _private_model()
+        model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0)
+        path = str(tmp_path / "mixed.h5")
+        model.save(path)
+        with pytest.raises(ValueError, match=r"compile=False\), then make_private\(model\)"):
+            keras.models.load_model(path)
+        loaded = keras.models.load_model(path, compile=False)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    _assert_refused_then_counted(_compiled(loaded), epochs=2)

@@ -27,13 +27,15 @@ import os
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 
 __all__ = ["around_model_compiles", "guard_model_saves", "around_model_files",
-           "after_weight_files", "around_backup_restores", "saved_model_metadata"]
+           "after_weight_files", "around_backup_restores", "after_exports",
+           "saved_model_metadata"]
 
 _CHECKS = []
 _COMPILE_HOOKS = []
 _WEIGHT_FILE_HOOKS = []
 _RESTORE_CHECKS = []
 _MODEL_FILE_HOOKS = []
+_EXPORT_HOOKS = []
 
 
 def around_model_compiles(hook):
@@ -76,14 +78,15 @@ def guard_model_saves(check):
     _replace_in_modules(_MODULES, "save_model", wrap)
 
 
-def around_model_files(saving, saved, loaded):
+def around_model_files(saving, saved, loaded, load_failed):
     """Makes every model save run inside the context ``saving(model)`` and call
     ``saved(model, filepath, include_optimizer)`` once the file is written, and every
-    ``load_model`` call ``loaded(model, filepath)`` with the model it returns. Installed
+    ``load_model`` call ``loaded(model, filepath)`` with the model it returns, or, when it
+    raises a ValueError, raise ``load_failed(error)`` instead if that is not None. Installed
     once."""
     if _MODEL_FILE_HOOKS:
         return
-    _MODEL_FILE_HOOKS.append((saving, saved, loaded))
+    _MODEL_FILE_HOOKS.append((saving, saved, loaded, load_failed))
 
     def wrap_save(original):
         def save_model(model, filepath, *args, **kwargs):
@@ -95,7 +98,13 @@ def around_model_files(saving, saved, loaded):
 
     def wrap_load(original):
         def load_model(filepath, *args, **kwargs):
-            model = original(filepath, *args, **kwargs)
+            try:
+                model = original(filepath, *args, **kwargs)
+            except ValueError as error:
+                better = load_failed(error)
+                if better is None:
+                    raise
+                raise better from error
             loaded(model, filepath)
             return model
         return load_model
@@ -201,6 +210,40 @@ def around_backup_restores(before, after, ended, backing_up):
             return backup(self, *args, **kwargs)
 
         cls._backup = _backup  # pylint: disable=protected-access
+
+
+def after_exports(exported, reloaded):
+    """Makes every ``Model.export`` call ``exported(model, filepath)`` once it is written, and
+    every layer reloading an export (Keras 3's ``TFSMLayer``, tf-keras' ``ReloadedLayer``)
+    call ``reloaded(layer, filepath)`` once made. Installed once."""
+    if _EXPORT_HOOKS:
+        return
+    _EXPORT_HOOKS.append((exported, reloaded))
+    owner = next(cls for cls in keras.Model.__mro__ if "export" in vars(cls))
+    export = owner.export
+
+    @functools.wraps(export)
+    def export_and_record(self, filepath, *args, **kwargs):
+        result = export(self, filepath, *args, **kwargs)
+        exported(self, filepath)
+        return result
+
+    owner.export = export_and_record
+    if KERAS_MAJOR == 3:
+        from keras.src.export.tfsm_layer import TFSMLayer as reloading  # pylint: disable=g-import-not-at-top
+    else:
+        from tf_keras.src.export.export_lib import ReloadedLayer as reloading  # pylint: disable=g-import-not-at-top
+    init = reloading.__init__
+
+    @functools.wraps(init)
+    def init_and_record(self, filepath, *args, **kwargs):
+        init(self, filepath, *args, **kwargs)
+        reloaded(self, filepath)
+
+    # Keras 3 reads a layer's arguments off its __init__'s signature (getfullargspec, which
+    # does not follow __wrapped__): the original's.
+    init_and_record.__signature__ = inspect.signature(init)
+    reloading.__init__ = init_and_record
 
 
 def saved_model_metadata(filepath):

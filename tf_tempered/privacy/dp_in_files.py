@@ -16,8 +16,9 @@ settings, sampling, ledger; never the key), by format.
 
 * An HDF5 file (a weights file, or a whole model's ``.h5``): the dataset ``tf_tempered_dp``
   (JSON bytes), which Keras' loaders skip.
-* Keras 3's ``.keras`` archive: the entry ``tf_tempered_dp.json``; saved unzipped, or a
-  tf-keras SavedModel directory: the file ``tf_tempered_dp.json`` in it.
+* Keras 3's ``.keras`` archive: the entry ``tf_tempered_dp.json``; saved unzipped, a
+  tf-keras SavedModel directory or an export (``Model.export``): the file
+  ``tf_tempered_dp.json`` in it.
 * Any other weights file (tf-keras' TF checkpoints, sharded or remote files):
   ``<path>.tf_tempered_dp.json`` beside it.
 
@@ -80,8 +81,10 @@ def read_dp(filepath):
         metadata = keras_bridge.saved_model_metadata(directory)  # tf-keras' SavedModel
         if metadata:
             return _dp_in_config(metadata)
-        with tf.io.gfile.GFile(f"{directory}/config.json") as f:  # an unzipped .keras
-            return _dp_in_config(json.loads(f.read()))
+        if tf.io.gfile.exists(f"{directory}/config.json"):  # an unzipped .keras
+            with tf.io.gfile.GFile(f"{directory}/config.json") as f:
+                return _dp_in_config(json.loads(f.read()))
+        return None  # an export (Model.export): its own file only
     if tf.io.gfile.exists(sidecar):
         with tf.io.gfile.GFile(sidecar) as f:
             return json.loads(f.read())
@@ -141,14 +144,15 @@ _VARIABLES = f"/{tf.saved_model.VARIABLES_DIRECTORY}/{tf.saved_model.VARIABLES_F
 
 
 def _model_directory(path):
-    """The directory of a whole model's save at ``path``: a tf-keras SavedModel (``path``, or
-    its checkpoint ``<dir>/variables/variables``, which tf-keras' ``load_weights`` reads) or
-    a Keras 3 ``.keras`` saved unzipped (``zipped=False``); else None."""
+    """The directory of a whole model's save at ``path``: a SavedModel (tf-keras' save, an
+    export: ``path``, or its checkpoint ``<dir>/variables/variables``, which tf-keras'
+    ``load_weights`` reads) or a Keras 3 ``.keras`` saved unzipped (``zipped=False``); else
+    None."""
     path = path.rstrip("/")
     for directory in (path, path[:-len(_VARIABLES)] if path.endswith(_VARIABLES) else None):
-        if directory and tf.io.gfile.isdir(directory) and (
-                tf.io.gfile.exists(f"{directory}/keras_metadata.pb")
-                or tf.io.gfile.exists(f"{directory}/config.json")):
+        if directory and tf.io.gfile.isdir(directory) and any(
+                tf.io.gfile.exists(f"{directory}/{name}")
+                for name in ("keras_metadata.pb", "saved_model.pb", "config.json")):
             return directory
     return None
 

@@ -25,7 +25,9 @@ dataset, the SavedModel's file), and ``load_model`` gives it (or, with ``compile
 the one in the private optimizer's config) to the loaded model's weights
 as ``load_weights`` does (:func:`.weight_files.apply_loaded_dp`): a plain update of them is
 refused, and ``make_private(loaded)`` takes the settings and goes on counting ε. A save
-where it cannot (a file object, a remote path) still warns (:mod:`.save_guard`).
+where it cannot (a file object, a remote path) still warns (:mod:`.save_guard`). An export
+(``Model.export``) keeps it too, and a layer reloading the export to train
+(``TFSMLayer(..., trainable=True)``) gets the mark.
 """
 
 import contextlib
@@ -33,7 +35,7 @@ import warnings
 
 from tf_tempered import keras_bridge
 from tf_tempered._compat import KERAS_MAJOR
-from tf_tempered.privacy import dp_in_files, recording, saving, weight_files
+from tf_tempered.privacy import dp_in_files, loaded_marks, recording, saving, weight_files
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["dp_to_carry", "carries_dp"]
@@ -73,6 +75,12 @@ def _calls_as_defined(model):
 
 def _saved(model, filepath, include_optimizer=True):
     dp = dp_to_carry(model, include_optimizer)
+    if dp is None and get_state(model) is not None and carries_dp(filepath) and (
+            dp_in_files.read_dp(filepath) is None):
+        # The file lost its optimizer's config all the same: Keras 3's legacy .h5 save drops
+        # "optimizer" from the model's compile config in place, and a later .keras save of
+        # the model writes none.
+        dp = weight_files.dp_to_save(model)
     # (None: a directory saved into again loses an earlier private save's file)
     if not dp_in_files.write_model_dp(filepath, dp) and dp is not None:
         warnings.warn(_NOT_KEPT.format(path=str(filepath)), UserWarning, stacklevel=4)
@@ -95,4 +103,39 @@ def _loaded(model, filepath):
         weight_files.apply_loaded_dp(model, dp)
 
 
-keras_bridge.around_model_files(_calls_as_defined, _saved, _loaded)
+def _exported(model, filepath):
+    """``Model.export`` (a SavedModel for serving) keeps the DP dict of a private model, or
+    of the private weights a plain one holds, for a layer reloading it to train
+    (``TFSMLayer(..., trainable=True)``: :func:`_reloaded`)."""
+    dp = weight_files.dp_to_save(model)
+    if dp is not None and not dp_in_files.write_model_dp(filepath, dp):
+        warnings.warn(_NOT_KEPT.format(path=str(filepath)), UserWarning, stacklevel=4)
+
+
+def _reloaded(layer, filepath):
+    """A layer reloading an export of private weights: they are marked, as load_model's."""
+    dp = dp_in_files.read_model_dp(filepath)
+    if dp is not None:
+        loaded_marks.mark_loaded_weights(keras_bridge.existing_weights(layer), dp)
+
+
+def _load_failed(error):
+    """tf-keras cannot load a mixed-precision private model's ``.h5`` with its optimizer
+    (its LossScaleOptimizer saves the inner one by its class name, ``Private<Name>``): the
+    error names the way that works."""
+    text = str(error)
+    if "Unknown optimizer" in text and "'Private" in text:
+        return ValueError(_MIXED_H5.format(error=text.split(".")[0]))
+    return None
+
+
+_MIXED_H5 = (
+    "{error}: this file holds a private model's optimizer inside a LossScaleOptimizer (mixed "
+    "precision), which tf-keras' .h5 loader cannot rebuild. Fix: load_model(path, "
+    "compile=False), then make_private(model) (no arguments: the DP settings and ledger "
+    "saved with it; ε goes on counting) and compile; or save to .keras or a SavedModel "
+    "directory, which load with it.")
+
+
+keras_bridge.around_model_files(_calls_as_defined, _saved, _loaded, _load_failed)
+keras_bridge.after_exports(_exported, _reloaded)
