@@ -246,21 +246,15 @@ def after_exports(exported, reloaded):
     reloading.__init__ = init_and_record
 
 
-def saved_model_metadata(filepath):
-    """The Keras metadata of each object of the tf-keras SavedModel at ``filepath`` (its
-    directory, or the checkpoint prefix in it, ``<dir>/variables/variables``: both are what
-    tf-keras' ``load_weights`` reads), as dicts (the root's holds the training config), or
-    [] (not a SavedModel, or Keras 3, whose ``load_weights`` reads none)."""
-    if KERAS_MAJOR == 3:
+def saved_model_metadata(directory):
+    """The Keras metadata of each object of the tf-keras SavedModel in ``directory``, as
+    dicts (the root's holds the training config), or [] (none there, or Keras 3, whose
+    ``load_weights`` reads no SavedModel)."""
+    found = f"{str(directory).rstrip('/')}/keras_metadata.pb"
+    if KERAS_MAJOR == 3 or not tf.io.gfile.exists(found):
         return []
     from tf_keras.protobuf import saved_metadata_pb2  # pylint: disable=g-import-not-at-top
-    path = (os.fspath(filepath) if isinstance(filepath, os.PathLike) else str(filepath)).rstrip("/")
-    inner = f"/{tf.saved_model.VARIABLES_DIRECTORY}/{tf.saved_model.VARIABLES_FILENAME}"
-    for directory in (path, path[:-len(inner)] if path.endswith(inner) else None):
-        found = directory and f"{directory}/keras_metadata.pb"
-        if found and tf.io.gfile.exists(found):
-            metadata = saved_metadata_pb2.SavedMetadata()
-            with tf.io.gfile.GFile(found, "rb") as f:
-                metadata.ParseFromString(f.read())
-            return [json.loads(node.metadata) for node in metadata.nodes if node.metadata]
-    return []
+    metadata = saved_metadata_pb2.SavedMetadata()
+    with tf.io.gfile.GFile(found, "rb") as f:
+        metadata.ParseFromString(f.read())
+    return [json.loads(node.metadata) for node in metadata.nodes if node.metadata]

@@ -38,7 +38,7 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy import ledger_lineage, saving
 
 __all__ = ["DATASET", "ENTRY", "SIDECAR_SUFFIX", "write_dp", "read_dp", "write_model_dp",
-           "read_model_dp"]
+           "writable", "read_model_dp"]
 
 DATASET = "tf_tempered_dp"
 ENTRY = "tf_tempered_dp.json"
@@ -95,11 +95,9 @@ def write_model_dp(filepath, dp):
     """Writes ``dp`` into the whole model's file ``model.save`` wrote at ``filepath`` (a
     local ``.keras`` file or unzipped directory, HDF5, tf-keras SavedModel directory); None
     removes an earlier one from a directory. Returns whether it could."""
-    if not isinstance(filepath, (str, os.PathLike)):
-        return False  # a file object
-    path, _ = _paths(filepath)
-    if "://" in path:
+    if not writable(filepath):
         return False
+    path, _ = _paths(filepath)
     directory = _model_directory(path)
     if _local_hdf5(path) or (path.endswith(".keras") and zipfile.is_zipfile(path)):
         if dp is None:
@@ -119,6 +117,12 @@ def write_model_dp(filepath, dp):
     else:
         return False
     return True
+
+
+def writable(filepath):
+    """Whether :func:`write_model_dp` may add to a save at ``filepath``: a local path (not a
+    file object, not a remote ``scheme://`` path)."""
+    return isinstance(filepath, (str, os.PathLike)) and "://" not in os.fspath(filepath)
 
 
 def read_model_dp(filepath):

@@ -38,7 +38,7 @@ from tf_tempered._compat import KERAS_MAJOR
 from tf_tempered.privacy import dp_in_files, loaded_marks, recording, saving, weight_files
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["dp_to_carry", "carries_dp"]
+__all__ = ["dp_to_carry"]
 
 
 def dp_to_carry(model, include_optimizer=True):
@@ -47,12 +47,6 @@ def dp_to_carry(model, include_optimizer=True):
     if get_state(model) is not None and include_optimizer is not False:
         return None
     return weight_files.dp_to_save(model)
-
-
-def carries_dp(filepath):
-    """Whether :func:`.dp_in_files.write_model_dp` can write into a save at ``filepath``."""
-    path = str(filepath) if isinstance(filepath, str) or hasattr(filepath, "__fspath__") else None
-    return path is not None and "://" not in path
 
 
 @contextlib.contextmanager
@@ -75,7 +69,7 @@ def _calls_as_defined(model):
 
 def _saved(model, filepath, include_optimizer=True):
     dp = dp_to_carry(model, include_optimizer)
-    if dp is None and get_state(model) is not None and carries_dp(filepath) and (
+    if dp is None and get_state(model) is not None and dp_in_files.writable(filepath) and (
             dp_in_files.read_dp(filepath) is None):
         # The file lost its optimizer's config all the same: Keras 3's legacy .h5 save drops
         # "optimizer" from the model's compile config in place, and a later .keras save of

@@ -52,9 +52,13 @@ def _directory(backup):
     return str(backup.backup_dir).rstrip("/")
 
 
+def _dp_file(backup):
+    return f"{_directory(backup)}/{WEIGHTS_DP_FILE_NAME}"
+
+
 def _restored(backup):
     """After the restore: the weights get the backup's DP dict back (tf-keras)."""
-    path = f"{_directory(backup)}/{WEIGHTS_DP_FILE_NAME}"
+    path = _dp_file(backup)
     if KERAS_MAJOR == 2 and tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
             weight_files.apply_loaded_dp(backup.model, json.loads(f.read()))
@@ -67,7 +71,7 @@ def _backing_up(backup):
     model = backup.model
     dp = None if get_state(model) is not None else weight_files.dp_to_save(model)
     if dp is not None:
-        path = f"{_directory(backup)}/{WEIGHTS_DP_FILE_NAME}"
+        path = _dp_file(backup)
         tf.io.gfile.makedirs(_directory(backup))
         with tf.io.gfile.GFile(path + ".tmp", "w") as f:
             f.write(json.dumps(dp))
@@ -76,7 +80,7 @@ def _backing_up(backup):
 
 def _ended(backup):
     """The fit ended: its backup goes (``delete_checkpoint``, Keras' default), the DP dict too."""
-    path = f"{_directory(backup)}/{WEIGHTS_DP_FILE_NAME}"
+    path = _dp_file(backup)
     if getattr(backup, "delete_checkpoint", True) and tf.io.gfile.exists(path):
         tf.io.gfile.remove(path)
 

@@ -36,7 +36,7 @@ import warnings
 
 from tf_tempered._compat import KERAS_MAJOR
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import loaded_marks, model_files, saving, update_guard
+from tf_tempered.privacy import dp_in_files, loaded_marks, saving, update_guard
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["warn_saves_without_dp"]
@@ -69,7 +69,7 @@ _SAVED_LOADED_WEIGHTS = (
 
 def warn_saves_without_dp(model, filepath, include_optimizer):
     """Warns before a save that loses a private model's DP settings (module docstring)."""
-    if model_files.carries_dp(filepath):
+    if dp_in_files.writable(filepath):
         return  # the file keeps them (model_files)
     h5 = str(filepath).endswith((".h5", ".hdf5"))
     optimizer_kept = include_optimizer is not False or (KERAS_MAJOR == 3 and not h5)
