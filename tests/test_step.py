@@ -77,6 +77,7 @@ def _stages(model, data):
     grads = [g for g, _ in noised_mean(model, state, plan, batch, forward, summed, stats)]
     hooks = forward.recorder.norm_hooks
     return {"plan": plan, "layers": [layer.first.layer.name for layer in layers],
+            "summed_ops": [s.op for s in summed.values()],
             "norms_in_backward": None if hooks is None else [
                 r.layer.name for r in forward.recorder.records if id(r) in hooks.results],
             "losses": forward.losses, "norm": norm, "finite": finite, "scale": weights.scale,
@@ -91,6 +92,7 @@ def _run_stages(model, data):
         # Tensors, as Keras' data adapters give them.
         result = _stages(model, tf.nest.map_structure(tf.convert_to_tensor, data))
         kept.update(plan=result.pop("plan"), layers=result.pop("layers"),
+                    summed_ops=result.pop("summed_ops"),
                     norms_in_backward=result.pop("norms_in_backward"))
         return result
 
@@ -131,6 +133,41 @@ def test_a_recurrent_layers_own_loop_keeps_its_norms_after_the_backward_pass(mod
     inside = _run_stages(model, data)["norms_in_backward"]
     expected = {"bookkeeping": ["embed", "head"], "second_pass": ["embed", "lstm", "head"]}
     assert sorted(inside) == sorted(expected[mode])
+
+
+def _ancestors(op):
+    """Every op ``op`` waits for: its inputs' ops and control inputs, transitively."""
+    seen, todo = set(), [op]
+    while todo:
+        current = todo.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
+
+
+def test_the_noise_is_drawn_once_every_clipped_sum_is_known():
+    """Drawn as soon as the forward pass ended, the scheduler ran the draw beside the
+    backward pass, and an Embedding's [V, d] noise coexisted with its activations (the
+    text classifier's peak memory, alone in a process: 1.28-1.34x the non-private step's
+    against 1.14x with the draw after the sums)."""
+    model = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(10, 2),
+                              keras.layers.Flatten(), keras.layers.Dense(1)])
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=CLIP, noise_multiplier=1.0,
+                                                learning_rate=0.1),
+                  loss=keras.losses.MeanSquaredError(reduction="none"))
+    make_private(model)
+    data = (np.arange(12, dtype=np.int32).reshape(4, 3) % 10, Y)
+    got = _run_stages(model, data)
+    graph = got["summed_ops"][0].graph
+    counter = get_state(model).noise._counter  # pylint: disable=protected-access
+    handle = {id(ext): inner for ext, inner in graph.captures}[id(counter.handle)]
+    [draw] = [op for op in graph.get_operations()
+              if op.type == "AssignAddVariableOp" and op.inputs[0] is handle]
+    waits_for = _ancestors(draw)
+    assert len(got["summed_ops"]) == 3  # the Embedding's sum, the kernel's, the bias'
+    assert all(op in waits_for for op in got["summed_ops"])
 
 
 def test_poisson_batch_divides_by_the_expected_batch_size():

@@ -44,7 +44,12 @@ def noised_mean(model, state, plan, batch, passes, summed, stats):
     Forward or chunks.Passes of the step (its ``total`` and ``rows``)."""
     normalizer = _normalizer(plan, batch, passes, stats)
     variables = model.trainable_variables
-    with tf.control_dependencies([passes.total]):  # no core taken from the forward pass
+    # Drawn once the forward pass (no core taken from it) and every clipped sum are done:
+    # drawn as soon as the forward pass ended, the scheduler ran the draw beside the
+    # backward pass, and an Embedding's [V, d] noise coexisted with the activations (the
+    # text classifier alone in a process: peak 1.28-1.34x the non-private step's, 1.14x
+    # now; time unchanged, benchmarks/results/noise_after_sums_keras3.md).
+    with tf.control_dependencies([passes.total, *summed.values()]):
         counter = state.noise.next_counter()  # on every replica: a synchronised step
         noises = plan.replicas.noise(
             lambda c: randomness.gaussian_noise_like(
