@@ -150,8 +150,8 @@ def _ancestors(op):
 def test_the_noise_is_drawn_once_every_clipped_sum_is_known():
     """Drawn as soon as the forward pass ended, the scheduler ran the draw beside the
     backward pass, and an Embedding's [V, d] noise coexisted with its activations (the
-    text classifier's peak memory, alone in a process: 1.28-1.34x the non-private step's
-    against 1.14x with the draw after the sums)."""
+    text classifier's peak memory, alone in a process: 1.30-1.33x the non-private step's
+    against 1.13-1.18x with the draw after the sums)."""
     model = keras.Sequential([keras.Input((3,), dtype="int32"), keras.layers.Embedding(10, 2),
                               keras.layers.Flatten(), keras.layers.Dense(1)])
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=CLIP, noise_multiplier=1.0,

@@ -548,6 +548,38 @@ def test_a_swapped_copy_of_loaded_private_weights_is_refused_and_counts_them(tmp
     _assert_refused_then_counted(copy)
 
 
+def test_a_swapped_copy_of_a_trained_private_model_is_refused_and_counts_it():
+    # A copy of a live private model trained its weights without DP in a plain fit, where
+    # save_weights + load_weights into the same copy was refused (both Kerases).
+    from tf_tempered import swap_activations
+    x, y = _data()
+    model = _private_model()
+    model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+    _assert_refused_then_counted(_compiled(swap_activations(model, "tanh")))
+
+
+def test_a_swapped_copy_of_a_head_on_a_frozen_private_encoder_marks_the_encoder_only():
+    # Probe R 7: the copy of a head holding private weights marked every weight, so its own
+    # head could not train; now each copy is marked as its original is.
+    from tf_tempered import swap_activations
+    from tf_tempered.privacy.loaded_marks import is_loaded_weight
+    x, y = _data()
+    encoder, outer = _frozen_private_encoder_with_head(x, y)
+    copy = _compiled(swap_activations(outer, "tanh"))
+    copied_encoder, head = copy.layers[0], copy.layers[-1]
+    assert [is_loaded_weight(w) for w in copied_encoder.weights] == [True, True]
+    assert not any(is_loaded_weight(w) for w in head.weights)
+    kernel = head.get_weights()[0].copy()
+    copy.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)  # the head trains, plainly
+    assert not np.allclose(kernel, head.get_weights()[0])
+    np.testing.assert_array_equal(copied_encoder.get_weights()[0], encoder.get_weights()[0])
+    for layer in (copied_encoder, *copied_encoder.layers):  # (Keras 3 keeps loaded
+        layer.trainable = True                              # sublayers frozen otherwise)
+    _compiled(copy)
+    with pytest.raises(NotPrivateError):
+        copy.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+
+
 @pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3 refuses to load into a model not built")
 def test_a_checkpoint_restored_into_a_model_built_later_is_marked(tmp_path):
     # Probe Q Q3: tf-keras restores a TF checkpoint into a model without an Input when it is

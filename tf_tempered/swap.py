@@ -22,11 +22,10 @@ its config, with every matching activation replaced by a fresh layer from
 import copy
 import itertools
 
-from tf_tempered import keras_bridge
 from tf_tempered._compat import keras
 from tf_tempered.keras_bridge import is_functional_model
 from tf_tempered.models import resolve_activation
-from tf_tempered.privacy import ledger_lineage, loaded_marks, saving, shared_ledgers
+from tf_tempered.privacy import weight_files
 
 _is_functional = is_functional_model
 
@@ -145,6 +144,7 @@ class _Swapper:
         self.custom_objects = {}
         # (model path, layer name) of layers that got the new activation inline.
         self.inline_hosts = set()
+        self.copied = []  # (variable of the model, its copy's)
 
     def _activation_config(self, name, dtype):
         layer = self.make_activation()
@@ -249,6 +249,7 @@ class _Swapper:
                     f"{[tuple(v.shape) for v in targets]}.")
             for variable, value in zip(targets, values):
                 variable.assign(value)
+            self.copied += zip(old.weights, targets)
 
 
 def swap_activations(model, activation, *, replace=("relu",), return_count=False):
@@ -287,7 +288,8 @@ def swap_activations(model, activation, *, replace=("relu",), return_count=False
         A new model of the same kind (Sequential or Functional), uncompiled (compile
         it yourself), with every other layer's config and weights copied; or
         ``(model, count)`` when ``return_count``. Weights trained under DP bring their
-        privacy ledger: ``make_private`` on the copy goes on counting their steps.
+        privacy ledger: a plain fit of their copies is refused (as after ``load_weights``),
+        and ``make_private`` on the copy goes on counting their steps.
 
     Raises:
         TypeError: for a subclassed model (rebuild it as Functional, or change the
@@ -309,10 +311,6 @@ def swap_activations(model, activation, *, replace=("relu",), return_count=False
     cls = keras.Sequential if isinstance(model, keras.Sequential) else keras.Model
     new_model = cls.from_config(config, custom_objects=swapper.custom_objects)
     swapper.copy_weights(model, new_model, model.name)
-    # Trained under DP: make_private on the copy goes on counting those steps.
-    shared_ledgers.carry_ledger(model, new_model)
-    # Loaded from a private model's weights and not made private since: so is the copy.
-    loaded = ledger_lineage.combined_dp(saving.saved_dps(model))
-    if loaded is not None:
-        loaded_marks.mark_loaded_weights(keras_bridge.existing_weights(new_model), loaded)
+    # Trained under DP: a plain update of the copy is refused, make_private goes on counting.
+    weight_files.carry_dp(model, new_model, swapper.copied)
     return (new_model, swapper.count) if return_count else new_model

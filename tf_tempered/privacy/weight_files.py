@@ -46,7 +46,7 @@ from tf_tempered.privacy import saving
 from tf_tempered.privacy.dp_in_files import read_dp, write_dp
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["dp_to_save", "apply_loaded_dp"]
+__all__ = ["dp_to_save", "apply_loaded_dp", "carry_dp"]
 
 
 def dp_to_save(model):
@@ -67,6 +67,22 @@ def dp_to_save(model):
         return dp
     # Some are not (a plain head on a private encoder): a load marks only those that are.
     return {**dp, "private_weights": private, "weight_structure": structure}
+
+
+def carry_dp(source, copy, copied):
+    """``copy`` holds ``source``'s weights in variables of its own (``copied``: the pairs
+    (source variable, copy variable); tf_tempered.swap_activations). Its weights carry the
+    ledger of ``source``'s, and the copies of weights trained under DP (a private model's,
+    or loaded from one and not made private since) are marked as loaded ones are: a plain
+    update is refused, and make_private(copy) takes the settings and goes on counting, as
+    after ``save_weights`` and ``load_weights``."""
+    shared_ledgers.carry_ledger(source, copy)
+    dp = dp_to_save(source)
+    if dp is None:
+        return
+    private = [new for old, new in copied if _is_private(old)]
+    # None of them marked one by one (a loaded model marked at its optimizer): all.
+    loaded_marks.mark_loaded_weights(private or keras_bridge.existing_weights(copy), dp)
 
 
 def _is_private(variable):

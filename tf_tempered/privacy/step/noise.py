@@ -47,7 +47,7 @@ def noised_mean(model, state, plan, batch, passes, summed, stats):
     # Drawn once the forward pass (no core taken from it) and every clipped sum are done:
     # drawn as soon as the forward pass ended, the scheduler ran the draw beside the
     # backward pass, and an Embedding's [V, d] noise coexisted with the activations (the
-    # text classifier alone in a process: peak 1.28-1.34x the non-private step's, 1.14x
+    # text classifier alone in a process: peak 1.30-1.33x the non-private step's, 1.13-1.18x
     # now; time unchanged, benchmarks/results/noise_after_sums_keras3.md).
     with tf.control_dependencies([passes.total, *summed.values()]):
         counter = state.noise.next_counter()  # on every replica: a synchronised step
