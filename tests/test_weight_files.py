@@ -150,10 +150,11 @@ def _plain_model_holding_loaded_private_weights(tmp_path):
     return model
 
 
-def _assert_refused_then_counted(model, epochs=1):
-    """A plain fit of ``model`` is refused; made private, its ε counts ``epochs`` epochs."""
+def _assert_refused_then_counted(model, epochs=1, match=None):
+    """A plain fit of ``model`` is refused (naming ``match``); made private, its ε counts
+    ``epochs`` epochs."""
     x, y = _data()
-    with pytest.raises(NotPrivateError):
+    with pytest.raises(NotPrivateError, match=match):
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
     make_private(model)
     np.testing.assert_allclose(epsilon_spent(model)[0], _poisson_epsilon(epochs), rtol=1e-6)
@@ -432,7 +433,7 @@ def test_a_whole_model_save_of_loaded_private_weights_keeps_their_dp(tmp_path, e
     path = str(tmp_path / f"model{ext}")
     model.save(path)
     loaded = keras.models.load_model(path)
-    _assert_refused_then_counted(loaded)
+    _assert_refused_then_counted(loaded, match=r"private model \(loaded by load_model\)")
 
 
 @pytest.mark.skipif(KERAS_MAJOR == 2, reason="tf-keras saves to a path only")
@@ -545,7 +546,7 @@ def test_a_swapped_copy_of_loaded_private_weights_is_refused_and_counts_them(tmp
     from tf_tempered import swap_activations
     model = _plain_model_holding_loaded_private_weights(tmp_path)
     copy = _compiled(swap_activations(model, "tanh"))
-    _assert_refused_then_counted(copy)
+    _assert_refused_then_counted(copy, match=r"\(copied by tf_tempered\.swap_activations\)")
 
 
 def test_a_swapped_copy_of_a_trained_private_model_is_refused_and_counts_it():
@@ -555,7 +556,8 @@ def test_a_swapped_copy_of_a_trained_private_model_is_refused_and_counts_it():
     x, y = _data()
     model = _private_model()
     model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
-    _assert_refused_then_counted(_compiled(swap_activations(model, "tanh")))
+    _assert_refused_then_counted(_compiled(swap_activations(model, "tanh")),
+                                 match=r"private model \(copied by tf_tempered\.swap_activations\)")
 
 
 def test_a_swapped_copy_of_a_head_on_a_frozen_private_encoder_marks_the_encoder_only():
@@ -650,7 +652,8 @@ def test_a_plain_fits_backup_of_a_frozen_private_encoder_restores_it_guarded(tmp
     assert not tf.io.gfile.exists(f"{backup}/{WEIGHTS_DP_FILE_NAME}")  # deleted with it
     encoder.trainable = True
     # (tf-keras' next fit needs a BackupAndRestore; Keras 3 keeps the restored epoch, 3)
-    with pytest.raises(NotPrivateError):
+    how = "restored by BackupAndRestore" if KERAS_MAJOR == 2 else "loaded by load_weights"
+    with pytest.raises(NotPrivateError, match=rf"private model \({how}\)"):
         _compiled(resumed).fit(x, y, batch_size=BATCH, epochs=4, verbose=0, callbacks=[
             keras.callbacks.BackupAndRestore(str(tmp_path / "next"))])
     make_private(resumed)
@@ -796,7 +799,8 @@ def test_an_export_reloaded_to_train_is_refused_and_counts_its_steps(tmp_path):
     directory = str(tmp_path / "export")
     model.export(directory)
     reloaded = _compiled(keras.Sequential([keras.Input((5,)), _reloaded_export(directory)]))
-    _assert_refused_then_counted(reloaded, epochs=2)
+    _assert_refused_then_counted(reloaded, epochs=2,
+                                 match=r"\(reloaded from an export by (TFSMLayer|ReloadedLayer)\)")
 
 
 @pytest.mark.skipif(KERAS_MAJOR == 3, reason="tf-keras' .h5 loader")
@@ -815,4 +819,5 @@ def test_a_mixed_precision_private_h5_names_the_load_that_works(tmp_path):
         loaded = keras.models.load_model(path, compile=False)
     finally:
         keras.mixed_precision.set_global_policy("float32")
-    _assert_refused_then_counted(_compiled(loaded), epochs=2)
+    _assert_refused_then_counted(_compiled(loaded), epochs=2,
+                                 match=r"\(loaded by load_model\)")

@@ -25,11 +25,12 @@ import weakref
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import ledger_lineage
 
-__all__ = ["LOADED", "is_loaded_weight", "loaded_dp", "mark_loaded_weights",
+__all__ = ["LOADED", "HOW", "is_loaded_weight", "loaded_dp", "loaded_how", "mark_loaded_weights",
            "mark_loaded_when_built", "mark_weights_built_since_load", "pending_dps",
            "forget_pending", "weights_by_layer", "private_part"]
 
 LOADED = "_tf_tempered_loaded_dp"  # on a loaded model's variables: the DP dict saved with it
+HOW = "_tf_tempered_loaded_how"  # and how they came (the refusal of a plain update says it)
 
 
 def is_loaded_weight(variable):
@@ -43,11 +44,17 @@ def loaded_dp(variable):
     return vars(variable).get(LOADED) if hasattr(variable, "__dict__") else None
 
 
-def mark_loaded_weights(variables, saved):
+def loaded_how(variable):
+    """How ``variable``'s marked weights came, e.g. "loaded by load_weights", or None."""
+    return vars(variable).get(HOW) if hasattr(variable, "__dict__") else None
+
+
+def mark_loaded_weights(variables, saved, how=None):
     """``variables`` came from a private model's file (``load_weights``): marked with the DP
     dict ``saved`` as a loaded model's are, so a plain update of them is refused and
     make_private finds the settings and ledger. One marked already (by another file: a
-    partial load may have kept it) keeps both ledgers (:func:`.ledger_lineage.combined_dp`)."""
+    partial load may have kept it) keeps both ledgers (:func:`.ledger_lineage.combined_dp`).
+    ``how``: how they came, for the refusal's text (e.g. "loaded by load_model")."""
     combined = {}
     for variable in variables:
         held = loaded_dp(variable)
@@ -58,6 +65,8 @@ def mark_loaded_weights(variables, saved):
             mark = combined[id(held)]
         for alias in keras_bridge.variable_aliases(variable):
             keras_bridge.set_untracked(alias, LOADED, mark)
+            if how is not None:
+                keras_bridge.set_untracked(alias, HOW, how)
 
 
 def weights_by_layer(model):
@@ -95,14 +104,16 @@ def private_part(model, saved, *, in_order=True):
 
 _PENDING = weakref.WeakValueDictionary()  # id -> a model loaded before it was built
 _PENDING_DP = "_tf_tempered_pending_loaded_dp"
+_PENDING_HOW = "_tf_tempered_pending_loaded_how"
 
 
-def mark_loaded_when_built(model, saved):
+def mark_loaded_when_built(model, saved, how=None):
     """tf-keras restores a TF checkpoint into a model not built yet when it is built: its
     weights are marked (:func:`mark_loaded_weights`) before any update, as make_private's
     tags are (update_guard)."""
     keras_bridge.set_untracked(model, _PENDING_DP, ledger_lineage.combined_dp(
         [vars(model).get(_PENDING_DP), saved]))
+    keras_bridge.set_untracked(model, _PENDING_HOW, how)
     _PENDING[id(model)] = model
 
 
@@ -111,7 +122,8 @@ def mark_weights_built_since_load():
     for model in list(_PENDING.values()):
         if keras_bridge.existing_weights(model):  # (a TF checkpoint: restored in order)
             saved = vars(model).pop(_PENDING_DP)
-            mark_loaded_weights(private_part(model, saved), saved)
+            mark_loaded_weights(private_part(model, saved), saved,
+                                vars(model).pop(_PENDING_HOW, None))
             _PENDING.pop(id(model), None)
 
 
@@ -123,4 +135,5 @@ def pending_dps(model):
 def forget_pending(model):
     """make_private took it (:func:`.saving.release_loaded_variables`)."""
     vars(model).pop(_PENDING_DP, None)
+    vars(model).pop(_PENDING_HOW, None)
     _PENDING.pop(id(model), None)

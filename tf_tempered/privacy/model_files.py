@@ -94,7 +94,7 @@ def _loaded(model, filepath):
     dp = (dp_in_files.read_model_dp(filepath) if saving.is_marked(own)
           else dp_in_files.read_dp(filepath))
     if dp is not None:
-        weight_files.apply_loaded_dp(model, dp)
+        weight_files.apply_loaded_dp(model, dp, how="loaded by load_model")
 
 
 def _exported(model, filepath):
@@ -110,7 +110,8 @@ def _reloaded(layer, filepath):
     """A layer reloading an export of private weights: they are marked, as load_model's."""
     dp = dp_in_files.read_model_dp(filepath)
     if dp is not None:
-        loaded_marks.mark_loaded_weights(keras_bridge.existing_weights(layer), dp)
+        loaded_marks.mark_loaded_weights(keras_bridge.existing_weights(layer), dp,
+                                         f"reloaded from an export by {type(layer).__name__}")
 
 
 def _load_failed(error):

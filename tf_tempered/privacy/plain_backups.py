@@ -61,7 +61,8 @@ def _restored(backup):
     path = _dp_file(backup)
     if KERAS_MAJOR == 2 and tf.io.gfile.exists(path):
         with tf.io.gfile.GFile(path) as f:
-            weight_files.apply_loaded_dp(backup.model, json.loads(f.read()))
+            weight_files.apply_loaded_dp(backup.model, json.loads(f.read()),
+                                         how="restored by BackupAndRestore")
 
 
 def _backing_up(backup):

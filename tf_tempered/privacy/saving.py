@@ -169,6 +169,8 @@ def _mark_loaded_variables(optimizer, variables):
         for variable in variables or []:
             for alias in keras_bridge.variable_aliases(variable):
                 keras_bridge.set_untracked(alias, loaded_marks.LOADED, saved)
+                if loaded_marks.loaded_how(alias) is None:
+                    keras_bridge.set_untracked(alias, loaded_marks.HOW, _HOW_OPTIMIZER)
 
 
 def _keep_the_loaded_dp(model):
@@ -211,8 +213,9 @@ def release_loaded_variables(model):
     loaded_marks.forget_pending(model)
     for variable in keras_bridge.existing_weights(model):
         for alias in keras_bridge.variable_aliases(variable):
-            if hasattr(alias, "__dict__") and loaded_marks.LOADED in vars(alias):
-                delattr(alias, loaded_marks.LOADED)
+            for mark in (loaded_marks.LOADED, loaded_marks.HOW):
+                if hasattr(alias, "__dict__") and mark in vars(alias):
+                    delattr(alias, mark)
 
 
 def is_marked(optimizer):
@@ -226,8 +229,11 @@ def refuse_loaded_updates(optimizer, variables):
     not yet made private again (a recompile replaced its marked optimizer: it would train
     WITHOUT DP)."""
     loaded_marks.mark_weights_built_since_load()
-    if any(loaded_marks.is_loaded_weight(v) for v in variables):
-        raise NotPrivateError(_REFUSAL_RECOMPILED.format(name=type(optimizer).__name__))
+    loaded = [v for v in variables if loaded_marks.is_loaded_weight(v)]
+    if loaded:
+        hows = sorted({loaded_marks.loaded_how(v) or _HOW_UNKNOWN for v in loaded})
+        raise NotPrivateError(_REFUSAL_LOADED.format(name=type(optimizer).__name__,
+                                                     how=" and ".join(hows)))
 
 
 PUBLIC_COPY_FIX = (
@@ -236,16 +242,16 @@ PUBLIC_COPY_FIX = (
     "new_model.set_weights(model.get_weights()) (Keras 3's clone_model of a compiled "
     "private model copies its DP compile along).")
 
-_REFUSAL_RECOMPILED = (
-    "The optimizer {name} would train the weights of a model saved by a private model "
-    "and loaded (or copied from one by Keras 3's clone_model, which copies its DP compile), "
-    "whose DP optimizer a new compile replaced, or weights a private model saved "
-    "(save_weights, ModelCheckpoint) loaded into a model with load_weights, or a copy "
-    "of such weights (tf_tempered.swap_activations): WITHOUT "
-    "differential privacy, "
-    "and without counting its privacy ledger. Fix: call tf_tempered.make_private(model) "
-    "(no arguments: the DP settings and ledger saved with it, a fresh secret key), then "
-    "fit. " + PUBLIC_COPY_FIX)
+_HOW_UNKNOWN = "saved and loaded, or copied"
+_HOW_OPTIMIZER = ("loaded by load_model, or copied by Keras 3's clone_model, with its DP "
+                  "optimizer")
+
+_REFUSAL_LOADED = (
+    "The optimizer {name} would train weights of a private model ({how}) WITHOUT "
+    "differential privacy, and without counting their privacy ledger: the model holding them "
+    "was not made private since (or a new compile replaced its DP optimizer). Fix: call "
+    "tf_tempered.make_private(model) (no arguments: the DP settings and ledger that came "
+    "with them, a fresh secret key), then fit. " + PUBLIC_COPY_FIX)
 
 
 @keras.utils.register_keras_serializable(package="tf_tempered", name="PrivateOptimizer")

@@ -82,7 +82,8 @@ def carry_dp(source, copy, copied):
         return
     private = [new for old, new in copied if _is_private(old)]
     # None of them marked one by one (a loaded model marked at its optimizer): all.
-    loaded_marks.mark_loaded_weights(private or keras_bridge.existing_weights(copy), dp)
+    loaded_marks.mark_loaded_weights(private or keras_bridge.existing_weights(copy), dp,
+                                     "copied by tf_tempered.swap_activations")
 
 
 def _is_private(variable):
@@ -104,10 +105,12 @@ def _loaded(model, filepath, by_name=False, skip_mismatch=False):
     apply_loaded_dp(model, read_dp(filepath), by_name=by_name, skip_mismatch=skip_mismatch)
 
 
-def apply_loaded_dp(model, dp, *, by_name=False, skip_mismatch=False):
+def apply_loaded_dp(model, dp, *, how="loaded by load_weights", by_name=False,
+                    skip_mismatch=False):
     """``model`` now holds the weights of a private model whose DP dict is ``dp`` (read from
     a weights file, or a plain fit's backup: :mod:`.plain_backups`): a private model's ledger
-    adds the steps it lacks, a plain model's weights are marked."""
+    adds the steps it lacks, a plain model's weights are marked (``how``: how they came, for
+    the refusal of a plain update)."""
     if dp is None or not dp.get("ledger"):
         return
     if get_state(model) is not None:
@@ -116,11 +119,11 @@ def apply_loaded_dp(model, dp, *, by_name=False, skip_mismatch=False):
     for ledger in shared_ledgers.weights_ledgers(model):  # parts of live private models:
         ledger_lineage.absorb(ledger, dp["ledger"])        # those weights are the file's now
     if not keras_bridge.existing_weights(model):  # tf-keras restores into a model not
-        loaded_marks.mark_loaded_when_built(model, dp)  # built yet once it is built
+        loaded_marks.mark_loaded_when_built(model, dp, how)  # built yet once it is built
         return
     weights = loaded_marks.private_part(model, dp, in_order=not (by_name or skip_mismatch))
     marked = [w for w in weights if not update_guard.is_private_weight(w)]
-    loaded_marks.mark_loaded_weights(marked, dp)
+    loaded_marks.mark_loaded_weights(marked, dp, how)
     # A step traced before the load (the model's fit, a loop's tf.function) would keep
     # updating them without the check, which runs while tracing: it fails from now on. (Its
     # train_function is kept: Keras 3's BackupAndRestore loads inside fit, which calls it.)
