@@ -364,3 +364,28 @@ def test_a_copy_of_a_private_model_goes_on_counting_its_steps():
     spent = epsilon_spent(model)[0]
     copy = make_private(swap_activations(model, "tanh"))
     assert spent > 1 and epsilon_spent(copy)[0] == pytest.approx(spent)
+
+
+def test_copies_count_their_own_steps_not_their_sources_or_siblings_later_ones():
+    """Probe T F1: a copy shared its source's live ledger, so the steps the source and the
+    other copies took after the swap were counted in every ε (an over-count)."""
+    from tf_tempered.privacy import epsilon_spent, make_private
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 3)).astype("float32"), rng.integers(0, 2, 64)
+
+    def fit(model, epochs=1):
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=8, epochs=epochs, verbose=0)
+        return epsilon_spent(model)[0]
+
+    model = make_private(keras.Sequential([
+        keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)]),
+        l2_norm_clip=1.0, noise_multiplier=1.0)
+    one_epoch = fit(model)
+    first, second = swap_activations(model, "tanh"), swap_activations(model, "tanh")
+    two_epochs = fit(model)
+    assert fit(make_private(first)) == pytest.approx(two_epochs)  # 1 epoch before it, 1 own
+    make_private(second)
+    assert epsilon_spent(second)[0] == pytest.approx(one_epoch)
+    assert epsilon_spent(model)[0] == pytest.approx(two_epochs)

@@ -32,9 +32,8 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import ledger_lineage
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights", "carry_ledger",
-           "merge_new_weights", "current", "private_models", "weights_ledger",
-           "weights_ledgers"]
+__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights",
+           "merge_new_weights", "current", "private_models", "weights_ledgers"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
 _LEDGER = "_tf_tempered_ledger"  # on a private model's weights: the ledger of their steps
@@ -130,18 +129,3 @@ def weights_ledgers(model):
         if not any(ledger is seen for seen in ledgers):
             ledgers.append(ledger)
     return ledgers
-
-
-def weights_ledger(model):
-    """The first of :func:`weights_ledgers`, or None."""
-    ledgers = weights_ledgers(model)
-    return ledgers[0] if ledgers else None
-
-
-def carry_ledger(source, copy):
-    """Gives ``copy`` (a model holding ``source``'s trained weights in variables of its own,
-    e.g. tf_tempered.swap_activations') the ledger of ``source``'s weights: make_private on
-    the copy then goes on counting their steps."""
-    ledger = weights_ledger(source)
-    if ledger is not None:
-        tag_weights(copy, ledger)

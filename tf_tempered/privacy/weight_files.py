@@ -71,12 +71,12 @@ def dp_to_save(model):
 
 def carry_dp(source, copy, copied):
     """``copy`` holds ``source``'s weights in variables of its own (``copied``: the pairs
-    (source variable, copy variable); tf_tempered.swap_activations). Its weights carry the
-    ledger of ``source``'s, and the copies of weights trained under DP (a private model's,
-    or loaded from one and not made private since) are marked as loaded ones are: a plain
-    update is refused, and make_private(copy) takes the settings and goes on counting, as
-    after ``save_weights`` and ``load_weights``."""
-    shared_ledgers.carry_ledger(source, copy)
+    (source variable, copy variable); tf_tempered.swap_activations). The copies of weights
+    trained under DP (a private model's, or loaded from one and not made private since) are
+    marked as loaded ones are, with a snapshot of the DP dict: a plain update is refused, and
+    make_private(copy) takes the settings and goes on counting from the steps they took, as
+    after ``save_weights`` and ``load_weights`` (sharing the source's live ledger, a copy's
+    ε also counted the steps the source and other copies took after it)."""
     dp = dp_to_save(source)
     if dp is None:
         return
