@@ -81,6 +81,28 @@ def test_a_custom_loop_gives_the_update_fit_gives():
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 
+def test_a_loop_compiled_by_xla_gives_the_same_update():
+    """Probe T F2: in a tf.function(jit_compile=True) DPGradients took the native CPU ops
+    (its model is not compiled with jit_compile), which XLA cannot compile: the first call
+    failed naming no fix. It takes the XLA paths there now, as fit does."""
+    x, y = _data()
+    weights = _mlp().get_weights()
+    norms, reference = per_example_reference(_mlp, weights, x, y, _sce)
+    clip = median_clip(norms)
+    model = _mlp()
+    model.set_weights(weights)
+    dp = DPGradients(model, LOSS, l2_norm_clip=clip, noise_multiplier=0.0)
+    optimizer = keras.optimizers.SGD(1.0)
+
+    @tf.function(jit_compile=True)
+    def step(xb, yb):
+        grads, _ = dp(xb, yb)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    step(x, y)
+    assert_update([a - b for a, b in zip(model.get_weights(), weights)], reference(clip))
+
+
 def test_the_noise_has_stddev_sigma_clip_over_the_batch():
     # Zero weights for every example: the clipped sum is zero, the gradient is Z / n.
     model = keras.Sequential([keras.Input((200,)), keras.layers.Dense(50)])

@@ -85,7 +85,8 @@ def plan_step(model, state, *, check_optimizer=True):
             "tf.distribute strategy with several replicas yet (a replica's share of the "
             "batch could split an example's copies). Fix: train on one replica, or call "
             "make_private without augmentation_multiplicity.")
-    xla = keras_bridge.jit_compiled(model)
+    # Keras' jit_compile, or a loop's tf.function(jit_compile=True) tracing DPGradients.
+    xla = keras_bridge.jit_compiled(model) or keras_bridge.in_xla_context()
     options = _xla_options(state.options) if xla else state.options
     strategy = clipped_sums.strategy_for(options.clipped_sum, model,
                                          norms_in_backward=options.norms_in_backward,
