@@ -389,3 +389,28 @@ def test_copies_count_their_own_steps_not_their_sources_or_siblings_later_ones()
     make_private(second)
     assert epsilon_spent(second)[0] == pytest.approx(one_epoch)
     assert epsilon_spent(model)[0] == pytest.approx(two_epochs)
+
+
+def test_a_copy_of_a_private_model_nesting_an_earlier_one_counts_their_steps_once():
+    """Probe T F3: made private, the copy merged its ledger into the one it shared with its
+    source, and the source's ε and every later copy's or load's counted 4 epochs for 2."""
+    from tf_tempered.privacy import epsilon_spent, make_private
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 3)).astype("float32"), rng.integers(0, 2, 64)
+
+    def trained(model):
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+        return model
+
+    inner = trained(make_private(keras.Sequential([
+        keras.Input((3,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)]),
+        l2_norm_clip=1.0, noise_multiplier=1.0))
+    outer = trained(make_private(keras.Sequential([keras.Input((3,)), inner,
+                                                   keras.layers.Dense(2)]),
+                                 l2_norm_clip=1.0, noise_multiplier=1.0))
+    two_epochs = epsilon_spent(outer)[0]
+    copy = make_private(swap_activations(outer, "tanh"))
+    again = make_private(swap_activations(outer, "tanh"))
+    assert [epsilon_spent(m)[0] for m in (copy, outer, again)] == pytest.approx([two_epochs] * 3)
