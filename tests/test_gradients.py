@@ -48,7 +48,10 @@ def _sce(y, p, model):
     return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, p, from_logits=True))
 
 
-def test_a_custom_loop_gives_the_update_fit_gives():
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_custom_loop_gives_the_update_fit_gives(jit_compile):
+    # jit_compile (probe T F2): in a tf.function(jit_compile=True) DPGradients took the
+    # native CPU ops, which XLA cannot compile (the first call failed naming no fix).
     x, y = _data()
     weights = _mlp().get_weights()
     norms, reference = per_example_reference(_mlp, weights, x, y, _sce)
@@ -60,7 +63,7 @@ def test_a_custom_loop_gives_the_update_fit_gives():
                      l2_norm_clip=clip, noise_multiplier=0.0)
     optimizer = keras.optimizers.SGD(1.0)
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def step(xb, yb):
         grads, logs = dp(xb, yb)
         optimizer.apply_gradients(zip(grads, loop_model.trainable_variables))
@@ -79,28 +82,6 @@ def test_a_custom_loop_gives_the_update_fit_gives():
         fit_model.fit(x, y, batch_size=ROWS, shuffle=False, verbose=0)
     for a, b in zip(loop_model.get_weights(), fit_model.get_weights()):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
-
-
-def test_a_loop_compiled_by_xla_gives_the_same_update():
-    """Probe T F2: in a tf.function(jit_compile=True) DPGradients took the native CPU ops
-    (its model is not compiled with jit_compile), which XLA cannot compile: the first call
-    failed naming no fix. It takes the XLA paths there now, as fit does."""
-    x, y = _data()
-    weights = _mlp().get_weights()
-    norms, reference = per_example_reference(_mlp, weights, x, y, _sce)
-    clip = median_clip(norms)
-    model = _mlp()
-    model.set_weights(weights)
-    dp = DPGradients(model, LOSS, l2_norm_clip=clip, noise_multiplier=0.0)
-    optimizer = keras.optimizers.SGD(1.0)
-
-    @tf.function(jit_compile=True)
-    def step(xb, yb):
-        grads, _ = dp(xb, yb)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-
-    step(x, y)
-    assert_update([a - b for a, b in zip(model.get_weights(), weights)], reference(clip))
 
 
 def test_the_noise_has_stddev_sigma_clip_over_the_batch():
