@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from dp_reference import assert_update, median_clip, per_example_reference
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import (DPGradients, NotPrivateError, UnsupportedLayerError,
                                  epsilon_spent, make_private)
 
@@ -426,12 +426,32 @@ def test_make_private_does_not_warn_of_its_own_fit_traced_before():
     assert not [w for w in caught if "traced before it" in str(w.message)]
 
 
-def test_dp_gradients_through_a_loss_scale_optimizer_are_applied():
+def _loss_scaled_optimizers():
+    """Optimizers whose apply divides the gradients (Keras 3: a LossScaleOptimizer, and a
+    ``loss_scale_factor``; tf-keras' LossScaleOptimizer does not)."""
+    yield keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(1.0))
+    if KERAS_MAJOR == 3:
+        yield keras.optimizers.SGD(1.0, loss_scale_factor=128.0)
+        yield keras.mixed_precision.LossScaleOptimizer(
+            keras.optimizers.SGD(1.0, loss_scale_factor=4.0))
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_dp_gradients_through_a_loss_scaling_optimizer_are_applied_as_returned(traced):
+    """Probe T F5: Keras 3's LossScaleOptimizer (its mixed-precision loop) divided the DP
+    update by its scale, 32768 (a loss_scale_factor likewise): ĝ is no scaled-loss gradient."""
     x, y = _data()
-    model = _mlp()
-    dp = DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
-    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
-    before = [w.copy() for w in model.get_weights()]
-    grads, _ = dp(x, y)
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
-    assert all((a != b).any() for a, b in zip(before, model.get_weights()))
+    weights = _mlp().get_weights()
+    norms, reference = per_example_reference(_mlp, weights, x, y, _sce)
+    clip = median_clip(norms)
+    for optimizer in _loss_scaled_optimizers():
+        model = _mlp()
+        model.set_weights(weights)
+        dp = DPGradients(model, LOSS, l2_norm_clip=clip, noise_multiplier=0.0)
+
+        def step(xb, yb, dp=dp, model=model, optimizer=optimizer):
+            grads, _ = dp(xb, yb)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+        (tf.function(step) if traced else step)(x, y)
+        assert_update([a - b for a, b in zip(model.get_weights(), weights)], reference(clip))

@@ -24,7 +24,7 @@ __all__ = ["activity_regularized_layers", "class_registered_as", "fit_arguments"
            "suspended_activity_regularizers", "swap_class", "deserialize", "has_compiled_loss",
            "reduction_method_is_default", "overriding_class", "update_metrics_state",
            "save_compiled_optimizer_object", "guard_optimizer_updates",
-           "loss_scale_factor", "callbacks_as_list"]
+           "loss_scale_factor", "loss_scale_divisor", "callbacks_as_list"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -139,6 +139,23 @@ def loss_scale_factor(optimizer):
     """Keras 3's ``loss_scale_factor`` of an optimizer (its apply divides the gradients by
     it), or None (unset, or tf-keras, whose optimizers have none)."""
     return getattr(optimizer, "loss_scale_factor", None) if IS_KERAS3 else None
+
+
+def loss_scale_divisor(optimizer):
+    """What Keras 3's ``apply`` of ``optimizer`` divides the gradients by, as a scalar (a
+    LossScaleOptimizer's dynamic scale, times the wrapped optimizer's ``loss_scale_factor``;
+    an optimizer's own ``loss_scale_factor``), or None: nothing (tf-keras' LossScaleOptimizer
+    leaves the unscaling to ``get_unscaled_gradients``)."""
+    if not IS_KERAS3:
+        return None
+    divisor = None
+    if hasattr(optimizer, "inner_optimizer") and hasattr(optimizer, "initial_scale"):
+        divisor = optimizer.dynamic_scale if optimizer.built else optimizer.initial_scale
+        optimizer = optimizer.inner_optimizer
+    factor = loss_scale_factor(optimizer)
+    if factor is None:
+        return divisor
+    return factor if divisor is None else tf.cast(divisor, tf.float32) * factor
 
 
 def guard_optimizer_updates(check):

@@ -123,7 +123,28 @@ def refuse_updates_without_dp(optimizer, variables, grads=()):
     if raw:
         raise NotPrivateError(_RAW_IN_LOOP.format(name=type(optimizer).__name__,
                                                   variable=raw[0].name))
+    grads = _applied_as_returned(optimizer, variables, grads)
     return _fail_once_private(optimizer, [v for v in variables if _tag(v) is None], grads)
+
+
+def _applied_as_returned(optimizer, variables, grads):
+    """Keras 3's apply divides the gradients by a LossScaleOptimizer's scale and by a
+    ``loss_scale_factor``: right for the gradients of a loss they scaled, but DPGradients'
+    ĝ is no such gradient (it was 1/32768 of the DP update, silently, in Keras' mixed-
+    precision loop). Multiplied by the divisor, ĝ is applied as returned, as fit applies it
+    (step/update.py)."""
+    divisor = keras_bridge.loss_scale_divisor(optimizer)
+    if divisor is None:
+        return grads
+
+    def scaled(grad):
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(scaled(grad.values), grad.indices, grad.dense_shape)
+        grad = tf.convert_to_tensor(grad)
+        return grad * tf.cast(divisor, grad.dtype)
+
+    return [scaled(grad) if grad is not None and _tag(variable) == _DP_LOOPS else grad
+            for grad, variable in zip(grads, variables)]
 
 
 def _fail_once_private(optimizer, plain, grads):
