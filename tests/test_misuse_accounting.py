@@ -558,3 +558,30 @@ def test_a_loop_s_steps_count_for_a_model_on_its_encoder(inputs, collected):
         del second, step
         gc.collect()
     assert epsilon_spent(first)[0] == pytest.approx(_rdp(_gaussians(3)))
+
+
+def test_a_larger_delta_for_a_model_sharing_a_private_models_ledger_is_refused():
+    """Probe T F6: make_private(outer, delta=1e-2) around a live private model set the shared
+    ledger's δ, and the inner model's logged ε fell (1.89 for 4.04 at its δ = 1e-5) while it
+    trained. A smaller δ holds for both; a merged ledger keeps the smaller of the two."""
+    x, y = _data()
+    inner = _model()
+    inner.fit(x, y, batch_size=BATCH, verbose=0)
+
+    def outer(**kwargs):
+        return make_private(keras.Sequential([keras.Input((5,)), inner, keras.layers.Dense(3)]),
+                            l2_norm_clip=1.0, noise_multiplier=SIGMA, **kwargs)
+
+    with pytest.raises(ValueError, match=r"make_private\(delta=0\.01\): .* counted at "
+                                         r"delta=1e-05.* give at most 1e-05"):
+        outer(delta=1e-2)
+    history = inner.fit(x, y, batch_size=BATCH, verbose=0)
+    assert history.history["epsilon"][-1] == pytest.approx(_rdp(_poisson(8)))
+    assert epsilon_spent(outer(delta=1e-6)) == epsilon_spent(inner) == (
+        pytest.approx(dp_accounting.rdp.RdpAccountant().compose(_poisson(8)).get_epsilon(1e-6)),
+        1e-6)
+    # A ledger merged into a shared one (shared_ledgers.shared_ledger) brings its smaller δ.
+    from tf_tempered.privacy import shared_ledgers  # pylint: disable=import-outside-toplevel
+    from tf_tempered.privacy.ledger import PrivacyLedger  # pylint: disable=import-outside-toplevel
+    merged = shared_ledgers.shared_ledger(outer(), PrivacyLedger(delta=1e-7))
+    assert merged.delta == 1e-7 and epsilon_spent(inner)[1] == 1e-7

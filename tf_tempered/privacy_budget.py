@@ -33,8 +33,7 @@ from tf_tempered._compat import keras, tf
 from tf_tempered import budget_settings, keras_bridge
 # Re-exported (tf_tempered.callbacks imports it from here): budget_settings.py.
 from tf_tempered.budget_settings import dp_optimizer_settings
-from tf_tempered.privacy import accounting
-from tf_tempered.privacy.ledger import PrivacyLedger
+from tf_tempered.privacy import accounting, shared_ledgers
 from tf_tempered.privacy.ledger_file import read_ledger_file, write_ledger_file
 from tf_tempered.privacy.state import get_state
 
@@ -181,9 +180,8 @@ class PrivacyBudget(keras.callbacks.Callback):
                     f"{actual!r}. Fix: drop {name}= (the budget reads it from the run) or "
                     "give the run's value.")
         if self.delta is not None or self.accountant is not None:
-            checked = PrivacyLedger(delta=self.delta or state.ledger.delta,
-                                    accountant=self.accountant or state.ledger.accountant)
-            state.ledger.delta, state.ledger.accountant = checked.delta, checked.accountant
+            shared_ledgers.set_accounting(self.model, state.ledger, self.delta,
+                                          self.accountant, "PrivacyBudget")
             if self.delta is not None:  # make_private warned of its own δ only
                 accounting.warn_if_weak_delta(self.delta, drawn.num_examples)
         state.ledger.add_prior_events(self.prior_events)

@@ -111,11 +111,7 @@ def _ledger(model, previous, saved, delta, accountant):
     else:
         ledger = PrivacyLedger()
     ledger = shared_ledgers.shared_ledger(model, ledger)  # weights shared with another model
-    if delta is not None or accountant is not None:
-        checked = PrivacyLedger(delta=ledger.delta if delta is None else delta,
-                                accountant=ledger.accountant if accountant is None
-                                else accountant)
-        ledger.delta, ledger.accountant = checked.delta, checked.accountant
+    shared_ledgers.set_accounting(model, ledger, delta, accountant, "make_private")
     return ledger
 
 

@@ -30,9 +30,10 @@ import weakref
 
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import ledger_lineage
+from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.state import get_state
 
-__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights",
+__all__ = ["register", "shared_ledger", "models_sharing", "tag_weights", "set_accounting",
            "merge_new_weights", "current", "private_models", "weights_ledgers"]
 
 _PRIVATE_MODELS = weakref.WeakValueDictionary()  # id(model) -> model, while it lives
@@ -106,9 +107,30 @@ def _merge(ledger, target):
     # a private model whose part loaded its weights), then its lineage.
     ledger_lineage.absorb(target, ledger.to_config())
     ledger_lineage.merge_lineage(ledger, target)
+    target.delta = min(target.delta, ledger.delta)  # the guarantee each was given, or stronger
     keras_bridge.set_untracked(ledger, _MERGED_INTO, target)
     for model in models_sharing(ledger):
         get_state(model).ledger = target
+
+
+def set_accounting(model, ledger, delta, accountant, where):
+    """Sets the δ and accountant ``ledger`` counts ε with (None: kept); ``where`` names the
+    caller in the error. A larger δ is refused where another live private model shares
+    ``ledger`` (a private model nested in ``model``): its ε would be reported at a weaker
+    guarantee than it was given, silently (probe T F6: its logged ε fell while it trained).
+    A smaller δ holds for both (ε at 1e-6 bounds ε at 1e-5), and either accountant is a valid
+    bound."""
+    checked = PrivacyLedger(delta=ledger.delta if delta is None else delta,
+                            accountant=ledger.accountant if accountant is None else accountant)
+    others = [m for m in models_sharing(ledger) if m is not model]
+    if checked.delta > ledger.delta and others:
+        raise ValueError(
+            f"{where}(delta={checked.delta!r}): this model shares its privacy ledger with the "
+            f"private model {others[0].name!r} (they share weights), whose ε is counted at "
+            f"delta={ledger.delta!r}; a larger delta would weaken the guarantee reported for "
+            f"it. Fix: leave delta unset, or give at most {ledger.delta!r} (a smaller delta "
+            "holds for both).")
+    ledger.delta, ledger.accountant = checked.delta, checked.accountant
 
 
 def models_sharing(ledger):
