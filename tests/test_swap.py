@@ -208,6 +208,21 @@ def test_nested_models():
     assert model.get_layer("block") is not block
 
 
+def test_a_copy_of_nested_models_saves_to_hdf5(tmp_path):
+    # Probe T F4 (tf-keras): the layers of a rewritten nested Sequential were built from their
+    # build_config outside the model's name scope ("kernel:0"), and the .h5 save of the copy
+    # failed ("name already exists").
+    encoder = keras.Sequential([keras.Input((5,)), L.Dense(4, activation="relu"), L.Dense(3)],
+                               name="encoder")
+    model = keras.Sequential([keras.Input((5,)), encoder, L.Dense(2, activation="relu"),
+                              L.Dense(3)])
+    swapped = swap_activations(model, "tanh")
+    x = RNG.normal(size=(3, 5)).astype(np.float32)
+    swapped.save_weights(str(tmp_path / "copy.weights.h5"))
+    swapped.save(str(tmp_path / "copy.h5"))
+    _assert_same_outputs(keras.models.load_model(str(tmp_path / "copy.h5")), swapped, x)
+
+
 def test_relu6_and_leaky_are_not_relu():
     model = keras.Sequential([
         keras.Input((4,)),

@@ -22,7 +22,7 @@ its config, with every matching activation replaced by a fresh layer from
 import copy
 import itertools
 
-from tf_tempered._compat import keras
+from tf_tempered._compat import KERAS_MAJOR, keras
 from tf_tempered.keras_bridge import is_functional_model
 from tf_tempered.models import resolve_activation
 from tf_tempered.privacy import weight_files
@@ -252,6 +252,20 @@ class _Swapper:
             self.copied += zip(old.weights, targets)
 
 
+def _drop_build_configs(config):
+    """tf-keras built the layers of a rewritten nested Sequential from their ``build_config``
+    outside the model's name scope: weights named ``kernel:0`` without their layer's name, so
+    an HDF5 save of the copy failed ("name already exists"; probe T F4). Without it each layer
+    is built when its model calls it (Input) or builds (``build_input_shape``), as Keras does."""
+    if isinstance(config, dict):
+        config.pop("build_config", None)
+        for value in config.values():
+            _drop_build_configs(value)
+    elif isinstance(config, list):
+        for value in config:
+            _drop_build_configs(value)
+
+
 def swap_activations(model, activation, *, replace=("relu",), return_count=False):
     """Returns a copy of `model` with its `replace` activations swapped for `activation`.
 
@@ -308,6 +322,8 @@ def swap_activations(model, activation, *, replace=("relu",), return_count=False
     swapper = _Swapper(make_activation, names)
     config = copy.deepcopy(model.get_config())
     swapper.rewrite(model, config, model.name)
+    if KERAS_MAJOR == 2:
+        _drop_build_configs(config)
     cls = keras.Sequential if isinstance(model, keras.Sequential) else keras.Model
     new_model = cls.from_config(config, custom_objects=swapper.custom_objects)
     swapper.copy_weights(model, new_model, model.name)
