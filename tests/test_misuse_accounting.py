@@ -575,6 +575,11 @@ def test_a_larger_delta_for_a_model_sharing_a_private_models_ledger_is_refused()
     with pytest.raises(ValueError, match=r"make_private\(delta=0\.01\): .* counted at "
                                          r"delta=1e-05.* give at most 1e-05"):
         outer(delta=1e-2)
+    shared = outer()
+    shared.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    with pytest.raises(ValueError, match=r"PrivacyBudget\(delta=0\.01\): .* counted at "):
+        shared.fit(x, y, batch_size=BATCH, verbose=0,
+                   callbacks=[PrivacyBudget(target_epsilon=100.0, delta=1e-2)])
     history = inner.fit(x, y, batch_size=BATCH, verbose=0)
     assert history.history["epsilon"][-1] == pytest.approx(_rdp(_poisson(8)))
     assert epsilon_spent(outer(delta=1e-6)) == epsilon_spent(inner) == (
