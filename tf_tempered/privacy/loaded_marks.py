@@ -25,9 +25,10 @@ import weakref
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import ledger_lineage
 
-__all__ = ["LOADED", "HOW", "is_loaded_weight", "loaded_dp", "loaded_how", "mark_loaded_weights",
-           "mark_loaded_when_built", "mark_weights_built_since_load", "pending_dps",
-           "forget_pending", "weights_by_layer", "private_part"]
+__all__ = ["LOADED", "HOW", "is_loaded_weight", "loaded_dp", "loaded_how",
+           "mark_loaded_weights", "unmark", "mark_loaded_when_built",
+           "mark_weights_built_since_load", "pending_dps", "forget_pending", "weights_by_layer",
+           "private_part"]
 
 LOADED = "_tf_tempered_loaded_dp"  # on a loaded model's variables: the DP dict saved with it
 HOW = "_tf_tempered_loaded_how"  # and how they came (the refusal of a plain update says it)
@@ -67,6 +68,14 @@ def mark_loaded_weights(variables, saved, how=None):
             keras_bridge.set_untracked(alias, LOADED, mark)
             if how is not None:
                 keras_bridge.set_untracked(alias, HOW, how)
+
+
+def unmark(variable):
+    """make_private took the DP dict ``variable`` was marked with: it trains as its model's."""
+    for alias in keras_bridge.variable_aliases(variable):
+        for mark in (LOADED, HOW):
+            if hasattr(alias, "__dict__") and mark in vars(alias):
+                delattr(alias, mark)
 
 
 def weights_by_layer(model):

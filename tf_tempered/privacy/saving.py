@@ -212,10 +212,7 @@ def release_loaded_variables(model):
     own again (by its marked optimizer in fit, or by DPGradients' in a custom loop)."""
     loaded_marks.forget_pending(model)
     for variable in keras_bridge.existing_weights(model):
-        for alias in keras_bridge.variable_aliases(variable):
-            for mark in (loaded_marks.LOADED, loaded_marks.HOW):
-                if hasattr(alias, "__dict__") and mark in vars(alias):
-                    delattr(alias, mark)
+        loaded_marks.unmark(variable)
 
 
 def is_marked(optimizer):
