@@ -317,6 +317,42 @@ def test_a_plain_step_compiled_with_xla_before_make_private_writes_nan_instead_o
         np.testing.assert_allclose(trained, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_loop_traced_with_the_models_own_optimizer_is_warned_of_and_a_fit_is_not(
+        jit_compile):
+    # The warning left out the model's own optimizer (make_private drops the step a fit
+    # traced), so a loop applying model.optimizer, traced before make_private, got none, and
+    # under XLA wrote NaN into the weights with no message (stop 75's F3). Now only a
+    # fit's traced step (a Model's train_step on the stack) goes unwarned.
+    x, y = _data()
+    fitted, looped = _mlp(), _mlp()
+    for model in (fitted, looped):
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS, jit_compile=jit_compile)
+    fitted.fit(x, y, batch_size=len(x), epochs=1, verbose=0)
+    fitted.train_on_batch(x, y)
+
+    @tf.function(jit_compile=jit_compile)
+    def loop_step():
+        with tf.GradientTape() as tape:
+            loss = LOSS(y, looped(x, training=True))
+        looped.optimizer.apply_gradients(zip(tape.gradient(loss, looped.trainable_variables),
+                                             looped.trainable_variables))
+
+    loop_step()
+    with pytest.warns(UserWarning, match=_TRACED_BEFORE):
+        make_private(looped, l2_norm_clip=1.0, noise_multiplier=1.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_private(fitted, l2_norm_clip=1.0, noise_multiplier=1.0)
+    assert not [w for w in caught if "traced before it" in str(w.message)]
+    if jit_compile:
+        loop_step()
+        assert all(np.isnan(w).all() for w in looped.get_weights())
+    else:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="traced before make_private"):
+            loop_step()
+
+
 def test_a_plain_models_xla_step_logs_no_dropped_assertion(capfd):
     # The guard's assertion is left out of XLA-compiled updates (the flag rides on the
     # gradients there): XLA would drop it, logging "Ignoring Assert operator" (TF 2.21, C++

@@ -43,11 +43,12 @@ Traceback (most recent call last):
 tf_tempered.privacy.errors.NotPrivateError: The optimizer SGD would update the weights ...
 """
 
+import sys
 import warnings
 import weakref
 
 from tf_tempered import keras_bridge
-from tf_tempered._compat import tf
+from tf_tempered._compat import keras, tf
 from tf_tempered.privacy import dp_outputs, saving, shared_ledgers
 from tf_tempered.privacy.errors import NotPrivateError
 
@@ -87,8 +88,9 @@ def _tag_all(model, variables, who):
     for alias in (a for variable in variables for a in keras_bridge.variable_aliases(variable)):
         keras_bridge.set_untracked(alias, _TAG, who)
     own = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
-    names = sorted({type(o).__name__ for o in fail_traced_plain_updates(variables)
-                    if o is not own})
+    names = sorted({type(optimizer).__name__
+                    for optimizer, in_fit in fail_traced_plain_updates(variables)
+                    if optimizer is not own or not in_fit})
     if names:
         warnings.warn(_TRACED_BEFORE_WARNING.format(names=", ".join(names)),
                       stacklevel=5)  # at make_private's caller
@@ -98,15 +100,15 @@ def fail_traced_plain_updates(variables):
     """Sets the flags of the plain updates of ``variables`` traced so far in a tf.function
     (_fail_once_private): called again, they fail instead of training the variables, which
     are private now (tagged by make_private, or loaded from a private model's weights).
-    Returns the optimizers (still alive) of those updates."""
-    optimizers = []
+    Returns (optimizer, traced by a fit) for each of those updates whose optimizer lives."""
+    traced = []
     for alias in (a for variable in variables for a in keras_bridge.variable_aliases(variable)):
-        for flag, optimizer in vars(alias).get(_TRACED_PLAIN, ()):
+        for flag, optimizer, in_fit in vars(alias).get(_TRACED_PLAIN, ()):
             flag.assign(1.0)
-            if optimizer() is not None and not any(optimizer() is o for o in optimizers):
-                optimizers.append(optimizer())
+            if optimizer() is not None and (optimizer(), in_fit) not in traced:
+                traced.append((optimizer(), in_fit))
         keras_bridge.set_untracked(alias, _TRACED_PLAIN, ())
-    return optimizers
+    return traced
 
 
 def refuse_updates_without_dp(optimizer, variables, grads=()):
@@ -162,13 +164,27 @@ def _fail_once_private(optimizer, plain, grads):
         return [], grads
     owner = keras_bridge.inner_optimizer(optimizer)
     flag = keras_bridge.flag_variable("tf_tempered_traced_before_private", owner)
+    traced = (flag, weakref.ref(owner), _traced_by_a_fit())
     for variable in plain:
-        keras_bridge.set_untracked(variable, _TRACED_PLAIN, vars(variable).get(
-            _TRACED_PLAIN, ()) + ((flag, weakref.ref(owner)),))
+        keras_bridge.set_untracked(variable, _TRACED_PLAIN,
+                                   vars(variable).get(_TRACED_PLAIN, ()) + (traced,))
     # Not under XLA: it would drop the assertion, logging so at every compile of a plain step.
     checks = ([] if keras_bridge.in_xla_context()
               else [tf.debugging.Assert(tf.equal(flag, 0.0), [_TRACED_BEFORE])])
     return checks, _nan_once_flagged(grads, flag)
+
+
+def _traced_by_a_fit():
+    """Whether a Keras Model's ``train_step`` (fit, train_on_batch; autograph names it
+    ``tf__train_step``) is tracing this update. make_private drops the step a fit traced, so
+    only a loop's traced update of the model's own optimizer is worth a warning (_tag_all)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if (frame.f_code.co_name in ("train_step", "tf__train_step")
+                and isinstance(frame.f_locals.get("self"), keras.Model)):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _nan_once_flagged(grads, flag):

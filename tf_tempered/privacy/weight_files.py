@@ -130,7 +130,7 @@ def apply_loaded_dp(model, dp, *, how="loaded by load_weights", by_name=False,
     traced = update_guard.fail_traced_plain_updates(marked)
     if traced:
         warnings.warn(_TRACED_BEFORE_LOAD.format(
-            names=", ".join(sorted({type(o).__name__ for o in traced}))), stacklevel=5)
+            names=", ".join(sorted({type(o).__name__ for o, _ in traced}))), stacklevel=5)
 
 
 _TRACED_BEFORE_LOAD = (
