@@ -481,6 +481,35 @@ def test_poisson_batches_that_lost_their_tag_count_every_step(transform):
     assert history["epsilon"] == pytest.approx([_rdp(_gaussians(6))], rel=1e-9)
 
 
+# Before: a map that dropped the info dict kept the Poisson tag and ε; the step took the
+# zero padding rows for examples and divided by the padded row count (one example moved a
+# step's clipped sum by 1.39·C, not C; probe U, F1). With the mask as a plain sample
+# weight, every update was 16/41 of its size (F2). Also behind a cache (tag dropped).
+@pytest.mark.parametrize("transform", ["drop", "mask_as_weight", "cache_then_drop"])
+def test_poisson_batches_whose_info_dict_a_map_dropped_are_refused(transform):
+    x, y = _data()
+    ds = poisson_batches(x, y, expected_batch_size=BATCH, steps=4)
+    ds = {"drop": lambda d: d.map(lambda a, b, info: (a, b)),
+          "mask_as_weight": lambda d: d.map(lambda a, b, info: (a, b, info["mask"])),
+          "cache_then_drop": lambda d: d.cache().map(lambda a, b, info: (a * 2.0, b)),
+          }[transform](ds)
+    model = _model()
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(ValueError, match=r"poisson_batches whose info dict.*dropped or "
+                       r"replaced.*Fix: keep it as the third element"):
+        model.fit(ds, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    assert epsilon_spent(model)[0] == 0.0
+
+
+def test_poisson_batches_mapped_with_their_info_dict_still_train():
+    x, y = _data()
+    ds = poisson_batches(x, y, expected_batch_size=BATCH, steps=4).map(
+        lambda a, b, info: (a * 2.0, b, info))
+    assert _model().fit(ds, verbose=0).history["epsilon"] == pytest.approx(
+        [_rdp(_poisson(4))], rel=1e-9)
+
+
 # Before: a batch of 24 of a 64-example repeat (spanning two passes, so holding some
 # examples twice) was counted as a pass per 2 steps, each once.
 @pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")

@@ -160,6 +160,49 @@ def test_a_sequence_loss_is_the_mean_over_the_example_positions():
     assert_update(ours, reference(clip))
 
 
+def test_per_output_sample_weights_of_an_output_named_mask_train_exactly():
+    # Before: any dict sample weight with a key "mask" was taken for a Poisson batch's info
+    # dict and refused ("must be the Poisson-batch structure"), on arrays and tf.data, both
+    # Kerases (probe U, F4): a segmentation head named "mask" beside a classifier.
+    x, y = _data()
+    rng = np.random.default_rng(3)
+    weights_of = {"mask": rng.uniform(0.2, 2.0, ROWS).astype(np.float32),
+                  "cls": rng.uniform(0.2, 2.0, ROWS).astype(np.float32)}
+    targets = {"mask": x[:, :2] * 0.5, "cls": y}
+
+    def build(dtype):
+        inputs = keras.Input((5,), dtype=dtype)
+        hidden = keras.layers.Dense(6, activation="tanh", dtype=dtype)(inputs)
+        return keras.Model(inputs, {
+            "mask": keras.layers.Dense(2, name="mask", dtype=dtype)(hidden),
+            "cls": keras.layers.Dense(3, name="cls", dtype=dtype)(hidden)})
+
+    def reference_loss(y_true, y_pred, model):
+        del model
+        cls = keras.losses.sparse_categorical_crossentropy(y_true["cls"], y_pred["cls"],
+                                                           from_logits=True)
+        mask = tf.reduce_mean(tf.square(y_true["mask"] - y_pred["mask"]), axis=-1)
+        return tf.reduce_mean(y_true["w_cls"] * cls + y_true["w_mask"] * mask)
+
+    weights = build("float32").get_weights()
+    norms, reference = per_example_reference(
+        build, weights, x, dict(targets, w_cls=weights_of["cls"], w_mask=weights_of["mask"]),
+        reference_loss)
+    clip = median_clip(norms)
+    model = build("float32")
+    model.set_weights(weights)
+    ours, _ = engine_update(
+        model, x, targets, clip=clip, sample_weight=weights_of,
+        loss={"mask": "mse", "cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    assert_update(ours, reference(clip))
+    poisson = make_private(build("float32"), l2_norm_clip=1.0, noise_multiplier=1.0)
+    poisson.compile(optimizer=keras.optimizers.SGD(0.1), loss={"mask": "mse", "cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    poisson.fit(x, targets, sample_weight=weights_of, batch_size=8, verbose=0)
+    batches = tf.data.Dataset.from_tensor_slices((x, targets, weights_of)).batch(8)
+    with pytest.warns(UserWarning, match="did not build"):
+        poisson.fit(batches, verbose=0)
+
+
 def test_multi_output_losses_with_loss_weights_train_exactly():
     x, y = _data()
     targets = {"cls": y, "reg": x[:, :2] * 0.5}

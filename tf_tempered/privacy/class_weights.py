@@ -55,10 +55,11 @@ def per_example(y, class_weight):
 
 
 def is_poisson_pipeline(dataset):
-    """Whether ``dataset``'s elements are Poisson batches: (x, y, {"mask", ...})."""
+    """Whether ``dataset``'s elements are Poisson batches: (x, y, {"mask",
+    "expected_batch_size", ...}); a dict of per-output weights may hold an output "mask"."""
     spec = getattr(dataset, "element_spec", None)
     return (isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[2], dict)
-            and "mask" in spec[2])
+            and {"mask", "expected_batch_size"} <= set(spec[2]))
 
 
 def into_poisson_info(dataset, class_weight):

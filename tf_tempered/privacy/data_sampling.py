@@ -39,7 +39,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import randomness
 
 __all__ = ["SamplingTag", "tag_dataset", "sampling_of", "shuffled_batches", "tag_copies",
-           "copies_of", "copies_below", "refuse_mismatched_copies"]
+           "copies_of", "copies_below", "refuse_mismatched_copies", "made_from_poisson_batches"]
 
 _ATTRIBUTE = "_tf_tempered_sampling"
 
@@ -173,6 +173,22 @@ def sampling_of(dataset, _depth=0):
     if found is not None and keras_bridge.dataset_kind(dataset) in _KEEPS[found.kind]:
         return found
     return None
+
+
+def made_from_poisson_batches(dataset, _depth=0):
+    """Whether ``dataset`` is, or was made by any transformation from, a dataset of
+    poisson_batches (whose padded batches only their info dict tells from real rows).
+
+    >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(4.0))
+    >>> made_from_poisson_batches(ds), made_from_poisson_batches(
+    ...     tag_dataset(ds, SamplingTag("poisson", 4, 2)).cache().map(lambda v: v))
+    (False, True)
+    """
+    tag = vars(dataset).get(_ATTRIBUTE) if hasattr(dataset, "__dict__") else None
+    if tag is not None or _depth > 64:
+        return tag is not None and tag.kind == "poisson"
+    return any(made_from_poisson_batches(source, _depth + 1)
+               for source in keras_bridge.dataset_inputs(dataset))
 
 
 def shuffled_batches(x, y=None, sample_weight=None, *, batch_size, drop_remainder=False,

@@ -281,6 +281,7 @@ def plan_fit_data(model, state, config, arguments):
         if state.sampling == "poisson":
             return _poisson(model, state, config, arguments)
         return _shuffle(config, arguments)
+    _refuse_poisson_batches_without_info(x)
     if arguments.get("class_weight"):
         _checked_weights(np.array(list(arguments["class_weight"].values()), np.float32))
         if class_weights.is_poisson_pipeline(x):  # Keras would take its info dict for weights
@@ -291,6 +292,24 @@ def plan_fit_data(model, state, config, arguments):
     _refuse_poisson_batches_of_one_device(model, x, tag)
     _warn_if_xla_meets_varying_batches(model, state, tag)
     return _pipeline(state, config, arguments, tag)
+
+
+def _refuse_poisson_batches_without_info(x):
+    """Batches of poisson_batches whose info dict a transformation dropped or replaced
+    (``.map(lambda x, y, info: (x, y))``): the step would take the padding rows for
+    examples and divide by the rows a batch holds, not q·N, so one example could move the
+    clipped sum by 2C, not the C the Poisson ε assumes (probe U, F1/F2)."""
+    dataset = x if isinstance(x, tf.data.Dataset) else getattr(x, "_dataset", None)
+    if (isinstance(dataset, tf.data.Dataset) and not class_weights.is_poisson_pipeline(dataset)
+            and data_sampling.made_from_poisson_batches(dataset)):
+        raise ValueError(
+            "fit on batches of tf_tempered.privacy.poisson_batches whose info dict (each "
+            "batch's third element, {\"mask\", \"expected_batch_size\"}) a transformation "
+            f"dropped or replaced (element structure {dataset.element_spec}): the step "
+            "would train on the padding rows as examples and divide by the rows a batch "
+            "holds instead of the expected batch size, a wrong update outside the ε. Fix: "
+            "keep it as the third element, e.g. .map(lambda x, y, info: (augment(x), y, "
+            "info)); for per-example weights, poisson_batches(x, y, sample_weight=...).")
 
 
 def _refuse_poisson_batches_of_one_device(model, x, tag):

@@ -56,6 +56,9 @@ def unpack_sample_weight(sample_weight):
     if not isinstance(sample_weight, dict) or not POISSON_KEYS & set(sample_weight):
         return sample_weight, sample_weight, None, None
     keys = set(sample_weight)
+    if not POISSON_KEYS <= keys and not keys <= POISSON_KEYS | _OPTIONAL_KEYS:
+        # Per-output weights of a model with an output named "mask" (probe U, F4).
+        return sample_weight, sample_weight, None, None
     if not POISSON_KEYS <= keys <= POISSON_KEYS | _OPTIONAL_KEYS:
         raise ValueError(
             "A dict sample weight must be the Poisson-batch structure "
