@@ -92,6 +92,21 @@ def test_train_writes_metrics_and_a_model_that_reproduces_them(tmp_path):
     assert accuracy == pytest.approx(metrics["test_accuracy"], abs=1e-6)
 
 
+@pytest.mark.parametrize("num_examples, batch_size, epochs", [(1438, 1000, 4), (1438, 64, 60)])
+def test_shuffle_with_target_epsilon_calibrates_sigma_for_every_epoch(num_examples, batch_size,
+                                                                      epochs):
+    # Before: the plan's steps, ⌊N/B⌋ an epoch, were taken for ⌈steps·B/N⌉ passes, fewer than
+    # the epochs (3 of 4; 59 of 60), and PrivacyBudget stopped the run early (probe W, F1).
+    config = TINY.replace(sampling="shuffle", batch_size=batch_size, epochs=epochs,
+                          target_epsilon=3.0)
+    plan = privacy_plan.plan_privacy(config, num_examples)
+    with pytest.warns(UserWarning, match="WITHOUT privacy amplification"):
+        spent = compute_epsilon(num_examples=num_examples, batch_size=batch_size,
+                                noise_multiplier=plan.noise_multiplier, epochs=epochs,
+                                delta=1e-5, sampling="shuffle")
+    assert 2.9 <= spent <= 3.0
+
+
 def test_shuffle_with_target_epsilon_reports_the_bound_for_shuffled_batches(tmp_path):
     config = TINY.replace(epochs=1, sampling="shuffle", microbatches=64, target_epsilon=2.0,
                           output_dir=str(tmp_path), save_model=False)

@@ -152,7 +152,10 @@ def make_dp_event(*, num_examples, batch_size, noise_multiplier, epochs=None, st
 
     Poisson: ``SelfComposed(PoissonSampled(q, Gaussian(σ')), steps)`` with
     ``q = batch_size / num_examples``; shuffle: ``SelfComposed(Gaussian(σ'), passes)``
-    with ``passes = ceil(epochs)`` or ``ceil(steps · batch_size / num_examples)``.
+    with ``passes = ceil(epochs)`` or ``ceil(steps / max(1, ⌊num_examples / batch_size⌋))``:
+    a pass of batches that drop the remainder (the train script's, ``shuffled_batches(...,
+    drop_remainder=True)``) is ⌊N/B⌋ steps, and each example may be in every pass (at most
+    as many as passes of ⌈N/B⌉ steps, or of one unbroken stream, hold).
     ``σ' = σ / 2`` when ``microbatch_size > 1``, else σ.
 
     >>> make_dp_event(num_examples=100, batch_size=10, noise_multiplier=1.0, steps=5)
@@ -169,8 +172,8 @@ event=GaussianDpEvent(noise_multiplier=1.0)), count=5)
     elif sampling == "shuffle":
         if epochs is not None:
             count = int(math.ceil(epochs))
-        else:  # Each example is in at most this many of `steps` fixed-size batches.
-            count = int(math.ceil(steps * batch_size / num_examples))
+        else:  # Passes of ⌊N/B⌋ batches: each example in at most one batch of each.
+            count = int(math.ceil(steps / max(1, num_examples // batch_size)))
     else:
         _check_choice("sampling", sampling, SAMPLINGS)
     event = dp_accounting.SelfComposedDpEvent(event=event, count=count)
