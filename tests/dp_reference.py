@@ -54,10 +54,12 @@ def _microbatch_grads(model, x, y, num_microbatches, loss_of_batch=None, weights
                     else loss_of_batch(ys, predictions, model))
             if weight is not None:
                 loss = loss * weight
-        g = tape.gradient(loss, model.trainable_variables,
-                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        g = tape.gradient(loss, model.trainable_variables)
         # tf.convert_to_tensor: an Embedding's gradient is IndexedSlices (duplicates summed).
-        return [tf.convert_to_tensor(t) for t in g]
+        # Zeros for a weight the loss does not reach, by hand: the tape's
+        # UnconnectedGradients.ZERO reads a Keras 3 variable's dtype, a string.
+        return [tf.zeros(v.shape, tf.as_dtype(v.dtype)) if t is None else tf.convert_to_tensor(t)
+                for t, v in zip(g, model.trainable_variables)]
 
     # One trace for all microbatches: Keras XLA-compiles a grouped convolution anew at
     # every eager call (12 s of a grouped Conv1D case's 15 s; 1.4 s traced).

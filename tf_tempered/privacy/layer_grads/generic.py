@@ -127,9 +127,11 @@ def _example_vjp(call, variables, leaves):
         x, gy, *rest = args
         y, tape = _one_example_call(call, variables, leaves, x, rest)
         grads = tape.gradient(tf.nest.flatten(y), variables,
-                              output_gradients=[g[None] for g in tf.nest.flatten(gy)],
-                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return [tf.convert_to_tensor(g) for g in grads]
+                              output_gradients=[g[None] for g in tf.nest.flatten(gy)])
+        # A weight the call does not use (or reads behind stop_gradient): zeros. Not the
+        # tape's UnconnectedGradients.ZERO, which reads a Keras 3 variable's dtype, a string.
+        return [tf.zeros(v.shape, tf.as_dtype(v.dtype)) if g is None else tf.convert_to_tensor(g)
+                for g, v in zip(grads, variables)]
     return one_example
 
 
@@ -139,9 +141,12 @@ def _one_example_call(call, variables, leaves, x, rest):
     x = tf.nest.map_structure(lambda t: t[None], x)
     call_args, call_kwargs = _merge_call_args(
         call, leaves, tf.nest.map_structure(lambda t: t[None], example_args))
+    graph = tf.compat.v1.get_default_graph()
+    traced_before = len(graph.get_operations())
     with tf.GradientTape() as tape:
         tape.watch([keras_bridge.watchable(v) for v in variables])
         y = call.call_fn(x, *call_args, **call_kwargs)
+    _refuse_random_ops(call.layer, graph.get_operations()[traced_before:])
     return y, tape
 
 
@@ -196,12 +201,13 @@ def _shortened(error, length=300):
     return text if len(text) <= length else text[:length] + "..."
 
 
-def _refuse_random_draws(layer):
+def _refuse_random_draws(layer, drawing=None):
     """The VJP runs the layer's call again: draws inside it (its dropout, noise) would differ
     from the forward pass's, and so would the gradient (wrong, silently)."""
-    drawing = keras_bridge.random_layers(layer)
+    drawing = drawing or [f"{d.name!r} ({type(d).__name__})"
+                          for d in keras_bridge.random_layers(layer)]
     if drawing:
-        names = ", ".join(f"{d.name!r} ({type(d).__name__})" for d in drawing[:3])
+        names = ", ".join(drawing[:3])
         raise UnsupportedLayerError(
             f"Layer {layer.name!r} ({type(layer).__name__}) takes the generic per-example "
             f"path, which runs its call again, and random numbers are drawn inside it (by "
@@ -209,6 +215,36 @@ def _refuse_random_draws(layer):
             "another gradient. Fix: set its dropout (or noise) to 0 and put a "
             "keras.layers.Dropout before or after the layer instead, or draw the random "
             "numbers in a layer of their own without weights.")
+
+
+# Ops that draw anew at every run: TF's stateful random ops, and the reads of a seed state
+# that feed Keras 3's unseeded draws (keras.random.*(seed=None)).
+_RANDOM_OP_TYPES = frozenset({
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
+    "ParameterizedTruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
+    "RandomPoisson", "RandomPoissonV2", "StatefulUniform", "StatefulUniformInt",
+    "StatefulUniformFullInt", "StatefulStandardNormal", "StatefulStandardNormalV2",
+    "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngReadAndSkip", "RngSkip"})
+
+
+def _refuse_random_ops(layer, ops):
+    """The ops one example's call traced (``ops``) draw random numbers: tf.random.*,
+    tf.nn.dropout, or Keras 3's keras.random.* from its global seed state (a stateless op
+    whose seed is read from a variable) in a custom layer, which keras_bridge.random_layers
+    does not see (probe V, F1: the gradient's dropout mask differed from the forward's)."""
+    drawing = [op for op in ops if op.type in _RANDOM_OP_TYPES or (
+        op.type.startswith("Stateless") and "Random" in op.type
+        and any(_read_from_a_variable(t) for t in op.inputs[1:2]))]
+    if drawing:
+        _refuse_random_draws(layer, [f"{drawing[0].type} op {drawing[0].name!r}"])
+
+
+def _read_from_a_variable(tensor, depth=0):
+    """Whether ``tensor`` (a seed) comes from a variable's value within a few ops."""
+    op = tensor.op
+    if op.type in ("ReadVariableOp", "VarHandleOp", "AssignAddVariableOp", "Placeholder"):
+        return op.type != "Placeholder" or tensor.dtype == tf.resource
+    return depth < 6 and any(_read_from_a_variable(t, depth + 1) for t in op.inputs)
 
 
 def _is_per_example(value):
