@@ -27,7 +27,7 @@ import dp_accounting
 import numpy as np
 import pytest
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.callbacks import PrivacyBudget
 from tf_tempered.privacy import (epsilon_spent, make_private, poisson_batches,
                                  shuffled_batches)
@@ -220,6 +220,31 @@ def test_an_epoch_of_a_repeated_pipeline_counts_every_pass(source):
     every_step = source == "unknown_length" or source.startswith("batches_")
     passes = 2 * N // BATCH if every_step else 2
     assert history["epsilon"] == pytest.approx([_rdp(_gaussians(passes))], rel=1e-9)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3's fit takes no tf.data iterator")
+@pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
+def test_an_iterator_of_a_pipeline_is_accounted_as_that_pipeline():
+    # Before: iter(ds.batch(16).repeat()) was a source tf_tempered could not read, one pass an
+    # epoch: 2 passes counted for 4 (probe U, F3).
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
+    history = _model().fit(iter(ds), steps_per_epoch=2 * N // BATCH, epochs=2,
+                           verbose=0).history
+    assert history["epsilon"] == pytest.approx([_rdp(_gaussians(k)) for k in (2, 4)], rel=1e-9)
+
+
+def test_an_endless_generator_read_by_steps_per_epoch_warns_what_its_epsilon_assumes():
+    x, y = _data()
+
+    def endless():
+        while True:
+            for start in range(0, N, BATCH):
+                yield x[start:start + BATCH], y[start:start + BATCH]
+
+    with pytest.warns(UserWarning, match=r"did not build.*With steps_per_epoch=8: the ε "
+                      r"logged assumes no example appears twice in an epoch's 8 batches"):
+        _model().fit(endless(), steps_per_epoch=8, verbose=0)
 
 
 def test_steps_outside_fit_are_accounted_without_amplification():

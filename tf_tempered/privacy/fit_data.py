@@ -233,7 +233,7 @@ def _shuffle(config, arguments):
 
 def _pipeline(state, config, arguments, tag):
     """fit on a pipeline: its batches as they are, accounted by ``tag`` (its SamplingTag)."""
-    x = arguments.get("x")
+    x = _dataset_of(arguments.get("x"))
     if isinstance(x, tf.data.Dataset):
         arguments = dict(arguments, shuffle=False)  # Keras ignores it for a dataset (and
         # Keras 3 warns when it is True, its default)
@@ -261,7 +261,8 @@ def _pipeline(state, config, arguments, tag):
             and not class_weights.is_poisson_pipeline(x)):  # its own warning, below
         state.warned.add("unknown pipeline")
         warnings.warn(pipeline_accounting.UNKNOWN_PIPELINE_WARNING.format(
-            what=type(x).__name__), UserWarning, stacklevel=4)
+            what=type(x).__name__) + pipeline_accounting.assumed_epoch_note(
+                x, arguments.get("steps_per_epoch")), UserWarning, stacklevel=4)
     passes, weight = ((tag.steps_per_pass, 1) if tag
                       else pipeline_accounting.untagged_passes(state.warned, x))
     return arguments, RunSampling("shuffle", tag.num_examples if tag else None, batch,
@@ -287,11 +288,20 @@ def plan_fit_data(model, state, config, arguments):
         if class_weights.is_poisson_pipeline(x):  # Keras would take its info dict for weights
             x = class_weights.into_poisson_info(x, arguments["class_weight"])
             arguments = dict(arguments, x=x, class_weight=None)
-    data_sampling.refuse_mismatched_copies(state.augmentation_multiplicity, x)
-    tag = data_sampling.sampling_of(x) if hasattr(x, "__dict__") else None
+    source = _dataset_of(x)
+    data_sampling.refuse_mismatched_copies(state.augmentation_multiplicity, source)
+    tag = data_sampling.sampling_of(source) if hasattr(source, "__dict__") else None
     _refuse_poisson_batches_of_one_device(model, x, tag)
     _warn_if_xla_meets_varying_batches(model, state, tag)
     return _pipeline(state, config, arguments, tag)
+
+
+def _dataset_of(x):
+    """``x``, or the tf.data pipeline an iterator of it reads (tf-keras fits on
+    ``iter(dataset)``): accounted as that pipeline, not as a source it cannot read (which
+    counted one pass an epoch for ``iter(ds.batch(16).repeat())``, 2 passes of 4; probe U)."""
+    dataset = getattr(x, "_dataset", None) if isinstance(x, tf.data.Iterator) else None
+    return dataset if isinstance(dataset, tf.data.Dataset) else x
 
 
 def _refuse_poisson_batches_without_info(x):
@@ -299,7 +309,7 @@ def _refuse_poisson_batches_without_info(x):
     (``.map(lambda x, y, info: (x, y))``): the step would take the padding rows for
     examples and divide by the rows a batch holds, not q·N, so one example could move the
     clipped sum by 2C, not the C the Poisson ε assumes (probe U, F1/F2)."""
-    dataset = x if isinstance(x, tf.data.Dataset) else getattr(x, "_dataset", None)
+    dataset = _dataset_of(x)
     if (isinstance(dataset, tf.data.Dataset) and not class_weights.is_poisson_pipeline(dataset)
             and data_sampling.made_from_poisson_batches(dataset)):
         raise ValueError(

@@ -25,12 +25,12 @@ from typing import NamedTuple
 
 import numpy as np  # noqa: F401  (used by the doctest)
 
-from tf_tempered._compat import tf  # noqa: F401  (used by the doctest)
+from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import class_weights
 
 __all__ = ["UNKNOWN_PIPELINE_WARNING", "UNTAGGED_POISSON_WARNING", "untagged_passes",
-           "untagged_steps_per_pass"]
+           "assumed_epoch_note", "untagged_steps_per_pass"]
 
 UNKNOWN_PIPELINE_WARNING = (
     "fit on a pipeline tf_tempered did not build ({what}): its batches are accounted "
@@ -49,6 +49,21 @@ UNTAGGED_POISSON_WARNING = (
     "amplification by subsampling), a much larger ε than the Poisson one. Fix: fit on "
     "poisson_batches(...) with only those transformations (it draws a new batch every "
     "step already), or on arrays.")
+
+
+def assumed_epoch_note(x, steps_per_epoch):
+    """What the once-an-epoch assumption means for a source fit reads by steps_per_epoch
+    whose passes cannot be read (a Python generator, a PyDataset, an iterator, a
+    from_generator dataset): said with its numbers, since an endless source that cycles
+    over the data in fewer batches spends more than the ε logged (probe U, F3)."""
+    if not steps_per_epoch or (isinstance(x, tf.data.Dataset)
+                               and untagged_steps_per_pass(x)[0] is not None):
+        return ""
+    return (f" With steps_per_epoch={steps_per_epoch}: the ε logged assumes no example "
+            f"appears twice in an epoch's {steps_per_epoch} batches; a source that passes "
+            "over the data in fewer batches (an endless generator cycling over N examples "
+            "in N/B batches) spends more. Declare the passes: fit on "
+            "tf_tempered.privacy.shuffled_batches(x, y, batch_size=B).repeat().")
 
 
 def untagged_passes(warned, x):
