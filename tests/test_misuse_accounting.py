@@ -132,6 +132,21 @@ def test_several_steps_per_execution_and_a_later_initial_epoch_count_every_step(
     assert set(rows.rows) != {steps_per_execution * BATCH}
 
 
+@pytest.mark.parametrize("shuffle", [False, "batch"])
+def test_an_order_asked_of_poisson_batches_is_warned_of_with_the_fix(shuffle):
+    # Before: fit(shuffle=False) drew Poisson batches without a word (probe U, F5).
+    x, y = _data()
+    model = _model()
+    with pytest.warns(UserWarning, match=r"fit\(shuffle=.*no order of the examples is kept.*"
+                      r"sampling=\"shuffle\"\) and fit\(shuffle=False\)"):
+        history = model.fit(x, y, batch_size=BATCH, shuffle=shuffle, verbose=0).history
+    assert history["epsilon"] == pytest.approx([_rdp(_poisson(N // BATCH))], rel=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per model; shuffle=True says nothing
+        model.fit(x, y, batch_size=BATCH, shuffle=shuffle, verbose=0)
+        _model().fit(x, y, batch_size=BATCH, verbose=0)
+
+
 def test_the_shuffle_opt_out_reports_the_bound_for_shuffled_batches():
     x, y = _data()
     model = _model(sampling="shuffle")

@@ -37,7 +37,8 @@ import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import class_weights, data_sampling, pipeline_accounting, sampling
+from tf_tempered.privacy import (class_weights, data_sampling, fit_data_checks,
+                                  pipeline_accounting, sampling)
 
 __all__ = ["RunSampling", "batch_spec", "plan_fit_data"]
 
@@ -185,6 +186,7 @@ def _poisson(model, state, config, arguments):
             "pipeline (tf_tempered.privacy.poisson_batches for the amplified ε).")
     rows = _rows(x)
     batch = _batch_size(arguments, rows)
+    fit_data_checks.warn_if_order_asked(state, arguments.get("shuffle", True))
     steps = arguments.get("steps_per_epoch") or sampling.poisson_steps_per_epoch(
         num_examples=rows, expected_batch_size=batch)
     epochs = max(1, int(arguments.get("epochs") or 1) - int(arguments.get("initial_epoch") or 0))
@@ -233,7 +235,7 @@ def _shuffle(config, arguments):
 
 def _pipeline(state, config, arguments, tag):
     """fit on a pipeline: its batches as they are, accounted by ``tag`` (its SamplingTag)."""
-    x = _dataset_of(arguments.get("x"))
+    x = fit_data_checks.dataset_of(arguments.get("x"))
     if isinstance(x, tf.data.Dataset):
         arguments = dict(arguments, shuffle=False)  # Keras ignores it for a dataset (and
         # Keras 3 warns when it is True, its default)
@@ -282,71 +284,15 @@ def plan_fit_data(model, state, config, arguments):
         if state.sampling == "poisson":
             return _poisson(model, state, config, arguments)
         return _shuffle(config, arguments)
-    _refuse_poisson_batches_without_info(x)
+    fit_data_checks.refuse_poisson_batches_without_info(x)
     if arguments.get("class_weight"):
         _checked_weights(np.array(list(arguments["class_weight"].values()), np.float32))
         if class_weights.is_poisson_pipeline(x):  # Keras would take its info dict for weights
             x = class_weights.into_poisson_info(x, arguments["class_weight"])
             arguments = dict(arguments, x=x, class_weight=None)
-    source = _dataset_of(x)
+    source = fit_data_checks.dataset_of(x)
     data_sampling.refuse_mismatched_copies(state.augmentation_multiplicity, source)
     tag = data_sampling.sampling_of(source) if hasattr(source, "__dict__") else None
-    _refuse_poisson_batches_of_one_device(model, x, tag)
-    _warn_if_xla_meets_varying_batches(model, state, tag)
+    fit_data_checks.refuse_poisson_batches_of_one_device(model, x, tag)
+    fit_data_checks.warn_if_xla_meets_varying_batches(model, state, tag)
     return _pipeline(state, config, arguments, tag)
-
-
-def _dataset_of(x):
-    """``x``, or the tf.data pipeline an iterator of it reads (tf-keras fits on
-    ``iter(dataset)``): accounted as that pipeline, not as a source it cannot read (which
-    counted one pass an epoch for ``iter(ds.batch(16).repeat())``, 2 passes of 4; probe U)."""
-    dataset = getattr(x, "_dataset", None) if isinstance(x, tf.data.Iterator) else None
-    return dataset if isinstance(dataset, tf.data.Dataset) else x
-
-
-def _refuse_poisson_batches_without_info(x):
-    """Batches of poisson_batches whose info dict a transformation dropped or replaced
-    (``.map(lambda x, y, info: (x, y))``): the step would take the padding rows for
-    examples and divide by the rows a batch holds, not q·N, so one example could move the
-    clipped sum by 2C, not the C the Poisson ε assumes (probe U, F1/F2)."""
-    dataset = _dataset_of(x)
-    if (isinstance(dataset, tf.data.Dataset) and not class_weights.is_poisson_pipeline(dataset)
-            and data_sampling.made_from_poisson_batches(dataset)):
-        raise ValueError(
-            "fit on batches of tf_tempered.privacy.poisson_batches whose info dict (each "
-            "batch's third element, {\"mask\", \"expected_batch_size\"}) a transformation "
-            f"dropped or replaced (element structure {dataset.element_spec}): the step "
-            "would train on the padding rows as examples and divide by the rows a batch "
-            "holds instead of the expected batch size, a wrong update outside the ε. Fix: "
-            "keep it as the third element, e.g. .map(lambda x, y, info: (augment(x), y, "
-            "info)); for per-example weights, poisson_batches(x, y, sample_weight=...).")
-
-
-def _refuse_poisson_batches_of_one_device(model, x, tag):
-    """poisson_batches under a strategy of several replicas: Keras would split each padded
-    batch (and its scalar expected batch size) among them, and fails deep in tf.distribute."""
-    replicas = model.distribute_strategy.num_replicas_in_sync
-    poisson = (tag is not None and tag.kind == "poisson") or (
-        tag is None and class_weights.is_poisson_pipeline(x))  # built by hand
-    if poisson and replicas > 1 and isinstance(x, tf.data.Dataset):
-        raise ValueError(
-            f"fit on Poisson batches (tf_tempered.privacy.poisson_batches(...), or (x, y, "
-            f"{{\"mask\": ...}}) batches) under a tf.distribute strategy "
-            f"of {replicas} replicas: its padded batches are drawn for one device. Fix: "
-            "tf_tempered.privacy.distributed_poisson_batches(strategy, x, y, "
-            "expected_batch_size=..., steps=...), which draws each replica's Poisson batch "
-            "from its shard, or batches of your own per replica by "
-            "strategy.distribute_datasets_from_function (docs/distributed.md).")
-
-
-def _warn_if_xla_meets_varying_batches(model, state, tag):
-    """Unpadded Poisson batches under jit_compile=True: one XLA compilation per size met."""
-    if (tag is None or tag.fixed_size or not keras_bridge.jit_compiled(model)
-            or "xla varying batches" in state.warned):
-        return
-    state.warned.add("xla varying batches")
-    warnings.warn(
-        "fit on poisson_batches(fixed_size=False) with jit_compile=True: XLA compiles the "
-        "step once for every batch size it meets (dozens of sizes; a 2-layer model trained "
-        "about 20x slower over 80 steps). Fix: poisson_batches(fixed_size=True), the default, or "
-        "compile(jit_compile=False).", UserWarning, stacklevel=5)
