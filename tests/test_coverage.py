@@ -309,6 +309,32 @@ def test_a_weight_made_trainable_after_creation_is_refused_naming_the_fix():
         model.fit(np.ones((8, 4), np.float32), np.zeros(8), batch_size=4, verbose=0)
 
 
+def test_a_models_own_weight_is_refused_naming_the_fix_that_applies():
+    # Before: "Call make_private(model) after building the model, or move the variable into
+    # a layer", to a model built long before make_private (probe V, F4).
+    class Scaled(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(3)
+
+        def build(self, input_shape):
+            self.scale = self.add_weight(shape=(3,), initializer="ones", name="scale")
+            self.dense.build(input_shape)
+
+        def call(self, x):
+            return self.dense(x) * self.scale
+
+    model = Scaled()
+    model(np.ones((1, 4), np.float32))
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(UnsupportedLayerError, match=r"'[^']*scale[^']*' was created by the "
+                       r"model .* itself.*Fix: create it in a keras Layer of its own"):
+        model.fit(np.ones((8, 4), np.float32), np.zeros(8), batch_size=4, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
 def _spectral_normalized(dtype="float32"):
     return keras.Sequential([
         keras.Input((6,), dtype=dtype),

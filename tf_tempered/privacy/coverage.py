@@ -68,13 +68,25 @@ def check(model, records):
                     "TensorFlow's gradient tapes do not watch it, so Keras' own fit leaves it "
                     "untrained too. Fix: create it with add_weight(trainable=True), and freeze "
                     "it while needed with variable.trainable = False.")
-            raise UnsupportedLayerError(
-                f"Trainable variable {var.name!r} does not belong to a layer the DP engine "
-                "instruments (it must be created by a keras Layer with add_weight and used "
-                "in that layer's call). Call make_private(model) after building the model, "
-                "or move the variable into a layer.")
+            raise UnsupportedLayerError(_outside_every_layer(model, var))
     return [(var, owner[keras_bridge.variable_key(var)]) for var in model.trainable_variables
             if id(owner[keras_bridge.variable_key(var)]) not in recorded]
+
+
+def _outside_every_layer(model, var):
+    """The refusal of a trainable variable no instrumented layer owns, naming the fix for
+    where it came from (probe V, F4: a model's own add_weight was told to build first)."""
+    if any(v is var for v in keras_bridge.own_trainable_weights(model)):
+        return (f"Trainable variable {var.name!r} was created by the model {model.name!r} "
+                "itself (its own add_weight, or a tf.Variable attribute): the DP engine takes "
+                "per-example gradients layer by layer, from each layer's call, and a model's "
+                "own weights are in none. Fix: create it in a keras Layer of its own "
+                "(add_weight in that layer's build, used in its call) and call that layer "
+                "in the model's call.")
+    return (f"Trainable variable {var.name!r} does not belong to a layer the DP engine "
+            "instruments (it must be created by a keras Layer with add_weight and used in "
+            "that layer's call). Fix: move the variable into a layer; a layer built after "
+            "make_private: call make_private(model) after building the model.")
 
 
 def _made_trainable_after_creation(model, var):
