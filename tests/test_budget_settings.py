@@ -40,6 +40,10 @@ def test_legacy_settings_from_the_arguments():
     with pytest.raises(NotPrivateError, match="nothing on this model clips and noises"):
         legacy_dp_settings(_model(keras.optimizers.SGD()), num_examples=N, batch_size=BATCH,
                            noise_multiplier=None, microbatch_size=None)
+    # Before: without the sizes, a plain model was first told to pass them (probe W, LOW 4).
+    with pytest.raises(NotPrivateError, match="nothing on this model clips and noises"):
+        legacy_dp_settings(_model(keras.optimizers.SGD()), num_examples=None, batch_size=None,
+                           noise_multiplier=None, microbatch_size=None)
     with pytest.raises(ValueError, match="found no noise_multiplier"):
         legacy_dp_settings(None, num_examples=N, batch_size=BATCH, noise_multiplier=None,
                            microbatch_size=None)

@@ -148,10 +148,11 @@ def test_clear_errors():
     with pytest.raises(NotPrivateError, match="noise_multiplier"):
         _model(keras.optimizers.SGD()).fit(x, y, batch_size=BATCH, verbose=0, callbacks=[
             PrivacyBudget(target_epsilon=1.0, delta=DELTA, num_examples=N, batch_size=BATCH)])
-    with pytest.raises(ValueError, match="batch_size"):
+    # Without the sizes too: a plain model is refused as not private first, not told to pass
+    # sizes that would not make it private (probe W; test_budget_settings has the sizes').
+    with pytest.raises(NotPrivateError, match="nothing on this model clips and noises"):
         _model(keras.optimizers.SGD()).fit(x, y, batch_size=BATCH, verbose=0, callbacks=[
-            PrivacyBudget(target_epsilon=1.0, delta=DELTA, num_examples=N,
-                          noise_multiplier=1.0)])
+            PrivacyBudget(target_epsilon=1.0, delta=DELTA, noise_multiplier=1.0)])
     with pytest.raises(ValueError, match="target_epsilon"):
         PrivacyBudget(target_epsilon=0, delta=DELTA, num_examples=N)
     with pytest.raises(ValueError, match="sampling"):

@@ -75,12 +75,7 @@ def legacy_dp_settings(model, *, num_examples, batch_size, noise_multiplier, mic
     ``model`` may be None (then only the arguments count). ValueError when ``num_examples``
     or ``batch_size`` is None, or σ is neither given nor found.
     """
-    if num_examples is None or batch_size is None:
-        raise ValueError(
-            "PrivacyBudget needs num_examples= and batch_size= for a model that "
-            "tf_tempered.make_private did not prepare (Keras does not tell callbacks "
-            "the data size): pass them, e.g. PrivacyBudget(..., num_examples=60000, "
-            "batch_size=256), or call make_private(model) (then they are known).")
+    # A model that trains without DP first: passing the sizes would not help it (probe W).
     found = _model_dp_settings(model) if model is not None else None
     if model is not None and found is None:
         raise errors.NotPrivateError(
@@ -90,6 +85,12 @@ def legacy_dp_settings(model, *, num_examples, batch_size, noise_multiplier, mic
             "ε holds for it. Fix: make_private(model, l2_norm_clip=..., noise_multiplier=...) "
             "before compile; fit then draws Poisson batches and the budget reads the settings "
             "from the model.")
+    if num_examples is None or batch_size is None:
+        raise ValueError(
+            "PrivacyBudget needs num_examples= and batch_size= for a model that "
+            "tf_tempered.make_private did not prepare (Keras does not tell callbacks "
+            "the data size): pass them, e.g. PrivacyBudget(..., num_examples=60000, "
+            "batch_size=256), or call make_private(model) (then they are known).")
     if found and noise_multiplier is not None and not math.isclose(
             float(noise_multiplier), float(found[0]), rel_tol=1e-9):
         raise ValueError(
