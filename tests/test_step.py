@@ -202,8 +202,13 @@ def test_unpack_sample_weight_poisson_and_user_weights():
     assert got_mask is mask and normalizer == 2.5
     plain = tf.constant([1.0, 2.0])
     assert batch_stage.unpack_sample_weight(plain) == (plain, plain, None, None)
-    with pytest.raises(ValueError, match=r"Poisson-batch structure.*\['extra', 'mask'\]"):
-        batch_stage.unpack_sample_weight({"mask": mask, "extra": 1})
+    for broken in ({"mask": mask}, {"mask": mask, "sample_weight": plain},
+                   {"mask": mask, "expected_batch_size": 2.5, "extra": 1}):
+        with pytest.raises(ValueError, match=r"Poisson-batch structure.*got keys"):
+            batch_stage.unpack_sample_weight(broken)
+    # Per-output weights of a model with an output named "mask" (probe U, F4): as given.
+    per_output = {"mask": mask, "cls": mask}
+    assert batch_stage.unpack_sample_weight(per_output) == (per_output, per_output, None, None)
 
 
 def test_negative_sample_weight_is_refused_with_the_fix():
