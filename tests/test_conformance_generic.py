@@ -216,6 +216,11 @@ def test_a_generic_layer_drawing_random_numbers_in_its_call_is_refused():
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
 
 
+@tf.function
+def _masked_by_a_traced_helper(t):
+    return t * tf.cast(tf.random.uniform(tf.shape(t)) < 0.5, t.dtype)
+
+
 class _DrawsInItsCall(keras.layers.Layer):
     """A weighted custom layer masking its input by random numbers it draws in its call."""
 
@@ -233,16 +238,24 @@ class _DrawsInItsCall(keras.layers.Layer):
                                                          t.dtype),
                       "tf.nn.dropout": lambda t: tf.nn.dropout(t, 0.5),
                       "keras.random": lambda t: keras.random.dropout(t, 0.5),
+                      "tf.function": _masked_by_a_traced_helper,
+                      "while_loop": lambda t: tf.while_loop(
+                          lambda i, a: i < 2,
+                          lambda i, a: (i + 1, a * tf.random.uniform(tf.shape(a))), (0, t))[1],
+                      "clock seed": lambda t: t * tf.random.stateless_uniform(
+                          tf.shape(t), tf.stack([tf.cast(tf.timestamp() * 1e6, tf.int64), 0])),
                       }[self.draw](inputs)
         return tf.matmul(inputs, self.kernel)
 
 
-@pytest.mark.parametrize("draw", ["tf.random", "tf.nn.dropout"] + (
-    ["keras.random"] if KERAS_MAJOR == 3 else []))
+@pytest.mark.parametrize("draw", ["tf.random", "tf.nn.dropout", "tf.function", "while_loop",
+                                  "clock seed"] + (["keras.random"] if KERAS_MAJOR == 3 else []))
 def test_a_custom_layer_drawing_random_numbers_by_tf_ops_is_refused(draw):
     # Before: only Keras' random layers and seed-generator attributes were seen; the VJP's
     # second call drew another mask than the forward pass (6 of 6 trials: a wrong update;
-    # probe V, F1), for tf.random, tf.nn.dropout and Keras 3's unseeded keras.random.
+    # probe V, F1), for tf.random, tf.nn.dropout and Keras 3's unseeded keras.random; draws in
+    # a function body (a tf.function helper, a while loop) and a seed from the clock were not
+    # seen by the first fix (probe X, F2).
     model = make_private(keras.Sequential([keras.Input((6,)), _DrawsInItsCall(draw)]),
                          l2_norm_clip=1.0, noise_multiplier=1.0)
     model.compile(optimizer=keras.optimizers.SGD(0.1),

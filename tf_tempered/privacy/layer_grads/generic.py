@@ -24,6 +24,7 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import ScalarLossError, UnsupportedLayerError
 from tf_tempered.privacy.layer_grads import clip_weights as clip
+from tf_tempered.privacy.layer_grads import random_draws
 from tf_tempered.privacy.layer_grads.contract import (Handler, LayerResult, NamedPath,
                                                         NoHyperparameters)
 
@@ -80,7 +81,7 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
     may be a structure ([output, *states]). A handler's
     `per_example_while_loop(options)` may ask for a tf.map_fn over the examples.
     """
-    _refuse_random_draws(call.layer)
+    random_draws.refuse_random_draws(call.layer)
     slices = call.handler.slices_call_args
     shared = frozenset() if slices else getattr(call, "shared_args", frozenset())
 
@@ -146,7 +147,7 @@ def _one_example_call(call, variables, leaves, x, rest):
     with tf.GradientTape() as tape:
         tape.watch([keras_bridge.watchable(v) for v in variables])
         y = call.call_fn(x, *call_args, **call_kwargs)
-    _refuse_random_ops(call.layer, graph.get_operations()[traced_before:])
+    random_draws.refuse_random_ops(call.layer, graph.get_operations()[traced_before:])
     return y, tape
 
 
@@ -199,52 +200,6 @@ def _shortened(error, length=300):
     if not text.split(":")[0].endswith(("Error", "Exception")):
         text = f"{type(error).__name__}: {text}"
     return text if len(text) <= length else text[:length] + "..."
-
-
-def _refuse_random_draws(layer, drawing=None):
-    """The VJP runs the layer's call again: draws inside it (its dropout, noise) would differ
-    from the forward pass's, and so would the gradient (wrong, silently)."""
-    drawing = drawing or [f"{d.name!r} ({type(d).__name__})"
-                          for d in keras_bridge.random_layers(layer)]
-    if drawing:
-        names = ", ".join(drawing[:3])
-        raise UnsupportedLayerError(
-            f"Layer {layer.name!r} ({type(layer).__name__}) takes the generic per-example "
-            f"path, which runs its call again, and random numbers are drawn inside it (by "
-            f"{names}): the second call would draw others than the forward pass and give "
-            "another gradient. Fix: set its dropout (or noise) to 0 and put a "
-            "keras.layers.Dropout before or after the layer instead, or draw the random "
-            "numbers in a layer of their own without weights.")
-
-
-# Ops that draw anew at every run: TF's stateful random ops, and the reads of a seed state
-# that feed Keras 3's unseeded draws (keras.random.*(seed=None)).
-_RANDOM_OP_TYPES = frozenset({
-    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
-    "ParameterizedTruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
-    "RandomPoisson", "RandomPoissonV2", "StatefulUniform", "StatefulUniformInt",
-    "StatefulUniformFullInt", "StatefulStandardNormal", "StatefulStandardNormalV2",
-    "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngReadAndSkip", "RngSkip"})
-
-
-def _refuse_random_ops(layer, ops):
-    """The ops one example's call traced (``ops``) draw random numbers: tf.random.*,
-    tf.nn.dropout, or Keras 3's keras.random.* from its global seed state (a stateless op
-    whose seed is read from a variable) in a custom layer, which keras_bridge.random_layers
-    does not see (probe V, F1: the gradient's dropout mask differed from the forward's)."""
-    drawing = [op for op in ops if op.type in _RANDOM_OP_TYPES or (
-        op.type.startswith("Stateless") and "Random" in op.type
-        and any(_read_from_a_variable(t) for t in op.inputs[1:2]))]
-    if drawing:
-        _refuse_random_draws(layer, [f"{drawing[0].type} op {drawing[0].name!r}"])
-
-
-def _read_from_a_variable(tensor, depth=0):
-    """Whether ``tensor`` (a seed) comes from a variable's value within a few ops."""
-    op = tensor.op
-    if op.type in ("ReadVariableOp", "VarHandleOp", "AssignAddVariableOp", "Placeholder"):
-        return op.type != "Placeholder" or tensor.dtype == tf.resource
-    return depth < 6 and any(_read_from_a_variable(t, depth + 1) for t in op.inputs)
 
 
 def _is_per_example(value):

@@ -1,0 +1,99 @@
+# Copyright 2026 The tf_tempered Authors.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#      http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Random numbers drawn in a layer's call: the generic per-example path
+(:mod:`~tf_tempered.privacy.layer_grads.generic`) runs the call again, where a draw would
+differ from the forward pass's, and so would the gradient. Such a layer is refused, naming
+the fix.
+
+>>> ops = tf.function(lambda t: t * tf.random.uniform([2])).get_concrete_function(
+...     tf.TensorSpec([2])).graph.get_operations()
+>>> [op.type for op in _with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES]
+['RandomUniform']
+"""
+
+from tf_tempered import keras_bridge
+from tf_tempered._compat import tf
+from tf_tempered.privacy.errors import UnsupportedLayerError
+
+__all__ = ["refuse_random_draws", "refuse_random_ops"]
+
+
+def refuse_random_draws(layer, drawing=None):
+    """The VJP runs the layer's call again: draws inside it (its dropout, noise) would differ
+    from the forward pass's, and so would the gradient (wrong, silently)."""
+    drawing = drawing or [f"{d.name!r} ({type(d).__name__})"
+                          for d in keras_bridge.random_layers(layer)]
+    if drawing:
+        names = ", ".join(drawing[:3])
+        raise UnsupportedLayerError(
+            f"Layer {layer.name!r} ({type(layer).__name__}) takes the generic per-example "
+            f"path, which runs its call again, and random numbers are drawn inside it (by "
+            f"{names}): the second call would draw others than the forward pass and give "
+            "another gradient. Fix: set its dropout (or noise) to 0 and put a "
+            "keras.layers.Dropout before or after the layer instead, or draw the random "
+            "numbers in a layer of their own without weights.")
+
+
+# Ops that draw anew at every run: TF's stateful random ops (a stateless op counts when its
+# seed does, _fresh_seed: Keras 3's keras.random.*(seed=None) reads a seed state).
+_RANDOM_OP_TYPES = frozenset({
+    "RandomUniform", "RandomUniformInt", "RandomStandardNormal", "TruncatedNormal",
+    "ParameterizedTruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
+    "RandomPoisson", "RandomPoissonV2", "StatefulUniform", "StatefulUniformInt",
+    "StatefulUniformFullInt", "StatefulStandardNormal", "StatefulStandardNormalV2",
+    "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngReadAndSkip", "RngSkip"})
+
+
+def refuse_random_ops(layer, ops):
+    """The ops one example's call traced (``ops``) draw random numbers: tf.random.*,
+    tf.nn.dropout, or Keras 3's keras.random.* from its global seed state (a stateless op
+    whose seed is read from a variable) in a custom layer, which keras_bridge.random_layers
+    does not see (probe V, F1: the gradient's dropout mask differed from the forward's)."""
+    drawing = [op for op in _with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES or (
+        op.type.startswith("Stateless") and "Random" in op.type
+        and any(_fresh_seed(t) for t in op.inputs[1:2]))]
+    if drawing:
+        refuse_random_draws(layer, [f"{drawing[0].type} op {drawing[0].name!r}"])
+
+
+# Attributes naming the functions an op runs: a tf.function's call, a while loop's body and
+# condition, a tf.cond's branches.
+_FUNCTION_ATTRS = ("f", "body", "cond", "then_branch", "else_branch", "branches")
+
+
+def _with_function_bodies(ops, seen=None, depth=0):
+    """``ops`` and, recursively, the ops of the functions they run (probe X, F2: a draw in a
+    tf.function helper, a tf.while_loop body or a tf.cond branch was not seen)."""
+    seen = set() if seen is None else seen
+    for op in ops:
+        yield op
+        for attr in (a for a in _FUNCTION_ATTRS if depth < 8 and a in op.node_def.attr):
+            value = op.get_attr(attr)
+            for name in (f.name for f in (value if isinstance(value, list) else [value])):
+                function = None if name in seen else op.graph._get_function(name)  # pylint: disable=protected-access
+                seen.add(name)
+                if getattr(function, "graph", None) is not None:
+                    yield from _with_function_bodies(function.graph.get_operations(), seen,
+                                                     depth + 1)
+
+
+def _fresh_seed(tensor, depth=0):
+    """Whether ``tensor`` (a seed) changes from run to run: read from a variable (a Keras 3
+    SeedGenerator's state) or the clock, within a few ops."""
+    op = tensor.op
+    if op.type in ("ReadVariableOp", "VarHandleOp", "AssignAddVariableOp", "Timestamp"):
+        return True
+    if op.type == "Placeholder":  # a captured variable's handle inside a function body
+        return tensor.dtype == tf.resource
+    return depth < 6 and any(_fresh_seed(t, depth + 1) for t in op.inputs)
