@@ -138,13 +138,16 @@ def test_an_order_asked_of_poisson_batches_is_warned_of_with_the_fix(shuffle):
     x, y = _data()
     model = _model()
     with pytest.warns(UserWarning, match=r"fit\(shuffle=.*no order of the examples is kept.*"
-                      r"sampling=\"shuffle\"\) and fit\(shuffle=False\)"):
+                      r"sampling=\"shuffle\"\) and fit\(shuffle=False\)") as said:
         history = model.fit(x, y, batch_size=BATCH, shuffle=shuffle, verbose=0).history
+    # At the fit's line, not inside tf_tempered or Keras (probe X, F6).
+    assert {w.filename for w in said if "no order" in str(w.message)} == {__file__}
     assert history["epsilon"] == pytest.approx([_rdp(_poisson(N // BATCH))], rel=1e-9)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # said once per model; shuffle=True says nothing
         model.fit(x, y, batch_size=BATCH, shuffle=shuffle, verbose=0)
         _model().fit(x, y, batch_size=BATCH, verbose=0)
+        _model().fit(x, y, batch_size=BATCH, shuffle=np.True_, verbose=0)  # probe X, F5
 
 
 def test_the_shuffle_opt_out_reports_the_bound_for_shuffled_batches():

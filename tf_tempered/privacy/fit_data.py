@@ -38,7 +38,7 @@ import numpy as np
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import (class_weights, data_sampling, fit_data_checks,
-                                  pipeline_accounting, sampling)
+                                  pipeline_accounting, sampling, user_frame)
 
 __all__ = ["RunSampling", "batch_spec", "plan_fit_data"]
 
@@ -264,7 +264,8 @@ def _pipeline(state, config, arguments, tag):
         state.warned.add("unknown pipeline")
         warnings.warn(pipeline_accounting.UNKNOWN_PIPELINE_WARNING.format(
             what=type(x).__name__) + pipeline_accounting.assumed_epoch_note(
-                x, arguments.get("steps_per_epoch")), UserWarning, stacklevel=4)
+                x, arguments.get("steps_per_epoch")), UserWarning,
+            stacklevel=user_frame.user_stacklevel())
     passes, weight = ((tag.steps_per_pass, 1) if tag
                       else pipeline_accounting.untagged_passes(state.warned, x))
     return arguments, RunSampling("shuffle", tag.num_examples if tag else None, batch,

@@ -23,7 +23,7 @@ import warnings
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import class_weights, data_sampling
+from tf_tempered.privacy import class_weights, data_sampling, user_frame
 
 __all__ = ["dataset_of", "refuse_poisson_batches_without_info",
            "refuse_poisson_batches_of_one_device", "warn_if_order_asked",
@@ -33,7 +33,8 @@ __all__ = ["dataset_of", "refuse_poisson_batches_without_info",
 def warn_if_order_asked(state, shuffle):
     """fit(shuffle=False or "batch") on arrays under Poisson sampling: each step draws its
     own batch, so no order is kept (probe U, F5: said nothing)."""
-    if shuffle is True or "order under poisson" in state.warned:
+    asked = isinstance(shuffle, str) or not shuffle  # "batch", False (np.True_, 1: True)
+    if not asked or "order under poisson" in state.warned:
         return
     state.warned.add("order under poisson")
     warnings.warn(
@@ -41,7 +42,8 @@ def warn_if_order_asked(state, shuffle):
         "samples (each example joins each step with probability q), so no order of the "
         "examples is kept. Fix, for batches in order (a time series, a stateful RNN): "
         "make_private(model, ..., sampling=\"shuffle\") and fit(shuffle=False), accounted "
-        "with the bound for shuffled batches (no amplification).", UserWarning, stacklevel=5)
+        "with the bound for shuffled batches (no amplification).", UserWarning,
+        stacklevel=user_frame.user_stacklevel())
 
 
 def dataset_of(x):
@@ -97,4 +99,5 @@ def warn_if_xla_meets_varying_batches(model, state, tag):
         "fit on poisson_batches(fixed_size=False) with jit_compile=True: XLA compiles the "
         "step once for every batch size it meets (dozens of sizes; a 2-layer model trained "
         "about 20x slower over 80 steps). Fix: poisson_batches(fixed_size=True), the default, or "
-        "compile(jit_compile=False).", UserWarning, stacklevel=5)
+        "compile(jit_compile=False).", UserWarning,
+        stacklevel=user_frame.user_stacklevel())

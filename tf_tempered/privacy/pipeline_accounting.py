@@ -27,7 +27,7 @@ import numpy as np  # noqa: F401  (used by the doctest)
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import class_weights
+from tf_tempered.privacy import class_weights, user_frame
 
 __all__ = ["UNKNOWN_PIPELINE_WARNING", "UNTAGGED_POISSON_WARNING", "untagged_passes",
            "assumed_epoch_note", "untagged_steps_per_pass"]
@@ -73,7 +73,8 @@ def untagged_passes(warned, x):
     if class_weights.is_poisson_pipeline(x):
         if "untagged poisson" not in warned:  # the model's set of warnings given
             warned.add("untagged poisson")
-            warnings.warn(UNTAGGED_POISSON_WARNING, UserWarning, stacklevel=5)
+            warnings.warn(UNTAGGED_POISSON_WARNING, UserWarning,
+                          stacklevel=user_frame.user_stacklevel())
         return 1, 1
     return untagged_steps_per_pass(x)
 

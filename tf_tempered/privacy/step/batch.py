@@ -63,7 +63,10 @@ def unpack_sample_weight(sample_weight):
         raise ValueError(
             "A dict sample weight must be the Poisson-batch structure "
             "{'mask', 'expected_batch_size'} (and 'sample_weight') from "
-            f"tf_tempered.privacy.poisson_batches; got keys {sorted(keys)}.")
+            f"tf_tempered.privacy.poisson_batches; got keys {sorted(keys)}. Fix: pass each "
+            "batch's info dict on as poisson_batches made it (a map: lambda x, y, info: "
+            "(f(x), y, info)); for per-example weights, poisson_batches(x, y, "
+            "sample_weight=...).")
     mask = sample_weight["mask"]
     weight, user = mask, sample_weight.get("sample_weight")
     if user is not None:  # (a structure for a model with several outputs)
