@@ -334,6 +334,39 @@ def test_batches_whose_copies_differ_from_the_model_s_multiplicity_are_refused()
                  r"rows.*Fix: fit on augmult_batches.*declare_copies")
 
 
+def _update_on(data, multiplicity):
+    model = make_private(_cnn("float32"), augmentation_multiplicity=multiplicity)
+    model.set_weights(_cnn_weights())
+    model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=0.01, noise_multiplier=0.0,
+                                                learning_rate=1.0), loss=dp_reference.LOSS)
+    before = model.get_weights()
+    model.fit(data, verbose=0)
+    return [a - b for a, b in zip(model.get_weights(), before)]
+
+
+def _cnn_weights():
+    keras.utils.set_random_seed(3)
+    return _cnn("float32").get_weights()
+
+
+# Before: augmult_batches of augmult batches declared the outer multiplicity only (2 for 4
+# copies): augmentation_multiplicity=4 was refused, naming 2, and 2 trained each example as
+# two groups, moving the clipped sum by 2C against noise for C at the logged ε (probe Y).
+@pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+def test_augmult_batches_of_augmult_batches_hold_the_product_of_the_copies():
+    x, y = _copies(4)
+    batch = tf.data.Dataset.from_tensors((x[::K], y[::K]))
+    nested = augment.augmult_batches(augment.augmult_batches(batch, multiplicity=2, seed=0),
+                                     multiplicity=2, seed=0)
+    _fit_refused(2, nested, r"Batches holding 4 copies of each example.*Fix: "
+                 r"make_private\(model, augmentation_multiplicity=4\)")
+    once = augment.augmult_batches(batch, multiplicity=4, seed=0)  # the same rows
+    reference = _update_on(once, 4)
+    assert max(np.abs(r).max() for r in reference) > 1e-4
+    for ours, expected in zip(_update_on(nested, 4), reference):
+        np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-7)
+
+
 # Before: an unbatch and rebatch of augmult batches trained a K = 1 model silently, each
 # example's copies clipped apart (a probe: ε 10.7 logged for 25.9 spent).
 def test_augmult_batches_regrouped_are_refused():

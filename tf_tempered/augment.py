@@ -159,7 +159,14 @@ def augmult_batches(dataset, *, multiplicity, max_shift=0, flip=False, augment=N
     # The examples are sampled as the input's were (each example's copies form one
     # microbatch): the accounting reads the input's sampling.
     sampling = data_sampling.sampling_of(dataset)
-    expanded = declare_copies(expanded, multiplicity=k)
+    # Batches of augmult_batches already: each of their K₁ copies is repeated K times, in
+    # order, so each example's K₁·K copies stay consecutive (probe Y: the outer K alone was
+    # declared, and make_private(augmentation_multiplicity=K) clipped one example as K₁
+    # groups, moving the sum by K₁·C against noise for C, at the same logged ε).
+    inner = data_sampling.copies_of(dataset)
+    if inner is None and data_sampling.copies_below(dataset):
+        data_sampling.refuse_mismatched_copies(k, dataset)  # regrouped: refused, naming why
+    expanded = declare_copies(expanded, multiplicity=k * (inner or 1))
     return expanded if sampling is None else data_sampling.tag_dataset(expanded, sampling)
 
 
