@@ -159,6 +159,16 @@ def test_clear_errors():
         PrivacyBudget(target_epsilon=1.0, delta=DELTA, num_examples=N, sampling="fixed")
 
 
+def test_activation_norm_monitor_refuses_poisson_batches():
+    # Before: their padding rows were averaged as examples (2.307 for 2.838), and the norms of
+    # training data were logged without noise (probe Y).
+    from tf_tempered.privacy import poisson_batches  # pylint: disable=g-import-not-at-top
+    x, y = _data()
+    with pytest.raises(ValueError, match=r"poisson_batches.*Fix: pass held-out inputs"):
+        ActivationNormMonitor("hidden", poisson_batches(x, y, expected_batch_size=BATCH,
+                                                         steps=2))
+
+
 def _known_model():
     model = keras.Sequential([
         keras.Input((3,)),

@@ -98,6 +98,8 @@ def test_arguments_are_validated():
             ExponentialMovingAverage(decay=bad)
     with pytest.raises(ValueError, match="start_step=-1"):
         ExponentialMovingAverage(start_step=-1)
+    with pytest.raises(ValueError, match="swap_for_validation='no'"):  # was taken as True
+        ExponentialMovingAverage(swap_for_validation="no")
     with pytest.raises(ValueError, match="call fit"):
         ExponentialMovingAverage().shadow_weights()
     assert tf_tempered.ExponentialMovingAverage is ExponentialMovingAverage

@@ -23,6 +23,7 @@ import numbers
 import numpy as np
 
 from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import data_sampling
 
 __all__ = ["ActivationNormMonitor", "plot_activation_norms"]
 
@@ -53,6 +54,12 @@ class ActivationNormMonitor(keras.callbacks.Callback):
         self.every = int(every)
         self.plot_path = plot_path
         if isinstance(data, tf.data.Dataset):
+            if data_sampling.made_from_poisson_batches(data):
+                raise ValueError(
+                    "data is a pipeline of tf_tempered.privacy.poisson_batches: its padded "
+                    "batches would count padding rows as examples, and it draws from the "
+                    "training data, whose norms are released without noise. Fix: pass "
+                    "held-out inputs (a NumPy array or a batched tf.data.Dataset).")
             spec = data.element_spec
             if isinstance(spec, (tuple, list)):
                 data = data.map(lambda *items: items[0])

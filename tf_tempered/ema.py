@@ -40,6 +40,8 @@ Tested on one device (both Kerases); not tested under a tf.distribute strategy.
 
 import numbers
 
+import numpy as np
+
 from tf_tempered._compat import keras, tf
 
 __all__ = ["ExponentialMovingAverage"]
@@ -67,8 +69,11 @@ class ExponentialMovingAverage(keras.callbacks.Callback):
                 or start_step < 0:
             raise ValueError(f"start_step={start_step!r} is invalid: it must be a "
                              "non-negative integer, e.g. 0.")
+        if not isinstance(swap_for_validation, (bool, np.bool_)):
+            raise ValueError(f"swap_for_validation={swap_for_validation!r} is invalid: it must "
+                             "be True or False.")
         self.decay, self.start_step = float(decay), int(start_step)
-        self.swap_for_validation = swap_for_validation
+        self.swap_for_validation = bool(swap_for_validation)
         self.step = 0
         self._vars = self._shadows = self._saved = self._update = None
         self._in_fit = False
