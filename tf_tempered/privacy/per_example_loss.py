@@ -47,6 +47,7 @@ import numpy as np  # noqa: F401  (used by the doctest)
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy import custom_gradients
 from tf_tempered.privacy.errors import ScalarLossError
 
 __all__ = ["per_example_losses", "reduce_per_example"]
@@ -165,5 +166,5 @@ def _one_row_per_example(losses, y_pred, fix):
                 return tf.identity(upstream)
         return tf.identity(values), gradient
 
-    with tf.control_dependencies([check]):
+    with tf.control_dependencies([check]), tf.name_scope(custom_gradients.ENGINE_SCOPE):
         return tf.reshape(checked(losses), [rows])

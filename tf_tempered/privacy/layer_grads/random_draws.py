@@ -18,7 +18,7 @@ the fix.
 
 >>> ops = tf.function(lambda t: t * tf.random.uniform([2])).get_concrete_function(
 ...     tf.TensorSpec([2])).graph.get_operations()
->>> [op.type for op in _with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES]
+>>> [op.type for op in with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES]
 ['RandomUniform']
 """
 
@@ -26,7 +26,7 @@ from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
-__all__ = ["refuse_random_draws", "refuse_random_ops"]
+__all__ = ["fresh_draws", "refuse_random_draws", "refuse_random_ops", "with_function_bodies"]
 
 
 def refuse_random_draws(layer, drawing=None):
@@ -60,11 +60,17 @@ def refuse_random_ops(layer, ops):
     tf.nn.dropout, or Keras 3's keras.random.* from its global seed state (a stateless op
     whose seed is read from a variable) in a custom layer, which keras_bridge.random_layers
     does not see (probe V, F1: the gradient's dropout mask differed from the forward's)."""
-    drawing = [op for op in _with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES or (
-        op.type.startswith("Stateless") and "Random" in op.type
-        and any(_fresh_seed(t) for t in op.inputs[1:2]))]
+    drawing = fresh_draws(ops)
     if drawing:
         refuse_random_draws(layer, [f"{drawing[0].type} op {drawing[0].name!r}"])
+
+
+def fresh_draws(ops):
+    """The ops among ``ops`` (and the functions they run) that draw other random numbers at
+    every run: stateful random ops, stateless ones whose seed changes (_fresh_seed)."""
+    return [op for op in with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES or (
+        op.type.startswith("Stateless") and "Random" in op.type
+        and any(_fresh_seed(t) for t in op.inputs[1:2]))]
 
 
 # Attributes naming the functions an op runs: a tf.function's call, a while loop's body and
@@ -72,7 +78,7 @@ def refuse_random_ops(layer, ops):
 _FUNCTION_ATTRS = ("f", "body", "cond", "then_branch", "else_branch", "branches")
 
 
-def _with_function_bodies(ops, seen=None, depth=0):
+def with_function_bodies(ops, seen=None, depth=0):
     """``ops`` and, recursively, the ops of the functions they run (probe X, F2: a draw in a
     tf.function helper, a tf.while_loop body or a tf.cond branch was not seen)."""
     seen = set() if seen is None else seen
@@ -84,7 +90,7 @@ def _with_function_bodies(ops, seen=None, depth=0):
                 function = None if name in seen else op.graph._get_function(name)  # pylint: disable=protected-access
                 seen.add(name)
                 if getattr(function, "graph", None) is not None:
-                    yield from _with_function_bodies(function.graph.get_operations(), seen,
+                    yield from with_function_bodies(function.graph.get_operations(), seen,
                                                      depth + 1)
 
 

@@ -14,20 +14,22 @@
 """Stage 3's refusals, read off the traced forward pass (once per trace, nothing per step).
 
 DP-SGD's bound holds when example i's clipped gradient is all that example i changes.
-Three ways a forward pass breaks that, each refused with the fix before any update:
+Four ways a forward pass breaks that, each refused with the fix before any update:
 
 * a layer called on rows that are not the batch's examples in order, or on values
   mixed across examples (:func:`tf_tempered.privacy.example_rows.refuse_calls_off_the_batch`);
 * per-example losses computed from several examples
   (:func:`tf_tempered.privacy.example_rows.refuse_mixed_losses`);
 * a variable written from the batch's data
-  (:func:`tf_tempered.privacy.state_writes.refuse_writes_from_the_batch`).
+  (:func:`tf_tempered.privacy.state_writes.refuse_writes_from_the_batch`);
+* a gradient the forward pass defines itself, which may mix examples in the backward pass
+  (:func:`tf_tempered.privacy.custom_gradients.refuse_custom_gradients`).
 
 The same walk tells which call arguments the examples share
 (:func:`tf_tempered.privacy.shared_args.mark_shared_call_args`), for the generic VJP.
 """
 
-from tf_tempered.privacy import example_rows, shared_args, state_writes
+from tf_tempered.privacy import custom_gradients, example_rows, shared_args, state_writes
 
 __all__ = ["refuse_cross_example_forward"]
 
@@ -43,3 +45,4 @@ def refuse_cross_example_forward(recorder, batch, losses):
     shared_args.mark_shared_call_args(recorder.records, walked)
     state_writes.refuse_writes_from_the_batch(recorder.forward_ops,
                                               (batch.x, batch.y, batch.loss_weight))
+    custom_gradients.refuse_custom_gradients(recorder.forward_ops)

@@ -20,6 +20,7 @@ the cheap input-gradient chain ahead and hold every layer's output gradient at o
 """
 
 from tf_tempered._compat import tf
+from tf_tempered.privacy import custom_gradients
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 
 __all__ = ["NormHooks"]
@@ -66,4 +67,5 @@ class NormHooks:
                     return tf.identity(dy)
             return tf.identity(x), grad
 
-        return hook(output)
+        with tf.name_scope(custom_gradients.ENGINE_SCOPE):  # the engine's own (not refused)
+            return hook(output)

@@ -20,6 +20,7 @@ layers calling ``tf.random``) when the step is traced.
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy.layer_grads import random_draws
 
 __all__ = ["ForwardOps", "refuse_random_layers", "refuse_random_ops"]
 
@@ -41,12 +42,6 @@ def _refuse(what, names):
     raise ValueError(
         f"EngineOptions(clipped_sum=\"recompute\") runs the forward pass twice and needs both "
         f"to compute the same function, but {what}: {', '.join(names[:5])}. {_RECOMPUTE_FIX}")
-
-
-# Op types that draw random numbers (stateful, or stateless with a seed that a layer
-# advances between calls).
-_RANDOM_OP_MARKERS = ("Random", "Multinomial", "TruncatedNormal", "RngReadAndSkip",
-                      "RngSkip", "StatefulUniform", "StatefulStandardNormal")
 
 
 class ForwardOps:
@@ -73,7 +68,7 @@ class ForwardOps:
 def refuse_random_ops(ops):
     """Raises ValueError if a traced forward pass draws random numbers
     (clipped_sum="recompute"; catches custom layers that call ``tf.random`` directly)."""
-    random_ops = [op for op in ops if any(m in op.type for m in _RANDOM_OP_MARKERS)]
+    random_ops = random_draws.fresh_draws(ops)  # in function bodies too
     if random_ops:
         _refuse("the forward pass draws random numbers",
                 [f"{op.name} ({op.type})" for op in random_ops])
