@@ -490,6 +490,23 @@ def test_make_private_warns_when_the_optimizer_trained_without_dp():
         make_private(model, l2_norm_clip=1.0, noise_multiplier=SIGMA)
 
 
+def test_make_private_warns_of_a_plain_head_trained_on_a_loaded_private_encoder(tmp_path):
+    # Before: a model holding loaded DP state skipped the check, so a plain head trained on
+    # it (3 epochs, no DP) went unmentioned, and ε counted the encoder's steps only (probe Z).
+    x, y = _data()
+    encoder = _model()
+    encoder.fit(x, y, batch_size=BATCH, verbose=0)
+    path = str(tmp_path / ("encoder.keras" if KERAS_MAJOR == 3 else "encoder.h5"))
+    encoder.save(path)
+    loaded = keras.models.load_model(path, compile=False)
+    loaded.trainable = False
+    outer = keras.Sequential([keras.Input((5,)), loaded, keras.layers.Dense(3, name="head")])
+    outer.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    outer.fit(x, y, batch_size=BATCH, verbose=0)
+    with pytest.warns(UserWarning, match="already applied 4 updates without DP"):
+        make_private(outer)
+
+
 def test_a_sequential_without_input_shares_the_ledger_of_its_built_layers():
     # tf-keras refuses `weights` of a Sequential without an Input until its first call
     # (make_private raised Keras' own "Weights ... have not yet been created"); the weights

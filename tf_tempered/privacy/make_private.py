@@ -192,7 +192,11 @@ def make_private(model, *, l2_norm_clip=None, noise_multiplier=None, num_microba
     """
     previous = checked_model(model)
     saved = saving.saved_dp(model) if previous is None else None
-    if previous is None and saved is None:
+    optimizer = getattr(model, "optimizer", None)
+    if previous is None and (saved is None or optimizer is None
+                             or not saving.is_marked(optimizer)):
+        # A loaded private model's own (marked) optimizer applied DP steps only; any other
+        # one trained without DP (a plain head on a loaded private encoder; probe Z).
         warn_if_trained_without_dp(model)
     settings = _settings(previous, saved, l2_norm_clip, noise_multiplier, num_microbatches)
     default_sampling = (previous.sampling if previous is not None
