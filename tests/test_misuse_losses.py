@@ -160,6 +160,17 @@ def test_a_sequence_loss_is_the_mean_over_the_example_positions():
     assert_update(ours, reference(clip))
 
 
+def _classifier_and_regression(regression_name):
+    """A builder of a model with two heads: "cls" (3 logits) and a 2-unit regression."""
+    def build(dtype):
+        inputs = keras.Input((5,), dtype=dtype)
+        hidden = keras.layers.Dense(6, activation="tanh", dtype=dtype)(inputs)
+        return keras.Model(inputs, {
+            "cls": keras.layers.Dense(3, name="cls", dtype=dtype)(hidden),
+            regression_name: keras.layers.Dense(2, name=regression_name, dtype=dtype)(hidden)})
+    return build
+
+
 def test_per_output_sample_weights_of_an_output_named_mask_train_exactly():
     # Before: any dict sample weight with a key "mask" was taken for a Poisson batch's info
     # dict and refused ("must be the Poisson-batch structure"), on arrays and tf.data, both
@@ -170,13 +181,7 @@ def test_per_output_sample_weights_of_an_output_named_mask_train_exactly():
                   "cls": rng.uniform(0.2, 2.0, ROWS).astype(np.float32)}
     targets = {"mask": x[:, :2] * 0.5, "cls": y}
 
-    def build(dtype):
-        inputs = keras.Input((5,), dtype=dtype)
-        hidden = keras.layers.Dense(6, activation="tanh", dtype=dtype)(inputs)
-        return keras.Model(inputs, {
-            "mask": keras.layers.Dense(2, name="mask", dtype=dtype)(hidden),
-            "cls": keras.layers.Dense(3, name="cls", dtype=dtype)(hidden)})
-
+    build = _classifier_and_regression("mask")
     def reference_loss(y_true, y_pred, model):
         del model
         cls = keras.losses.sparse_categorical_crossentropy(y_true["cls"], y_pred["cls"],
@@ -196,7 +201,8 @@ def test_per_output_sample_weights_of_an_output_named_mask_train_exactly():
         loss={"mask": "mse", "cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
     assert_update(ours, reference(clip))
     poisson = make_private(build("float32"), l2_norm_clip=1.0, noise_multiplier=1.0)
-    poisson.compile(optimizer=keras.optimizers.SGD(0.1), loss={"mask": "mse", "cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
+    poisson.compile(optimizer=keras.optimizers.SGD(0.1), loss={
+        "mask": "mse", "cls": keras.losses.SparseCategoricalCrossentropy(from_logits=True)})
     poisson.fit(x, targets, sample_weight=weights_of, batch_size=8, verbose=0)
     batches = tf.data.Dataset.from_tensor_slices((x, targets, weights_of)).batch(8)
     with pytest.warns(UserWarning, match="did not build"):
@@ -207,13 +213,7 @@ def test_multi_output_losses_with_loss_weights_train_exactly():
     x, y = _data()
     targets = {"cls": y, "reg": x[:, :2] * 0.5}
 
-    def build(dtype):
-        inputs = keras.Input((5,), dtype=dtype)
-        hidden = keras.layers.Dense(6, activation="tanh", dtype=dtype)(inputs)
-        return keras.Model(inputs, {
-            "cls": keras.layers.Dense(3, name="cls", dtype=dtype)(hidden),
-            "reg": keras.layers.Dense(2, name="reg", dtype=dtype)(hidden)})
-
+    build = _classifier_and_regression("reg")
     def reference_loss(y_true, y_pred, model):
         del model
         cls = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
