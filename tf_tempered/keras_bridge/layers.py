@@ -19,8 +19,6 @@ import contextlib
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.keras_bridge.recurrent import is_recurrent_unit
 
-_EAGER_TENSOR = type(tf.constant(0.0))  # TF's EagerTensor (modules import eagerly)
-
 __all__ = ["flatten_layers", "sublayers", "inside_recurrent_units", "mixes_batch_examples", "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
            "random_layers", "set_untracked", "shape_of", "without_activation", "step_losses", "unpack_x_y_sample_weight",
            "variable_key", "existing_weights", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
@@ -237,12 +235,14 @@ def step_losses(model):
     Functional model, the symbolic losses of its construction (an activity regularizer's),
     which the step never uses, traced or eager (DPGradients run eagerly refused such a
     model; probe Y), and eager values of a call before a traced step."""
+    # (No tensor is made at import to learn EagerTensor's type: that would initialize TF's
+    # devices, which a strategy's logical devices must precede.)
     if tf.executing_eagerly():
         return [loss for loss in model.losses
-                if isinstance(loss, _EAGER_TENSOR) or not isinstance(loss, tf.Tensor)]
+                if not isinstance(loss, tf.Tensor) or not tf.is_symbolic_tensor(loss)]
     graph = tf.compat.v1.get_default_graph()
-    return [loss for loss in model.losses if not isinstance(loss, _EAGER_TENSOR)
-            and getattr(loss, "graph", graph) is graph]
+    return [loss for loss in model.losses if not isinstance(loss, tf.Tensor)
+            or (tf.is_symbolic_tensor(loss) and loss.graph is graph)]
 
 
 def derived_weights(layer):

@@ -39,22 +39,32 @@ __all__ = ["ENGINE_SCOPE", "refuse_custom_gradients", "user_custom_gradients"]
 ENGINE_SCOPE = "tf_tempered_engine"  # the name scope of the engine's own custom gradients
 
 
-def user_custom_gradients(ops):
+def user_custom_gradients(ops, trusted=()):
     """The ops among ``ops`` (and the functions they run) whose gradient is a custom one
-    not made by the engine."""
+    made neither by the engine nor inside ``trusted`` ops."""
+    trusted = {id(op) for op in random_draws.with_function_bodies(trusted)}
     return [op for op in random_draws.with_function_bodies(ops)
             if "_gradient_op_type" in op.node_def.attr
             and op.get_attr("_gradient_op_type").startswith(b"CustomGradient")
-            and ENGINE_SCOPE not in op.name]
+            and ENGINE_SCOPE not in op.name and id(op) not in trusted]
 
 
-def refuse_custom_gradients(forward_ops):
+def _keras_own_call(layer):
+    """Whether ``layer``'s call is Keras' own code (not a subclass's): Keras 3's quantized
+    Dense and EinsumDense take their inputs' gradient by a custom one, row by row."""
+    call = getattr(type(layer), "call", None)
+    return getattr(call, "__module__", "").startswith(("keras.", "tf_keras."))
+
+
+def refuse_custom_gradients(forward_ops, records=()):
     """Raises UnsupportedLayerError naming the first custom gradient of a traced forward
-    pass (``forward_ops``: the ops it added). Eager steps (run_eagerly=True) have no ops to
-    read: not checked there."""
+    pass (``forward_ops``: the ops it added), but those in the calls (``records``) of
+    layers whose call is Keras' own. Eager steps (run_eagerly=True) have no ops to read:
+    not checked there."""
     if tf.executing_eagerly() or not forward_ops:
         return
-    found = user_custom_gradients(forward_ops)
+    trusted = [op for record in records if _keras_own_call(record.layer) for op in record.ops]
+    found = user_custom_gradients(forward_ops, trusted)
     if found:
         raise UnsupportedLayerError(
             f"The model's forward pass (or its loss) defines its own gradient "
