@@ -224,3 +224,57 @@ def test_onednn_enabled_follows_tensorflows_switch():
         answers[switch] = out.split()[-1]
     assert answers == {"0": "False", "1": "True"}
     assert isinstance(keras_bridge.onednn_enabled(), bool)
+
+
+def test_keras_classes_are_told_apart_by_their_package():
+    """A user class named like a Keras one is not Keras'; a subclass of Keras' is, by its
+    MRO; a subclass overriding call has no Keras-own call."""
+    class MixUp(keras.layers.Layer):  # a user's layer of the same name as Keras 3's
+        pass
+
+    class Norm(keras.layers.BatchNormalization):
+        def call(self, inputs, training=None):
+            return super().call(inputs, training=training)
+
+    assert not keras_bridge.mixes_batch_examples(MixUp())
+    assert keras_bridge.keras_class_named(Norm(), ("BatchNormalization",))
+    assert keras_bridge.is_trainable_batch_norm(Norm())
+    assert not keras_bridge.keras_own_call(Norm())
+    assert keras_bridge.keras_own_call(keras.layers.BatchNormalization())
+
+
+def test_traced_by_a_fit_sees_train_step_only():
+    seen = []
+
+    class Probe(keras.Model):
+        def train_step(self, data):
+            seen.append(keras_bridge.traced_by_a_fit())
+            return super().train_step(data)
+
+    inputs = keras.Input((2,))
+    model = Probe(inputs, keras.layers.Dense(1)(inputs))
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(np.zeros((4, 2)), np.zeros((4, 1)), verbose=0)
+    tf.function(lambda: seen.append(keras_bridge.traced_by_a_fit()) or 0)()
+    assert seen[0] is True and seen[-1] is False
+
+
+def test_iterator_dataset_reads_a_tf_data_iterator_only():
+    dataset = tf.data.Dataset.range(5)
+    assert int(keras_bridge.iterator_dataset(iter(dataset)).cardinality()) == 5
+    assert keras_bridge.iterator_dataset(dataset) is None
+    assert keras_bridge.iterator_dataset(iter([1, 2])) is None
+
+
+def test_with_function_bodies_reads_loop_bodies_and_branches():
+    def body(i, t):
+        return i + 1, t + tf.random.uniform([2])
+
+    def f(t):
+        _, t = tf.while_loop(lambda i, _: i < 2, body, (0, t))
+        return tf.cond(t[0] > 0, lambda: tf.random.normal([2]), lambda: t)
+
+    ops = tf.function(f).get_concrete_function(tf.TensorSpec([2])).graph.get_operations()
+    types = [op.type for op in keras_bridge.with_function_bodies(ops)]
+    assert "RandomUniform" not in [op.type for op in ops]
+    assert {"RandomUniform", "RandomStandardNormal"} <= set(types)

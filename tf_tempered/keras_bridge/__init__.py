@@ -28,6 +28,8 @@ re-exports:
   batching) and the transformations named by what they keep;
 * :mod:`.tf_privacy`: the settings of TF Privacy's DP optimizers;
 * :mod:`.compiled_state`: Keras 3's compiled metrics and loss, built before fit traces;
+* :mod:`.graphs`: a traced graph's ops with those of the functions they run;
+* :mod:`.code_origin`: whether a class or a layer's call is Keras' own code;
 * :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's);
 * :mod:`.preprocessing`: preprocessing layers whose state adapt() fit to data;
 * :mod:`.saving_hooks`: a check before every model save, hooks around compiles and
@@ -49,6 +51,10 @@ from tf_tempered.keras_bridge.tf_privacy import __all__ as _tf_privacy_all
 from tf_tempered.keras_bridge.compiled_state import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.compiled_state import __all__ as _compiled_state_all
 from tf_tempered.keras_bridge.runtime import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.graphs import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.graphs import __all__ as _graphs_all
+from tf_tempered.keras_bridge.code_origin import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.code_origin import __all__ as _code_origin_all
 from tf_tempered.keras_bridge.runtime import __all__ as _runtime_all
 from tf_tempered.keras_bridge.preprocessing import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.preprocessing import __all__ as _preprocessing_all
@@ -56,5 +62,5 @@ from tf_tempered.keras_bridge.saving_hooks import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.saving_hooks import __all__ as _saving_hooks_all
 
 __all__ = [*_layers_all, *_recurrent_all, *_losses_all, *_training_all, *_datasets_all,
-           *_tf_privacy_all, *_runtime_all,
+           *_tf_privacy_all, *_runtime_all, *_graphs_all, *_code_origin_all,
            *_preprocessing_all, *_compiled_state_all, *_saving_hooks_all]

@@ -23,7 +23,7 @@ plain one-pass-per-epoch form, which is read as such only when no repeat is seen
 from tf_tempered._compat import tf
 
 __all__ = ["BATCH", "GROUPING", "ONE_TO_ONE", "OVERLAPPING", "batching_of", "dataset_inputs",
-           "dataset_kind"]
+           "dataset_kind", "iterator_dataset"]
 
 # One output per input element, in order (the count of a pass's examples is kept).
 ONE_TO_ONE = frozenset({"MapDataset", "ParallelMapDataset", "PrefetchDataset",
@@ -80,3 +80,10 @@ def batching_of(dataset, _depth=0, _shuffled=False):
     inputs = dataset_inputs(dataset)
     return (batching_of(inputs[0], _depth + 1, _shuffled or kind == "ShuffleDataset")
             if len(inputs) == 1 else None)
+
+
+def iterator_dataset(x):
+    """The tf.data pipeline a tf.data iterator ``x`` reads (its private ``_dataset``), or
+    None for anything else."""
+    dataset = getattr(x, "_dataset", None) if isinstance(x, tf.data.Iterator) else None
+    return dataset if isinstance(dataset, tf.data.Dataset) else None

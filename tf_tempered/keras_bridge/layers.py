@@ -17,6 +17,7 @@ Functional models, registered activation names, the XLA grouped convolution."""
 import contextlib
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
+from tf_tempered.keras_bridge.code_origin import keras_class_named
 from tf_tempered.keras_bridge.recurrent import is_recurrent_unit
 
 __all__ = ["flatten_layers", "sublayers", "inside_recurrent_units", "mixes_batch_examples", "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
@@ -202,8 +203,7 @@ _BATCH_MIXING_CLASS_NAMES = ("MixUp", "CutMix")  # Keras 3's image augmentation 
 def mixes_batch_examples(layer):
     """True for a Keras layer that blends each example with another example of the batch
     when training (Keras 3's MixUp and CutMix): one example's data enters others' gradients."""
-    return any(cls.__name__ in _BATCH_MIXING_CLASS_NAMES and cls.__module__.startswith(
-        ("keras.", "tf_keras.")) for cls in type(layer).__mro__)
+    return keras_class_named(layer, _BATCH_MIXING_CLASS_NAMES)
 
 
 def is_trainable_batch_norm(layer):
@@ -211,8 +211,7 @@ def is_trainable_batch_norm(layer):
     the batch's statistics when called in training mode)."""
     return layer.trainable and (
         isinstance(layer, keras.layers.BatchNormalization)
-        or any(cls.__name__ in _BATCH_NORM_CLASS_NAMES and cls.__module__.startswith(
-            ("keras.", "tf_keras.")) for cls in type(layer).__mro__))
+        or keras_class_named(layer, _BATCH_NORM_CLASS_NAMES))
 
 
 linear_activation = keras.activations.linear

@@ -31,7 +31,7 @@ import numpy as np
 
 from tf_tempered._compat import tf
 from tf_tempered.privacy import data_sampling
-from tf_tempered.privacy.step.batch import masked_rows
+from tf_tempered.privacy.step.batch import POISSON_KEYS, masked_rows
 
 __all__ = ["per_example", "into_poisson_info", "is_poisson_pipeline"]
 
@@ -59,7 +59,7 @@ def is_poisson_pipeline(dataset):
     "expected_batch_size", ...}); a dict of per-output weights may hold an output "mask"."""
     spec = getattr(dataset, "element_spec", None)
     return (isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[2], dict)
-            and {"mask", "expected_batch_size"} <= set(spec[2]))
+            and POISSON_KEYS <= set(spec[2]))
 
 
 def into_poisson_info(dataset, class_weight):

@@ -30,9 +30,9 @@ bound (probe Z). The engine's own hooks (the norms' taps, the loss-rows check) c
 ['IdentityN']
 """
 
+from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import UnsupportedLayerError
-from tf_tempered.privacy.layer_grads import random_draws
 
 __all__ = ["ENGINE_SCOPE", "refuse_custom_gradients", "user_custom_gradients"]
 
@@ -42,28 +42,22 @@ ENGINE_SCOPE = "tf_tempered_engine"  # the name scope of the engine's own custom
 def user_custom_gradients(ops, trusted=()):
     """The ops among ``ops`` (and the functions they run) whose gradient is a custom one
     made neither by the engine nor inside ``trusted`` ops."""
-    trusted = {id(op) for op in random_draws.with_function_bodies(trusted)}
-    return [op for op in random_draws.with_function_bodies(ops)
+    trusted = {id(op) for op in keras_bridge.with_function_bodies(trusted)}
+    return [op for op in keras_bridge.with_function_bodies(ops)
             if "_gradient_op_type" in op.node_def.attr
             and op.get_attr("_gradient_op_type").startswith(b"CustomGradient")
             and ENGINE_SCOPE not in op.name and id(op) not in trusted]
 
 
-def _keras_own_call(layer):
-    """Whether ``layer``'s call is Keras' own code (not a subclass's): Keras 3's quantized
-    Dense and EinsumDense take their inputs' gradient by a custom one, row by row."""
-    call = getattr(type(layer), "call", None)
-    return getattr(call, "__module__", "").startswith(("keras.", "tf_keras."))
-
-
 def refuse_custom_gradients(forward_ops, records=()):
     """Raises UnsupportedLayerError naming the first custom gradient of a traced forward
     pass (``forward_ops``: the ops it added), but those in the calls (``records``) of
-    layers whose call is Keras' own. Eager steps (run_eagerly=True) have no ops to read:
+    layers whose call is Keras' own (Keras 3's quantized Dense and EinsumDense take their
+    inputs' gradient by a custom one, row by row). Eager steps (run_eagerly=True) have no ops to read:
     not checked there."""
     if tf.executing_eagerly() or not forward_ops:
         return
-    trusted = [op for record in records if _keras_own_call(record.layer) for op in record.ops]
+    trusted = [op for record in records if keras_bridge.keras_own_call(record.layer) for op in record.ops]
     found = user_custom_gradients(forward_ops, trusted)
     if found:
         raise UnsupportedLayerError(

@@ -50,8 +50,7 @@ def dataset_of(x):
     """``x``, or the tf.data pipeline an iterator of it reads (tf-keras fits on
     ``iter(dataset)``): accounted as that pipeline, not as a source it cannot read (which
     counted one pass an epoch for ``iter(ds.batch(16).repeat())``, 2 passes of 4; probe U)."""
-    dataset = getattr(x, "_dataset", None) if isinstance(x, tf.data.Iterator) else None
-    return dataset if isinstance(dataset, tf.data.Dataset) else x
+    return keras_bridge.iterator_dataset(x) or x
 
 
 def refuse_poisson_batches_without_info(x):

@@ -43,12 +43,11 @@ Traceback (most recent call last):
 tf_tempered.privacy.errors.NotPrivateError: The optimizer SGD would update the weights ...
 """
 
-import sys
 import warnings
 import weakref
 
 from tf_tempered import keras_bridge
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import tf
 from tf_tempered.privacy import dp_outputs, saving, shared_ledgers
 from tf_tempered.privacy.errors import NotPrivateError
 
@@ -164,7 +163,9 @@ def _fail_once_private(optimizer, plain, grads):
         return [], grads
     owner = keras_bridge.inner_optimizer(optimizer)
     flag = keras_bridge.flag_variable("tf_tempered_traced_before_private", owner)
-    traced = (flag, weakref.ref(owner), _traced_by_a_fit())
+    # make_private drops the step a fit traced: only a loop's traced update of the model's own
+    # optimizer is worth a warning (_tag_all).
+    traced = (flag, weakref.ref(owner), keras_bridge.traced_by_a_fit())
     for variable in plain:
         keras_bridge.set_untracked(variable, _TRACED_PLAIN,
                                    vars(variable).get(_TRACED_PLAIN, ()) + (traced,))
@@ -172,19 +173,6 @@ def _fail_once_private(optimizer, plain, grads):
     checks = ([] if keras_bridge.in_xla_context()
               else [tf.debugging.Assert(tf.equal(flag, 0.0), [_TRACED_BEFORE])])
     return checks, _nan_once_flagged(grads, flag)
-
-
-def _traced_by_a_fit():
-    """Whether a Keras Model's ``train_step`` (fit, train_on_batch; autograph names it
-    ``tf__train_step``) is tracing this update. make_private drops the step a fit traced, so
-    only a loop's traced update of the model's own optimizer is worth a warning (_tag_all)."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if (frame.f_code.co_name in ("train_step", "tf__train_step")
-                and isinstance(frame.f_locals.get("self"), keras.Model)):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _nan_once_flagged(grads, flag):

@@ -18,7 +18,7 @@ the fix.
 
 >>> ops = tf.function(lambda t: t * tf.random.uniform([2])).get_concrete_function(
 ...     tf.TensorSpec([2])).graph.get_operations()
->>> [op.type for op in with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES]
+>>> [op.type for op in fresh_draws(ops)]
 ['RandomUniform']
 """
 
@@ -26,7 +26,7 @@ from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
-__all__ = ["fresh_draws", "refuse_random_draws", "refuse_random_ops", "with_function_bodies"]
+__all__ = ["fresh_draws", "refuse_random_draws", "refuse_random_ops"]
 
 
 def refuse_random_draws(layer, drawing=None):
@@ -68,30 +68,9 @@ def refuse_random_ops(layer, ops):
 def fresh_draws(ops):
     """The ops among ``ops`` (and the functions they run) that draw other random numbers at
     every run: stateful random ops, stateless ones whose seed changes (_fresh_seed)."""
-    return [op for op in with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES or (
+    return [op for op in keras_bridge.with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES or (
         op.type.startswith("Stateless") and "Random" in op.type
         and any(_fresh_seed(t) for t in op.inputs[1:2]))]
-
-
-# Attributes naming the functions an op runs: a tf.function's call, a while loop's body and
-# condition, a tf.cond's branches.
-_FUNCTION_ATTRS = ("f", "body", "cond", "then_branch", "else_branch", "branches")
-
-
-def with_function_bodies(ops, seen=None, depth=0):
-    """``ops`` and, recursively, the ops of the functions they run (probe X, F2: a draw in a
-    tf.function helper, a tf.while_loop body or a tf.cond branch was not seen)."""
-    seen = set() if seen is None else seen
-    for op in ops:
-        yield op
-        for attr in (a for a in _FUNCTION_ATTRS if depth < 8 and a in op.node_def.attr):
-            value = op.get_attr(attr)
-            for name in (f.name for f in (value if isinstance(value, list) else [value])):
-                function = None if name in seen else op.graph._get_function(name)  # pylint: disable=protected-access
-                seen.add(name)
-                if getattr(function, "graph", None) is not None:
-                    yield from with_function_bodies(function.graph.get_operations(), seen,
-                                                     depth + 1)
 
 
 def _fresh_seed(tensor, depth=0):
