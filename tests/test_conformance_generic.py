@@ -29,7 +29,7 @@ import pytest
 
 from conformance_cases import _DenseWithOwnCall, _floats, _generic
 from conformance_harness import BATCH_KINDS, SOME_MICROBATCHES, family_tests, random_batch
-from dp_reference import BATCH, assert_engine_matches_reference, seeded
+from dp_reference import BATCH, assert_engine_matches_reference, assert_exact_update, seeded
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.layers import TemperedSigmoid
 from tf_tempered import keras_bridge
@@ -499,3 +499,24 @@ def test_an_argument_copied_per_example_by_another_op_is_sliced(static_batch):
     x, y = random_batch((BATCH, 4))
     assert_engine_matches_reference(seeded(_shared_bias_model("gathered")), x, y,
                                     static_batch=static_batch)
+
+
+class _InnerDropoutOff(keras.layers.Layer):
+    """A weighted custom layer calling an inner Dropout with training=False (no draw)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = keras.layers.Dropout(0.5, dtype=self.dtype)
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(shape=(input_shape[-1], 3), initializer="glorot_uniform",
+                                      name="kernel")
+
+    def call(self, inputs):
+        return tf.matmul(self.dropout(inputs, training=False), self.kernel) ** 2
+
+
+def test_a_generic_layer_whose_inner_dropout_draws_nothing_is_exact():
+    # Before: refused for holding a random layer (probe X, F8), though its call draws nothing.
+    assert_exact_update(lambda dtype="float32": keras.Sequential(
+        [keras.Input((6,), dtype=dtype), _InnerDropoutOff(dtype=dtype)]), *random_batch((6,)))
