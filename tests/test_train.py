@@ -220,10 +220,25 @@ def test_flags_cover_every_setting_and_parse_into_a_config():
     command_line.define_training_flags(values)
     assert {f.name for f in dataclasses.fields(TrainConfig)} <= set(values)
     values(["prog", "--dataset=digits", "--activation=tanh", "--nodpsgd", "--epochs=3",
-            "--microbatches=32", "--sampling=shuffle"])
+            "--microbatches=32"])
     config = command_line.config_from_flags(values, output_dir="/tmp/x")
     assert config == TrainConfig(dataset="digits", activation="tanh", dpsgd=False, epochs=3,
-                                 microbatches=32, sampling="shuffle", output_dir="/tmp/x")
+                                 microbatches=32, output_dir="/tmp/x")
+
+
+@pytest.mark.parametrize("given", [["--sampling=poisson"], ["--accountant=pld", "--delta=1e-6"]])
+def test_flags_only_dp_sgd_reads_are_refused_with_nodpsgd(given):
+    # Before: ignored silently (--nodpsgd --sampling=poisson trained on shuffled batches).
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    values = flags.FlagValues()
+    command_line.define_training_flags(values)
+    values(["prog", "--dataset=digits", "--nodpsgd", *given])
+    names = ", ".join(flag.split("=")[0] for flag in given)
+    with pytest.raises(ConfigError, match=f"^{names} ha(s|ve) no effect with --nodpsgd.*Fix: "
+                                          f"drop {names}, or train with --dpsgd"):
+        command_line.config_from_flags(values)
+    values(["prog", "--dataset=digits", "--dpsgd", *given])
+    assert command_line.config_from_flags(values).dpsgd
 
 
 def test_cli_rejects_a_bad_flag_combination_with_a_clear_message(tmp_path):

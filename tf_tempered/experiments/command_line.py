@@ -194,7 +194,23 @@ def config_from_flags(flag_values, **overrides):
     # --recipe's values fill in the flags not given on the command line.
     values = recipes.apply_recipe(values, {n for n in values if flag_values[n].present})
     values.update(overrides)
+    _refuse_dp_flags_without_dpsgd(flag_values, values)
     return TrainConfig(**values)
+
+
+# Flags with a default that only DP-SGD reads (those without one: common.validate_config).
+_DP_ONLY_FLAGS = ("sampling", "accountant", "delta")
+
+
+def _refuse_dp_flags_without_dpsgd(flag_values, values):
+    """--nodpsgd with --sampling/--accountant/--delta given: they would be ignored silently
+    (the run is shuffled, ε = inf; probe W 5)."""
+    given = [n for n in _DP_ONLY_FLAGS if n in flag_values and flag_values[n].present]
+    if given and not values.get("dpsgd", True):
+        names = ", ".join(f"--{n}" for n in given)
+        raise ConfigError(f"{names} {'has' if len(given) == 1 else 'have'} no effect with "
+                          "--nodpsgd (non-private training: shuffled batches, ε = inf). Fix: "
+                          f"drop {names}, or train with --dpsgd.")
 
 
 def parse_floats(name, values):
