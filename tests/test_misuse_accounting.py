@@ -679,3 +679,49 @@ def test_a_larger_delta_for_a_model_sharing_a_private_models_ledger_is_refused()
     from tf_tempered.privacy.ledger import PrivacyLedger  # pylint: disable=import-outside-toplevel
     merged = shared_ledgers.shared_ledger(outer(), PrivacyLedger(delta=1e-7))
     assert merged.delta == 1e-7 and epsilon_spent(inner)[1] == 1e-7
+
+
+@pytest.mark.parametrize("form", ["repeat_take", "repeat2_take", "repeat_below_take"])
+def test_a_pipeline_cut_mid_pass_counts_each_epoch_s_passes(form):
+    # Before: a finite pipeline starts again each epoch, but its passes were counted as if
+    # they ran on across epochs: take(5) of 4-batch passes, 4 epochs, 5 passes (ε 8.94) for
+    # the 8 each epoch's pass and a batch of the next make (11.89; probe T, F1).
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N)
+    ds = {"repeat_take": lambda: ds.batch(BATCH).repeat().take(5),
+          "repeat2_take": lambda: ds.batch(BATCH).repeat(2).take(5),
+          "repeat_below_take": lambda: ds.repeat().batch(BATCH).take(5)}[form]()
+    model = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the bound without amplification, warned
+        history = model.fit(ds, epochs=4, verbose=0)
+    assert get_state(model).ledger.segments[-1].passes == 8
+    np.testing.assert_allclose(history.history["epsilon"],
+                               [_rdp(_gaussians(2 * e)) for e in (1, 2, 3, 4)], rtol=1e-9)
+
+
+def test_privacy_budget_counts_each_epoch_s_passes_of_a_pipeline_cut_mid_pass():
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat().take(5)
+    model = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        history = model.fit(ds, epochs=10, verbose=0,
+                            callbacks=[PrivacyBudget(target_epsilon=8.0)])
+    # 2 passes an epoch: 7.82 after 2 epochs, 9.97 after 3 (it stopped after 3 before).
+    assert len(history.history["epsilon"]) == 2
+    assert epsilon_spent(model)[0] == pytest.approx(_rdp(_gaussians(4)), rel=1e-9)
+    assert _rdp(_gaussians(4)) < 8.0 < _rdp(_gaussians(6))
+
+
+def test_one_iterator_for_every_epoch_keeps_counting_passes_across_them():
+    # An endless pipeline fit by steps_per_epoch: Keras keeps its iterator, 12 steps of
+    # 4-batch passes are 3 passes, not 2 an epoch.
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(BATCH).repeat()
+    model = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(ds, epochs=2, steps_per_epoch=6, verbose=0)
+    assert get_state(model).ledger.segments[-1].passes == 3
+    assert epsilon_spent(model)[0] == pytest.approx(_rdp(_gaussians(3)), rel=1e-9)

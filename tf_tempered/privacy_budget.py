@@ -212,15 +212,15 @@ class PrivacyBudget(keras.callbacks.Callback):
         if self._run is not None:
             if more_epochs and steps is None:
                 steps = self._epoch_length_so_far()
-            return self._run.epsilon(more_steps=more_epochs * (steps or 0),
-                                     more_passes=more_epochs)
+            return self._run.epsilon(more_steps=more_epochs * (steps or 0), more_passes=(
+                more_epochs * self._run.passes_of_epoch(steps or 0)))
         return self._legacy_epsilon(more_epochs, steps)
 
     def _epoch_length_so_far(self):
         """Steps per epoch of a pipeline of unknown length: the mean of this fit's epochs
         (0 before the first ends: shuffled batches are accounted by passes, one an epoch,
         so the look-ahead holds; Poisson steps are then not looked ahead)."""
-        return math.ceil(self._run.steps() / self._run.passes) if self._run.passes else 0
+        return math.ceil(self._run.steps() / self._run.epochs) if self._run.epochs else 0
 
     def on_train_begin(self, logs=None):
         state = get_state(self.model) if self.model is not None else None

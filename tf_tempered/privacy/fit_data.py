@@ -52,7 +52,10 @@ class RunSampling:
     microbatch may hold more than one example (TF Privacy's σ/2 accounting);
     steps_per_pass: the batches of one pass over the data (shuffled), when known;
     pass_weight: how many times each pass counts (a batch of a repeated pipeline may hold
-    an example several times: pipeline_accounting.untagged_steps_per_pass).
+    an example several times: pipeline_accounting.untagged_steps_per_pass);
+    persistent_iterator: one iterator serves every epoch (an endless pipeline fit by
+    steps_per_epoch, an iterator): its passes run on across epochs. Otherwise Keras starts
+    the pipeline again each epoch, and each epoch starts passes of its own.
     """
 
     kind: str
@@ -62,6 +65,7 @@ class RunSampling:
     multi_example_microbatches: bool = False
     steps_per_pass: Optional[float] = None
     pass_weight: int = 1
+    persistent_iterator: bool = False
 
 
 def _is_array(value):
@@ -269,7 +273,17 @@ def _pipeline(state, config, arguments, tag):
     passes, weight = ((tag.steps_per_pass, 1) if tag
                       else pipeline_accounting.untagged_passes(state.warned, x))
     return arguments, RunSampling("shuffle", tag.num_examples if tag else None, batch,
-                                  None, multi, passes, weight)
+                                  None, multi, passes, weight, _persistent_iterator(arguments))
+
+
+def _persistent_iterator(arguments):
+    """Whether one iterator of fit's data serves every epoch (both Kerases keep it for an
+    endless pipeline fit by steps_per_epoch; an iterator cannot be started again)."""
+    x = arguments.get("x")
+    if isinstance(x, tf.data.Iterator):
+        return True
+    return bool(arguments.get("steps_per_epoch")) and isinstance(x, tf.data.Dataset) and int(
+        x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
 
 
 def plan_fit_data(model, state, config, arguments):
