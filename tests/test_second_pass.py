@@ -84,6 +84,35 @@ def test_recompute_refuses_random_ops_of_custom_layers_when_traced():
         _fit(model)
 
 
+def _clock_seed():
+    return tf.stack([tf.cast(tf.timestamp() * 1e6, tf.int64), tf.constant(0, tf.int64)])
+
+
+class _StatelessNoise(keras.layers.Layer):
+    """A weightless layer drawing by a stateless op seeded anew each run (from the clock)."""
+
+    def __init__(self, draw, **kwargs):
+        super().__init__(**kwargs)
+        self.draw = draw
+
+    def call(self, inputs):
+        if self.draw == "truncated_normal":
+            return inputs + tf.random.stateless_truncated_normal(tf.shape(inputs), _clock_seed())
+        picked = tf.random.stateless_categorical(tf.zeros((tf.shape(inputs)[0], 4)), 1,
+                                                 _clock_seed())
+        return inputs * tf.one_hot(picked[:, 0], 4)
+
+
+@pytest.mark.parametrize("draw", ["truncated_normal", "categorical"])
+def test_recompute_refuses_stateless_draws_of_every_kind(draw):
+    # Before: only stateless ops named "...Random..." were seen; a truncated normal or a
+    # categorical drew anew in the second forward pass, and one example moved the update
+    # by 1773-5456x the clip norm (probe S, F1).
+    model = keras.Sequential([keras.Input((4,)), _StatelessNoise(draw), keras.layers.Dense(3)])
+    with pytest.raises(ValueError, match=r"forward pass draws random numbers: .*Stateless"):
+        _fit(model)
+
+
 def test_recompute_refuses_an_eager_step():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
     with pytest.raises(ValueError, match="needs a traced training step.*run_eagerly"):

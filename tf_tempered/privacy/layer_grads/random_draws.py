@@ -26,7 +26,7 @@ from tf_tempered import keras_bridge
 from tf_tempered._compat import tf
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
-__all__ = ["fresh_draws", "refuse_random_draws", "refuse_random_ops"]
+__all__ = ["draws", "fresh_draws", "refuse_random_draws", "refuse_random_ops"]
 
 
 def refuse_random_draws(layer, drawing=None):
@@ -40,7 +40,8 @@ def refuse_random_draws(layer, drawing=None):
             f"Layer {layer.name!r} ({type(layer).__name__}) takes the generic per-example "
             f"path, which runs its call again, and random numbers are drawn inside it (by "
             f"{names}): the second call would draw others than the forward pass and give "
-            "another gradient. Fix: set its dropout (or noise) to 0 and put a "
+            "another gradient (with a fixed seed too: it draws for one example, not the "
+            "batch). Fix: set its dropout (or noise) to 0 and put a "
             "keras.layers.Dropout before or after the layer instead, or draw the random "
             "numbers in a layer of their own without weights.")
 
@@ -57,20 +58,44 @@ _RANDOM_OP_TYPES = frozenset({
 
 def refuse_random_ops(layer, ops):
     """The ops one example's call traced (``ops``) draw random numbers: tf.random.*,
-    tf.nn.dropout, or Keras 3's keras.random.* from its global seed state (a stateless op
-    whose seed is read from a variable) in a custom layer, which keras_bridge.random_layers
-    does not see (probe V, F1: the gradient's dropout mask differed from the forward's)."""
-    drawing = fresh_draws(ops)
+    tf.nn.dropout, Keras 3's keras.random.* in a custom layer, which keras_bridge.random_layers
+    does not see (probe V, F1: the gradient's dropout mask differed from the forward's). A
+    fixed seed draws alike twice, but not alike for one example ([1, d]) and the batch
+    ([B, d]): every example but the first got another mask (probe S, F5)."""
+    drawing = draws(ops)
     if drawing:
         refuse_random_draws(layer, [f"{drawing[0].type} op {drawing[0].name!r}"])
+
+
+def draws(ops):
+    """The ops among ``ops`` (and the functions they run) that draw random numbers, with
+    whatever seed."""
+    return [op for op in keras_bridge.with_function_bodies(ops)
+            if op.type in _RANDOM_OP_TYPES or _is_stateless_draw(op)]
 
 
 def fresh_draws(ops):
     """The ops among ``ops`` (and the functions they run) that draw other random numbers at
     every run: stateful random ops, stateless ones whose seed changes (_fresh_seed)."""
-    return [op for op in keras_bridge.with_function_bodies(ops) if op.type in _RANDOM_OP_TYPES or (
-        op.type.startswith("Stateless") and "Random" in op.type
-        and any(_fresh_seed(t) for t in op.inputs[1:2]))]
+    return [op for op in keras_bridge.with_function_bodies(ops)
+            if op.type in _RANDOM_OP_TYPES or (_is_stateless_draw(op) and any(
+                _fresh_seed(t) for t in op.inputs if t.dtype.is_integer))]
+
+
+# Stateless draws by their ops' names (StatelessRandomUniformV2, StatelessTruncatedNormalV2,
+# StatelessMultinomial, StatelessParameterizedTruncatedNormal, StatelessShuffle, ...): a
+# test of "Random" alone missed truncated normals and categoricals (probe S, F1).
+_STATELESS_DRAWS = ("Random", "TruncatedNormal", "Multinomial", "Shuffle",
+                    "SampleDistortedBoundingBox")
+
+
+def _is_stateless_draw(op):
+    return op.type.startswith("Stateless") and any(d in op.type for d in _STATELESS_DRAWS)
+
+
+# Ops whose output is a shape or a size, not the values of their inputs: a seed computed
+# from them does not change with a variable's value.
+_SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 
 
 def _fresh_seed(tensor, depth=0):
@@ -81,4 +106,6 @@ def _fresh_seed(tensor, depth=0):
         return True
     if op.type == "Placeholder":  # a captured variable's handle inside a function body
         return tensor.dtype == tf.resource
+    if op.type in _SHAPE_OPS:
+        return False
     return depth < 6 and any(_fresh_seed(t, depth + 1) for t in op.inputs)
