@@ -48,6 +48,7 @@ Poisson batches (:func:`~tf_tempered.privacy.poisson_batches`) the smaller, ampl
 from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import dp_outputs, shared_ledgers, update_guard
+from tf_tempered.privacy.fit_in_progress import refuse_during_own_fit
 from tf_tempered.privacy.make_private import make_private, training_overrides_allowed
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.keras_step import dp_gradients
@@ -99,6 +100,7 @@ class DPGradients:
         data = (x, y) if sample_weight is None else (x, y, sample_weight)
         data = tf.nest.map_structure(tf.convert_to_tensor, data)  # (NumPy arrays, eagerly)
         _refuse_cross_replica_call_on_keras2(self.model)
+        refuse_during_own_fit(self.model, "a DPGradients step")
         _, _, update = dp_gradients(self.model, data, losses=self._losses)
         update_guard.allow_dp_gradient_loops(self.model)  # weights built by this call too
         shared_ledgers.merge_new_weights(self.model)

@@ -29,6 +29,7 @@ import types
 from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import fit, saving, shared_ledgers
+from tf_tempered.privacy.fit_in_progress import refuse_during_own_fit
 from tf_tempered.privacy.settings import dp_config, model_dp_config
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step import keras_step
@@ -44,6 +45,7 @@ def _train_step(self, data):
 
 
 def _fit(self, *args, **kwargs):
+    refuse_during_own_fit(self, "fit")
     adopt_a_replaced_optimizer(self)
     return fit.private_fit(self, *args, **kwargs)
 
@@ -87,6 +89,7 @@ def adopt_a_replaced_optimizer(model):
 
 
 def _train_on_batch(self, *args, **kwargs):
+    refuse_during_own_fit(self, "train_on_batch")
     adopt_a_replaced_optimizer(self)
     fit.refuse_train_step_overrides(self)
     if KERAS_MAJOR == 3 and self.distribute_strategy.num_replicas_in_sync > 1:
