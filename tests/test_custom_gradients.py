@@ -19,6 +19,8 @@ import pytest
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import UnsupportedLayerError, make_private
 
+from dp_reference import assert_exact_update
+
 
 def _summed_over_the_batch(upstream):
     return tf.broadcast_to(tf.reduce_sum(upstream, 0, keepdims=True), tf.shape(upstream))
@@ -73,3 +75,64 @@ def test_a_straight_through_estimator_by_stop_gradient_trains():
     x = np.random.default_rng(0).normal(size=(8, 5)).astype(np.float32)
     model.fit(x, np.zeros((8, 3), np.float32), batch_size=4, verbose=0)
     assert all((a != b).any() for a, b in zip(before, model.get_weights()))
+
+
+def _mixing_identity(t):
+    """The identity forward; backward, every row gets the batch's summed gradient."""
+    @tf.custom_gradient
+    def identity(u):
+        return tf.identity(u), _summed_over_the_batch
+    return identity(t)
+
+
+class _MixingCell(keras.layers.Layer):
+    """A recurrent cell whose state goes through _mixing_identity."""
+
+    def __init__(self, units=3, **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.state_size = units, units
+        self.dense = keras.layers.Dense(units)
+
+    def call(self, inputs, states):
+        output = _mixing_identity(tf.tanh(self.dense(inputs) + states[0]))
+        return output, [output]
+
+
+@pytest.mark.parametrize("where", ["dense_activation", "conv_activation", "rnn_cell"])
+def test_a_gradient_written_by_hand_inside_a_keras_layer_s_call_is_refused(where):
+    # Before: ops inside the call of a layer whose call is Keras' own were trusted, the user
+    # code it runs too (its activation, an RNN's cell): one example moved the clipped sum by
+    # 6.9-11.6x the bound (probe S, F2).
+    hidden = {"dense_activation": lambda: [keras.layers.Dense(4, activation=_mixing_identity)],
+              "conv_activation": lambda: [keras.layers.Conv1D(4, 1, activation=_mixing_identity),
+                                          keras.layers.Flatten()],
+              "rnn_cell": lambda: [keras.layers.RNN(_MixingCell())]}[where]()
+    shape = (5,) if where == "dense_activation" else (2, 5)
+    model = make_private(keras.Sequential([keras.Input(shape), *hidden, keras.layers.Dense(3)]),
+                         l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    x = np.random.default_rng(0).normal(size=(8, *shape)).astype(np.float32)
+    model(x[:1])  # builds the cell's Dense (Keras 3 builds it at the first call)
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(UnsupportedLayerError, match=r"defines its own gradient"):
+        model.fit(x, np.zeros((8, 3), np.float32), batch_size=4, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
+@pytest.mark.parametrize("where", ["activation_layer", "lambda", "custom_layer"])
+def test_tensorflow_s_own_custom_gradients_train_exactly(where):
+    # Before: tf.nn.silu (swish), which TF writes with tf.custom_gradient, was refused
+    # (probe S, F3: Activation("swish") in every EfficientNet-like block).
+    class Swish(keras.layers.Layer):
+        def call(self, x):
+            return tf.nn.swish(x)
+
+    def build(dtype="float32"):
+        swish = {"activation_layer": lambda: keras.layers.Activation("swish", dtype=dtype),
+                 "lambda": lambda: keras.layers.Lambda(tf.nn.silu, dtype=dtype),
+                 "custom_layer": lambda: Swish(dtype=dtype)}[where]()
+        return keras.Sequential([keras.Input((5,), dtype=dtype), keras.layers.Dense(6, dtype=dtype),
+                                 swish, keras.layers.Dense(3, dtype=dtype)])
+
+    x = np.random.default_rng(0).normal(size=(16, 5))
+    assert_exact_update(build, x, np.arange(16) % 3)

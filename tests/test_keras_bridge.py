@@ -228,7 +228,7 @@ def test_onednn_enabled_follows_tensorflows_switch():
 
 def test_keras_classes_are_told_apart_by_their_package():
     """A user class named like a Keras one is not Keras'; a subclass of Keras' is, by its
-    MRO; a subclass overriding call has no Keras-own call."""
+    MRO."""
     class MixUp(keras.layers.Layer):  # a user's layer of the same name as Keras 3's
         pass
 
@@ -239,8 +239,6 @@ def test_keras_classes_are_told_apart_by_their_package():
     assert not keras_bridge.mixes_batch_examples(MixUp())
     assert keras_bridge.keras_class_named(Norm(), ("BatchNormalization",))
     assert keras_bridge.is_trainable_batch_norm(Norm())
-    assert not keras_bridge.keras_own_call(Norm())
-    assert keras_bridge.keras_own_call(keras.layers.BatchNormalization())
 
 
 def test_traced_by_a_fit_sees_train_step_only():
@@ -264,6 +262,22 @@ def test_iterator_dataset_reads_a_tf_data_iterator_only():
     assert int(keras_bridge.iterator_dataset(iter(dataset)).cardinality()) == 5
     assert keras_bridge.iterator_dataset(dataset) is None
     assert keras_bridge.iterator_dataset(iter([1, 2])) is None
+
+
+def test_custom_gradient_code_names_the_files_the_gradient_runs():
+    @tf.custom_gradient
+    def doubled(t):
+        return tf.identity(t), lambda u: 2.0 * u
+
+    def files(function):
+        graph = tf.function(function).get_concrete_function(tf.TensorSpec([2])).graph
+        return [keras_bridge.custom_gradient_code(op) for op in graph.get_operations()
+                if "_gradient_op_type" in op.node_def.attr]
+
+    [ours] = files(doubled)
+    assert __file__ in ours and not all(map(keras_bridge.is_library_file, ours))
+    [silu] = files(tf.nn.silu)
+    assert silu and all(map(keras_bridge.is_library_file, silu))
 
 
 def test_with_function_bodies_reads_loop_bodies_and_branches():

@@ -11,24 +11,26 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Whether code is Keras' own: a class of either Keras, a layer whose ``call`` Keras wrote
-(not a subclass's override), a Model's ``train_step`` on the stack. Read from modules'
-names (``keras.`` / ``tf_keras.``) and from frames: Keras marks neither.
+"""Whether code is TensorFlow's or Keras' own: a class of either Keras, a source file of
+their packages, a Model's ``train_step`` on the stack. Read from modules' names
+(``keras.`` / ``tf_keras.``), files' paths and frames: Keras marks none of them.
 
 >>> is_keras_class(keras.layers.Dense)
 True
 >>> class Mine(keras.layers.Dense):
-...     def call(self, inputs):
-...         return super().call(inputs)
->>> is_keras_class(Mine), keras_own_call(Mine(2)), keras_own_call(keras.layers.Dense(2))
-(False, False, True)
+...     pass
+>>> is_keras_class(Mine), keras_class_named(Mine(2), ("Dense",))
+(False, True)
+>>> is_library_file(keras.layers.Dense.call.__code__.co_filename), is_library_file(__file__)
+(True, False)
 """
 
+import os
 import sys
 
 from tf_tempered._compat import keras
 
-__all__ = ["is_keras_class", "keras_class_named", "keras_own_call", "traced_by_a_fit"]
+__all__ = ["is_keras_class", "is_library_file", "keras_class_named", "traced_by_a_fit"]
 
 _KERAS_MODULES = ("keras.", "tf_keras.")
 
@@ -44,10 +46,12 @@ def keras_class_named(layer, names):
     return any(cls.__name__ in names and is_keras_class(cls) for cls in type(layer).__mro__)
 
 
-def keras_own_call(layer):
-    """Whether ``layer``'s call is Keras' own code, not a subclass's (Keras 3's quantized
-    Dense and EinsumDense take their inputs' gradient by a custom one, row by row)."""
-    return is_keras_class(getattr(type(layer), "call", None))
+def is_library_file(path):
+    """Whether the source file ``path`` is TensorFlow's or either Keras' own code."""
+    libraries = tuple(os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
+                      for name in ("tensorflow", "keras", "tf_keras")
+                      if getattr(sys.modules.get(name), "__file__", None))
+    return os.path.abspath(path).startswith(libraries)
 
 
 def traced_by_a_fit():

@@ -25,7 +25,7 @@ False
 True
 """
 
-__all__ = ["with_function_bodies"]
+__all__ = ["custom_gradient_code", "with_function_bodies"]
 
 # Attributes naming the functions an op runs: a tf.function's call, a while loop's body and
 # condition, a tf.cond's branches.
@@ -47,3 +47,32 @@ def with_function_bodies(ops, seen=None, depth=0):
                 if getattr(function, "graph", None) is not None:
                     yield from with_function_bodies(function.graph.get_operations(), seen,
                                                      depth + 1)
+
+
+def custom_gradient_code(op):
+    """The source files of the Python functions ``op``'s custom gradient runs (the function
+    tf.custom_gradient registered for it, and the functions it holds, a few levels deep);
+    () if the op has none registered here (a gradient this process did not trace)."""
+    from tensorflow.python.framework import ops as tf_ops  # pylint: disable=g-import-not-at-top
+    name = op.get_attr("_gradient_op_type").decode()
+    try:
+        function = tf_ops._gradient_registry.lookup(name)  # pylint: disable=protected-access
+    except LookupError:
+        return ()
+    return tuple(_code_files(function, set(), 0))
+
+
+def _code_files(function, seen, depth):
+    if id(function) in seen or depth > 6:
+        return
+    seen.add(id(function))
+    code = getattr(function, "__code__", None)
+    if code is not None:
+        yield code.co_filename
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            held = cell.cell_contents
+        except ValueError:  # a cell not yet filled
+            continue
+        if callable(held):
+            yield from _code_files(getattr(held, "__func__", held), seen, depth + 1)

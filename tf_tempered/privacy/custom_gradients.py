@@ -12,14 +12,17 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """Gradients a forward pass defines itself (``tf.custom_gradient``,
-``keras.ops.custom_gradient``): refused in a DP step.
+``keras.ops.custom_gradient``): refused in a DP step, unless TensorFlow or Keras wrote them.
 
 The engine takes every layer's per-example gradients from the batch's one backward pass:
 the gradient reaching a layer's output must be, row by row, that example's alone. TF's own
 gradients of a forward pass that keeps examples apart (checked, example_rows) are; a
 gradient written by hand may mix rows (``lambda u: tf.reduce_sum(u, 0) + 0 * u``), and no
 check of the forward pass sees it: one example then moved the clipped sum by 4–12× the
-bound (probe Z). The engine's own hooks (the norms' taps, the loss-rows check) carry
+bound (probe Z). A custom gradient is judged by the code it runs: TF's and Keras' own
+(``tf.nn.silu``, CTC's dense loss, Keras 3's quantized Dense) pass; one running any other
+code is refused, wherever it is called (an ``activation=`` of a Keras Dense, a user's RNN
+cell: probe S, F2). The engine's own hooks (the norms' taps, the loss-rows check) carry
 :data:`ENGINE_SCOPE` in their names and are left out.
 
 >>> @tf.custom_gradient
@@ -28,6 +31,9 @@ bound (probe Z). The engine's own hooks (the norms' taps, the loss-rows check) c
 >>> graph = tf.function(doubled_gradient).get_concrete_function(tf.TensorSpec([2])).graph
 >>> [op.type for op in user_custom_gradients(graph.get_operations())]
 ['IdentityN']
+>>> graph = tf.function(tf.nn.silu).get_concrete_function(tf.TensorSpec([2])).graph
+>>> user_custom_gradients(graph.get_operations())  # TF's own: row by row
+[]
 """
 
 from tf_tempered import keras_bridge
@@ -39,26 +45,27 @@ __all__ = ["ENGINE_SCOPE", "refuse_custom_gradients", "user_custom_gradients"]
 ENGINE_SCOPE = "tf_tempered_engine"  # the name scope of the engine's own custom gradients
 
 
-def user_custom_gradients(ops, trusted=()):
+def user_custom_gradients(ops):
     """The ops among ``ops`` (and the functions they run) whose gradient is a custom one
-    made neither by the engine nor inside ``trusted`` ops."""
-    trusted = {id(op) for op in keras_bridge.with_function_bodies(trusted)}
+    made neither by the engine nor by TF's or Keras' own code alone."""
     return [op for op in keras_bridge.with_function_bodies(ops)
             if "_gradient_op_type" in op.node_def.attr
             and op.get_attr("_gradient_op_type").startswith(b"CustomGradient")
-            and ENGINE_SCOPE not in op.name and id(op) not in trusted]
+            and ENGINE_SCOPE not in op.name and not _library_code_only(op)]
 
 
-def refuse_custom_gradients(forward_ops, records=()):
+def _library_code_only(op):
+    files = keras_bridge.custom_gradient_code(op)
+    return bool(files) and all(keras_bridge.is_library_file(f) for f in files)
+
+
+def refuse_custom_gradients(forward_ops):
     """Raises UnsupportedLayerError naming the first custom gradient of a traced forward
-    pass (``forward_ops``: the ops it added), but those in the calls (``records``) of
-    layers whose call is Keras' own (Keras 3's quantized Dense and EinsumDense take their
-    inputs' gradient by a custom one, row by row). Eager steps (run_eagerly=True) have no ops to read:
-    not checked there."""
+    pass (``forward_ops``: the ops it added) that runs code of neither TF nor Keras. Eager
+    steps (run_eagerly=True) have no ops to read: not checked there."""
     if tf.executing_eagerly() or not forward_ops:
         return
-    trusted = [op for record in records if keras_bridge.keras_own_call(record.layer) for op in record.ops]
-    found = user_custom_gradients(forward_ops, trusted)
+    found = user_custom_gradients(forward_ops)
     if found:
         raise UnsupportedLayerError(
             f"The model's forward pass (or its loss) defines its own gradient "

@@ -45,4 +45,4 @@ def refuse_cross_example_forward(recorder, batch, losses):
     shared_args.mark_shared_call_args(recorder.records, walked)
     state_writes.refuse_writes_from_the_batch(recorder.forward_ops,
                                               (batch.x, batch.y, batch.loss_weight))
-    custom_gradients.refuse_custom_gradients(recorder.forward_ops, recorder.records)
+    custom_gradients.refuse_custom_gradients(recorder.forward_ops)
