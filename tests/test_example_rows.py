@@ -163,6 +163,27 @@ def test_rows_kept_example_major_train_with_the_exact_update(how):
     assert_exact_update(lambda dtype="float32": _rows_model(how, dtype=dtype), x, y)
 
 
+def _cropped(how, dtype="float32"):
+    """A fixed-size crop of each image, then a convolution."""
+    crop = {"slice_by_batch_length": lambda t: tf.slice(
+                t, [0, 1, 1, 0], tf.stack([tf.shape(t)[0], 4, 4, 1])),
+            "crop_to_bounding_box": lambda t: tf.image.crop_to_bounding_box(t, 1, 1, 4, 4)}[how]
+    inputs = keras.Input((6, 6, 1), dtype=dtype)
+    h = keras.layers.Lambda(crop, dtype=dtype)(inputs)
+    h = keras.layers.Conv2D(2, 3, dtype=dtype)(h)
+    return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(keras.layers.Flatten(
+        dtype=dtype)(h)))
+
+
+@pytest.mark.parametrize("how", ["slice_by_batch_length", "crop_to_bounding_box"])
+def test_a_fixed_size_crop_of_every_example_trains_with_the_exact_update(how):
+    # Before: refused as mixing examples when TF folded tf.shape(t)[0] to the batch's static
+    # length (tf-keras' RandomCrop and CenterCrop in a model too; probe S, F6).
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 6, 6, 1)), rng.integers(0, 3, 8)
+    assert_exact_update(lambda dtype="float32": _cropped(how, dtype=dtype), x, y)
+
+
 def _centered(where, dtype="float32"):
     """Dense layers with the batch mean subtracted before the last one, or after it."""
     inputs = keras.Input((5,), dtype=dtype)

@@ -101,9 +101,13 @@ def _entry(vector, index):
 
 
 def _own_length(op, end):
-    """Whether a slice's end ``end`` is tf.shape(x)[0] of the tensor x it slices."""
-    measured = None if end is None else (first_length(end) or (None, None))[0]
-    return measured is not None and source_of(measured) is source_of(op.inputs[0])
+    """Whether a slice's end ``end`` is tf.shape(x)[0] of the tensor x it slices (or the
+    constant TF folded it to, when x's batch length was known while tracing: a fixed-size
+    crop, ``tf.image.crop_to_bounding_box``, was refused; probe S, F6)."""
+    measured, length = (None, None) if end is None else (first_length(end) or (None, None))
+    if measured is None:
+        return length is not None and length == op.inputs[0].shape[0]
+    return source_of(measured) is source_of(op.inputs[0])
 
 
 def _strided_one(op, entry):
