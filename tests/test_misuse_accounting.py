@@ -775,3 +775,13 @@ def test_train_on_batch_after_the_fit_s_steps_are_recorded_is_a_gaussian_step():
     model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0,
               callbacks=[_StepInCallback("train_end", "train_on_batch")])
     assert epsilon_spent(model)[0] == pytest.approx(_rdp(_poisson(8), _gaussians(1)), rel=1e-9)
+
+
+def test_a_weak_delta_is_warned_on_a_tf_data_pipeline_too():
+    # Before: warned on arrays and declared pipelines, silent on a plain tf.data one (probe
+    # T, F2: delta=0.5 logged ε = 0.0).
+    x, y = _data()
+    model = _model(delta=0.05)
+    with pytest.warns(UserWarning, match=r"delta=0.05 >= 1/num_examples=0.0156"):
+        model.fit(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(BATCH),
+                  verbose=0)

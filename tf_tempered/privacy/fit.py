@@ -36,7 +36,7 @@ import weakref
 from tf_tempered._compat import keras
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import accounting, shared_ledgers, update_guard
-from tf_tempered.privacy.fit_data import batch_spec, plan_fit_data
+from tf_tempered.privacy.fit_data import batch_spec, plan_fit_data, rows_batched
 from tf_tempered.privacy.ledger import Segment
 from tf_tempered.privacy.ledger_file import backup_ledgers
 from tf_tempered.privacy.public_layers import refuse_data_fitted_layers
@@ -289,7 +289,8 @@ def private_fit(model, *args, **kwargs):
         warnings.warn(NO_NOISE_WARNING, UserWarning, stacklevel=3)
     arguments = keras_bridge.fit_arguments(model, args, kwargs)
     arguments, run_sampling = plan_fit_data(model, state, config, arguments)
-    accounting.warn_if_weak_delta(state.ledger.delta, run_sampling.num_examples, stacklevel=3)
+    accounting.warn_if_weak_delta(state.ledger.delta,
+                                  run_sampling.num_examples or rows_batched(arguments), stacklevel=3)
     account = RunAccount(state, run_sampling, config)
     callbacks = arguments.get("callbacks")
     callbacks = keras_bridge.callbacks_as_list(callbacks)

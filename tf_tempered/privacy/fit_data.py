@@ -40,7 +40,7 @@ from tf_tempered import keras_bridge
 from tf_tempered.privacy import (class_weights, data_sampling, fit_data_checks,
                                   pipeline_accounting, sampling, user_frame)
 
-__all__ = ["RunSampling", "batch_spec", "plan_fit_data"]
+__all__ = ["RunSampling", "batch_spec", "plan_fit_data", "rows_batched"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +284,14 @@ def _persistent_iterator(arguments):
         return True
     return bool(arguments.get("steps_per_epoch")) and isinstance(x, tf.data.Dataset) and int(
         x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
+
+
+def rows_batched(arguments):
+    """The rows under the batching of fit's tf.data pipeline, when read (for the δ check of a
+    pipeline whose number of examples nothing declared: δ ≥ 1/N was not warned; probe T,
+    F2), or None."""
+    batching = keras_bridge.batching_of(fit_data_checks.dataset_of(arguments.get("x")))
+    return batching[2] if batching else None
 
 
 def plan_fit_data(model, state, config, arguments):
