@@ -526,3 +526,27 @@ def test_a_generic_layer_whose_inner_dropout_draws_nothing_is_exact():
     # Before: refused for holding a random layer (probe X, F8), though its call draws nothing.
     assert_exact_update(lambda dtype="float32": keras.Sequential(
         [keras.Input((6,), dtype=dtype), _InnerDropoutOff(dtype=dtype)]), *random_batch((6,)))
+
+
+@pytest.mark.parametrize("inner", ["cnn", "dense"])
+def test_time_distributed_of_a_model_trains_with_the_exact_update(inner):
+    # Before, tf-keras: refused as a second call on [B·T] rows; its TimeDistributed runs the
+    # inner model again for the output's mask (values dropped, no gradient; probe Q).
+    def build(dtype="float32"):
+        if inner == "cnn":  # a per-frame CNN, then an LSTM (keras.io's video classifier)
+            frame = keras.Sequential([keras.Input((5, 5, 2), dtype=dtype),
+                                      keras.layers.Conv2D(3, 3, activation="relu", dtype=dtype),
+                                      keras.layers.GlobalAveragePooling2D(dtype=dtype)])
+            inputs = keras.Input((3, 5, 5, 2), dtype=dtype)
+            hidden = keras.layers.LSTM(3, dtype=dtype)(
+                keras.layers.TimeDistributed(frame, dtype=dtype)(inputs))
+        else:
+            frame = keras.Sequential([keras.Input((6,), dtype=dtype),
+                                      keras.layers.Dense(4, activation="tanh", dtype=dtype)])
+            inputs = keras.Input((5, 6), dtype=dtype)
+            hidden = keras.layers.Flatten(dtype=dtype)(
+                keras.layers.TimeDistributed(frame, dtype=dtype)(inputs))
+        return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(hidden))
+
+    x, y = random_batch((3, 5, 5, 2) if inner == "cnn" else (5, 6))
+    assert_exact_update(build, x, y)

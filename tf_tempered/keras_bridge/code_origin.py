@@ -30,7 +30,8 @@ import sys
 
 from tf_tempered._compat import keras
 
-__all__ = ["is_keras_class", "is_library_file", "keras_class_named", "traced_by_a_fit"]
+__all__ = ["computing_a_mask", "is_keras_class", "is_library_file", "keras_class_named",
+           "traced_by_a_fit"]
 
 _KERAS_MODULES = ("keras.", "tf_keras.")
 
@@ -61,6 +62,20 @@ def traced_by_a_fit():
     while frame is not None:
         if (frame.f_code.co_name in ("train_step", "tf__train_step")
                 and isinstance(frame.f_locals.get("self"), keras.Model)):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def computing_a_mask():
+    """Whether a Keras layer's own ``compute_mask`` is on the caller's stack: tf-keras'
+    TimeDistributed asks its inner model for the mask by running every inner layer again on
+    the [batch · time] rows, whose values are dropped (only the boolean mask is kept)."""
+    frame = sys._getframe(1)  # pylint: disable=protected-access
+    while frame is not None:
+        if (frame.f_code.co_name == "compute_mask"
+                and isinstance(frame.f_locals.get("self"), keras.layers.Layer)
+                and is_keras_class(type(frame.f_locals["self"]))):
             return True
         frame = frame.f_back
     return False

@@ -182,7 +182,10 @@ def _recording(layer, original_call):
     def call(inputs, *args, **kwargs):
         converted_call = keras_bridge.autographed_call(layer, original_call)
         recorder = _active_recorder()
-        if recorder is None:
+        if recorder is None or keras_bridge.computing_a_mask():
+            # (A call for a mask only: tf-keras' TimeDistributed(model) runs the inner model
+            # again for its mask, values dropped, no gradient. Recorded, it was refused as a
+            # second call on [B·T] rows; probe Q.)
             return converted_call(inputs, *args, **kwargs)
         # Before the weights test: a BatchNormalization without γ and β (center=False,
         # scale=False) still mixes the examples that flow through it.
