@@ -821,3 +821,15 @@ def test_a_mixed_precision_private_h5_names_the_load_that_works(tmp_path):
         keras.mixed_precision.set_global_policy("float32")
     _assert_refused_then_counted(_compiled(loaded), epochs=2,
                                  match=r"\(loaded by load_model\)")
+
+
+def test_make_private_after_load_weights_does_not_take_the_file_s_steps_for_plain_updates(
+        tmp_path):
+    # Before, Keras 3: load_weights restored the optimizer's count (the file's DP steps) and
+    # make_private warned of "4 updates without DP" while counting them in ε (probe P, 3).
+    model = _plain_model_holding_loaded_private_weights(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_private(model)
+    np.testing.assert_allclose(epsilon_spent(model)[0], _poisson_epsilon(1), rtol=1e-6)
+

@@ -28,7 +28,7 @@ from tf_tempered.privacy import ledger_lineage
 __all__ = ["LOADED", "HOW", "is_loaded_weight", "loaded_dp", "loaded_how",
            "mark_loaded_weights", "unmark", "mark_loaded_when_built",
            "mark_weights_built_since_load", "pending_dps", "forget_pending", "weights_by_layer",
-           "private_part"]
+           "private_part", "mark_loaded_iterations", "loaded_iterations"]
 
 LOADED = "_tf_tempered_loaded_dp"  # on a loaded model's variables: the DP dict saved with it
 HOW = "_tf_tempered_loaded_how"  # and how they came (the refusal of a plain update says it)
@@ -146,3 +146,23 @@ def forget_pending(model):
     vars(model).pop(_PENDING_DP, None)
     vars(model).pop(_PENDING_HOW, None)
     _PENDING.pop(id(model), None)
+
+
+# On an optimizer: its update count right after a private model's weights file was loaded
+# into its model (Keras 3 restores ``iterations`` from the file: the file's DP steps).
+_ITERATIONS_LOADED = "_tf_tempered_iterations_loaded"
+
+
+def mark_loaded_iterations(optimizer):
+    """Remembers ``optimizer``'s update count as the loaded file's (DP) steps."""
+    inner = keras_bridge.inner_optimizer(optimizer) if optimizer is not None else None
+    iterations = getattr(inner, "iterations", None)
+    if iterations is not None:
+        keras_bridge.set_untracked(inner, _ITERATIONS_LOADED, int(iterations.numpy()))
+
+
+def loaded_iterations(optimizer):
+    """The update count ``optimizer`` had when a private model's weights were loaded into
+    its model (0 if none were)."""
+    inner = keras_bridge.inner_optimizer(optimizer) if optimizer is not None else None
+    return vars(inner).get(_ITERATIONS_LOADED, 0) if inner is not None else 0

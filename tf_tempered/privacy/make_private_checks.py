@@ -21,6 +21,7 @@ import warnings
 
 from tf_tempered._compat import check_same_keras, keras
 from tf_tempered import keras_bridge
+from tf_tempered.privacy import loaded_marks
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["checked_model", "training_overrides_allowed", "warn_if_trained_without_dp"]
@@ -87,10 +88,14 @@ _TRAINED_BEFORE = (
 
 def warn_if_trained_without_dp(model):
     """Warns when the compiled optimizer has taken steps before the model was private."""
-    iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
+    optimizer = getattr(model, "optimizer", None)
+    iterations = getattr(optimizer, "iterations", None)
     try:
         updates = int(iterations.numpy()) if iterations is not None else 0
     except (AttributeError, TypeError, ValueError):
         return
+    # Keras 3's load_weights restores the count of a private model's file: its DP steps,
+    # in the ledger loaded with them (they were warned of as plain updates; probe P, 3).
+    updates -= loaded_marks.loaded_iterations(optimizer)
     if updates > 0:
         warnings.warn(_TRAINED_BEFORE.format(updates=updates), UserWarning, stacklevel=3)

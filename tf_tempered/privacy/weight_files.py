@@ -124,6 +124,7 @@ def apply_loaded_dp(model, dp, *, how="loaded by load_weights", by_name=False,
     weights = loaded_marks.private_part(model, dp, in_order=not (by_name or skip_mismatch))
     marked = [w for w in weights if not update_guard.is_private_weight(w)]
     loaded_marks.mark_loaded_weights(marked, dp, how)
+    loaded_marks.mark_loaded_iterations(getattr(model, "optimizer", None))
     # A step traced before the load (the model's fit, a loop's tf.function) would keep
     # updating them without the check, which runs while tracing: it fails from now on. (Its
     # train_function is kept: Keras 3's BackupAndRestore loads inside fit, which calls it.)
