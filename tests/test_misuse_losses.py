@@ -339,6 +339,32 @@ def test_a_compute_loss_override_returning_a_scalar_is_refused():
         model.fit(x, y, batch_size=4, verbose=0)
 
 
+class PerExampleLossModel(keras.Sequential):
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, **kwargs):
+        del x, sample_weight, kwargs
+        return keras.losses.sparse_categorical_crossentropy(y, y_pred, from_logits=True)
+
+
+def test_a_compute_loss_override_trains_exactly_without_a_compiled_loss():
+    # Before: refused, "compiled without a loss. Fix: compile with one" (the per-output loss
+    # trackers were looked up in a container compile(loss=None) leaves none of; probe R).
+    x, y = _data()
+
+    def build(dtype="float32"):
+        return PerExampleLossModel([keras.Input((5,), dtype=dtype),
+                                    keras.layers.Dense(4, activation="tanh", dtype=dtype),
+                                    keras.layers.Dense(3, dtype=dtype)])
+
+    weights = build().get_weights()
+    norms, reference = per_example_reference(
+        build, weights, x, y, lambda y_i, pred, model: keras.losses.sparse_categorical_crossentropy(
+            y_i, pred, from_logits=True))
+    model = build()
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=median_clip(norms), loss=None)
+    assert_update(ours, reference(median_clip(norms)))
+
+
 def test_the_epoch_loss_leaves_out_the_examples_counted_nonfinite():
     x, y = _data()
     x[3] = np.nan

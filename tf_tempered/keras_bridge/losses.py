@@ -257,8 +257,14 @@ def compiled_loss_per_example(model, y, y_pred, sample_weight, per_example, cont
 
 def compiled_loss_trackers(model):
     """The per-output loss trackers of a multi-output model, one per loss the container
-    calls (in its order; None where Keras keeps none), else []."""
-    container = _container(model)
+    calls (in its order; None where Keras keeps none), else [] (also for a model compiled
+    without a loss whose compute_loss override gives the loss: no container; probe R)."""
+    try:
+        container = _container(model)
+    except ValueError:
+        if overrides_compute_loss(model):
+            return []
+        raise
     if IS_KERAS3:
         trackers = list(container.metrics)
         flat = container._flat_losses or []  # pylint: disable=protected-access
