@@ -417,6 +417,37 @@ def test_a_private_weight_given_to_the_optimizer_as_its_tf_variable_is_refused(t
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
 
 
+@pytest.mark.parametrize("traced", ["eagerly", "in a tf.function", "traced before"])
+def test_a_tf1_optimizer_s_update_of_a_private_weight_is_refused(traced):
+    # Before: tf.compat.v1.train optimizers trained a private model's weights without DP and
+    # without a word (probe S, F8).
+    if traced == "traced before" and KERAS_MAJOR == 3:
+        pytest.skip("a traced TF 1 optimizer cannot update Keras 3's variables at all")
+    x, y = _data()
+    model = _mlp()
+    optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+
+    def raw_step():
+        with tf.GradientTape() as tape:
+            loss = LOSS(y, model(x, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+    if traced != "eagerly":
+        raw_step = tf.function(raw_step)
+    if traced == "traced before":
+        raw_step()
+        with pytest.warns(UserWarning, match="traced before it"):
+            make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    else:
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    before = [w.copy() for w in model.get_weights()]
+    expected = (tf.errors.InvalidArgumentError if traced == "traced before" else NotPrivateError)
+    with pytest.raises(expected, match="WITHOUT differential privacy"):
+        raw_step()
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
 def test_a_plain_step_run_by_a_strategy_before_make_private_fails_instead_of_training():
     # Before: under a tf.distribute strategy no flag was made and make_private warned of
     # nothing: the old step trained the now-private weights without DP.

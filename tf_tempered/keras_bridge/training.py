@@ -161,7 +161,7 @@ def loss_scale_divisor(optimizer):
 def guard_optimizer_updates(check):
     """Makes every Keras optimizer call ``check(optimizer, variables, grads)`` before it
     updates ``variables`` (Keras 3's ``apply``, tf-keras' ``apply_gradients`` of both
-    optimizer families); ``check`` raises to refuse, else returns ``(ops, grads)``: ops the
+    optimizer families, and TF 1's ``tf.compat.v1.train`` optimizers'); ``check`` raises to refuse, else returns ``(ops, grads)``: ops the
     update then runs after (checks at run time of a traced update) and the gradients it
     applies (as given, or carrying a check where XLA drops ops). An optimizer's update inside
     another's (a LossScaleOptimizer's inner one, on the gradients it unscaled) is the outer
@@ -169,6 +169,9 @@ def guard_optimizer_updates(check):
     if _GUARDS:
         return
     _GUARDS.append(check)
+    # TF 1's optimizers (tf.compat.v1.train.*) update variables too (probe S, F8: unchecked).
+    v1_optimizer = tf.compat.v1.train.Optimizer
+    v1_optimizer.apply_gradients = _guarded_apply_gradients(v1_optimizer.apply_gradients, check)
     if IS_KERAS3:
         from keras.src.optimizers import base_optimizer  # pylint: disable=g-import-not-at-top
         from keras.src.optimizers import loss_scale_optimizer  # pylint: disable=g-import-not-at-top
