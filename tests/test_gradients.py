@@ -448,6 +448,18 @@ def test_a_tf1_optimizer_s_update_of_a_private_weight_is_refused(traced):
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
 
 
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3 compiles no TF 1 optimizer")
+def test_a_private_model_compiled_with_a_tf1_optimizer_trains_by_its_dp_step():
+    # tf-keras wraps it (TFOptimizer): its update is the model's own, not refused.
+    x, y = _data()
+    model = make_private(_mlp(), l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=tf.compat.v1.train.GradientDescentOptimizer(0.1), loss=LOSS)
+    before = [w.copy() for w in model.get_weights()]
+    model.fit(x, y, batch_size=8, verbose=0)
+    assert all((a != b).any() for a, b in zip(before, model.get_weights()))
+    assert 0 < epsilon_spent(model)[0] < np.inf
+
+
 def test_a_plain_step_run_by_a_strategy_before_make_private_fails_instead_of_training():
     # Before: under a tf.distribute strategy no flag was made and make_private warned of
     # nothing: the old step trained the now-private weights without DP.

@@ -182,9 +182,11 @@ def guard_optimizer_updates(check):
     from tf_keras.src.optimizers import optimizer as new_optimizer  # pylint: disable=g-import-not-at-top
     from tf_keras.src.optimizers.legacy import optimizer_v2  # pylint: disable=g-import-not-at-top
     from tf_keras.src.mixed_precision import loss_scale_optimizer  # pylint: disable=g-import-not-at-top
+    from tf_keras.src.optimizers import optimizer_v1  # pylint: disable=g-import-not-at-top
+    # (TFOptimizer: compile(optimizer=tf.compat.v1.train.X) wraps X; its update is X's.)
     for cls in (new_optimizer.Optimizer, optimizer_v2.OptimizerV2,
                 loss_scale_optimizer.LossScaleOptimizer,
-                loss_scale_optimizer.LossScaleOptimizerV3):
+                loss_scale_optimizer.LossScaleOptimizerV3, optimizer_v1.TFOptimizer):
         if "apply_gradients" in vars(cls):
             cls.apply_gradients = _guarded_apply_gradients(cls.apply_gradients, check)
 
