@@ -146,11 +146,16 @@ def engine_update(model, x, y, *, clip, loss, sample_weight=None, options=None,
     make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle",
                  options=options)
     model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss, **compile_kwargs)
-    before = [w.numpy() for w in model.trainable_variables]
+    variables = list(model.trainable_variables)
+    before = [w.numpy() for w in variables]
     rows = len(tf.nest.flatten(x)[0])
     history = model.fit(x, y, sample_weight=sample_weight, batch_size=rows, shuffle=False,
                         verbose=0).history
-    return [w.numpy() - b for w, b in zip(model.trainable_variables, before)], history
+    # Weights Keras 3 builds in the fit's first step (Dense(activation=PReLU())) would pair
+    # the update with the wrong variables: the caller builds the model first.
+    assert [id(v) for v in model.trainable_variables] == [id(v) for v in variables], (
+        "weights were built during the fit: call the model on the data before")
+    return [w.numpy() - b for w, b in zip(variables, before)], history
 
 
 def assert_update(ours, reference, rtol=1e-5):
