@@ -167,7 +167,10 @@ def _cropped(how, dtype="float32"):
     """A fixed-size crop of each image, then a convolution."""
     crop = {"slice_by_batch_length": lambda t: tf.slice(
                 t, [0, 1, 1, 0], tf.stack([tf.shape(t)[0], 4, 4, 1])),
-            "crop_to_bounding_box": lambda t: tf.image.crop_to_bounding_box(t, 1, 1, 4, 4)}[how]
+            "crop_to_bounding_box": lambda t: tf.image.crop_to_bounding_box(t, 1, 1, 4, 4),
+            "resize_with_crop_or_pad": lambda t: tf.image.resize_with_crop_or_pad(t, 4, 7),
+            "rows_padded_by_a_reshaped_stack": lambda t: tf.pad(t, tf.reshape(  # shifted
+                tf.stack([1, 0, 0, 0, 1, 1, 0, 0]), [4, 2]))[:-1]}[how]
     inputs = keras.Input((6, 6, 1), dtype=dtype)
     h = keras.layers.Lambda(crop, dtype=dtype)(inputs)
     h = keras.layers.Conv2D(2, 3, dtype=dtype)(h)
@@ -175,13 +178,22 @@ def _cropped(how, dtype="float32"):
         dtype=dtype)(h)))
 
 
-@pytest.mark.parametrize("how", ["slice_by_batch_length", "crop_to_bounding_box"])
+@pytest.mark.parametrize("how", ["slice_by_batch_length", "crop_to_bounding_box",
+                                 "resize_with_crop_or_pad"])
 def test_a_fixed_size_crop_of_every_example_trains_with_the_exact_update(how):
     # Before: refused as mixing examples when TF folded tf.shape(t)[0] to the batch's static
-    # length (tf-keras' RandomCrop and CenterCrop in a model too; probe S, F6).
+    # length (tf-keras' RandomCrop and CenterCrop in a model too), or as rearranged rows when
+    # tf.image padded by a reshaped stack of zeros for the batch's axis (probe S, F6).
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(8, 6, 6, 1)), rng.integers(0, 3, 8)
     assert_exact_update(lambda dtype="float32": _cropped(how, dtype=dtype), x, y)
+
+
+def test_rows_added_to_the_batch_by_a_reshaped_stack_of_paddings_are_refused():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 6, 6, 1)), rng.integers(0, 3, 8)
+    _assert_refused_before_any_update(_cropped("rows_padded_by_a_reshaped_stack"), x, y,
+                                      "rearranged", batch_size=4)
 
 
 def _centered(where, dtype="float32"):

@@ -220,10 +220,16 @@ def _pad(op, layouts):
 
 def _padding_of(paddings, axis):
     """[before, after] of one axis in a [rank, 2] paddings tensor: static, or a row of a
-    tf.stack of rows (paddings of other axes known only while the step runs)."""
+    tf.stack of rows, or two of a flat tf.stack of scalars reshaped (tf.image's
+    pad_to_bounding_box; paddings of other axes known only while the step runs)."""
     try:
         return static_values(paddings)[2 * axis:2 * axis + 2]
     except ValueError:
+        if paddings.op.type == "Reshape" and paddings.op.inputs[0].shape.rank == 1:
+            flat = paddings.op.inputs[0]  # row-major: [before, after] of axis k at 2k, 2k + 1
+            if flat.op.type == "Pack":
+                return [static_values(t)[0] for t in flat.op.inputs[2 * axis:2 * axis + 2]]
+            return static_values(flat)[2 * axis:2 * axis + 2]
         if paddings.op.type != "Pack" or paddings.op.get_attr("axis") != 0:
             raise
         return static_values(paddings.op.inputs[axis])
