@@ -189,6 +189,23 @@ def test_a_fixed_size_crop_of_every_example_trains_with_the_exact_update(how):
     assert_exact_update(lambda dtype="float32": _cropped(how, dtype=dtype), x, y)
 
 
+def _first_example_added_by_a_slice_to_the_first_axis_s_length(h):
+    u = h[None]  # the batch on axis 1: tf.shape(u)[0] is 1, so the slice is example 0 alone
+    return h + u[:, :tf.shape(u)[0]][0]
+
+
+def test_a_slice_to_the_first_axis_s_length_off_the_batch_s_axis_is_refused():
+    # Before: taken for the whole batch (the first axis' length was compared, not the batch
+    # axis'): example 0 was added to every example, 8.16x the bound (probe A2, F2).
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 5)).astype(np.float32), rng.integers(0, 3, 8)
+    inputs = keras.Input((5,))
+    hidden = keras.layers.Lambda(_first_example_added_by_a_slice_to_the_first_axis_s_length)(
+        keras.layers.Dense(4)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(3)(hidden))
+    _assert_refused_before_any_update(model, x, y, "several examples", batch_size=4)
+
+
 def test_rows_added_to_the_batch_by_a_reshaped_stack_of_paddings_are_refused():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(8, 6, 6, 1)), rng.integers(0, 3, 8)

@@ -49,7 +49,7 @@ def _slice(op, layouts):
         return same_axes(op, layouts)
     if op.type == "Slice":
         return _part(op, (_start(op.inputs[1], layout), layout), layout,
-                     lambda: _slice_whole(op, layout), lambda: _slice_of_one(op, layout))
+                     lambda: _slice_whole(op, layout), lambda: _slice_of_one(op, layout), layout)
     entry, out_axis = _strided_entry(op, layout)
     if entry is None:  # an axis the slice does not name (or an ellipsis holds): whole
         return out_axis
@@ -59,7 +59,7 @@ def _slice(op, layouts):
     if static_at(op.inputs[3], entry) != 1:
         return REARRANGED  # x[::-1]: the examples reversed (or every other one)
     return _part(op, (begin, entry), out_axis, lambda: _strided_whole(op, layout, entry),
-                 lambda: _strided_one(op, entry))
+                 lambda: _strided_one(op, entry), layout)
 
 
 def _start(vector, index):
@@ -74,10 +74,11 @@ def _start(vector, index):
             return None
 
 
-def _part(op, start, out_axis, whole, one_row):
-    """The layout of a slice on the batch axis; ``start``: (its begin, None when known only
-    while it runs; that begin's entry in the begin vector); ``whole()``: whether it reaches
-    the batch's end (raises if not known); ``one_row()``: whether it is one row long."""
+def _part(op, start, out_axis, whole, one_row, batch_axis):
+    """The layout of a slice on the batch axis (``batch_axis`` of its input); ``start``: (its
+    begin, None when known only while it runs; that begin's entry in the begin vector);
+    ``whole()``: whether it reaches the batch's end (raises if not known); ``one_row()``:
+    whether it is one row long."""
     begin, entry = start
     if begin is None:
         if one_row():
@@ -90,7 +91,8 @@ def _part(op, start, out_axis, whole, one_row):
             # x[:n], n known only while it runs: all of x's rows when n is its own length
             # (x[:tf.shape(x)[0]]), else some, MIXED: one row broadcast against the batch
             # (n = 1), or rows that line up with the batch's only after a repeat.
-            return out_axis if _own_length(op, _entry(op.inputs[2], entry)) else MIXED
+            return (out_axis if _own_length(op, _entry(op.inputs[2], entry), batch_axis)
+                    else MIXED)
     return MIXED  # some examples' rows, to be broadcast against the others' (t - t[:1])
 
 
@@ -100,11 +102,15 @@ def _entry(vector, index):
     return vector.op.inputs[index] if vector.op.type == "Pack" else None
 
 
-def _own_length(op, end):
-    """Whether a slice's end ``end`` is tf.shape(x)[0] of the tensor x it slices (or the
-    constant TF folded it to, when x's batch length was known while tracing: a fixed-size
-    crop, ``tf.image.crop_to_bounding_box``, was refused; probe S, F6)."""
+def _own_length(op, end, batch_axis):
+    """Whether a slice's end ``end`` is tf.shape(x)[0] of the tensor x it slices, whose batch
+    axis is its first (or the constant TF folded it to, when x's batch length was known
+    while tracing: a fixed-size crop, ``tf.image.crop_to_bounding_box``, was refused; probe
+    S, F6). Of another axis, the first's length is not the batch's (u = h[None]:
+    u[:, :tf.shape(u)[0]] is one row; probe A2, F2)."""
     measured, length = (None, None) if end is None else (first_length(end) or (None, None))
+    if batch_axis != 0:
+        return False
     if measured is None:
         return length is not None and length == op.inputs[0].shape[0]
     return source_of(measured) is source_of(op.inputs[0])
