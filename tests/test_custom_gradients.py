@@ -13,6 +13,8 @@
 # limitations under the License.
 """A gradient the forward pass defines itself is refused (privacy/custom_gradients.py)."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -136,3 +138,47 @@ def test_tensorflow_s_own_custom_gradients_train_exactly(where):
 
     x = np.random.default_rng(0).normal(size=(16, 5))
     assert_exact_update(build, x, np.arange(16) % 3)
+
+
+class _SummedOverTheBatch:
+    def __call__(self, upstream):
+        return _summed_over_the_batch(upstream)
+
+
+_GRADIENT_FORMS = {
+    "tf.math.cumsum": lambda: lambda u: tf.math.cumsum(u, axis=0),
+    "a partial of tf.reverse": lambda: functools.partial(tf.reverse, axis=[0]),
+    "a callable object": _SummedOverTheBatch,
+    "a tf.function": lambda: tf.function(_summed_over_the_batch),
+}
+
+
+class _ReturnsAGradientOf(keras.layers.Layer):
+    def __init__(self, form, **kwargs):
+        super().__init__(**kwargs)
+        self.form = form
+
+    def call(self, x):
+        gradient = _GRADIENT_FORMS[self.form]()
+
+        @tf.custom_gradient
+        def identity(t):
+            return tf.identity(t), gradient
+
+        return identity(x)
+
+
+@pytest.mark.parametrize("form", list(_GRADIENT_FORMS))
+def test_a_gradient_chosen_by_the_user_s_function_is_refused_whatever_runs_it(form):
+    # Between 89fd960 and now, the gradient function's own code was read: TF's functions
+    # (cumsum and reverse over the batch) and wrappers the walk did not open passed, and one
+    # example moved the clipped sum by 3.0-6.1x the bound (probe A2, F1).
+    model = make_private(keras.Sequential([
+        keras.Input((5,)), keras.layers.Dense(6), _ReturnsAGradientOf(form),
+        keras.layers.Dense(3)]), l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    before = [w.copy() for w in model.get_weights()]
+    x = np.random.default_rng(0).normal(size=(8, 5)).astype(np.float32)
+    with pytest.raises(UnsupportedLayerError, match=r"defines its own gradient"):
+        model.fit(x, np.zeros((8, 3), np.float32), batch_size=4, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))

@@ -25,7 +25,9 @@ False
 True
 """
 
-__all__ = ["custom_gradient_code", "with_function_bodies"]
+import threading
+
+__all__ = ["custom_gradient_code", "record_custom_gradients", "with_function_bodies"]
 
 # Attributes naming the functions an op runs: a tf.function's call, a while loop's body and
 # condition, a tf.cond's branches.
@@ -50,29 +52,73 @@ def with_function_bodies(ops, seen=None, depth=0):
 
 
 def custom_gradient_code(op):
-    """The source files of the Python functions ``op``'s custom gradient runs (the function
-    tf.custom_gradient registered for it, and the functions it holds, a few levels deep);
-    () if the op has none registered here (a gradient this process did not trace)."""
-    from tensorflow.python.framework import ops as tf_ops  # pylint: disable=g-import-not-at-top
-    name = op.get_attr("_gradient_op_type").decode()
-    try:
-        function = tf_ops._gradient_registry.lookup(name)  # pylint: disable=protected-access
-    except LookupError:
-        return ()
-    return tuple(_code_files(function, set(), 0))
+    """The source files of the function ``tf.custom_gradient`` decorated to make ``op``'s
+    gradient (and of the functions it holds, a few levels deep), as recorded when it was
+    traced (record_custom_gradients); () if it was not recorded. The decorated function,
+    not the gradient it returns: a gradient may be TF's own code doing anything
+    (``tf.math.cumsum``, a partial of ``tf.reverse``: probe A2, F1), while the function
+    choosing it is TF's (tf.nn.silu) or the user's."""
+    return _DECORATED.get(op.get_attr("_gradient_op_type").decode(), ())
+
+
+_DECORATED = {}  # a custom gradient's registered name -> its decorated function's files
+_PENDING = threading.local()  # the functions being decorated, innermost last
+
+
+def record_custom_gradients():
+    """Once: TF's graph-mode custom_gradient records, for each gradient name it makes, the
+    source files of the function it decorates (custom_gradient_code). TF keeps no link
+    from the gradient's name to that function."""
+    from tensorflow.python.ops import custom_gradient as module  # pylint: disable=g-import-not-at-top
+    if getattr(module, "_tf_tempered_recorded", False):
+        return
+    decorate, generate_name = module._graph_mode_decorator, module.generate_name  # pylint: disable=protected-access
+
+    def recorded_decorate(f, args, kwargs):
+        pending = _pending()
+        pending.append(f)
+        try:
+            return decorate(f, args, kwargs)
+        finally:
+            pending.pop()
+
+    def recorded_name():
+        name = generate_name()
+        pending = _pending()
+        if pending and pending[-1] is not None:  # its first call names the gradient
+            _DECORATED[name] = tuple(_code_files(pending[-1], set(), 0))
+            pending[-1] = None
+        return name
+
+    module._graph_mode_decorator = recorded_decorate  # pylint: disable=protected-access
+    module.generate_name = recorded_name
+    module._tf_tempered_recorded = True  # pylint: disable=protected-access
+
+
+def _pending():
+    if not hasattr(_PENDING, "functions"):
+        _PENDING.functions = []
+    return _PENDING.functions
 
 
 def _code_files(function, seen, depth):
-    if id(function) in seen or depth > 6:
+    """The source files of ``function`` and of the callables it holds (its closure; what a
+    partial, a bound method, a tf.function or a callable object runs)."""
+    if function is None or id(function) in seen or depth > 6:
         return
     seen.add(id(function))
     code = getattr(function, "__code__", None)
     if code is not None:
         yield code.co_filename
-    for cell in getattr(function, "__closure__", None) or ():
-        try:
-            held = cell.cell_contents
-        except ValueError:  # a cell not yet filled
-            continue
-        if callable(held):
-            yield from _code_files(getattr(held, "__func__", held), seen, depth + 1)
+        for cell in getattr(function, "__closure__", None) or ():
+            try:
+                held = cell.cell_contents
+            except ValueError:  # a cell not yet filled
+                continue
+            if callable(held):
+                yield from _code_files(held, seen, depth + 1)
+        return
+    for attribute in ("__func__", "func", "python_function", "__wrapped__"):
+        yield from _code_files(getattr(function, attribute, None), seen, depth + 1)
+    if not isinstance(function, type):  # a callable object: its class's __call__
+        yield from _code_files(getattr(type(function), "__call__", None), seen, depth + 1)

@@ -19,10 +19,11 @@ the gradient reaching a layer's output must be, row by row, that example's alone
 gradients of a forward pass that keeps examples apart (checked, example_rows) are; a
 gradient written by hand may mix rows (``lambda u: tf.reduce_sum(u, 0) + 0 * u``), and no
 check of the forward pass sees it: one example then moved the clipped sum by 4–12× the
-bound (probe Z). A custom gradient is judged by the code it runs: TF's and Keras' own
-(``tf.nn.silu``, CTC's dense loss, Keras 3's quantized Dense) pass; one running any other
-code is refused, wherever it is called (an ``activation=`` of a Keras Dense, a user's RNN
-cell: probe S, F2). The engine's own hooks (the norms' taps, the loss-rows check) carry
+bound (probe Z). A custom gradient is judged by the function ``tf.custom_gradient``
+decorated (and what it holds): TF's and Keras' own (``tf.nn.silu``, CTC's dense loss, Keras
+3's quantized Dense) pass; one with any other code is refused, wherever it is called (an
+``activation=`` of a Keras Dense, a user's RNN cell: probe S, F2), whatever gradient it
+returns (TF's ``tf.math.cumsum`` too: probe A2, F1). The engine's own hooks (the norms' taps, the loss-rows check) carry
 :data:`ENGINE_SCOPE` in their names and are left out.
 
 >>> @tf.custom_gradient
@@ -43,6 +44,8 @@ from tf_tempered.privacy.errors import UnsupportedLayerError
 __all__ = ["ENGINE_SCOPE", "refuse_custom_gradients", "user_custom_gradients"]
 
 ENGINE_SCOPE = "tf_tempered_engine"  # the name scope of the engine's own custom gradients
+
+keras_bridge.record_custom_gradients()
 
 
 def user_custom_gradients(ops):
