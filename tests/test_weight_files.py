@@ -833,3 +833,15 @@ def test_make_private_after_load_weights_does_not_take_the_file_s_steps_for_plai
         make_private(model)
     np.testing.assert_allclose(epsilon_spent(model)[0], _poisson_epsilon(1), rtol=1e-6)
 
+
+
+def test_plain_updates_before_a_load_stay_warned_of(tmp_path):
+    # Between c6b958e and now, any load marked the count after it as the file's: plain
+    # updates before it (of layers the file does not cover) went unwarned (probe A2, F3).
+    path = _private_file(tmp_path)
+    model = _compiled(_plain_model())
+    x, y = _data()
+    model.fit(x, y, batch_size=BATCH, epochs=2, verbose=0)
+    model.load_weights(path)
+    with pytest.warns(UserWarning, match="updates without DP"):
+        make_private(model)

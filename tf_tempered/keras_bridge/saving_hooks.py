@@ -136,7 +136,9 @@ _WEIGHTS_MODULES = (("keras.src.saving.saving_api", "keras.saving") if KERAS_MAJ
 def after_weight_files(saved, loaded):
     """Makes every ``save_weights`` call ``saved(model, filepath)`` once the file is
     written, and every ``load_weights`` call ``loaded(model, filepath, by_name=...,
-    skip_mismatch=...)`` once the weights are in the model. Installed once."""
+    skip_mismatch=..., updates_before=...)`` once the weights are in the model
+    (``updates_before``: the model's optimizer's update count before the load, or None).
+    Installed once."""
     if _WEIGHT_FILE_HOOKS:
         return
     _WEIGHT_FILE_HOOKS.append((saved, loaded))
@@ -153,16 +155,25 @@ def after_weight_files(saved, loaded):
 
     def wrap_load(original):
         def load_weights(model, filepath, *args, **kwargs):
+            updates_before = _updates(getattr(model, "optimizer", None))
             result = original(model, filepath, *args, **kwargs)
             arguments = inspect.signature(original).bind(model, filepath, *args, **kwargs)
             given = {**arguments.arguments.get("kwargs", {}), **arguments.arguments}
             loaded(model, filepath, by_name=bool(given.get("by_name")),
-                   skip_mismatch=bool(given.get("skip_mismatch")))
+                   skip_mismatch=bool(given.get("skip_mismatch")), updates_before=updates_before)
             return result
         return load_weights
 
     _replace_in_modules(_WEIGHTS_MODULES, "save_weights", wrap_save)
     _replace_in_modules(_WEIGHTS_MODULES, "load_weights", wrap_load)
+
+
+def _updates(optimizer):
+    """An optimizer's update count (``iterations``), or None when it has none to read."""
+    try:
+        return int(optimizer.iterations.numpy())
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def _written_state(filepath):

@@ -101,16 +101,18 @@ def _saved(model, filepath):
     write_dp(filepath, dp_to_save(model))
 
 
-def _loaded(model, filepath, by_name=False, skip_mismatch=False):
-    apply_loaded_dp(model, read_dp(filepath), by_name=by_name, skip_mismatch=skip_mismatch)
+def _loaded(model, filepath, by_name=False, skip_mismatch=False, updates_before=None):
+    apply_loaded_dp(model, read_dp(filepath), by_name=by_name, skip_mismatch=skip_mismatch,
+                    updates_before=updates_before)
 
 
 def apply_loaded_dp(model, dp, *, how="loaded by load_weights", by_name=False,
-                    skip_mismatch=False):
+                    skip_mismatch=False, updates_before=None):
     """``model`` now holds the weights of a private model whose DP dict is ``dp`` (read from
     a weights file, or a plain fit's backup: :mod:`.plain_backups`): a private model's ledger
     adds the steps it lacks, a plain model's weights are marked (``how``: how they came, for
-    the refusal of a plain update)."""
+    the refusal of a plain update). ``updates_before``: the model's optimizer's update count
+    before the load (0: the count after it, Keras 3's restored one, is the file's DP steps)."""
     if dp is None or not dp.get("ledger"):
         return
     if get_state(model) is not None:
@@ -124,7 +126,8 @@ def apply_loaded_dp(model, dp, *, how="loaded by load_weights", by_name=False,
     weights = loaded_marks.private_part(model, dp, in_order=not (by_name or skip_mismatch))
     marked = [w for w in weights if not update_guard.is_private_weight(w)]
     loaded_marks.mark_loaded_weights(marked, dp, how)
-    loaded_marks.mark_loaded_iterations(getattr(model, "optimizer", None))
+    if updates_before == 0:  # else plain updates before the load stay warned of (probe A2, F3)
+        loaded_marks.mark_loaded_iterations(getattr(model, "optimizer", None))
     # A step traced before the load (the model's fit, a loop's tf.function) would keep
     # updating them without the check, which runs while tracing: it fails from now on. (Its
     # train_function is kept: Keras 3's BackupAndRestore loads inside fit, which calls it.)
