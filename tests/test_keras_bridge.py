@@ -257,11 +257,14 @@ def test_traced_by_a_fit_sees_train_step_only():
     assert seen[0] is True and seen[-1] is False
 
 
-def test_iterator_dataset_reads_a_tf_data_iterator_only():
-    dataset = tf.data.Dataset.range(5)
-    assert int(keras_bridge.iterator_dataset(iter(dataset)).cardinality()) == 5
-    assert keras_bridge.iterator_dataset(dataset) is None
-    assert keras_bridge.iterator_dataset(iter([1, 2])) is None
+def test_source_dataset_reads_a_tf_data_iterator_and_a_distributed_dataset():
+    dataset = tf.data.Dataset.range(5).batch(2)
+    assert int(keras_bridge.source_dataset(iter(dataset)).cardinality()) == 3
+    distributed = tf.distribute.OneDeviceStrategy("/cpu:0").experimental_distribute_dataset(
+        dataset)
+    assert keras_bridge.source_dataset(distributed) is dataset
+    assert keras_bridge.source_dataset(dataset) is None
+    assert keras_bridge.source_dataset(iter([1, 2])) is None
 
 
 def test_custom_gradient_code_names_the_files_the_gradient_runs():

@@ -785,3 +785,23 @@ def test_a_weak_delta_is_warned_on_a_tf_data_pipeline_too():
     with pytest.warns(UserWarning, match=r"delta=0.05 >= 1/num_examples=0.0156"):
         model.fit(tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(BATCH),
                   verbose=0)
+
+
+def test_a_pipeline_wrapped_by_experimental_distribute_dataset_is_read_as_itself():
+    # Before: a tf.distribute DistributedDataset was a source nothing could read (one pass an
+    # epoch): ds.batch(16).repeat() fit by steps_per_epoch logged 2 passes of 4 (ε 4.42 for
+    # 6.60), and a pipeline fit refuses trained (probe B2, F1).
+    x, y = _data()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model = _model()
+    repeated = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH).repeat()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(strategy.experimental_distribute_dataset(repeated), epochs=2,
+                  steps_per_epoch=8, verbose=0)
+    assert epsilon_spent(model)[0] == pytest.approx(_rdp(_gaussians(4)), rel=1e-9)
+    refused = tf.data.Dataset.from_tensor_slices((x, y)).repeat(4).shuffle(4 * N).batch(BATCH)
+    with pytest.raises(ValueError, match="shuffles its examples after repeating them"):
+        model.fit(strategy.experimental_distribute_dataset(refused), epochs=1,
+                  steps_per_epoch=16, verbose=0)

@@ -23,7 +23,7 @@ plain one-pass-per-epoch form, which is read as such only when no repeat is seen
 from tf_tempered._compat import tf
 
 __all__ = ["BATCH", "GROUPING", "ONE_TO_ONE", "OVERLAPPING", "batching_of", "dataset_inputs",
-           "dataset_kind", "iterator_dataset"]
+           "dataset_kind", "source_dataset"]
 
 # One output per input element, in order (the count of a pass's examples is kept).
 ONE_TO_ONE = frozenset({"MapDataset", "ParallelMapDataset", "PrefetchDataset",
@@ -82,8 +82,14 @@ def batching_of(dataset, _depth=0, _shuffled=False):
             if len(inputs) == 1 else None)
 
 
-def iterator_dataset(x):
-    """The tf.data pipeline a tf.data iterator ``x`` reads (its private ``_dataset``), or
-    None for anything else."""
-    dataset = getattr(x, "_dataset", None) if isinstance(x, tf.data.Iterator) else None
+def source_dataset(x):
+    """The tf.data pipeline a tf.data iterator ``x`` reads (its private ``_dataset``), or a
+    tf.distribute DistributedDataset wraps (``strategy.experimental_distribute_dataset``:
+    its private ``_original_dataset``), or None for anything else."""
+    if isinstance(x, tf.data.Iterator):
+        dataset = getattr(x, "_dataset", None)
+    elif isinstance(x, tf.distribute.DistributedDataset):
+        dataset = getattr(x, "_original_dataset", None)
+    else:
+        dataset = None
     return dataset if isinstance(dataset, tf.data.Dataset) else None

@@ -48,9 +48,11 @@ def warn_if_order_asked(state, shuffle):
 
 def dataset_of(x):
     """``x``, or the tf.data pipeline an iterator of it reads (tf-keras fits on
-    ``iter(dataset)``): accounted as that pipeline, not as a source it cannot read (which
-    counted one pass an epoch for ``iter(ds.batch(16).repeat())``, 2 passes of 4; probe U)."""
-    return keras_bridge.iterator_dataset(x) or x
+    ``iter(dataset)``) or ``strategy.experimental_distribute_dataset`` wraps: accounted as
+    that pipeline, not as a source it cannot read (which counted one pass an epoch for
+    ``iter(ds.batch(16).repeat())``, 2 passes of 4, probe U; and wrapped, let a pipeline
+    fit refuses train, probe B2)."""
+    return keras_bridge.source_dataset(x) or x
 
 
 def refuse_poisson_batches_without_info(x):
@@ -77,7 +79,7 @@ def refuse_poisson_batches_of_one_device(model, x, tag):
     replicas = model.distribute_strategy.num_replicas_in_sync
     poisson = (tag is not None and tag.kind == "poisson") or (
         tag is None and class_weights.is_poisson_pipeline(x))  # built by hand
-    if poisson and replicas > 1 and isinstance(x, tf.data.Dataset):
+    if poisson and replicas > 1 and isinstance(dataset_of(x), tf.data.Dataset):
         raise ValueError(
             f"fit on Poisson batches (tf_tempered.privacy.poisson_batches(...), or (x, y, "
             f"{{\"mask\": ...}}) batches) under a tf.distribute strategy "
