@@ -69,3 +69,21 @@ def test_class_weight_on_poisson_batches_without_a_class_s_weight_is_refused_nam
         _update(poisson_batches(x, y, expected_batch_size=20, steps=2), {0: 1.0, 1: 1.0})
     before = _update(poisson_batches(x, y, expected_batch_size=20, steps=2), _CLASSES)
     assert all(np.isfinite(b).all() for b in before)
+
+
+def test_class_weight_on_distributed_poisson_batches_is_refused_naming_sample_weight():
+    # Before: an AttributeError ('DistributedDatasetsFromFunction' has no 'map'; probe B2, F2).
+    from tf_tempered.privacy import distributed_poisson_batches  # pylint: disable=import-outside-toplevel
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 5)).astype(np.float32), rng.integers(0, 3, 32)
+    with strategy.scope():
+        model = make_private(keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)]),
+                             l2_norm_clip=1.0, noise_multiplier=1.0)
+        model.compile(optimizer=keras.optimizers.SGD(0.1),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    data = distributed_poisson_batches(strategy, x, y, expected_batch_size=8, steps=4)
+    with pytest.raises(ValueError, match=r"class_weight with batches .*Fix: drop class_weight.*"
+                                         r"sample_weight="):
+        model.fit(data, epochs=1, steps_per_epoch=4, class_weight={0: 0.5, 1: 1.0, 2: 2.0},
+                  verbose=0)
