@@ -246,6 +246,9 @@ class _DrawsInItsCall(keras.layers.Layer):
                           tf.shape(t), tf.stack([tf.cast(tf.timestamp() * 1e6, tf.int64), 0])),
                       "fixed seed": lambda t: t * tf.random.stateless_uniform(
                           tf.shape(t), seed=[1, 2]),
+                      "candidate sampler": lambda t: t * tf.reduce_sum(tf.one_hot(
+                          tf.random.log_uniform_candidate_sampler(
+                              tf.zeros([1, 1], tf.int64), 1, 3, True, 6)[0], 6), 0),
                       "truncated normal": lambda t: t * tf.random.stateless_truncated_normal(
                           tf.shape(t), tf.stack([tf.cast(tf.timestamp() * 1e6, tf.int64), 0])),
                       }[self.draw](inputs)
@@ -253,7 +256,8 @@ class _DrawsInItsCall(keras.layers.Layer):
 
 
 @pytest.mark.parametrize("draw", ["tf.random", "tf.nn.dropout", "tf.function", "while_loop",
-                                  "clock seed", "fixed seed", "truncated normal"]
+                                  "clock seed", "fixed seed", "truncated normal",
+                                  "candidate sampler"]
                          + (["keras.random"] if KERAS_MAJOR == 3 else []))
 def test_a_custom_layer_drawing_random_numbers_by_tf_ops_is_refused(draw):
     # Before: only Keras' random layers and seed-generator attributes were seen; the VJP's

@@ -769,6 +769,25 @@ def test_a_dp_step_of_a_model_during_its_own_fit_is_refused(how):
                   callbacks=[_StepInCallback("epoch_end", how, dp_gradients)])
 
 
+def test_another_model_s_train_step_does_not_exempt_a_step_during_the_fit():
+    # Any Model's train_step on the stack exempted the call (probe A2, F4).
+    x, y = _data()
+
+    class Helper(keras.Model):
+        def train_step(self, data):
+            return self.target.train_on_batch(x[:BATCH], y[:BATCH])
+
+    class StepsThroughAHelper(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            helper = Helper()
+            helper.target = self.model
+            helper.train_step(None)
+
+    model = _model()
+    with pytest.raises(RuntimeError, match="train_on_batch of a private model during its own"):
+        model.fit(x, y, batch_size=BATCH, verbose=0, callbacks=[StepsThroughAHelper()])
+
+
 def test_train_on_batch_after_the_fit_s_steps_are_recorded_is_a_gaussian_step():
     x, y = _data()
     model = _model()

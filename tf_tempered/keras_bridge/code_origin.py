@@ -55,13 +55,14 @@ def is_library_file(path):
     return os.path.abspath(path).startswith(libraries)
 
 
-def traced_by_a_fit():
+def traced_by_a_fit(model=None):
     """Whether a Keras Model's ``train_step`` (fit, train_on_batch; AutoGraph names its
-    converted copy ``tf__train_step``) is on the stack of the caller."""
+    converted copy ``tf__train_step``), ``model``'s when given, is on the caller's stack."""
     frame = sys._getframe(1)  # pylint: disable=protected-access
     while frame is not None:
+        owner = frame.f_locals.get("self")
         if (frame.f_code.co_name in ("train_step", "tf__train_step")
-                and isinstance(frame.f_locals.get("self"), keras.Model)):
+                and isinstance(owner, keras.Model) and (model is None or owner is model)):
             return True
         frame = frame.f_back
     return False

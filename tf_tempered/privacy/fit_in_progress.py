@@ -31,7 +31,9 @@ def refuse_during_own_fit(model, what):
     of it) is not that fit's own step (a Model's train_step on the stack)."""
     state = get_state(model)
     run = getattr(state, "run", None)
-    if run is None or run.finished or keras_bridge.traced_by_a_fit():
+    # (The model's own train_step, not any Model's: a callback's throwaway model's train_step
+    # calling this model's train_on_batch passed; probe A2, F4.)
+    if run is None or run.finished or keras_bridge.traced_by_a_fit(model):
         return
     raise RuntimeError(
         f"{what} of a private model during its own fit (from a callback?): the fit counts "

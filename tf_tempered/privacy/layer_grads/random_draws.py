@@ -53,7 +53,13 @@ _RANDOM_OP_TYPES = frozenset({
     "ParameterizedTruncatedNormal", "RandomShuffle", "Multinomial", "RandomGamma",
     "RandomPoisson", "RandomPoissonV2", "StatefulUniform", "StatefulUniformInt",
     "StatefulUniformFullInt", "StatefulStandardNormal", "StatefulStandardNormalV2",
-    "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngReadAndSkip", "RngSkip"})
+    "StatefulTruncatedNormal", "StatefulRandomBinomial", "RngReadAndSkip", "RngSkip",
+    # tf.random.*_candidate_sampler (sampled softmax's negatives; probe A2, F5) and
+    # tf.image.sample_distorted_bounding_box.
+    "UniformCandidateSampler", "LogUniformCandidateSampler", "LearnedUnigramCandidateSampler",
+    "FixedUnigramCandidateSampler", "ThreadUnsafeUnigramCandidateSampler",
+    "AllCandidateSampler", "SampleDistortedBoundingBox", "SampleDistortedBoundingBoxV2",
+    "RandomCrop"})
 
 
 def refuse_random_ops(layer, ops):
