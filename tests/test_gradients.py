@@ -534,3 +534,19 @@ def test_dp_gradients_through_a_loss_scaling_optimizer_are_applied_as_returned(t
 
         (tf.function(step) if traced else step)(x, y)
         assert_update([a - b for a, b in zip(model.get_weights(), weights)], reference(clip))
+
+
+def test_make_private_names_another_model_s_fit_traced_before_for_what_it_is():
+    # The pre-training flow (a plain model's fit, its layers reused under a new head, then
+    # make_private) was warned of as "a training loop run on the plain model" (probe C2).
+    x, y = _data()
+    pretrained = _mlp()
+    pretrained.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    pretrained.fit(x, y, verbose=0)
+    inputs = keras.Input(x.shape[1:])
+    reused = keras.Model(inputs, keras.layers.Dense(3)(pretrained.layers[0](inputs)))
+    with pytest.warns(UserWarning, match=r"another model's fit traced before it also updates "
+                                         r"these weights .*Nothing to do if that model is done"):
+        make_private(reused, l2_norm_clip=1.0, noise_multiplier=1.0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="WITHOUT differential privacy"):
+        pretrained.fit(x, y, verbose=0)

@@ -87,12 +87,15 @@ def _tag_all(model, variables, who):
     for alias in (a for variable in variables for a in keras_bridge.variable_aliases(variable)):
         keras_bridge.set_untracked(alias, _TAG, who)
     own = keras_bridge.inner_optimizer(getattr(model, "optimizer", None))
-    names = sorted({type(optimizer).__name__
-                    for optimizer, in_fit in fail_traced_plain_updates(variables)
-                    if optimizer is not own or not in_fit})
-    if names:
-        warnings.warn(_TRACED_BEFORE_WARNING.format(names=", ".join(names)),
-                      stacklevel=5)  # at make_private's caller
+    traced = [(optimizer, in_fit) for optimizer, in_fit in fail_traced_plain_updates(variables)
+              if optimizer is not own or not in_fit]
+    loops = sorted({type(optimizer).__name__ for optimizer, in_fit in traced if not in_fit})
+    fits = sorted({type(optimizer).__name__ for optimizer, in_fit in traced if in_fit})
+    # at make_private's caller
+    if loops:
+        warnings.warn(_TRACED_BEFORE_WARNING.format(names=", ".join(loops)), stacklevel=5)
+    elif fits:  # another model's fit, e.g. the plain one these layers were pre-trained in
+        warnings.warn(_FIT_OF_ANOTHER_MODEL.format(names=", ".join(fits)), stacklevel=5)
 
 
 def fail_traced_plain_updates(variables):
@@ -233,6 +236,14 @@ _TRACED_BEFORE_WARNING = (
     "Fix: define the training step again after "
     "make_private, taking its gradients from tf_tempered.privacy.DPGradients "
     "(docs/custom_loops.md), or train with the model's own fit.")
+
+
+_FIT_OF_ANOTHER_MODEL = (
+    "make_private: another model's fit traced before it also updates these weights (with "
+    "{names}): a model sharing these layers, e.g. the plain one they were pre-trained in. "
+    "That fit now raises InvalidArgumentError instead of training them without differential "
+    "privacy. Nothing to do if that model is done training; to train it on, give it copies "
+    "of the weights (build it anew, then set_weights).")
 
 
 _RAW_IN_LOOP = (
