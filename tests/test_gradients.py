@@ -386,6 +386,24 @@ def test_a_plain_step_traced_before_make_private_called_inside_an_xla_step_write
         np.testing.assert_allclose(trained, expected, rtol=1e-5, atol=1e-6)
 
 
+def _assert_raw_step_refused(model, raw_step, traced):
+    """``raw_step`` (a plain update of ``model``'s weights), run eagerly, in a tf.function or
+    traced before make_private, is refused once the model is private, no weight moved."""
+    if traced != "eagerly":
+        raw_step = tf.function(raw_step)
+    if traced == "traced before":
+        raw_step()
+        with pytest.warns(UserWarning, match="traced before it"):
+            make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    else:
+        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    before = [w.copy() for w in model.get_weights()]
+    expected = (tf.errors.InvalidArgumentError if traced == "traced before" else NotPrivateError)
+    with pytest.raises(expected, match="WITHOUT differential privacy"):
+        raw_step()
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
 @pytest.mark.parametrize("traced", ["eagerly", "in a tf.function", "traced before"])
 def test_a_private_weight_given_to_the_optimizer_as_its_tf_variable_is_refused(traced):
     # Keras 3's tape.watched_variables() gives the tf.Variables that hold the model's weights,
@@ -402,19 +420,7 @@ def test_a_private_weight_given_to_the_optimizer_as_its_tf_variable_is_refused(t
         watched = tape.watched_variables()
         optimizer.apply_gradients(zip(tape.gradient(loss, watched), watched))
 
-    if traced != "eagerly":
-        raw_step = tf.function(raw_step)
-    if traced == "traced before":
-        raw_step()
-        with pytest.warns(UserWarning, match="traced before it"):
-            make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
-    else:
-        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
-    before = [w.copy() for w in model.get_weights()]
-    expected = (tf.errors.InvalidArgumentError if traced == "traced before" else NotPrivateError)
-    with pytest.raises(expected, match="WITHOUT differential privacy"):
-        raw_step()
-    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    _assert_raw_step_refused(model, raw_step, traced)
 
 
 @pytest.mark.parametrize("traced", ["eagerly", "in a tf.function", "traced before"])
@@ -433,19 +439,7 @@ def test_a_tf1_optimizer_s_update_of_a_private_weight_is_refused(traced):
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
 
-    if traced != "eagerly":
-        raw_step = tf.function(raw_step)
-    if traced == "traced before":
-        raw_step()
-        with pytest.warns(UserWarning, match="traced before it"):
-            make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
-    else:
-        make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
-    before = [w.copy() for w in model.get_weights()]
-    expected = (tf.errors.InvalidArgumentError if traced == "traced before" else NotPrivateError)
-    with pytest.raises(expected, match="WITHOUT differential privacy"):
-        raw_step()
-    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    _assert_raw_step_refused(model, raw_step, traced)
 
 
 @pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3 compiles no TF 1 optimizer")
