@@ -27,11 +27,9 @@
   epoch, and a warning (once per model) names ``poisson_batches``.
 """
 
-import dataclasses
 import math
 import numbers
 import warnings
-from typing import Optional
 
 import numpy as np
 
@@ -39,33 +37,9 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import (class_weights, data_sampling, fit_data_checks,
                                   pipeline_accounting, sampling, user_frame)
+from tf_tempered.privacy.run_sampling import RunSampling
 
 __all__ = ["RunSampling", "batch_spec", "plan_fit_data", "rows_batched"]
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSampling:
-    """How one fit's batches are drawn, for the accountant.
-
-    kind: "poisson" or "shuffle"; num_examples N and batch_size (expected, for Poisson)
-    when known; sampling_probability q (Poisson); multi_example_microbatches: a
-    microbatch may hold more than one example (TF Privacy's σ/2 accounting);
-    steps_per_pass: the batches of one pass over the data (shuffled), when known;
-    pass_weight: how many times each pass counts (a batch of a repeated pipeline may hold
-    an example several times: pipeline_accounting.untagged_steps_per_pass);
-    persistent_iterator: one iterator serves every epoch (an endless pipeline fit by
-    steps_per_epoch, an iterator): its passes run on across epochs. Otherwise Keras starts
-    the pipeline again each epoch, and each epoch starts passes of its own.
-    """
-
-    kind: str
-    num_examples: Optional[int] = None
-    batch_size: Optional[float] = None
-    sampling_probability: Optional[float] = None
-    multi_example_microbatches: bool = False
-    steps_per_pass: Optional[float] = None
-    pass_weight: int = 1
-    persistent_iterator: bool = False
 
 
 def _is_array(value):
