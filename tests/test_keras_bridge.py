@@ -263,8 +263,9 @@ def test_source_dataset_reads_a_tf_data_iterator_and_a_distributed_dataset():
     distributed = tf.distribute.OneDeviceStrategy("/cpu:0").experimental_distribute_dataset(
         dataset)
     assert keras_bridge.source_dataset(distributed) is dataset
-    assert keras_bridge.source_dataset(dataset) is None
-    assert keras_bridge.source_dataset(iter([1, 2])) is None
+    assert keras_bridge.source_dataset(dataset) is dataset
+    numbers = iter([1, 2])
+    assert keras_bridge.source_dataset(numbers) is numbers
 
 
 def test_custom_gradient_code_names_the_files_the_gradient_runs():

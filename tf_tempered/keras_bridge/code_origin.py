@@ -30,10 +30,11 @@ import sys
 
 from tf_tempered._compat import keras
 
-__all__ = ["computing_a_mask", "is_keras_class", "is_library_file", "keras_class_named",
-           "traced_by_a_fit"]
+__all__ = ["computing_a_mask", "first_frame_level", "is_keras_class", "is_library_file",
+           "keras_class_named", "traced_by_a_fit"]
 
 _KERAS_MODULES = ("keras.", "tf_keras.")
+_LIBRARIES = ("tensorflow", "keras", "tf_keras")
 
 
 def is_keras_class(cls):
@@ -47,36 +48,53 @@ def keras_class_named(layer, names):
     return any(cls.__name__ in names and is_keras_class(cls) for cls in type(layer).__mro__)
 
 
-def is_library_file(path):
-    """Whether the source file ``path`` is TensorFlow's or either Keras' own code."""
-    libraries = tuple(os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
-                      for name in ("tensorflow", "keras", "tf_keras")
-                      if getattr(sys.modules.get(name), "__file__", None))
-    return os.path.abspath(path).startswith(libraries)
+def is_library_file(path, packages=_LIBRARIES):
+    """Whether the source file ``path`` is in one of ``packages`` (imported ones; by
+    default TensorFlow's and either Keras')."""
+    return os.path.abspath(path).startswith(_package_dirs(packages))
+
+
+def _package_dirs(packages):
+    return tuple(os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
+                 for name in packages if getattr(sys.modules.get(name), "__file__", None))
+
+
+def first_frame_level(test):
+    """How far up the stack the first frame ``test(frame)`` holds for is, counted as a
+    ``stacklevel`` of the function that calls ``first_frame_level`` (1: that function's
+    caller; None: no frame).
+
+    >>> def helper():
+    ...     return first_frame_level(lambda frame: frame.f_code.co_name == "user")
+    >>> def user():
+    ...     return helper()
+    >>> user(), helper()
+    (1, None)
+    """
+    frame, level = sys._getframe(2), 1  # pylint: disable=protected-access
+    while frame is not None:
+        if test(frame):
+            return level
+        frame, level = frame.f_back, level + 1
+    return None
 
 
 def traced_by_a_fit(model=None):
     """Whether a Keras Model's ``train_step`` (fit, train_on_batch; AutoGraph names its
     converted copy ``tf__train_step``), ``model``'s when given, is on the caller's stack."""
-    frame = sys._getframe(1)  # pylint: disable=protected-access
-    while frame is not None:
+    def is_train_step(frame):
         owner = frame.f_locals.get("self")
-        if (frame.f_code.co_name in ("train_step", "tf__train_step")
-                and isinstance(owner, keras.Model) and (model is None or owner is model)):
-            return True
-        frame = frame.f_back
-    return False
+        return (frame.f_code.co_name in ("train_step", "tf__train_step")
+                and isinstance(owner, keras.Model) and (model is None or owner is model))
+    return first_frame_level(is_train_step) is not None
 
 
 def computing_a_mask():
     """Whether a Keras layer's own ``compute_mask`` is on the caller's stack: tf-keras'
     TimeDistributed asks its inner model for the mask by running every inner layer again on
     the [batch · time] rows, whose values are dropped (only the boolean mask is kept)."""
-    frame = sys._getframe(1)  # pylint: disable=protected-access
-    while frame is not None:
-        if (frame.f_code.co_name == "compute_mask"
-                and isinstance(frame.f_locals.get("self"), keras.layers.Layer)
-                and is_keras_class(type(frame.f_locals["self"]))):
-            return True
-        frame = frame.f_back
-    return False
+    def is_keras_compute_mask(frame):
+        owner = frame.f_locals.get("self")
+        return (frame.f_code.co_name == "compute_mask"
+                and isinstance(owner, keras.layers.Layer) and is_keras_class(type(owner)))
+    return first_frame_level(is_keras_compute_mask) is not None

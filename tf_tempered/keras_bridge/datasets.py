@@ -83,13 +83,17 @@ def batching_of(dataset, _depth=0, _shuffled=False):
 
 
 def source_dataset(x):
-    """The tf.data pipeline a tf.data iterator ``x`` reads (its private ``_dataset``), or a
-    tf.distribute DistributedDataset wraps (``strategy.experimental_distribute_dataset``:
-    its private ``_original_dataset``), or None for anything else."""
+    """The tf.data pipeline a tf.data iterator ``x`` reads (its private ``_dataset``; tf-keras
+    fits on ``iter(dataset)``) or a tf.distribute DistributedDataset wraps
+    (``strategy.experimental_distribute_dataset``: its private ``_original_dataset``), to
+    be planned and accounted as that pipeline; ``x`` itself for anything else.
+
+    Read as a source nothing could read, ``iter(ds.batch(16).repeat())`` counted one pass an
+    epoch for 2 (probe U), and a wrapped pipeline that fit refuses trained (probe B2)."""
     if isinstance(x, tf.data.Iterator):
         dataset = getattr(x, "_dataset", None)
     elif isinstance(x, tf.distribute.DistributedDataset):
         dataset = getattr(x, "_original_dataset", None)
     else:
         dataset = None
-    return dataset if isinstance(dataset, tf.data.Dataset) else None
+    return dataset if isinstance(dataset, tf.data.Dataset) else x

@@ -24,29 +24,25 @@
 4. records the fit's steps in the ledger when it ends (or fails): later fits, saving,
    PrivacyBudget and :func:`epsilon_spent` count them.
 
-DP steps taken outside ``fit`` (``train_on_batch``, a custom loop) are recorded too, as
-steps on batches the engine did not draw (no amplification): the noise counter counts
-every DP step.
+DP steps taken outside ``fit`` are recorded by :mod:`~tf_tempered.privacy.outside_steps`.
 """
 
 import math
 import warnings
-import weakref
 
 from tf_tempered._compat import keras
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import accounting, shared_ledgers, update_guard
+from tf_tempered.privacy import accounting
 from tf_tempered.privacy.fit_data import batch_spec, plan_fit_data, rows_batched
 from tf_tempered.privacy.ledger import Segment
 from tf_tempered.privacy.ledger_file import backup_ledgers
+from tf_tempered.privacy.outside_steps import (follow_weights_built_since,
+                                               record_steps_of_ledger, running_segments)
 from tf_tempered.privacy.public_layers import refuse_data_fitted_layers
 from tf_tempered.privacy.state import get_state
 from tf_tempered.privacy.step.plan import require_dp_settings
 
-__all__ = ["RunAccount", "EpsilonLog", "private_fit", "record_outside_steps",
-           "record_steps_when_collected", "record_steps_of_collected_models",
-           "follow_weights_built_since",
-           "record_steps_of_ledger", "refuse_train_step_overrides",
+__all__ = ["RunAccount", "EpsilonLog", "private_fit", "refuse_train_step_overrides",
            "epsilon_spent", "NO_NOISE_WARNING", "warn_training_metric_monitors"]
 
 NO_NOISE_WARNING = (
@@ -92,89 +88,6 @@ def refuse_train_step_overrides(model):
             "model.optimizer (docs/custom_loops.md).")
 
 
-def record_outside_steps(state, config):
-    """Records the DP steps taken since the ledger last counted (train_on_batch, custom
-    loops) as steps on batches the engine did not draw. ``config``: the DPConfig they
-    ran with (with num_microbatches, a microbatch may hold several examples). Steps of a
-    retired noise key (a loop traced before make_private was called again) count with
-    the settings of their key."""
-    for key in state.retired_keys:
-        drawn = int(key.noise.draws())
-        _record_unsampled(state.ledger, drawn - key.steps_accounted, key.config)
-        key.steps_accounted = drawn
-    drawn = state.steps_taken()
-    _record_unsampled(state.ledger, drawn - state.steps_accounted, config)
-    state.steps_accounted = drawn
-
-
-def record_steps_of_ledger(model):
-    """Records the steps outside fit of ``model`` and of every private model sharing its
-    ledger (shared weights: each must report ε for the steps of all; weights built since
-    make_private are followed first)."""
-    record_steps_of_collected_models()
-    follow_weights_built_since(model)
-    for sharing in _sharing(model):
-        state = get_state(sharing)
-        # A model in its fit: its steps so far are that fit's, recorded when it ends.
-        if state is not None and state.run is None and state.has_unrecorded_steps():
-            record_outside_steps(state, require_dp_settings(sharing))
-
-
-def follow_weights_built_since(model):
-    """Weights built after make_private (a Sequential without an Input is built by its
-    first fit) are a private model's as make_private's: updated only with DP
-    (update_guard), and under the ledger of every private model sharing them."""
-    update_guard.tag_private_weights(model)
-    shared_ledgers.merge_new_weights(model)
-
-
-# On a model: [its state], for recording its steps left out of the ledger once it is collected.
-_LEFT_STEPS = "_tf_tempered_left_steps"
-# The states of collected models, recorded at the next read of any ledger (not while the
-# garbage collector runs: it may run inside a graph, where no counter can be read).
-_COLLECTED = []
-
-
-def record_steps_when_collected(model, state):
-    """Records the custom loop steps (DPGradients') not yet in ``model``'s ledger once the
-    model is collected: a model sharing the ledger may read ε after it is gone."""
-    holder = vars(model).get(_LEFT_STEPS)
-    if holder is None:
-        holder = [state]
-        keras_bridge.set_untracked(model, _LEFT_STEPS, holder)
-        weakref.finalize(model, _COLLECTED.append, holder).atexit = False
-    holder[0] = state
-
-
-def record_steps_of_collected_models():
-    """Records the steps of the collected models' custom loops (record_steps_when_collected)."""
-    while _COLLECTED:
-        state = _COLLECTED.pop()[0]
-        # With no settings of its own, its σ was its DP optimizer's, gone with it.
-        if state.settings is not None and state.run is None and state.has_unrecorded_steps():
-            state.ledger = shared_ledgers.current(state.ledger)
-            record_outside_steps(state, state.settings)
-
-
-def _sharing(model):
-    """``model`` and the live private models sharing its ledger."""
-    ledger = get_state(model).ledger
-    return {id(m): m for m in [model, *shared_ledgers.models_sharing(ledger)]}.values()
-
-
-def running_segments(model):
-    """The segments so far of the fits in progress of ``model`` and of the models sharing
-    its ledger (a model saved, or its ε read, by a callback of another's fit)."""
-    return [get_state(m).run.segment() for m in _sharing(model)
-            if get_state(m) is not None and get_state(m).run is not None]
-
-
-def _record_unsampled(ledger, steps, config):
-    if steps > 0:
-        ledger.add(Segment("unsampled", config.noise_multiplier, steps=steps,
-                           multi_example_microbatches=config.num_microbatches is not None))
-
-
 class RunAccount:
     """The DP steps of one fit: its sampling, σ, and the steps and passes taken so far."""
 
@@ -212,7 +125,7 @@ class RunAccount:
         Keras starts a finite pipeline again each epoch: an epoch of 5 batches of a
         4-batch pass (``ds.batch(16).repeat().take(5)``) holds one pass and the start of
         another, 2 passes, every epoch (probe T, F1: counted as 5/4 an epoch, ε 8.94 for
-        11.89 after 4 epochs). With one iterator for every epoch, the fit's total counts
+        11.89 after 4 epochs). With one iterator for every epoch, the fit's steps count
         (_segment)."""
         run = self.sampling
         if run.kind != "shuffle" or not run.steps_per_pass or run.persistent_iterator:
@@ -235,8 +148,10 @@ class RunAccount:
         in_epoch = ahead_in_epoch + (0 if self._epoch_start is None else taken - self._epoch_start)
         if in_epoch > 0:
             passes += self.passes_of_epoch(in_epoch)  # an epoch in progress is a pass begun
-        if run.kind == "shuffle" and run.steps_per_pass:
-            # steps_per_epoch larger than a pass: an epoch may pass over the data more than once
+        if run.kind == "shuffle" and run.steps_per_pass and run.persistent_iterator:
+            # One iterator for every epoch (an endless pipeline fit by steps_per_epoch): the
+            # fit's steps run on through the passes, one epoch or several a pass. (Restarted
+            # each epoch, the epochs' own counts are never fewer.)
             passes = max(passes, math.ceil(steps / run.steps_per_pass))
         passes *= run.pass_weight  # batches that may hold an example several times
         return Segment(run.kind, self.noise_multiplier, steps=steps, passes=passes,

@@ -213,7 +213,7 @@ def _shuffle(config, arguments):
 
 def _pipeline(state, config, arguments, tag):
     """fit on a pipeline: its batches as they are, accounted by ``tag`` (its SamplingTag)."""
-    x = fit_data_checks.dataset_of(arguments.get("x"))
+    x = keras_bridge.source_dataset(arguments.get("x"))
     if isinstance(x, tf.data.Dataset):
         arguments = dict(arguments, shuffle=False)  # Keras ignores it for a dataset (and
         # Keras 3 warns when it is True, its default)
@@ -264,7 +264,7 @@ def rows_batched(arguments):
     """The rows under the batching of fit's tf.data pipeline, when read (for the δ check of a
     pipeline whose number of examples nothing declared: δ ≥ 1/N was not warned; probe T,
     F2), or None."""
-    batching = keras_bridge.batching_of(fit_data_checks.dataset_of(arguments.get("x")))
+    batching = keras_bridge.batching_of(keras_bridge.source_dataset(arguments.get("x")))
     return batching[2] if batching else None
 
 
@@ -293,7 +293,7 @@ def plan_fit_data(model, state, config, arguments):
                     "distributed_poisson_batches(strategy, x, y, sample_weight=..., ...).")
             x = class_weights.into_poisson_info(x, arguments["class_weight"])
             arguments = dict(arguments, x=x, class_weight=None)
-    source = fit_data_checks.dataset_of(x)
+    source = keras_bridge.source_dataset(x)
     data_sampling.refuse_mismatched_copies(state.augmentation_multiplicity, source)
     tag = data_sampling.sampling_of(source) if hasattr(source, "__dict__") else None
     fit_data_checks.refuse_poisson_batches_of_one_device(model, x, tag)

@@ -13,11 +13,7 @@
 # limitations under the License.
 """Checks of the data a private model's ``fit`` is given, before it is planned
 (:mod:`~tf_tempered.privacy.fit_data`): refusals that name the fix, and warnings of what
-the data's form costs.
-
->>> int(dataset_of(iter(tf.data.Dataset.range(3))).cardinality())  # an iterator's pipeline
-3
-"""
+the data's form costs."""
 
 import warnings
 
@@ -25,7 +21,7 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import class_weights, data_sampling, user_frame
 
-__all__ = ["dataset_of", "refuse_poisson_batches_without_info",
+__all__ = ["refuse_poisson_batches_without_info",
            "refuse_poisson_batches_of_one_device", "warn_if_order_asked",
            "warn_if_xla_meets_varying_batches"]
 
@@ -46,21 +42,12 @@ def warn_if_order_asked(state, shuffle):
         stacklevel=user_frame.user_stacklevel())
 
 
-def dataset_of(x):
-    """``x``, or the tf.data pipeline an iterator of it reads (tf-keras fits on
-    ``iter(dataset)``) or ``strategy.experimental_distribute_dataset`` wraps: accounted as
-    that pipeline, not as a source it cannot read (which counted one pass an epoch for
-    ``iter(ds.batch(16).repeat())``, 2 passes of 4, probe U; and wrapped, let a pipeline
-    fit refuses train, probe B2)."""
-    return keras_bridge.source_dataset(x) or x
-
-
 def refuse_poisson_batches_without_info(x):
     """Batches of poisson_batches whose info dict a transformation dropped or replaced
     (``.map(lambda x, y, info: (x, y))``): the step would take the padding rows for
     examples and divide by the rows a batch holds, not q·N, so one example could move the
     clipped sum by 2C, not the C the Poisson ε assumes (probe U, F1/F2)."""
-    dataset = dataset_of(x)
+    dataset = keras_bridge.source_dataset(x)
     if (isinstance(dataset, tf.data.Dataset) and not class_weights.is_poisson_pipeline(dataset)
             and data_sampling.made_from_poisson_batches(dataset)):
         raise ValueError(
@@ -79,7 +66,8 @@ def refuse_poisson_batches_of_one_device(model, x, tag):
     replicas = model.distribute_strategy.num_replicas_in_sync
     poisson = (tag is not None and tag.kind == "poisson") or (
         tag is None and class_weights.is_poisson_pipeline(x))  # built by hand
-    if poisson and replicas > 1 and isinstance(dataset_of(x), tf.data.Dataset):
+    if (poisson and replicas > 1
+            and isinstance(keras_bridge.source_dataset(x), tf.data.Dataset)):
         raise ValueError(
             f"fit on Poisson batches (tf_tempered.privacy.poisson_batches(...), or (x, y, "
             f"{{\"mask\": ...}}) batches) under a tf.distribute strategy "

@@ -26,18 +26,24 @@ from tf_tempered.privacy.state import get_state
 __all__ = ["refuse_during_own_fit"]
 
 
-def refuse_during_own_fit(model, what):
-    """Raises RuntimeError if ``model``'s fit is under way and ``what`` (a DP step or a fit
-    of it) is not that fit's own step (a Model's train_step on the stack)."""
+# Why a DP step or a nested fit is refused, and its fix ({what}: what was called).
+_COUNTED = (
+    "the fit counts every DP step taken while it runs among its own sampled batches, so a "
+    "step on a batch of your choosing would be accounted with the fit's amplification by "
+    "sampling (ε under-reported)")
+_COUNTED_FIX = ("take it before or after the fit (model.fit(...), then {what}), or give its "
+                "data to the fit")
+
+
+def refuse_during_own_fit(model, what, why=_COUNTED, fix=_COUNTED_FIX):
+    """Raises RuntimeError if ``model``'s fit is under way and ``what`` (a DP step, a fit or
+    make_private of it) is not that fit's own step (a Model's train_step on the stack); the
+    message says ``why`` and ``fix`` (``{what}`` in them is ``what``)."""
     state = get_state(model)
     run = getattr(state, "run", None)
     # (The model's own train_step, not any Model's: a callback's throwaway model's train_step
     # calling this model's train_on_batch passed; probe A2, F4.)
     if run is None or run.finished or keras_bridge.traced_by_a_fit(model):
         return
-    raise RuntimeError(
-        f"{what} of a private model during its own fit (from a callback?): the fit counts "
-        "every DP step taken while it runs among its own sampled batches, so a step on a "
-        "batch of your choosing would be accounted with the fit's amplification by sampling "
-        "(ε under-reported). Fix: take it before or after the fit (model.fit(...), then "
-        f"{what}), or give its data to the fit.")
+    raise RuntimeError(f"{what} of a private model during its own fit (from a callback?): "
+                       f"{why}. Fix: {fix.format(what=what)}.")

@@ -28,7 +28,7 @@ import types
 
 from tf_tempered._compat import KERAS_MAJOR, tf
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import fit, saving, shared_ledgers
+from tf_tempered.privacy import fit, outside_steps, saving, shared_ledgers
 from tf_tempered.privacy.fit_in_progress import refuse_during_own_fit
 from tf_tempered.privacy.settings import dp_config, model_dp_config
 from tf_tempered.privacy.state import get_state
@@ -54,7 +54,7 @@ def _compile(self, *args, **kwargs):
     state = get_state(self)
     if state is not None and state.has_unrecorded_steps():
         # A custom loop's steps, with the σ of the optimizer this compile replaces.
-        fit.record_outside_steps(state, model_dp_config(self))
+        outside_steps.record_outside_steps(state, model_dp_config(self))
     result = type(self).compile(self, *args, **kwargs)
     if state is not None:
         bind_the_step_optimizer(self, state)
@@ -83,7 +83,7 @@ def adopt_a_replaced_optimizer(model):
         return
     config = state.settings or dp_config(old)
     if config is not None and state.has_unrecorded_steps():  # train_on_batch's, the old σ
-        fit.record_outside_steps(state, config)
+        outside_steps.record_outside_steps(state, config)
     bind_the_step_optimizer(model, state)
     model.train_function = None
 
@@ -97,7 +97,7 @@ def _train_on_batch(self, *args, **kwargs):
             replicas=self.distribute_strategy.num_replicas_in_sync))
     result = type(self).train_on_batch(self, *args, **kwargs)
     # Recorded now, with the settings it ran with (a later compile may change them).
-    fit.record_steps_of_ledger(self)
+    outside_steps.record_steps_of_ledger(self)
     return result
 
 
@@ -147,7 +147,7 @@ def _configure_distribution(model):
 def _record_steps_of_others_sharing(state):
     """The custom-loop steps of the other models sharing ``state``'s ledger (not in a fit:
     a fit records its own), into the ledger about to be saved."""
-    fit.record_steps_of_collected_models()
+    outside_steps.record_steps_of_collected_models()
     for other in shared_ledgers.models_sharing(state.ledger):
         other_state = get_state(other)
         if other_state is state or other_state.run is not None or \
@@ -155,7 +155,7 @@ def _record_steps_of_others_sharing(state):
             continue
         config = model_dp_config(other)
         if config is not None:
-            fit.record_outside_steps(other_state, config)
+            outside_steps.record_outside_steps(other_state, config)
 
 
 def saving_description(state, optimizer=None):
@@ -166,14 +166,14 @@ def saving_description(state, optimizer=None):
     # During a fit, the steps the ledger lacks are the fit's own (its segment below, and
     # the ledger's at its end): recorded here as steps outside fit they counted twice.
     if config is not None and state.run is None and state.has_unrecorded_steps():
-        fit.record_outside_steps(state, config)
+        outside_steps.record_outside_steps(state, config)
     _record_steps_of_others_sharing(state)
     ledger = state.ledger.to_config()
     # Saved during a fit (its own, or one of a model sharing its ledger): its steps so far
     # count too.
     model = next((m for m in shared_ledgers.models_sharing(state.ledger)
                   if get_state(m) is state), None)
-    running = (fit.running_segments(model) if model is not None
+    running = (outside_steps.running_segments(model) if model is not None
                else [state.run.segment()] if state.run is not None else [])
     ledger["segments"].extend(dict(vars(segment)) for segment in running)
     return {

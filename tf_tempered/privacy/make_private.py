@@ -29,7 +29,8 @@ logs ε):
 
 from tf_tempered.privacy import (keras_adapter, ledger_lineage, microbatching, randomness,
                                  recording, saving, shared_ledgers, update_guard)
-from tf_tempered.privacy.fit import record_outside_steps, record_steps_when_collected
+from tf_tempered.privacy.outside_steps import (record_outside_steps,
+                                               record_steps_when_collected)
 from tf_tempered.privacy.ledger import PrivacyLedger
 from tf_tempered.privacy.make_private_checks import (checked_model, training_overrides_allowed,
                                                      warn_if_trained_without_dp)

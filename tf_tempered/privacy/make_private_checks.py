@@ -21,7 +21,7 @@ import warnings
 
 from tf_tempered._compat import check_same_keras, keras
 from tf_tempered import keras_bridge
-from tf_tempered.privacy import loaded_marks
+from tf_tempered.privacy import fit_in_progress, loaded_marks
 from tf_tempered.privacy.state import get_state
 
 __all__ = ["checked_model", "training_overrides_allowed", "warn_if_trained_without_dp"]
@@ -37,10 +37,9 @@ def checked_model(model):
     if not isinstance(model, keras.Model):
         raise TypeError(f"make_private expects a keras.Model, got {type(model).__name__}.")
     _refuse_training_overrides(model)
-    previous = get_state(model)
-    if previous is not None and previous.run is not None:
-        raise RuntimeError(_DURING_FIT)
-    return previous
+    fit_in_progress.refuse_during_own_fit(model, "make_private", why=_DURING_FIT,
+                                          fix=_DURING_FIT_FIX)
+    return get_state(model)
 
 
 def _refuse_training_overrides(model):
@@ -70,12 +69,11 @@ def training_overrides_allowed():
 
 # Keras' fit loop holds the step it traced; make_private drops it (a new key), and the fit's
 # next batch found none ("'NoneType' object is not callable").
-_DURING_FIT = (
-    "make_private was called on a model during its own fit (from a callback?): the fit "
-    "runs the step it traced with the settings it started with. Fix: change the settings "
-    "between fits, e.g. model.fit(..., epochs=k), then make_private(model, "
-    "noise_multiplier=...), then model.fit(..., initial_epoch=k, epochs=n); ε counts every "
-    "fit.")
+_DURING_FIT = "the fit runs the step it traced with the settings it started with"
+_DURING_FIT_FIX = (
+    "change the settings between fits, e.g. model.fit(..., epochs=k), then "
+    "make_private(model, noise_multiplier=...), then model.fit(..., initial_epoch=k, "
+    "epochs=n); ε counts every fit")
 
 
 _TRAINED_BEFORE = (

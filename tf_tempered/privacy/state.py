@@ -37,7 +37,7 @@ _ATTRIBUTE = "_tf_tempered_state"
 class RetiredKey:
     """A noise key a later make_private replaced. A step traced before that call (a
     ``tf.function`` of a DPGradients loop) still draws from it, with the settings it was
-    traced with: its later steps are counted too (fit.record_outside_steps).
+    traced with: its later steps are counted too (outside_steps.record_outside_steps).
 
     Attributes:
       noise: the replaced DPRandomness (its counter counts the steps drawn from it).

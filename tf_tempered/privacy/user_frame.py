@@ -20,7 +20,8 @@ code that plans its data, a different number of frames on each Keras).
 """
 
 import os
-import sys
+
+from tf_tempered import keras_bridge
 
 __all__ = ["user_stacklevel"]
 
@@ -30,13 +31,8 @@ _PACKAGES = ("tf_tempered", "keras", "tf_keras", "tensorflow")
 def user_stacklevel():
     """The ``stacklevel`` for ``warnings.warn`` called by this function's caller that
     names the first frame outside this library, Keras and TensorFlow (1: the caller)."""
-    libraries = tuple(os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
-                      for name in _PACKAGES
-                      if getattr(sys.modules.get(name), "__file__", None))
-    frame, level = sys._getframe(1), 1  # pylint: disable=protected-access
-    while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(libraries) and "__autograph_generated" not in path:
-            return level
-        frame, level = frame.f_back, level + 1
-    return 1
+    def users(frame):
+        path = frame.f_code.co_filename
+        return (not keras_bridge.is_library_file(path, _PACKAGES)
+                and "__autograph_generated" not in os.path.abspath(path))
+    return keras_bridge.first_frame_level(users) or 1
