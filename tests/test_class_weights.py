@@ -16,7 +16,7 @@
 import numpy as np
 import pytest
 
-from tf_tempered._compat import keras, tf
+from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import make_private, poisson_batches
 
 pytestmark = pytest.mark.filterwarnings("ignore:noise_multiplier=0", "ignore:fit on a pipeline")
@@ -87,3 +87,13 @@ def test_class_weight_on_distributed_poisson_batches_is_refused_naming_sample_we
                                          r"sample_weight="):
         model.fit(data, epochs=1, steps_per_epoch=4, class_weight={0: 0.5, 1: 1.0, 2: 2.0},
                   verbose=0)
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 3, reason="Keras 3's fit takes no tf.data iterator")
+def test_class_weight_on_an_iterator_of_poisson_batches_is_refused_naming_the_dataset():
+    # Before: refused, but the message spoke of a tf.distribute dataset (probe E3, S3).
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(40, 4)).astype(np.float32), rng.integers(0, 3, 40)
+    with pytest.raises(ValueError, match=r"an iterator of Poisson batches.*Fix: fit on the "
+                                         r"dataset itself"):
+        _update(iter(poisson_batches(x, y, expected_batch_size=20, steps=2)), _CLASSES)

@@ -19,6 +19,7 @@ amplification; DP steps outside fit count too. Every ε is checked against an
 independent dp_accounting computation; ε and δ reach every callback, in any order.
 """
 
+import contextlib
 import gc
 import glob
 import warnings
@@ -714,17 +715,39 @@ def test_privacy_budget_counts_each_epoch_s_passes_of_a_pipeline_cut_mid_pass():
     assert _rdp(_gaussians(4)) < 8.0 < _rdp(_gaussians(6))
 
 
-def test_one_iterator_for_every_epoch_keeps_counting_passes_across_them():
+@pytest.mark.parametrize("wrapped", [False, True], ids=["dataset", "distributed"])
+def test_one_iterator_for_every_epoch_keeps_counting_passes_across_them(wrapped):
     # An endless pipeline fit by steps_per_epoch: Keras keeps its iterator, 12 steps of
-    # 4-batch passes are 3 passes, not 2 an epoch.
+    # 4-batch passes are 3 passes, not 2 an epoch. Wrapped by experimental_distribute_dataset,
+    # it was counted as restarted each epoch, 4 (probe E3, S1).
     x, y = _data()
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(N).batch(BATCH).repeat()
-    model = _model()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if wrapped else None
+    with strategy.scope() if wrapped else contextlib.nullcontext():
+        model = _model()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model.fit(ds, epochs=2, steps_per_epoch=6, verbose=0)
+        model.fit(strategy.experimental_distribute_dataset(ds) if wrapped else ds, epochs=2,
+                  steps_per_epoch=6, verbose=0)
     assert get_state(model).ledger.segments[-1].passes == 3
     assert epsilon_spent(model)[0] == pytest.approx(_rdp(_gaussians(3)), rel=1e-9)
+
+
+@pytest.mark.parametrize("endless", [False, True], ids=["restarted", "one_iterator"])
+def test_batches_larger_than_the_data_count_their_passes_exactly(endless):
+    # 3 examples in batches of 11: a pass every 3/11 steps, so 15 steps are 55 passes (of
+    # weight 5: a batch may hold an example ceil(11/3) + 1 times). As a float, 3/11 made
+    # ceil(15 / (3/11)) 56 (probe E3, F1 and S2).
+    x, y = _data()
+    ds = tf.data.Dataset.from_tensor_slices((x[:3], y[:3]))
+    model = _model(sampling="shuffle")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if endless:
+            model.fit(ds.repeat().batch(11), epochs=5, steps_per_epoch=3, verbose=0)
+        else:
+            model.fit(ds.repeat(11).batch(11), epochs=5, verbose=0)
+    assert get_state(model).ledger.segments[-1].passes == 55 * 5
 
 
 class _StepInCallback(keras.callbacks.Callback):

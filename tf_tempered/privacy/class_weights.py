@@ -64,7 +64,20 @@ def is_poisson_pipeline(dataset):
 
 def into_poisson_info(dataset, class_weight):
     """``dataset`` (a Poisson pipeline) with each batch's class weights joined to its info
-    dict's ``"sample_weight"`` (times the weights already there); keeps its SamplingTag."""
+    dict's ``"sample_weight"`` (times the weights already there); keeps its SamplingTag.
+    Batches it cannot map (an iterator's, a tf.distribute dataset's) are refused."""
+    if isinstance(dataset, tf.data.Iterator):  # (named a tf.distribute dataset; probe E3)
+        raise ValueError(
+            "class_weight with an iterator of Poisson batches (iter(poisson_batches(...))): "
+            "an iterator's batches cannot be reweighted here. Fix: fit on the dataset "
+            "itself, or drop class_weight and pass each example's weight as "
+            "poisson_batches(x, y, sample_weight=..., ...).")
+    if not isinstance(dataset, tf.data.Dataset):  # distributed_poisson_batches' (probe B2)
+        raise ValueError(
+            "class_weight with batches a tf.distribute dataset gives each replica "
+            "(distributed_poisson_batches): they cannot be reweighted here. Fix: drop "
+            "class_weight and pass each example's weight as distributed_poisson_batches("
+            "strategy, x, y, sample_weight=..., ...).")
     if tf.nest.is_nested(dataset.element_spec[1]):
         raise ValueError(_SEVERAL_OUTPUTS)
     size = max(int(k) for k in class_weight) + 1

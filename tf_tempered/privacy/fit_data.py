@@ -256,8 +256,10 @@ def _persistent_iterator(arguments):
     x = arguments.get("x")
     if isinstance(x, tf.data.Iterator):
         return True
-    return bool(arguments.get("steps_per_epoch")) and isinstance(x, tf.data.Dataset) and int(
-        x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
+    # Wrapped by experimental_distribute_dataset, its iterator is kept alike (probe E3, S1).
+    dataset = keras_bridge.source_dataset(x)
+    return (bool(arguments.get("steps_per_epoch")) and isinstance(dataset, tf.data.Dataset)
+            and int(dataset.cardinality()) == int(tf.data.INFINITE_CARDINALITY))
 
 
 def rows_batched(arguments):
@@ -285,12 +287,6 @@ def plan_fit_data(model, state, config, arguments):
     if arguments.get("class_weight"):
         _checked_weights(np.array(list(arguments["class_weight"].values()), np.float32))
         if class_weights.is_poisson_pipeline(x):  # Keras would take its info dict for weights
-            if not isinstance(x, tf.data.Dataset):  # distributed_poisson_batches' (probe B2)
-                raise ValueError(
-                    "class_weight with batches a tf.distribute dataset gives each replica "
-                    "(distributed_poisson_batches): they cannot be reweighted here. Fix: "
-                    "drop class_weight and pass each example's weight as "
-                    "distributed_poisson_batches(strategy, x, y, sample_weight=..., ...).")
             x = class_weights.into_poisson_info(x, arguments["class_weight"])
             arguments = dict(arguments, x=x, class_weight=None)
     source = keras_bridge.source_dataset(x)

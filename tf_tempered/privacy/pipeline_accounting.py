@@ -20,6 +20,7 @@ below the batch). Batches of ``poisson_batches`` whose tag a transformation drop
 every step as a pass; a shuffle between a repeat and the batch is refused.
 """
 
+import fractions
 import warnings
 from typing import NamedTuple
 
@@ -133,7 +134,7 @@ def untagged_steps_per_pass(dataset):
     ((3, 1), (2, 1))
     >>> untagged_steps_per_pass(ds.shuffle(10).repeat().batch(4)), untagged_steps_per_pass(
     ...     ds.repeat(3).batch(5)), untagged_steps_per_pass(ds.repeat().batch(25))
-    ((2, 2), (2, 1), (0.4, 4))
+    ((2, 2), (2, 1), (Fraction(2, 5), 4))
     >>> untagged_steps_per_pass(ds.batch(4).repeat(3).skip(1)), untagged_steps_per_pass(
     ...     tf.data.Dataset.zip((ds, ds)).batch(4))
     ((1, 1), (1, 4))
@@ -233,4 +234,5 @@ def _passes_of_repeated(rows, size, skipped):
     a batch spanning two passes may hold an example ⌈size/rows⌉ (+1 unless aligned) times."""
     aligned = not skipped and (rows % size == 0 or size % rows == 0)
     most = -(-size // rows) + (0 if aligned else 1)  # an example's copies in one batch
-    return (rows // size if size <= rows else rows / size), most
+    # A fraction, exact: as a float, 3/11 made ceil(15 / (3/11)) 56 passes for 55 (probe E3).
+    return (rows // size if size <= rows else fractions.Fraction(rows, size)), most

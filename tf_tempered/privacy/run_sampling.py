@@ -15,6 +15,7 @@
 by :mod:`~tf_tempered.privacy.fit_data`, read by the fit's RunAccount)."""
 
 import dataclasses
+import numbers
 from typing import Optional
 
 __all__ = ["RunSampling"]
@@ -40,6 +41,6 @@ class RunSampling:
     batch_size: Optional[float] = None
     sampling_probability: Optional[float] = None
     multi_example_microbatches: bool = False
-    steps_per_pass: Optional[float] = None
+    steps_per_pass: Optional[numbers.Rational] = None  # a Fraction when batches span passes
     pass_weight: int = 1
     persistent_iterator: bool = False
