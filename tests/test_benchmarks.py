@@ -299,3 +299,19 @@ def test_save_weights_cost_times_both_saves_of_one_private_model():
     with_dp, weights_only, ratio = _load_module("save_weights_cost").measure(rounds=2)
     assert with_dp > 0 and weights_only > 0
     assert ratio == pytest.approx(with_dp / weights_only)
+
+
+def test_eager_checks_times_both_modes_and_restores_the_check(monkeypatch):
+    from tf_tempered.privacy.step import graph_checks  # pylint: disable=import-outside-toplevel
+    eager_checks = _load_module("eager_checks")
+    monkeypatch.setattr(eager_checks, "STEPS", 2)
+    calls = []
+    real = graph_checks.check_in_a_graph
+    monkeypatch.setattr(graph_checks, "check_in_a_graph",
+                        lambda *args: calls.append(1) or real(*args))
+    counted = graph_checks.check_in_a_graph
+    assert eager_checks._fit_time("mlp", every_step=True) > 0  # pylint: disable=protected-access
+    every = len(calls)
+    assert eager_checks._fit_time("mlp", every_step=False) > 0  # pylint: disable=protected-access
+    assert every == 4 and len(calls) == every + 1  # 2 warm-up steps and 2 timed; then once
+    assert graph_checks.check_in_a_graph is counted

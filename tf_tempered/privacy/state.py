@@ -76,8 +76,6 @@ class PrivateState:
       public_layers: names of layers whose adapt()-fit state came from public data
         (:mod:`~tf_tempered.privacy.public_layers`).
       retired_keys: the RetiredKey of every noise key make_private replaced.
-      graph_checked: whether an eager step traced the graph-reading checks
-        (:mod:`~tf_tempered.privacy.step.graph_checks`).
     """
 
     settings: Any
@@ -96,7 +94,6 @@ class PrivateState:
     audit_hook: Any = None
     public_layers: tuple = ()
     retired_keys: list = dataclasses.field(default_factory=list)
-    graph_checked: bool = False
 
     def steps_taken(self):
         """DP steps the model has taken with its current noise key (the noise counter)."""

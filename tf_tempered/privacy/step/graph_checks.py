@@ -17,10 +17,15 @@ Two refusals read the graph a traced DP step builds: a weight read outside its l
 call (:func:`tf_tempered.privacy.coverage.refuse_reads_outside_calls`) and a layer called on
 rows that are not the batch's (:mod:`tf_tempered.privacy.example_rows`). Eagerly
 (``run_eagerly=True``, a DPGradients call outside ``tf.function``) there is no graph, and
-a tied embedding trained with its tied use's gradient missing. So the first eager step of
-a model also traces stages 3-7 once (nothing runs), before its forward pass when the model
-is built (a refused write of the batch into a variable is not made), else after that pass
-has built it, before its update is applied.
+a tied embedding trained with its tied use's gradient missing. So every eager step also
+traces stages 3-7 (nothing runs), before its forward pass when the model is built (a
+refused write of the batch into a variable is not made), else after that pass has built
+it, before its update is applied. Every step, not once per model: eagerly the layers'
+Python runs again each step, and a flag flipped between fits or by a callback (batch
+centering switched on, a tied projection, a write of the batch into a weight) trained
+unchecked, one example moving the update 9-14 C (probe D3, F1). The trace costs 4.5-7x a
+small model's eager step on 2 CPU cores (benchmarks/eager_checks.py); a step in
+tf.function is traced, and checked, once per signature.
 """
 
 from tf_tempered._compat import tf
@@ -29,15 +34,13 @@ from tf_tempered.privacy.step.batch import unpack_batch
 from tf_tempered.privacy.step.chunks import clipped_passes
 from tf_tempered.privacy.step.plan import plan_step
 
-__all__ = ["check_once_in_a_graph"]
+__all__ = ["check_in_a_graph"]
 
 
 @tf.autograph.experimental.do_not_convert
-def check_once_in_a_graph(model, state, data, losses):
-    """Traces stages 3-7 of ``model``'s step on ``data``'s signature once per model; the
-    graph-reading checks raise there. ``losses``: DPGradients' loss container, or None."""
-    if state.graph_checked:
-        return
+def check_in_a_graph(model, state, data, losses):
+    """Traces stages 3-7 of ``model``'s step on ``data``'s signature; the graph-reading
+    checks raise there. ``losses``: DPGradients' loss container, or None."""
 
     def traced(traced_data):
         plan = plan_step(model, state, check_optimizer=losses is None)
@@ -46,4 +49,3 @@ def check_once_in_a_graph(model, state, data, losses):
         clipped_passes(model, state, plan, batch, losses=losses)
 
     tf.function(traced, autograph=False).get_concrete_function(data)
-    state.graph_checked = True

@@ -49,15 +49,15 @@ def dp_gradients(model, data, *, losses=None):
                          input_shapes=keras_bridge.declared_input_shapes(model))
     # Stages 3-7 (forward, backward, norms, clip factors, clipped sum), on the whole
     # batch or chunk by chunk (EngineOptions.physical_batch_size).
-    # Eagerly, the graph-reading checks trace the step first when the model is built (a
+    # Eagerly, the graph-reading checks trace each step first when the model is built (a
     # refused write of the batch into a variable must not happen); an unbuilt model is
     # built by the eager pass, and checked after it, before its update.
-    eager = tf.executing_eagerly()
-    if eager and model.built:
-        graph_checks.check_once_in_a_graph(model, state, data, losses)
+    check_first = tf.executing_eagerly() and model.built
+    if check_first:
+        graph_checks.check_in_a_graph(model, state, data, losses)
     passes = clipped_passes(model, state, plan, batch, losses=losses)
-    if eager:
-        graph_checks.check_once_in_a_graph(model, state, data, losses)
+    if tf.executing_eagerly() and not check_first:
+        graph_checks.check_in_a_graph(model, state, data, losses)
     stats = plan.replicas.sum(passes.local_stats)
     update = noised_mean(model, state, plan, batch, passes, passes.summed, stats)
     update_metrics(model if losses is None else None, state.metrics, stats, plan.replicas)
