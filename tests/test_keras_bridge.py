@@ -296,3 +296,22 @@ def test_with_function_bodies_reads_loop_bodies_and_branches():
     types = [op.type for op in keras_bridge.with_function_bodies(ops)]
     assert "RandomUniform" not in [op.type for op in ops]
     assert {"RandomUniform", "RandomStandardNormal"} <= set(types)
+
+
+def test_declared_width_reads_the_weights_and_fills_an_unknown_last_axis_only():
+    lstm = keras.layers.LSTM(3)
+    lstm.build((None, 5, 6))
+    assert keras_bridge.declared_width(lstm) == 6
+    assert keras_bridge.declared_width(keras.layers.Dense(3)) is None  # not built
+    dense = keras.layers.Dense(3)
+    dense.build((None, 4))
+    shapes = []
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None])])
+    def traced(t):
+        keras_bridge.with_declared_width(dense, t)
+        shapes.append(t.shape.as_list())
+        return t
+
+    traced(tf.zeros([2, 3, 4]))
+    assert shapes == [[None, None, 4]]

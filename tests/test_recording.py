@@ -16,7 +16,7 @@
 import numpy as np
 import pytest
 
-from dp_reference import assert_exact_update
+from dp_reference import assert_engine_matches_reference, assert_exact_update
 from tf_tempered._compat import KERAS_MAJOR, keras, tf
 from tf_tempered.privacy import errors, recording
 
@@ -134,3 +134,30 @@ def test_a_layer_call_needing_autograph_trains_with_the_exact_update_on_tf_keras
                                  keras.layers.Dense(3, dtype=dtype)])
 
     assert_exact_update(build, x, y)
+
+
+_OF_UNKNOWN_WIDTH = {  # layers whose norm paths size rows by the input's width
+    "dense": lambda: keras.layers.Dense(4, activation="tanh"),
+    "conv1d": lambda: keras.layers.Conv1D(4, 2, activation="tanh"),
+    "lstm": lambda: keras.layers.LSTM(3, return_sequences=True),
+    "einsum_dense": lambda: keras.layers.EinsumDense("abc,cd->abd", (3, 2), bias_axes="d"),
+}
+
+
+@pytest.mark.skipif(KERAS_MAJOR == 2, reason="tf-keras cannot build a layer on a None width")
+@pytest.mark.parametrize("kind", list(_OF_UNKNOWN_WIDTH))
+def test_an_input_of_unknown_width_while_traced_takes_the_width_the_weights_fix(kind):
+    # Before: a reshape to [tf.shape(t)[0], 3, -1] on batches of unknown size left the
+    # input's last axis unknown while traced, and the engine failed with a TypeError
+    # (None * int) where plain Keras 3 trains (probe F3, 1).
+    def build(dtype):
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((3, 4), dtype=dtype)
+        h = keras.layers.Lambda(lambda t: tf.reshape(t, [tf.shape(t)[0], 3, -1]),
+                                output_shape=(3, 4), dtype=dtype)(inputs)
+        h = keras.layers.Flatten()(_OF_UNKNOWN_WIDTH[kind]()(h))
+        return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(h))
+
+    rng = np.random.default_rng(0)
+    assert_engine_matches_reference(build, rng.normal(size=(16, 3, 4)).astype(np.float32),
+                                    rng.integers(0, 3, 16))

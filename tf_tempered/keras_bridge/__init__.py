@@ -30,6 +30,7 @@ re-exports:
 * :mod:`.compiled_state`: Keras 3's compiled metrics and loss, built before fit traces;
 * :mod:`.graphs`: a traced graph's ops with those of the functions they run;
 * :mod:`.code_origin`: whether a class or a layer's call is Keras' own code;
+* :mod:`.input_axes`: the width of the rows a weighted layer takes, as its weights fix it;
 * :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's);
 * :mod:`.preprocessing`: preprocessing layers whose state adapt() fit to data;
 * :mod:`.saving_hooks`: a check before every model save, hooks around compiles and
@@ -55,6 +56,8 @@ from tf_tempered.keras_bridge.graphs import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.graphs import __all__ as _graphs_all
 from tf_tempered.keras_bridge.code_origin import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.code_origin import __all__ as _code_origin_all
+from tf_tempered.keras_bridge.input_axes import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.input_axes import __all__ as _input_axes_all
 from tf_tempered.keras_bridge.runtime import __all__ as _runtime_all
 from tf_tempered.keras_bridge.preprocessing import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.preprocessing import __all__ as _preprocessing_all
@@ -62,5 +65,5 @@ from tf_tempered.keras_bridge.saving_hooks import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.saving_hooks import __all__ as _saving_hooks_all
 
 __all__ = [*_layers_all, *_recurrent_all, *_losses_all, *_training_all, *_datasets_all,
-           *_tf_privacy_all, *_runtime_all, *_graphs_all, *_code_origin_all,
+           *_tf_privacy_all, *_runtime_all, *_graphs_all, *_code_origin_all, *_input_axes_all,
            *_preprocessing_all, *_compiled_state_all, *_saving_hooks_all]
