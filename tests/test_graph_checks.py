@@ -95,3 +95,34 @@ def test_an_eager_dp_gradients_loop_checks_every_call():
     switch.on = True
     with pytest.raises(Exception, match="computed from several examples of the batch"):
         dp_gradients(x, y)
+
+
+class _NumpySign(keras.layers.Layer):
+    def call(self, h):  # runs only on eager tensors
+        return h * tf.constant(np.sign(np.asarray(h)), dtype=h.dtype)
+
+
+class Subclassed(keras.Model):  # (a leading underscore is no valid name scope)
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.first, self.sign, self.last = (keras.layers.Dense(5), _NumpySign(),
+                                            keras.layers.Dense(3))
+
+    def call(self, x):
+        return self.last(self.sign(self.first(x)))
+
+
+def test_a_call_that_runs_only_eagerly_is_refused_naming_tensorflow_ops():
+    # Before: TF's "Cannot convert a symbolic tf.Tensor ... to a numpy array", no fix
+    # (probe D3, F2).
+    x, y = _data()
+    model = Subclassed()
+    model(tf.constant(x[:4]))  # built eagerly (a functional model would trace the call)
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
+    model.compile(optimizer=keras.optimizers.SGD(1.0), run_eagerly=True,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [w.copy() for w in model.get_weights()]
+    with pytest.raises(ValueError, match=r"(?s)runs only on eager tensors.*Fix: write that call "
+                                         r"with TensorFlow ops"):
+        model.fit(x, y, batch_size=N, verbose=0)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))

@@ -202,6 +202,24 @@ def test_an_unknown_pipeline_warns_once_and_is_accounted_as_shuffled():
     assert history["epsilon"] == pytest.approx([_rdp(_gaussians(k)) for k in (2, 3)])
 
 
+def test_sparse_arrays_warn_that_they_are_not_poisson_samples_naming_dense_arrays():
+    # Before: "fit on a pipeline tf_tempered did not build (SparseTensor) ... Fix: fit on
+    # arrays" (probe D3, F6); still the shuffle bound (Keras batches them itself).
+    x, y = _data()
+    inputs = keras.Input((5,), sparse=True)
+    dense = keras.layers.Lambda(lambda t: tf.reshape(tf.sparse.to_dense(t), [-1, 5]),
+                                output_shape=(5,))(inputs)
+    model = make_private(keras.Model(inputs, keras.layers.Dense(3)(dense)), l2_norm_clip=1.0,
+                         noise_multiplier=SIGMA)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=LOSS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(tf.sparse.from_dense(x), y, batch_size=BATCH, verbose=0).history
+    said = [str(w.message) for w in caught if "sparse arrays" in str(w.message)]
+    assert len(said) == 1 and "Fix: fit on dense arrays (x.toarray()" in said[0]
+    assert history["epsilon"] == pytest.approx([_rdp(_gaussians(1))])
+
+
 @pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
 @pytest.mark.parametrize("source", ["untagged", "shuffled_batches", "repeat_then_batch",
                                     "twice_then_batch", "unknown_length", "batches_taken",

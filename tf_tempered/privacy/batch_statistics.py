@@ -56,7 +56,8 @@ def error(layer):
         "keras.layers.LayerNormalization, freeze it (layer.trainable = False) so it uses its "
         "moving statistics, or keep it in inference mode while its γ and β train: call the "
         "model that holds it with training=False (e.g. base_model(inputs, training=False), "
-        "as in Keras' fine-tuning guide).")
+        "as in Keras' fine-tuning guide; on Keras 3, in a subclassed model's call: a "
+        "Functional model passes its own training=True to the models it nests).")
 
 
 def mixing_error(layer):

@@ -240,7 +240,9 @@ def _pipeline(state, config, arguments, tag):
     if (tag is None and "unknown pipeline" not in state.warned
             and not class_weights.is_poisson_pipeline(x)):  # its own warning, below
         state.warned.add("unknown pipeline")
-        warnings.warn(pipeline_accounting.UNKNOWN_PIPELINE_WARNING.format(
+        sparse = isinstance(x, tf.SparseTensor) or hasattr(x, "tocsr")  # (scipy's)
+        warnings.warn((pipeline_accounting.SPARSE_ARRAYS_WARNING if sparse else
+                       pipeline_accounting.UNKNOWN_PIPELINE_WARNING).format(
             what=type(x).__name__) + pipeline_accounting.assumed_epoch_note(
                 x, arguments.get("steps_per_epoch")), UserWarning,
             stacklevel=user_frame.user_stacklevel())

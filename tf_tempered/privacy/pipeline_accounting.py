@@ -30,8 +30,8 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import class_weights, user_frame
 
-__all__ = ["UNKNOWN_PIPELINE_WARNING", "UNTAGGED_POISSON_WARNING", "untagged_passes",
-           "assumed_epoch_note", "untagged_steps_per_pass"]
+__all__ = ["SPARSE_ARRAYS_WARNING", "UNKNOWN_PIPELINE_WARNING", "UNTAGGED_POISSON_WARNING",
+           "untagged_passes", "assumed_epoch_note", "untagged_steps_per_pass"]
 
 UNKNOWN_PIPELINE_WARNING = (
     "fit on a pipeline tf_tempered did not build ({what}): its batches are accounted "
@@ -41,6 +41,15 @@ UNKNOWN_PIPELINE_WARNING = (
     "Fix: fit on arrays (Poisson batches are drawn for you), or build the dataset with "
     "tf_tempered.privacy.poisson_batches (the amplified ε) or "
     "tf_tempered.privacy.shuffled_batches (shuffled, declared as such).")
+
+# Sparse arrays given to fit are batched by Keras as a pipeline it builds (probe D3, F6:
+# the fix above told them to fit on arrays, as they had).
+SPARSE_ARRAYS_WARNING = (
+    "fit on sparse arrays ({what}): Keras batches them itself, not as Poisson samples, so "
+    "they are accounted with the bound for shuffled batches (no amplification by "
+    "subsampling), which is usually much larger than the Poisson ε. Fix: fit on dense "
+    "arrays (x.toarray(), tf.sparse.to_dense(x)) to have Poisson batches drawn, or "
+    "build the dataset with tf_tempered.privacy.poisson_batches.")
 
 UNTAGGED_POISSON_WARNING = (
     "fit on batches of tf_tempered.privacy.poisson_batches (a mask in each batch's info "

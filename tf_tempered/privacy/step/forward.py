@@ -102,7 +102,7 @@ def _refuse_added_losses(model):
                                 "gamma_regularizer", "beta_regularizer")
                    if getattr(layer, name, None) is not None]
     where = (f" (weight regularizers: {', '.join(regularized[:5])})" if regularized
-             else " (add_loss in a layer's call)")
+             else " (add_loss in a layer's call, or a weight's add_weight(regularizer=...))")
     raise ValueError(
         f"The model has losses outside its compiled loss{where}. The fast DP engine "
         "clips each example's gradient of its own loss and cannot fold a penalty of the "

@@ -30,6 +30,7 @@ tf.function is traced, and checked, once per signature.
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
+from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy.step.batch import unpack_batch
 from tf_tempered.privacy.step.chunks import clipped_passes
 from tf_tempered.privacy.step.plan import plan_step
@@ -48,4 +49,18 @@ def check_in_a_graph(model, state, data, losses):
                              input_shapes=keras_bridge.declared_input_shapes(model))
         clipped_passes(model, state, plan, batch, losses=losses)
 
-    tf.function(traced, autograph=False).get_concrete_function(data)
+    try:
+        tf.function(traced, autograph=False).get_concrete_function(data)
+    except (NotImplementedError, tf.errors.OperatorNotAllowedInGraphError) as failure:
+        # Code that runs only eagerly (numpy of a tensor, a Python bool of one) failed
+        # here with TF's own error, naming no fix (probe D3, F2).
+        raise UnsupportedLayerError(_EAGER_ONLY.format(failure=failure)) from failure
+
+
+_EAGER_ONLY = (
+    "An eager DP step is also traced for the checks that read its graph (that no layer "
+    "mixes the batch's examples, no weight is read outside its layer's call, no data is "
+    "written into a variable), and the trace failed: a layer's call runs only on eager "
+    "tensors ({failure}). Fix: write that call with TensorFlow ops (tf.sign instead of "
+    "np.sign(np.asarray(t)), tf.cond or tf.where instead of a Python if on a tensor), as "
+    "fit without run_eagerly=True needs anyway.")
