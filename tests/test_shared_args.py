@@ -68,10 +68,14 @@ def test_rows_alike(name):
     assert seen == [expected]
 
 
-def _record(args, kwargs, inputs, slices=False):
+class _Layer:  # a record's layer: only its identity is read
+    pass
+
+
+def _record(args, kwargs, inputs, slices=False, layer=None):
     return types.SimpleNamespace(inputs=inputs, call_args=args, call_kwargs=kwargs,
                                  handler=types.SimpleNamespace(slices_call_args=slices),
-                                 shared_args=frozenset())
+                                 shared_args=frozenset(), layer=layer or _Layer())
 
 
 def test_marks_only_arguments_the_examples_share():
@@ -98,7 +102,63 @@ def test_marks_only_arguments_the_examples_share():
     assert marked["slices"] == frozenset()
 
 
-def test_marks_nothing_eagerly():
-    record = _record((square(),), {}, tf.zeros([B, 3]))
-    mark_shared_call_args([record], None)
-    assert record.shared_args == frozenset()
+def test_marks_eagerly_what_the_trace_marked_for_the_same_calls():
+    # Before: nothing eagerly (no ops to read): a [T, T] table the examples share, with T the
+    # batch size, was sliced per example, an update 0.98-1.59 off (probe D3, F1b).
+    layer, other = _Layer(), _Layer()
+
+    @tf.function(input_signature=[tf.TensorSpec([B, 3])])
+    def check_trace(x):
+        mark_shared_call_args([_record((square(),), {}, x, layer=layer)], ({x.op}, {}))
+        return x
+
+    check_trace(tf.zeros([B, 3]))
+    eager = [_record((square(),), {}, tf.zeros([B, 3]), layer=layer),
+             _record((square(),), {}, tf.zeros([B, 3]), layer=other),  # not traced
+             _record((square(), square()), {}, tf.zeros([B, 3]), layer=layer)]  # 2nd call
+    mark_shared_call_args(eager, None)
+    assert [r.shared_args for r in eager] == [{0}, frozenset(), frozenset()]
+
+
+@pytest.mark.filterwarnings("ignore:noise_multiplier=0")
+def test_a_table_the_examples_share_is_passed_whole_eagerly_too():
+    from dp_reference import (assert_update, engine_update,  # pylint: disable=import-outside-toplevel
+                              median_clip, per_example_reference)
+    from tf_tempered._compat import keras  # pylint: disable=import-outside-toplevel
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(B, B, 3)).astype(np.float32), rng.integers(0, 3, B)
+    table = rng.normal(size=(B, 3)).astype(np.float32) * 2  # [T, D], T == the batch size
+
+    class AddTable(keras.layers.Layer):
+        def build(self, shape):
+            self.w = self.add_weight(name="w", shape=(3, 3))
+
+        def call(self, h, table):
+            return tf.tanh(tf.matmul(h + table, self.w))
+
+    class Model(keras.Model):
+        def __init__(self, dtype):
+            super().__init__(dtype=dtype)
+            self.add, self.pool, self.out = (AddTable(dtype=dtype),
+                                             keras.layers.GlobalAveragePooling1D(dtype=dtype),
+                                             keras.layers.Dense(3, dtype=dtype))
+
+        def call(self, h):
+            return self.out(self.pool(self.add(h, tf.constant(table, h.dtype))))
+
+    def build(dtype):
+        keras.utils.set_random_seed(2)
+        model = Model(dtype)
+        model(x[:2].astype(dtype))
+        return model
+
+    weights = build("float32").get_weights()
+    norms, reference = per_example_reference(
+        build, weights, x, y, lambda yi, p, m: tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(yi, p, from_logits=True)))
+    clip = median_clip(norms)
+    model = build("float32")
+    model.set_weights(weights)
+    ours, _ = engine_update(model, x, y, clip=clip, run_eagerly=True,
+                            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert_update(ours, reference(clip))
