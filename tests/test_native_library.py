@@ -261,6 +261,7 @@ def test_the_package_imports_nothing_of_the_engine():
     assert ours == {"tf_tempered._compat", "tf_tempered.privacy.errors"}, ours
 
 
+@pytest.mark.keras3_suite  # the native op alone: the same on either Keras
 def test_module_command_runs(tmp_path):
     """``python -m tf_tempered.privacy.native`` (docs/install.md) reports either way."""
     env = {**os.environ, "TF_TEMPERED_NATIVE": "0"}

@@ -504,6 +504,7 @@ def test_private_training_sees_through_the_feature_power():
                                expected, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.keras3_suite  # numpy and TF only: the same on either Keras
 def test_log8_storage_holds_every_variant_in_one_byte_a_feature(tmp_path):
     """storage="log8": nine files of codes (the unshifted one too, no float32 file), read
     as float32 within 2.2% of the float features; copies() and one variant's rows read
