@@ -303,6 +303,12 @@ def test_declared_width_reads_the_weights_and_fills_an_unknown_last_axis_only():
     lstm.build((None, 5, 6))
     assert keras_bridge.declared_width(lstm) == 6
     assert keras_bridge.declared_width(keras.layers.Dense(3)) is None  # not built
+    widths = []
+    for data_format in ("channels_last", "channels_first"):  # the last axis: a spatial one
+        conv_lstm = keras.layers.ConvLSTM1D(2, 1, data_format=data_format)
+        conv_lstm.build((None, 2, 3, 4))
+        widths.append(keras_bridge.declared_width(conv_lstm))
+    assert widths == [4, None]  # (channels_first was given 3: probe G3, F3)
     dense = keras.layers.Dense(3)
     dense.build((None, 4))
     shapes = []

@@ -25,9 +25,11 @@ False
 True
 """
 
+import contextlib
 import threading
 
-__all__ = ["custom_gradient_code", "record_custom_gradients", "with_function_bodies"]
+__all__ = ["custom_gradients_dropped", "custom_gradient_code", "record_custom_gradients",
+           "with_function_bodies"]
 
 # Attributes naming the functions an op runs: a tf.function's call, a while loop's body and
 # condition, a tf.cond's branches.
@@ -93,6 +95,25 @@ def record_custom_gradients():
     module._graph_mode_decorator = recorded_decorate  # pylint: disable=protected-access
     module.generate_name = recorded_name
     module._tf_tempered_recorded = True  # pylint: disable=protected-access
+
+
+@contextlib.contextmanager
+def custom_gradients_dropped():
+    """Within it, the gradient functions TF's graph-mode custom_gradient registers (one per
+    traced call, in TF's global registry, which is never emptied, each holding its graph)
+    are unregistered at exit: for a graph traced only to be read, never differentiated (an
+    eager step's check trace: 11 graphs, 2.1 MB, kept every step; probe G3, F2)."""
+    from tensorflow.python.framework import ops  # pylint: disable=g-import-not-at-top
+    registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
+    before = set(registry) if isinstance(registry, dict) else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            for name in set(registry) - before:
+                if name.startswith("CustomGradient"):
+                    del registry[name]
+                    _DECORATED.pop(name, None)
 
 
 def _pending():

@@ -42,8 +42,11 @@ def declared_width(layer):
         cell = getattr(layer, "cell", None)
         cell = (getattr(cell, "cells", None) or [cell])[0]
         kernel = getattr(cell, "kernel", None)
-        if kernel is not None:  # [in, units]; a ConvLSTM's [*window, in, filters]
-            width = kernel.shape[0] if len(kernel.shape) == 2 else kernel.shape[-2]
+        if kernel is not None and len(kernel.shape) == 2:  # [in, units]
+            width = kernel.shape[0]
+        elif kernel is not None and getattr(layer, "data_format", None) == "channels_last":
+            width = kernel.shape[-2]  # a ConvLSTM's [*window, in, filters] (channels_first:
+            # the last axis is a spatial one; probe G3, F3)
     if width is None and isinstance(getattr(layer, "equation", None), str):
         width = _einsum_width(layer)
     return int(width) if width is not None else None

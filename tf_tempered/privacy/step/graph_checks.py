@@ -50,7 +50,8 @@ def check_in_a_graph(model, state, data, losses):
         clipped_passes(model, state, plan, batch, losses=losses)
 
     try:
-        tf.function(traced, autograph=False).get_concrete_function(data)
+        with keras_bridge.custom_gradients_dropped():  # never differentiated: not kept
+            tf.function(traced, autograph=False).get_concrete_function(data)
     except (NotImplementedError, tf.errors.OperatorNotAllowedInGraphError) as failure:
         # Code that runs only eagerly (numpy of a tensor, a Python bool of one) failed
         # here with TF's own error, naming no fix (probe D3, F2).
