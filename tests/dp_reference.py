@@ -168,14 +168,15 @@ def assert_update(ours, reference, rtol=1e-5):
 
 
 def _engine_update(builder, weights, x, y, clip, num_microbatches, static_batch, dtype,
-                   options=None, augmentation_multiplicity=1, jit_compile=False):
+                   options=None, augmentation_multiplicity=1, jit_compile=False,
+                   run_eagerly=False):
     model = builder(dtype)
     model.set_weights([w.astype(dtype) for w in weights])
     make_private(model, options=options, augmentation_multiplicity=augmentation_multiplicity)
     model.compile(optimizer=DPKerasSGDOptimizer(l2_norm_clip=clip, noise_multiplier=0.0,
                                                 num_microbatches=num_microbatches,
                                                 learning_rate=1.0), loss=LOSS,
-                  jit_compile=jit_compile)
+                  jit_compile=jit_compile, run_eagerly=run_eagerly)
     before = [v.numpy() for v in model.trainable_variables]
     # Without drop_remainder the traced step does not know the batch size. (fit on
     # arrays whose size is a multiple of batch_size traces a static batch size.)
@@ -206,10 +207,12 @@ def _clipped_reference(builder, x, y, microbatches):
 
 def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, static_batch=False,
                                     dtype="float32", options=None, cache_key=None,
-                                    augmentation_multiplicity=1, jit_compile=False):
+                                    augmentation_multiplicity=1, jit_compile=False,
+                                    run_eagerly=False):
     """The engine's update (noise 0) equals the float64 reference, clip at the median norm.
 
-    jit_compile=True: the step compiled with XLA (the TF-ops paths a GPU runs).
+    jit_compile=True: the step compiled with XLA (the TF-ops paths a GPU runs);
+    run_eagerly=True: the eager step.
 
     augmentation_multiplicity=K: the rows of x are K consecutive copies of each
     example; the reference's microbatches are then groups of K rows (one example).
@@ -228,7 +231,7 @@ def assert_engine_matches_reference(builder, x, y, *, num_microbatches=None, sta
             _REFERENCES[cache_key] = (weights, norms, clip, clipped, reference)
     ours, history = _engine_update(builder, weights, x, y, clip, num_microbatches,
                                    static_batch, dtype, options, augmentation_multiplicity,
-                                   jit_compile)
+                                   jit_compile, run_eagerly)
     np.testing.assert_allclose(history["dp_clipped_fraction"][0], clipped)
     np.testing.assert_allclose(history["dp_grad_norm"][0], norms.mean(), rtol=1e-4)
     scale = max(np.abs(r).max() for r in reference)
