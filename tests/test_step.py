@@ -99,6 +99,7 @@ def _run_stages(model, data):
     return dict(traced(), **kept)
 
 
+@pytest.mark.keras3_suite  # the stages on a linear model; Keras 2 layers: the conformance tests
 @pytest.mark.parametrize("mode,norms_in_backward", [
     ("bookkeeping", True), ("bookkeeping", False), ("second_pass", True), ("recompute", True)])
 def test_stages_in_order_match_the_closed_form(mode, norms_in_backward):

@@ -375,6 +375,7 @@ def _spy_chunked(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.keras3_suite  # the engine's chunk plan: the same on either Keras
 def test_auto_chunks_a_batch_whose_kept_tensors_exceed_the_budget(monkeypatch):
     """With the budget at 10 rows' kept tensors and chunks of at least 4 examples, the
     default ("auto") splits 24 rows into 3 equal chunks of 8; the step is the whole batch's."""
@@ -394,6 +395,7 @@ def test_auto_chunks_a_batch_whose_kept_tensors_exceed_the_budget(monkeypatch):
     assert len(calls) == traced
 
 
+@pytest.mark.keras3_suite  # the engine's chunk plan: the same on either Keras
 def test_auto_runs_the_whole_batch_under_xla(monkeypatch):
     """Over the budget, "auto" chunks a static batch outside XLA and not under it (XLA's CPU
     backend ran the CIFAR-10 CNN's step 22x slower in chunks); an explicit size still does."""
@@ -473,6 +475,7 @@ def test_auto_chunks_of_a_native_lstm_give_the_whole_batch_step(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.keras3_suite  # the engine's chunk plan: the same on either Keras
 def test_auto_chunks_a_batch_of_unknown_size_if_any_splittable_batch_is_over_budget(
         monkeypatch):
     """Budget 6 rows, chunks of at least 4 examples: any batch of 8 or more examples is
@@ -540,6 +543,7 @@ print(json.dumps(peaks))
 '''
 
 
+@pytest.mark.keras3_suite  # the engine's chunk plan: the same on either Keras
 def test_chunks_run_one_at_a_time():
     """Four chunks of 16 examples: the step's peak is far below the whole batch's (the
     activations of two 32-channel 32×32 convolutions, 8 MiB each at 64 examples); chunks
