@@ -301,17 +301,17 @@ def test_save_weights_cost_times_both_saves_of_one_private_model():
     assert ratio == pytest.approx(with_dp / weights_only)
 
 
-def test_eager_checks_times_both_modes_and_restores_the_check(monkeypatch):
-    from tf_tempered.privacy.step import graph_checks  # pylint: disable=import-outside-toplevel
+def test_eager_checks_times_each_variant_and_restores_the_engine(monkeypatch):
+    from tf_tempered.privacy.step import eager_passes  # pylint: disable=import-outside-toplevel
     eager_checks = _load_module("eager_checks")
     monkeypatch.setattr(eager_checks, "STEPS", 2)
     calls = []
-    real = graph_checks.check_in_a_graph
-    monkeypatch.setattr(graph_checks, "check_in_a_graph",
+    real = eager_passes.traced_passes
+    monkeypatch.setattr(eager_passes, "traced_passes",
                         lambda *args: calls.append(1) or real(*args))
-    counted = graph_checks.check_in_a_graph
-    assert eager_checks._fit_time("mlp", every_step=True) > 0  # pylint: disable=protected-access
-    every = len(calls)
-    assert eager_checks._fit_time("mlp", every_step=False) > 0  # pylint: disable=protected-access
-    assert every == 4 and len(calls) == every + 1  # 2 warm-up steps and 2 timed; then once
-    assert graph_checks.check_in_a_graph is counted
+    counted = eager_passes.traced_passes
+    for variant, traced in (("traced_each_step", 4), ("eager_unchecked", 0), ("traced_once", 0)):
+        del calls[:]
+        assert eager_checks._fit_time("mlp", variant) > 0  # pylint: disable=protected-access
+        assert len(calls) == traced  # 2 warm-up steps and 2 timed, each traced
+        assert eager_passes.traced_passes is counted

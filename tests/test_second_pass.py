@@ -113,10 +113,21 @@ def test_recompute_refuses_stateless_draws_of_every_kind(draw):
         _fit(model)
 
 
-def test_recompute_refuses_an_eager_step():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-    with pytest.raises(ValueError, match="needs a traced training step.*run_eagerly"):
-        _fit(model, run_eagerly=True)
+def test_recompute_runs_an_eager_step_as_traced():
+    # Before: refused ("needs a traced training step"): an eager step read no ops. It runs
+    # its passes as a traced function now, so the forward pass's draws are read there too.
+    with pytest.raises(ValueError, match=r"forward pass draws random numbers: .*Random"):
+        _fit(keras.Sequential([keras.Input((4,)), keras.layers.Dense(5), NoisyDense()]),
+             run_eagerly=True)
+    weights = {}
+    for run_eagerly in (False, True):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
+                                  keras.layers.Dense(3)])
+        _fit(model, run_eagerly=run_eagerly)
+        weights[run_eagerly] = model.get_weights()
+    for traced, eager in zip(weights[False], weights[True]):
+        np.testing.assert_allclose(eager, traced, rtol=1e-5, atol=1e-6)
 
 
 def test_recompute_trains_a_deterministic_model():

@@ -102,24 +102,6 @@ def test_marks_only_arguments_the_examples_share():
     assert marked["slices"] == frozenset()
 
 
-def test_marks_eagerly_what_the_trace_marked_for_the_same_calls():
-    # Before: nothing eagerly (no ops to read): a [T, T] table the examples share, with T the
-    # batch size, was sliced per example, an update 0.98-1.59 off (probe D3, F1b).
-    layer, other = _Layer(), _Layer()
-
-    @tf.function(input_signature=[tf.TensorSpec([B, 3])])
-    def check_trace(x):
-        mark_shared_call_args([_record((square(),), {}, x, layer=layer)], ({x.op}, {}))
-        return x
-
-    check_trace(tf.zeros([B, 3]))
-    eager = [_record((square(),), {}, tf.zeros([B, 3]), layer=layer),
-             _record((square(),), {}, tf.zeros([B, 3]), layer=other),  # not traced
-             _record((square(), square()), {}, tf.zeros([B, 3]), layer=layer)]  # 2nd call
-    mark_shared_call_args(eager, None)
-    assert [r.shared_args for r in eager] == [{0}, frozenset(), frozenset()]
-
-
 @pytest.mark.filterwarnings("ignore:fit on a pipeline tf_tempered did not build")
 def test_a_table_the_examples_share_is_passed_whole_eagerly_too():
     from dp_reference import assert_engine_matches_reference  # pylint: disable=import-outside-toplevel

@@ -71,6 +71,21 @@ def test_a_running_mean_of_the_inputs_is_refused_before_any_update(train_on_batc
     assert epsilon_spent(model)[0] == 0
 
 
+def test_a_model_built_by_its_first_eager_step_writes_nothing_before_the_refusal():
+    # Before: tf-keras built the model by an eager pass, checked after it: the running mean
+    # held 0.1 · the batch's mean when the refusal came (probe G3, F6). The eager step's
+    # passes are a traced function now, refused before it runs.
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 5)).astype(np.float32) + 3, rng.normal(size=(8, 3))
+    model = keras.Sequential([_RunningMean(), keras.layers.Dense(3)])  # no Input: unbuilt
+    with pytest.raises(NotPrivateError, match=r"writes values computed from the training batch"):
+        _fit(model, x, y, run_eagerly=True)
+    running_mean = model.layers[0]
+    assert running_mean.built
+    assert float(running_mean.calls.numpy()) == 0.0
+    np.testing.assert_array_equal(running_mean.mean.numpy(), np.zeros(5, np.float32))
+
+
 def test_a_write_that_does_not_depend_on_the_batch_trains():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(8, 5)).astype(np.float32), rng.normal(size=(8, 3))

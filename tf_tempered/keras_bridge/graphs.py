@@ -101,8 +101,8 @@ def record_custom_gradients():
 def custom_gradients_dropped():
     """Within it, the gradient functions TF's graph-mode custom_gradient registers (one per
     traced call, in TF's global registry, which is never emptied, each holding its graph)
-    are unregistered at exit: for a graph traced only to be read, never differentiated (an
-    eager step's check trace: 11 graphs, 2.1 MB, kept every step; probe G3, F2)."""
+    are unregistered at exit: for a graph differentiated only inside itself, traced anew
+    each step (an eager step's passes: 11 graphs, 2.1 MB, kept every step; probe G3, F2)."""
     from tensorflow.python.framework import ops  # pylint: disable=g-import-not-at-top
     registry = getattr(getattr(ops, "_gradient_registry", None), "_registry", None)
     before = set(registry) if isinstance(registry, dict) else None

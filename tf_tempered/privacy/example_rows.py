@@ -32,7 +32,8 @@ an example's. Such a call is refused while the step traces, with the fix, when
 Positions ``tf.range(maxlen)`` are refused also when maxlen equals the batch's length. Not
 seen: another tensor of no example's data whose length equals the batch's by chance (with
 static shapes a broadcast and such a tensor look alike). Eagerly (``run_eagerly=True``)
-there is no graph to read: the eager step is traced once for these checks (graph_checks).
+there is no graph to read: the eager step's passes run as a function traced each step
+(step/eager_passes).
 
 >>> import tensorflow as tf
 >>> @tf.function

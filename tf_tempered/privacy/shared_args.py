@@ -35,8 +35,6 @@ shared arguments whole and checks that the call then still gives one example's o
 [True, False, True, True]
 """
 
-import weakref
-
 import numpy as np
 
 from tf_tempered._compat import tf
@@ -125,11 +123,9 @@ def _input_alike(tensor, rank, axes, depth):
 def mark_shared_call_args(records, walked):
     """Sets ``record.shared_args`` (leaf indices of its call's arguments, module docstring)
     for the records whose handler passes arguments by their first axis. ``walked``: the
-    (sources, layouts) of example_rows.refuse_calls_off_the_batch, or None (eager: the
-    marks of the step's check trace, which graph_checks makes before each eager pass of a
-    built model)."""
+    (sources, layouts) of example_rows.refuse_calls_off_the_batch, or None (no traced batch
+    to walk from: nothing is marked)."""
     if walked is None:
-        _mark_as_traced(records)
         return
     sources, layouts = walked
     graph = next(iter(sources)).graph
@@ -143,31 +139,3 @@ def mark_shared_call_args(records, walked):
             if isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph
             and t.shape.rank and t.shape[0] == rows
             and row_layout.batch_axis(t, sources, layouts) is None and not rows_alike(t))
-    _TRACED.clear()
-    _TRACED.update(_marks(records))
-
-
-# The marks of the last traced forward pass: {(layer's id, its k-th call): (a weak
-# reference to the layer, its leaves' count, shared_args)}. Eagerly no op can be read, and
-# a table the examples share whose length is the batch's was sliced per example (probe
-# D3, F1b: update 0.98-1.59 off).
-_TRACED = {}
-
-
-def _marks(records):
-    calls = {}
-    for record in records:
-        k = calls[id(record.layer)] = calls.get(id(record.layer), -1) + 1
-        leaves = tf.nest.flatten((record.call_args, record.call_kwargs))
-        yield (id(record.layer), k), (weakref.ref(record.layer), len(leaves),
-                                      record.shared_args)
-
-
-def _mark_as_traced(records):
-    calls = {}
-    for record in records:
-        k = calls[id(record.layer)] = calls.get(id(record.layer), -1) + 1
-        layer, count, shared = _TRACED.get((id(record.layer), k), (None, None, frozenset()))
-        if (layer is not None and layer() is record.layer
-                and count == len(tf.nest.flatten((record.call_args, record.call_kwargs)))):
-            record.shared_args = shared

@@ -81,11 +81,6 @@ def per_example_grads(call, variables, bypass_activation=False, options=None):
     may be a structure ([output, *states]). A handler's
     `per_example_while_loop(options)` may ask for a tf.map_fn over the examples.
     """
-    if tf.executing_eagerly():
-        # No ops to read (run_eagerly=True): its random layers are refused, drawing or not. A
-        # traced call is judged by what it draws (_one_example_call): an inner Dropout called
-        # with training=False draws nothing (probe X, F8: it was refused).
-        random_draws.refuse_random_draws(call.layer)
     slices = call.handler.slices_call_args
     shared = frozenset() if slices else getattr(call, "shared_args", frozenset())
 

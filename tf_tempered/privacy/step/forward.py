@@ -149,7 +149,7 @@ def record_forward(model, batch, plan, *, losses=None):
         batch = dataclasses.replace(batch, x=microbatching.inputs_checked(
             batch.x, num_microbatches=plan.local_microbatches, multiplicity=plan.multiplicity))
     recorder = recording.Recorder(norm_hooks=plan.clipped_sum.new_hooks(), options=plan.options)
-    forward_ops = ForwardOps(traced_only=plan.options.clipped_sum == "recompute")
+    forward_ops = ForwardOps()
     with tf.GradientTape(persistent=plan.clipped_sum.persistent_tape) as tape:
         losses, output_losses, y_pred = _losses(model, batch, plan, recorder, container)
         num_microbatches, per_microbatch, losses = microbatching.microbatch_layout(

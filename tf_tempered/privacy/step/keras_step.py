@@ -23,7 +23,7 @@ Each stage is a small module of this package, called in order; data flows one wa
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.state import get_state
-from tf_tempered.privacy.step import graph_checks
+from tf_tempered.privacy.step import eager_passes
 from tf_tempered.privacy.step.batch import unpack_batch
 from tf_tempered.privacy.step.chunks import clipped_passes
 from tf_tempered.privacy.step.metrics import step_logs, update_metrics
@@ -48,16 +48,12 @@ def dp_gradients(model, data, *, losses=None):
     batch = unpack_batch(data, xla=plan.xla,
                          input_shapes=keras_bridge.declared_input_shapes(model))
     # Stages 3-7 (forward, backward, norms, clip factors, clipped sum), on the whole
-    # batch or chunk by chunk (EngineOptions.physical_batch_size).
-    # Eagerly, the graph-reading checks trace each step first when the model is built (a
-    # refused write of the batch into a variable must not happen); an unbuilt model is
-    # built by the eager pass, and checked after it, before its update.
-    check_first = tf.executing_eagerly() and model.built
-    if check_first:
-        graph_checks.check_in_a_graph(model, state, data, losses)
-    passes = clipped_passes(model, state, plan, batch, losses=losses)
-    if tf.executing_eagerly() and not check_first:
-        graph_checks.check_in_a_graph(model, state, data, losses)
+    # batch or chunk by chunk (EngineOptions.physical_batch_size); eagerly, as a function
+    # traced for this step, whose graph the checks read (eager_passes).
+    if tf.executing_eagerly():
+        passes = eager_passes.traced_passes(model, state, data, losses)
+    else:
+        passes = clipped_passes(model, state, plan, batch, losses=losses)
     stats = plan.replicas.sum(passes.local_stats)
     update = noised_mean(model, state, plan, batch, passes, passes.summed, stats)
     update_metrics(model if losses is None else None, state.metrics, stats, plan.replicas)

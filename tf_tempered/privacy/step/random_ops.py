@@ -45,19 +45,9 @@ def _refuse(what, names):
 
 
 class ForwardOps:
-    """The ops a forward pass adds to the graph being traced.
+    """The ops a forward pass adds to the graph being traced (none eagerly)."""
 
-    ``ForwardOps(traced_only=True)`` raises ValueError when the step runs eagerly
-    (``run_eagerly=True``), where no op can be inspected.
-    """
-
-    def __init__(self, traced_only=False):
-        if traced_only and tf.executing_eagerly():
-            raise ValueError(
-                "EngineOptions(clipped_sum=\"recompute\") needs a traced training step, to "
-                "check that the forward pass draws no random numbers; the model was compiled "
-                "with run_eagerly=True. Fix: compile without run_eagerly, or use "
-                "clipped_sum=\"second_pass\".")
+    def __init__(self):
         self._graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
         self._start = len(self._graph.get_operations()) if self._graph is not None else 0
 

@@ -11,8 +11,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The graph-reading checks of an eager step (run_eagerly=True, DPGradients called
-eagerly): every step's Python is checked, not only the first step's."""
+"""The passes of an eager step (run_eagerly=True, DPGradients called eagerly) run as a
+function traced for that step: every step's Python is checked, and what is checked is what
+trains."""
 
 import warnings
 
@@ -95,6 +96,49 @@ def test_an_eager_dp_gradients_loop_checks_every_call():
     switch.on = True
     with pytest.raises(Exception, match="computed from several examples of the batch"):
         dp_gradients(x, y)
+
+
+class _EagerOnlyCentering(keras.layers.Layer):
+    def call(self, h):  # batch centering, but only when run eagerly
+        return _centered(self, h) if tf.executing_eagerly() else h
+
+
+def _centering_model(run_eagerly):
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(5), _EagerOnlyCentering(),
+                              keras.layers.Dense(3)])
+    make_private(model, l2_norm_clip=1.0, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0), run_eagerly=run_eagerly,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+# Before: the checks ran on a separate trace, where the branch was not taken, and the eager
+# pass then trained the batch centering: one example moved the clipped sum 8.87 C (probe G3,
+# F1). Now the traced function that was checked is the one that runs.
+def test_an_eager_step_trains_what_its_checks_read():
+    x, y = _data()
+    weights = {}
+    for run_eagerly in (False, True):
+        model = _centering_model(run_eagerly)
+        model.fit(x, y, batch_size=N, epochs=2, verbose=0)
+        weights[run_eagerly] = model.get_weights()
+    for traced, eager in zip(weights[False], weights[True]):
+        np.testing.assert_allclose(eager, traced, rtol=1e-5, atol=1e-6)
+
+
+def test_an_eager_step_changes_one_example_by_at_most_the_clip_norm():
+    x, y = _data()
+    sums = []
+    for x_changed in (x, np.concatenate([x[:-1], 100.0 * np.ones((1, 5), np.float32)])):
+        model = _centering_model(run_eagerly=True)
+        dp_gradients = DPGradients(model, keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), l2_norm_clip=1.0, noise_multiplier=0.0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            grads, _ = dp_gradients(x_changed, y)
+        sums.append(np.concatenate([np.ravel(g) for g in grads]) * N)  # the clipped sum
+    assert np.linalg.norm(sums[1] - sums[0]) <= 2.0 + 1e-4  # one example replaced: 2 C
 
 
 class _NumpySign(keras.layers.Layer):
