@@ -141,6 +141,8 @@ _OF_UNKNOWN_WIDTH = {  # layers whose norm paths size rows by the input's width
     "conv1d": lambda: keras.layers.Conv1D(4, 2, activation="tanh"),
     "lstm": lambda: keras.layers.LSTM(3, return_sequences=True),
     "einsum_dense": lambda: keras.layers.EinsumDense("abc,cd->abd", (3, 2), bias_axes="d"),
+    # Contracting axis 1, left unknown by the reshape below (probe G3, F4: a TypeError).
+    "einsum_dense_middle_axis": lambda: keras.layers.EinsumDense("abc,bd->acd", (4, 2)),
 }
 
 
@@ -153,7 +155,8 @@ def test_an_input_of_unknown_width_while_traced_takes_the_width_the_weights_fix(
     def build(dtype):
         keras.utils.set_random_seed(0)
         inputs = keras.Input((3, 4), dtype=dtype)
-        h = keras.layers.Lambda(lambda t: tf.reshape(t, [tf.shape(t)[0], 3, -1]),
+        rows = [-1, 4] if kind.endswith("middle_axis") else [3, -1]
+        h = keras.layers.Lambda(lambda t: tf.reshape(t, [tf.shape(t)[0], *rows]),
                                 output_shape=(3, 4), dtype=dtype)(inputs)
         h = keras.layers.Flatten()(_OF_UNKNOWN_WIDTH[kind]()(h))
         return keras.Model(inputs, keras.layers.Dense(3, dtype=dtype)(h))

@@ -30,7 +30,7 @@ re-exports:
 * :mod:`.compiled_state`: Keras 3's compiled metrics and loss, built before fit traces;
 * :mod:`.graphs`: a traced graph's ops with those of the functions they run;
 * :mod:`.code_origin`: whether a class or a layer's call is Keras' own code;
-* :mod:`.input_axes`: the width of the rows a weighted layer takes, as its weights fix it;
+* :mod:`.input_axes`: the sizes of a weighted layer's input axes, as its weights fix them;
 * :mod:`.runtime`: TensorFlow runtime facts (whether its CPU kernels are oneDNN's);
 * :mod:`.preprocessing`: preprocessing layers whose state adapt() fit to data;
 * :mod:`.saving_hooks`: a check before every model save, hooks around compiles and

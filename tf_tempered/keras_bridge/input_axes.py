@@ -11,63 +11,83 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The width of the rows a weighted layer takes (its input's last axis), as its weights fix
-it, for a traced input whose static last axis is unknown (``tf.reshape(t, [tf.shape(t)[0],
--1])`` in a Lambda, on batches of unknown size): Keras' own call needs no static width, but
-the DP engine sizes its norm paths by it (Keras 3 Dense, Conv1D, EinsumDense, an LSTM and
-MultiHeadAttention's projections failed with a TypeError; probe F3).
+"""The sizes of a weighted layer's input axes that its weights fix, for a traced input whose
+static shape leaves them unknown (``tf.reshape(t, [tf.shape(t)[0], -1])`` in a Lambda, on
+batches of unknown size): Keras' own call needs no static size, but the DP engine sizes its
+norm paths by them (Keras 3 Dense, Conv1D, EinsumDense, an LSTM and MultiHeadAttention's
+projections failed with a TypeError; probes F3, G3 F4).
+
+An EinsumDense's kernel fixes each input axis whose letter it shares: in ``"abc,bd->acd"``
+axis 1 (``b``), not the last one.
 
 >>> dense = keras.layers.Dense(3)
 >>> dense.build((None, 4))
->>> declared_width(dense)
-4
+>>> declared_axes(dense)
+{-1: 4}
 >>> einsum = keras.layers.EinsumDense("abc,cd->abd", (5, 2))
 >>> einsum.build((None, 5, 7))
->>> declared_width(einsum)
-7
+>>> declared_axes(einsum)
+{2: 7}
+>>> einsum_operands("...b, bd -> ...d")
+('...b', 'bd', '...d')
 """
 
 from tf_tempered._compat import keras, tf
 
-__all__ = ["declared_width", "with_declared_width"]
+__all__ = ["declared_axes", "einsum_operands", "with_declared_axes"]
 
 
-def declared_width(layer):
-    """The last axis of the input ``layer``'s weights fix (an int), or None: from the axes
-    Keras' InputSpec declares (Dense, convolutions), the kernel of an RNN layer's cell, an
-    EinsumDense's equation."""
-    axes = getattr(getattr(layer, "input_spec", None), "axes", None) or {}
-    width = axes.get(-1)
-    if width is None and isinstance(layer, keras.layers.RNN):
+def einsum_operands(equation):
+    """The (input, kernel, output) operand strings of a two-operand einsum ``equation``,
+    spaces dropped and ``...`` kept, or None when it has not that form."""
+    lhs, arrow, output = equation.replace(" ", "").partition("->")
+    operands = lhs.split(",")
+    if not arrow or "->" in output or len(operands) != 2:
+        return None
+    return (*operands, output)
+
+
+def declared_axes(layer):
+    """{axis: size} of ``layer``'s input axes its weights fix (negative axes count from the
+    end): the axes Keras' InputSpec declares (Dense, convolutions), the last one from the
+    kernel of an RNN layer's cell, those an EinsumDense's kernel shares with its input."""
+    axes = dict(getattr(getattr(layer, "input_spec", None), "axes", None) or {})
+    if -1 not in axes and isinstance(layer, keras.layers.RNN):
         cell = getattr(layer, "cell", None)
         cell = (getattr(cell, "cells", None) or [cell])[0]
         kernel = getattr(cell, "kernel", None)
         if kernel is not None and len(kernel.shape) == 2:  # [in, units]
-            width = kernel.shape[0]
+            axes[-1] = kernel.shape[0]
         elif kernel is not None and getattr(layer, "data_format", None) == "channels_last":
-            width = kernel.shape[-2]  # a ConvLSTM's [*window, in, filters] (channels_first:
+            axes[-1] = kernel.shape[-2]  # a ConvLSTM's [*window, in, filters] (channels_first:
             # the last axis is a spatial one; probe G3, F3)
-    if width is None and isinstance(getattr(layer, "equation", None), str):
-        width = _einsum_width(layer)
-    return int(width) if width is not None else None
+    if isinstance(getattr(layer, "equation", None), str):
+        axes.update(_einsum_axes(layer))
+    return {axis: int(size) for axis, size in axes.items() if size is not None}
 
 
-def _einsum_width(layer):
-    inputs, _, rest = layer.equation.partition(",")
-    kernel_spec = rest.partition("->")[0]
+def _einsum_axes(layer):
+    operands = einsum_operands(layer.equation)
     kernel = getattr(layer, "kernel", None)
-    last = inputs[-1:]
-    if kernel is None or not last.isalpha() or last not in kernel_spec:
-        return None
-    return kernel.shape[kernel_spec.index(last)]
+    if operands is None or kernel is None or len(operands[1]) != len(kernel.shape):
+        return {}
+    inputs, kernel_spec, _ = operands
+    head, ellipsis, tail = inputs.partition("...")
+    positions = ([(letter, i) for i, letter in enumerate(head)]
+                 + [(letter, i - len(tail)) for i, letter in enumerate(tail)]
+                 if ellipsis else [(letter, i) for i, letter in enumerate(inputs)])
+    return {axis: kernel.shape[kernel_spec.index(letter)]
+            for letter, axis in positions if letter in kernel_spec}
 
 
-def with_declared_width(layer, inputs):
-    """Gives a traced tensor ``inputs`` of unknown last axis the width ``layer`` declares
-    (in place: a static fact its weights make true), leaving every other axis as it is."""
+def with_declared_axes(layer, inputs):
+    """Gives a traced tensor ``inputs`` the sizes ``layer`` declares for its unknown axes (in
+    place: a static fact its weights make true), leaving every other axis as it is."""
     if (not isinstance(inputs, tf.Tensor) or tf.executing_eagerly() or inputs.shape.rank is None
-            or inputs.shape.rank < 2 or inputs.shape[-1] is not None):
+            or inputs.shape.rank < 2 or inputs.shape.is_fully_defined()):
         return
-    width = declared_width(layer)
-    if width is not None:
-        inputs.set_shape(inputs.shape[:-1].concatenate([width]))
+    rank, sizes = inputs.shape.rank, inputs.shape.as_list()
+    for axis, size in declared_axes(layer).items():
+        if -rank <= axis < rank and axis % rank and sizes[axis] is None:
+            sizes[axis] = size  # (never the batch axis)
+    inputs.set_shape(sizes)

@@ -203,7 +203,7 @@ def _recording(layer, original_call):
 def _recorded_call(recorder, layer, original_call, inputs, args, kwargs):
     """The outputs of one call of a trainable layer, leaving its LayerRecord in ``recorder``."""
     unit = keras_bridge.is_recurrent_unit(layer)
-    keras_bridge.with_declared_width(layer, inputs)  # the norm paths size rows by it
+    keras_bridge.with_declared_axes(layer, inputs)  # the norm paths size rows by them
     if _dense_tensors(inputs, allow_nested=False) or unit:
         # Keras built the layer before calling `call`: its hyperparameters are known.
         handler, hparams = layer_grads.lookup(layer)

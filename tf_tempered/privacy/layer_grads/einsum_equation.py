@@ -87,6 +87,7 @@ import string
 import numpy as np
 
 from tf_tempered._compat import tf
+from tf_tempered import keras_bridge
 from tf_tempered.privacy.errors import UnsupportedEinsumError
 
 __all__ = ["EinsumRowForm", "axis_size", "einsum_rows", "kernel_from_matrix", "parse_equation",
@@ -122,14 +123,9 @@ def refusal(equation, why):
 
 def split_operands(equation):
     """(input, kernel, output) operand strings, with '...' kept; checks the syntax."""
-    compact = equation.replace(" ", "")
-    if compact.count("->") != 1:
+    specs = keras_bridge.einsum_operands(equation)
+    if specs is None:
         raise refusal(equation, "expected '<input>,<kernel>-><output>'")
-    lhs, output = compact.split("->")
-    operands = lhs.split(",")
-    if len(operands) != 2:
-        raise refusal(equation, "expected exactly two operands, input and kernel")
-    specs = (*operands, output)
     for spec in specs:
         letters = spec.replace("...", "", 1)
         if not letters.isalpha() and letters:
