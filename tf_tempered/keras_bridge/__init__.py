@@ -20,10 +20,12 @@ and the step's stages take plain tensors and numbers and serve both. This file o
 re-exports:
 
 * :mod:`.layers`: layer traversal, the weights a layer owns, activity regularizers;
+* :mod:`.variables`: variables' keys, shapes and the tf.Variable a Keras 3 variable holds;
 * :mod:`.recurrent`: recurrent units (RNN layers), their masks and call arguments;
 * :mod:`.losses`: the compiled loss per example (the user's compile as written);
-* :mod:`.training`: optimizers (loss scaling, the DP mark), XLA, fit's arguments, the
+* :mod:`.training`: the optimizer a LossScaleOptimizer wraps, XLA, fit's arguments, the
   compile config saved with a model, callbacks;
+* :mod:`.optimizers`: loss scaling in an optimizer's apply, the guard of every update;
 * :mod:`.datasets`: tf.data pipelines read (a transformation's kind and inputs, the
   batching) and the transformations named by what they keep;
 * :mod:`.tf_privacy`: the settings of TF Privacy's DP optimizers;
@@ -39,12 +41,16 @@ re-exports:
 
 from tf_tempered.keras_bridge.layers import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.layers import __all__ as _layers_all
+from tf_tempered.keras_bridge.variables import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.variables import __all__ as _variables_all
 from tf_tempered.keras_bridge.recurrent import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.recurrent import __all__ as _recurrent_all
 from tf_tempered.keras_bridge.losses import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.losses import __all__ as _losses_all
 from tf_tempered.keras_bridge.training import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.training import __all__ as _training_all
+from tf_tempered.keras_bridge.optimizers import *  # noqa: F401,F403
+from tf_tempered.keras_bridge.optimizers import __all__ as _optimizers_all
 from tf_tempered.keras_bridge.datasets import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.datasets import __all__ as _datasets_all
 from tf_tempered.keras_bridge.tf_privacy import *  # noqa: F401,F403
@@ -64,6 +70,7 @@ from tf_tempered.keras_bridge.preprocessing import __all__ as _preprocessing_all
 from tf_tempered.keras_bridge.saving_hooks import *  # noqa: F401,F403
 from tf_tempered.keras_bridge.saving_hooks import __all__ as _saving_hooks_all
 
-__all__ = [*_layers_all, *_recurrent_all, *_losses_all, *_training_all, *_datasets_all,
-           *_tf_privacy_all, *_runtime_all, *_graphs_all, *_code_origin_all, *_input_axes_all,
-           *_preprocessing_all, *_compiled_state_all, *_saving_hooks_all]
+__all__ = [*_layers_all, *_variables_all, *_recurrent_all, *_losses_all, *_training_all,
+           *_optimizers_all, *_datasets_all, *_tf_privacy_all, *_runtime_all, *_graphs_all,
+           *_code_origin_all, *_input_axes_all, *_preprocessing_all, *_compiled_state_all,
+           *_saving_hooks_all]

@@ -11,8 +11,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Keras internals about layers, models and variables: traversal, ownership,
-Functional models, registered activation names, the XLA grouped convolution."""
+"""Keras internals about layers and models: traversal, ownership, Functional models,
+registered activation names, the XLA grouped convolution (variables: variables.py)."""
 
 import contextlib
 
@@ -21,11 +21,11 @@ from tf_tempered.keras_bridge.code_origin import keras_class_named
 from tf_tempered.keras_bridge.recurrent import is_recurrent_unit
 
 __all__ = ["flatten_layers", "sublayers", "inside_recurrent_units", "mixes_batch_examples", "is_trainable_batch_norm", "linear_activation", "lora_factors", "own_trainable_weights",
-           "random_layers", "set_untracked", "shape_of", "without_activation", "step_losses", "unpack_x_y_sample_weight",
-           "variable_key", "existing_weights", "overwritten_with_gradient", "watchable", "IS_KERAS3", "derived_weights", "depthwise_kernel",
+           "random_layers", "set_untracked", "without_activation", "step_losses", "unpack_x_y_sample_weight",
+           "IS_KERAS3", "derived_weights", "depthwise_kernel",
            "einsum_dense_input_rank", "embedding_variant", "grouped_convolution_op",
            "is_functional_model", "layer_normalized_input", "register_activation_name",
-           "declared_input_shapes", "variable_aliases"]
+           "declared_input_shapes"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -133,52 +133,6 @@ def layer_normalized_input(layer, x):
     normalized = keras.ops.layer_normalization(x, None, None, axis=layer.axis,
                                                epsilon=layer.epsilon)
     return keras.ops.cast(normalized, layer.compute_dtype)
-
-
-def variable_key(variable):
-    """A hashable key of a variable (Keras 3 variables have no `.ref()`)."""
-    return id(variable)
-
-
-def existing_weights(model):
-    """The variables ``model`` holds so far.
-
-    tf-keras refuses ``model.weights`` of a Sequential without an Input until its first
-    call ("Weights ... have not yet been created"); its layers' weights that exist (layers
-    built elsewhere, shared) are then all it holds.
-    """
-    try:
-        return list(model.weights)
-    except ValueError:
-        return [w for layer in getattr(model, "layers", []) for w in existing_weights(layer)]
-
-
-def variable_aliases(variable):
-    """``variable`` and, on Keras 3, the tf.Variable that holds its value: a Keras optimizer
-    updates either (``tape.watched_variables()`` and ``variable.value`` give the latter), so
-    a mark that decides whether an update may run goes on both."""
-    backing = getattr(variable, "_value", None) if IS_KERAS3 else None
-    if isinstance(backing, tf.Variable) and backing is not variable:
-        return (variable, backing)
-    return (variable,)
-
-
-def overwritten_with_gradient(variable):
-    """True for a Keras 3 variable the optimizer overwrites with its "gradient" (float8
-    training's scales and amax histories: statistics of the batch, not gradients)."""
-    return bool(getattr(variable, "overwrite_with_gradient", False))
-
-
-def watchable(variable):
-    """What `tf.GradientTape.watch` takes for a layer variable: the variable in Keras 2,
-    the tf.Variable backing it in Keras 3 (the tape refuses a Keras 3 Variable;
-    `tape.gradient` w.r.t. either reaches the same resource)."""
-    return variable.value if IS_KERAS3 else variable
-
-
-def shape_of(variable):
-    """A variable's static shape as a tuple of ints (TensorShape in Keras 2, tuple in 3)."""
-    return tuple(int(d) for d in variable.shape)
 
 
 def set_untracked(obj, name, value):
