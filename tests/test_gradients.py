@@ -120,6 +120,23 @@ def test_it_refuses_what_fit_refuses():
                     noise_multiplier=1.0)(*_data())
 
 
+# Before: a call in a strategy's scope outside strategy.run failed deep in the step with
+# TF's "DistributedVariable.handle is not available outside the replica context".
+def test_a_call_in_a_strategy_scope_outside_strategy_run_is_refused_naming_the_fix():
+    x, y = _data()
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model = _mlp()
+        dp = DPGradients(model, LOSS, l2_norm_clip=1.0, noise_multiplier=1.0)
+        before = [w.copy() for w in model.get_weights()]
+        with pytest.raises(ValueError, match=r"DPGradients called outside strategy\.run.*"
+                                             r"Fix: call it inside the replica function"):
+            dp(x, y)
+        grads, _ = strategy.run(dp, args=(x, y))
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+    assert len(grads) == len(model.trainable_variables)
+
+
 def _gaussian_epsilon(counts, delta=1e-5):
     """RDP ε of unamplified Gaussian steps: {noise_multiplier: steps}."""
     return dp_accounting.rdp.RdpAccountant().compose(dp_accounting.ComposedDpEvent([

@@ -22,8 +22,8 @@ plain one-pass-per-epoch form, which is read as such only when no repeat is seen
 
 from tf_tempered._compat import tf
 
-__all__ = ["BATCH", "GROUPING", "ONE_TO_ONE", "OVERLAPPING", "batching_of", "dataset_inputs",
-           "dataset_kind", "source_dataset"]
+__all__ = ["BATCH", "GROUPING", "ONE_TO_ONE", "OVERLAPPING", "batching_of", "captured_datasets",
+           "dataset_inputs", "dataset_kind", "source_dataset"]
 
 # One output per input element, in order (the count of a pass's examples is kept).
 ONE_TO_ONE = frozenset({"MapDataset", "ParallelMapDataset", "PrefetchDataset",
@@ -53,6 +53,59 @@ def dataset_inputs(dataset):
         return list(dataset._inputs())  # pylint: disable=protected-access
     except (AttributeError, NotImplementedError, TypeError):
         return []
+
+
+def captured_datasets(dataset):
+    """The pipelines a transformation's function reads whole (``flat_map(lambda _: other)``,
+    an interleave of several): the tf.data datasets its Python function refers to (closure,
+    globals, defaults, and lists, tuples or dicts of them) whose variant tensor the traced
+    function captured; [] where there are none or they cannot be read.
+
+    ``_inputs()`` names only the transformation's input (``range(1)`` here), so a pipeline
+    made from poisson_batches inside a flat_map, its info dict dropped there, trained its
+    padding rows as examples (probe S, F7).
+
+    >>> inner = tf.data.Dataset.range(3)
+    >>> captured_datasets(tf.data.Dataset.range(1).flat_map(lambda _: inner)) == [inner]
+    True
+    """
+    found = []
+    for wrapper in vars(dataset).values() if hasattr(dataset, "__dict__") else ():
+        function = getattr(wrapper, "_func", None)
+        try:
+            captured = {id(t) for t in wrapper.function.captured_inputs}
+        except (AttributeError, TypeError, ValueError):
+            continue
+        for candidate in _referred_objects(function):
+            if (isinstance(candidate, tf.data.Dataset) and candidate not in found
+                    and id(getattr(candidate, "_variant_tensor", None)) in captured):
+                found.append(candidate)
+    return found
+
+
+def _referred_objects(function, _depth=0):
+    """The objects a Python function refers to by its closure, globals and defaults (lists,
+    tuples and dict values among them opened one level), through ``__wrapped__``."""
+    if _depth > 8 or not callable(function):
+        return []
+    code = getattr(function, "__code__", None)
+    globals_ = getattr(function, "__globals__", {})
+    objects = [cell.cell_contents for cell in getattr(function, "__closure__", None) or ()
+               if _filled(cell)]
+    objects += [globals_[name] for name in getattr(code, "co_names", ()) if name in globals_]
+    objects += list(getattr(function, "__defaults__", None) or ())
+    objects += [item for obj in list(objects) if isinstance(obj, (list, tuple, dict))
+                for item in (obj.values() if isinstance(obj, dict) else obj)]
+    wrapped = getattr(function, "__wrapped__", None)
+    return objects + (_referred_objects(wrapped, _depth + 1) if wrapped is not None else [])
+
+
+def _filled(cell):
+    try:
+        cell.cell_contents  # pylint: disable=pointless-statement
+    except ValueError:  # an empty cell
+        return False
+    return True
 
 
 def batching_of(dataset, _depth=0, _shuffled=False):

@@ -22,8 +22,8 @@ model holds before tf-keras has built it.
 
 from tf_tempered._compat import KERAS_MAJOR, keras, tf  # noqa: F401  (keras: the doctest)
 
-__all__ = ["existing_weights", "overwritten_with_gradient", "shape_of", "variable_aliases",
-           "variable_key", "watchable"]
+__all__ = ["existing_weights", "first_copy", "overwritten_with_gradient", "shape_of",
+           "variable_aliases", "variable_key", "watchable"]
 
 IS_KERAS3 = KERAS_MAJOR == 3
 
@@ -72,3 +72,13 @@ def watchable(variable):
 def shape_of(variable):
     """A variable's static shape as a tuple of ints (TensorShape in Keras 2, tuple in 3)."""
     return tuple(int(d) for d in variable.shape)
+
+
+def first_copy(variable):
+    """``variable``, or a tf.distribute variable's first copy: its copies agree (mirrored),
+    and read whole under another strategy's scope it raises RuntimeError ("Mixing
+    different tf.distribute.Strategy objects": a model made under one strategy, its steps
+    read while another's fit begins)."""
+    if isinstance(variable, tf.distribute.DistributedValues):
+        return variable.values[0]
+    return variable

@@ -176,8 +176,9 @@ def sampling_of(dataset, _depth=0):
 
 
 def made_from_poisson_batches(dataset, _depth=0):
-    """Whether ``dataset`` is, or was made by any transformation from, a dataset of
-    poisson_batches (whose padded batches only their info dict tells from real rows).
+    """Whether ``dataset`` is, or was made by any transformation from (its inputs, or a
+    pipeline its function reads: a flat_map's), a dataset of poisson_batches (whose padded
+    batches only their info dict tells from real rows).
 
     >>> ds = tf.data.Dataset.from_tensor_slices(np.arange(4.0))
     >>> made_from_poisson_batches(ds), made_from_poisson_batches(
@@ -188,7 +189,8 @@ def made_from_poisson_batches(dataset, _depth=0):
     if tag is not None or _depth > 64:
         return tag is not None and tag.kind == "poisson"
     return any(made_from_poisson_batches(source, _depth + 1)
-               for source in keras_bridge.dataset_inputs(dataset))
+               for source in (keras_bridge.dataset_inputs(dataset)
+                              + keras_bridge.captured_datasets(dataset)))
 
 
 def shuffled_batches(x, y=None, sample_weight=None, *, batch_size, drop_remainder=False,

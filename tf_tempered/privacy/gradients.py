@@ -99,7 +99,7 @@ class DPGradients:
     def __call__(self, x, y, sample_weight=None):
         data = (x, y) if sample_weight is None else (x, y, sample_weight)
         data = tf.nest.map_structure(tf.convert_to_tensor, data)  # (NumPy arrays, eagerly)
-        _refuse_cross_replica_call_on_keras2(self.model)
+        _refuse_cross_replica_call(self.model)
         refuse_during_own_fit(self.model, "a DPGradients step")
         _, _, update = dp_gradients(self.model, data, losses=self._losses)
         update_guard.allow_dp_gradient_loops(self.model)  # weights built by this call too
@@ -116,16 +116,20 @@ class DPGradients:
             metric.reset_state()
 
 
-def _refuse_cross_replica_call_on_keras2(model):
-    """tf-keras' metrics of a model made under a strategy of several replicas are updated
-    only in a replica context (it failed inside them with a SyncOnReadVariable error)."""
+def _refuse_cross_replica_call(model):
+    """A call in a strategy's scope outside strategy.run reads distributed variables whole,
+    which TF refuses deep inside the step ("DistributedVariable.handle is not available
+    outside the replica context"); tf-keras' metrics of a model made under a strategy of
+    several replicas are updated only in a replica context (it failed inside them with a
+    SyncOnReadVariable error)."""
     strategy = model.distribute_strategy
     context = tf.distribute.get_replica_context()  # None in the strategy's cross-replica scope
-    if (KERAS_MAJOR == 2 and strategy.num_replicas_in_sync > 1
-            and (context is None or context.strategy is not strategy)):
+    if context is None or (KERAS_MAJOR == 2 and strategy.num_replicas_in_sync > 1
+                           and context.strategy is not strategy):
         raise ValueError(
-            f"DPGradients called outside strategy.run on a model made under a strategy of "
-            f"{strategy.num_replicas_in_sync} replicas (Keras 2). Fix: call it inside the "
+            f"DPGradients called outside strategy.run (in a strategy's scope, or on a model "
+            f"made under a strategy of {strategy.num_replicas_in_sync} replicas on Keras 2). "
+            "Fix: call it inside the "
             "replica function, strategy.run(step, args=(x, y)), with each replica's batch "
             "(strategy.experimental_distribute_dataset or distributed_poisson_batches), and "
             "apply the gradients there (docs/custom_loops.md).")

@@ -53,6 +53,7 @@ import secrets
 import numpy as np
 
 from tf_tempered._compat import tf
+from tf_tempered import keras_bridge
 from tf_tempered.privacy import hardened_noise
 from tf_tempered.privacy import native as native_ops
 # The seeds (re-exported here, where callers import them from): privacy/dp_seeds.py.
@@ -121,7 +122,7 @@ class DPRandomness:
 
     def draws(self):
         """How many counter values were handed out (the DP steps of a model's noise)."""
-        return int(self._counter.read_value().numpy())
+        return int(keras_bridge.first_copy(self._counter).read_value().numpy())
 
     def _key_counter(self, counter, stream, *, block_offset=0):
         """Philox's 128-bit counter: draw counter c in the high 64 bits, the stream s in
