@@ -61,7 +61,8 @@ def refuse_calls_off_the_batch(records, x, rows):
     graph, batch_ops, values = batch[0].graph, {t.op for t in batch}, {}
     # A registered layer's outputs hold the examples on axis 0 when its inputs do, which is
     # checked for that call itself.
-    sources, layouts = batch_ops | _record_output_ops(records, graph), {}
+    sources = batch_ops | _record_output_ops(records, graph)
+    layouts = {row_layout.BATCH_ROWS: rows}
     for record in records:
         inputs = [t for t in tf.nest.flatten(record.inputs)
                   if isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph

@@ -41,7 +41,8 @@ Loops, conds and nested tf.functions are followed into their graphs
 :mod:`tf_tempered.privacy.row_layout_lists`), slices
 (:mod:`tf_tempered.privacy.row_layout_slices`), gather_nd and scatters
 (:mod:`tf_tempered.privacy.row_layout_nd`), rows a mask kept put back at its positions
-(:mod:`tf_tempered.privacy.row_layout_masks`). The marks, and how an op's inputs' layouts
+(:mod:`tf_tempered.privacy.row_layout_masks`), ops that add, drop or move an example's axes
+(:mod:`tf_tempered.privacy.row_layout_axes`: one-hot, depth-to-space, diagonals). The marks, and how an op's inputs' layouts
 combine, are :mod:`tf_tempered.privacy.row_layout_marks`; the other ops' rules
 :mod:`tf_tempered.privacy.row_layout_ops`.
 
@@ -76,19 +77,19 @@ concatenation, a slice of shifted rows). Nothing unmixes: ``MIXED`` stays.
 [MIXED, 0, 0, MIXED, MIXED, MIXED, PICKED, MIXED, 0, MIXED]
 """
 
-from tf_tempered.privacy import (row_layout_functions, row_layout_lists, row_layout_masks,
-                                 row_layout_mixing, row_layout_nd, row_layout_ops,
-                                 row_layout_slices)
-from tf_tempered.privacy.row_layout_marks import (MIXED, PICKED, REARRANGED, UNKNOWN, is_picked,
-                                                  same_axes, source_of)
+from tf_tempered.privacy import (row_layout_axes, row_layout_functions, row_layout_lists,
+                                 row_layout_masks, row_layout_mixing, row_layout_nd,
+                                 row_layout_ops, row_layout_slices)
+from tf_tempered.privacy.row_layout_marks import (BATCH_ROWS, MIXED, PICKED, REARRANGED, UNKNOWN,
+                                                  batch_length, is_picked, same_axes, source_of)
 
-__all__ = ["MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis", "is_picked",
-           "source_of"]
+__all__ = ["BATCH_ROWS", "MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis",
+           "is_picked", "source_of"]
 
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
 SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"}) | row_layout_lists.SHAPE_ONLY
 _RULES = {**row_layout_ops.RULES, **row_layout_slices.RULES, **row_layout_nd.RULES,
-          **row_layout_mixing.RULES, **row_layout_lists.RULES}
+          **row_layout_mixing.RULES, **row_layout_lists.RULES, **row_layout_axes.RULES}
 # Ops whose output's length is decided by values: a shape read after them is a count of the
 # batch's data (tf.shape(tf.where(y > 0))[0], the positives of the batch).
 _LENGTH_FROM_VALUES = frozenset({"Where", "Unique", "UniqueV2", "UniqueWithCounts",
@@ -97,8 +98,14 @@ _LENGTH_FROM_VALUES = frozenset({"Where", "Unique", "UniqueV2", "UniqueWithCount
 
 def batch_axis(tensor, sources, memo=None):
     """The layout of ``tensor`` (module docstring); ``sources``: ops whose outputs hold the
-    examples on axis 0; ``memo``: op -> layout, shared between calls on one graph."""
+    examples on axis 0; ``memo``: op -> layout, shared between calls on one graph (and at
+    ``BATCH_ROWS``, the batch's static length, if known)."""
     memo = {} if memo is None else memo
+    with batch_length(memo.get(BATCH_ROWS)):
+        return _walk(tensor, sources, memo)
+
+
+def _walk(tensor, sources, memo):
     counted = memo.setdefault(_COUNTED, set())
     stack = [(tensor.op, False)]
     while stack:

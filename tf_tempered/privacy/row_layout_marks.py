@@ -19,9 +19,15 @@ op's inputs combine (one_layout, same_axes), and the static values the rules rea
 (MIXED, REARRANGED, 1)
 """
 
+import contextlib
+import contextvars
+
+import numpy as np
+
 from tf_tempered._compat import tf
 
-__all__ = ["MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked", "first_length",
+__all__ = ["BATCH_ROWS", "MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked",
+           "batch_length", "batch_rows", "first_length",
            "is_picked", "normalized_axis", "one_layout", "outer_of", "picked_at", "position_in",
            "range_limit", "same_axes", "source_of", "static_at", "static_values"]
 
@@ -99,6 +105,27 @@ def outer_of(tensor):
     return tensor
 
 
+# The walk's memo key of the batch's static length (None: unknown while tracing), which the
+# rules read through batch_rows() while batch_axis walks (row_layout_ops._reshape).
+BATCH_ROWS = "the batch's static length"
+_BATCH_ROWS = contextvars.ContextVar("tf_tempered_batch_rows", default=None)
+
+
+def batch_rows():
+    """The batch's static length in the walk under way, or None."""
+    return _BATCH_ROWS.get()
+
+
+@contextlib.contextmanager
+def batch_length(rows):
+    """Within it, batch_rows() is ``rows``."""
+    token = _BATCH_ROWS.set(rows)
+    try:
+        yield
+    finally:
+        _BATCH_ROWS.reset(token)
+
+
 def one_layout(layouts):
     """The one layout of the batch-dependent inputs: MIXED for picked rows with the batch's
     (t - t[0]) or with rows picked by another index (a loop's t[i] - t[i - 1]), and for
@@ -138,10 +165,37 @@ def source_of(tensor, through=("Identity", "Cast")):
 
 
 def static_values(tensor):
+    """The ints of a static tensor, also one TF's constant folding leaves (tf.nn.softmax's
+    permutation: a concat of ranges and a stack of differences of constants); ValueError
+    when not static."""
     value = tf.get_static_value(tensor)
     if value is None:
+        value = _folded(tensor)
+    return [int(v) for v in tf.nest.flatten(np.asarray(value).tolist())]
+
+
+# The integer ops _folded evaluates, on static inputs.
+_FOLDED = {"Sub": np.subtract, "AddV2": np.add, "Add": np.add, "Mul": np.multiply,
+           "Neg": np.negative, "Identity": lambda v: v, "Cast": lambda v: v}
+
+
+def _folded(tensor, depth=0):
+    """``tensor``'s value from constants through small integer ops (a range, a stack, a
+    concat and arithmetic); ValueError if it needs anything else."""
+    value = tf.get_static_value(tensor)
+    if value is not None:
+        return np.asarray(value)
+    op = tensor.op
+    if depth > 16 or op.type not in (*_FOLDED, "Range", "Pack", "ConcatV2"):
         raise ValueError("not static")
-    return [int(v) for v in tf.nest.flatten(value.tolist())]
+    inputs = [_folded(t, depth + 1) for t in op.inputs]
+    if op.type == "Range":
+        return np.arange(*(int(v) for v in inputs))
+    if op.type == "Pack":
+        return np.stack(inputs, axis=op.get_attr("axis"))
+    if op.type == "ConcatV2":
+        return np.concatenate(inputs[:-1], axis=int(inputs[-1]))
+    return _FOLDED[op.type](*inputs)
 
 
 def static_at(tensor, index):

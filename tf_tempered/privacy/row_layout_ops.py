@@ -18,9 +18,9 @@ Each rule takes the op and the layouts of its inputs (at least one not None) and
 its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
 """
 
-from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Picked, is_picked,
-                                                  normalized_axis, one_layout, same_axes,
-                                                  static_at, static_values)
+from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Picked, batch_rows,
+                                                  is_picked, normalized_axis, one_layout,
+                                                  same_axes, static_at, static_values)
 
 __all__ = ["RULES"]
 
@@ -131,13 +131,23 @@ def _reshape(op, layouts):
     if after.rank is None or before.rank is None:
         return UNKNOWN
     if after.rank > layout and before[:layout + 1].as_list() == after[:layout + 1].as_list():
-        return layout  # (first: a batch of one example is an axis of length 1 too)
-    if all(size == 1 for size in before.as_list()[:layout]):
+        kept = layout  # (first: a batch of one example is an axis of length 1 too)
+    elif all(size == 1 for size in before.as_list()[:layout]):
         # Example-major rows merged or split: still example-major, after the leading axes
         # of length 1 the reshape puts first (tf-keras' LayerNormalization: [1, B·T, d, 1]).
-        ones = next((i for i, size in enumerate(after.as_list()) if size != 1), None)
-        return UNKNOWN if ones is None else ones
-    return REARRANGED  # the batch axis merged with the axes before it: rows in their order
+        kept = next((i for i, size in enumerate(after.as_list()) if size != 1), None)
+        if kept is None:
+            return UNKNOWN
+    else:
+        return REARRANGED  # the batch axis merged with the axes before it: rows in their order
+    # ... if its rows are still the batch's examples in blocks: a length that is no multiple
+    # of the batch's merged several examples into a row ([B, F] -> [B/2, 2, F]: a mean over
+    # the pair mixed examples unrefused; probe H2, F2). (Not seen with the batch's length
+    # unknown while tracing: an example's rows may be several, [2B, ...] -> [B, ...].)
+    rows = batch_rows()
+    if rows and after[kept] is not None and after[kept] % rows:
+        return REARRANGED
+    return kept
 
 
 def _on_batch_axis(attribute_input):
@@ -254,6 +264,5 @@ RULES = {
     "TfTemperedLstmSequence": _each_example_s_recurrence,
     "TfTemperedGruSequence": _each_example_s_recurrence,
     **{name: _broadcast for name in _BROADCASTING},
-    **{name: _unknown for name in ("SpaceToBatchND", "BatchToSpaceND", "SpaceToDepth",
-                                   "DepthToSpace")},
+    **{name: _unknown for name in ("SpaceToBatchND", "BatchToSpaceND")},
 }
