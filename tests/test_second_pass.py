@@ -130,6 +130,34 @@ def test_recompute_runs_an_eager_step_as_traced():
         np.testing.assert_allclose(eager, traced, rtol=1e-5, atol=1e-6)
 
 
+class _SecondCallScaled(keras.layers.Layer):
+    """The identity on odd calls, x100 on even ones (a Python counter: each step traces the
+    layer twice under recompute)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.calls = 0
+
+    def call(self, h):
+        self.calls += 1
+        return h * 100.0 if self.calls % 2 == 0 else h
+
+
+# Before: the second forward pass was never compared with the first: x100 on it made the
+# clipped sum 599.6 against at most 16 (no clipping), one example moving it 152 C (probe H1,
+# F2); traced or eager.
+@pytest.mark.parametrize("run_eagerly", [False, True])
+def test_recompute_refuses_a_second_pass_that_computes_other_losses(run_eagerly):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5), _SecondCallScaled(),
+                              keras.layers.Dense(3)])
+    before = None
+    with pytest.raises(tf.errors.InvalidArgumentError, match="losses differ from the first.*Fix: make each call"):
+        make_private(model, options=RECOMPUTE)
+        before = [w.copy() for w in model.get_weights()]
+        _fit(model, run_eagerly=run_eagerly)
+    assert all((a == b).all() for a, b in zip(before, model.get_weights()))
+
+
 def test_recompute_trains_a_deterministic_model():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
                               keras.layers.Dense(3)])

@@ -58,7 +58,8 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import native as native_ops
 from tf_tempered.privacy.step.norm_hooks import NormHooks
-from tf_tempered.privacy.step.random_ops import refuse_random_layers, refuse_random_ops
+from tf_tempered.privacy.step.random_ops import (refuse_random_layers, refuse_random_ops,
+                                                  same_losses_as_first)
 
 __all__ = ["ClippedSum", "BookKeeping", "SecondPass", "Recompute", "dense_rows", "strategy_for"]
 
@@ -163,7 +164,8 @@ class Recompute(ClippedSum):
         # The second forward pass starts only once the clip factors are known, so its
         # activations never coexist with the first pass's.
         with tf.GradientTape() as tape:
-            microbatch_losses = forward.recompute(after=weights.scale)
+            microbatch_losses = same_losses_as_first(forward.recompute(after=weights.scale),
+                                                     forward.microbatch_losses)
         return reweighted_gradients(tape, microbatch_losses, weights.scale, weights.finite,
                                     variables, native=self.native)
 

@@ -26,7 +26,7 @@ and a branch on ``tf.executing_eagerly()`` or a call counter trained what the tr
 take (probe G3, F1: 8.87 C). So the step's passes
 are the traced function itself, traced anew each step (a layer's Python may change between
 steps) and run once: layers see symbolic tensors in their call, as in a step without
-run_eagerly (``tf.print`` shows values). The noise, the update and the metrics stay eager.
+run_eagerly. The noise, the update and the metrics stay eager.
 Its cost: a small model's eager step 5-8x the same passes run eagerly unchecked, 40-60x a traced
 step, on 2 CPU cores (benchmarks/eager_checks.py; run_eagerly is for debugging).
 
@@ -36,6 +36,7 @@ step, on 2 CPU cores (benchmarks/eager_checks.py; run_eagerly is for debugging).
 """
 
 import dataclasses
+import itertools
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
@@ -54,6 +55,7 @@ def traced_passes(model, state, data, losses):
     loss container, or None."""
 
     def passes_of(traced_data):
+        _vary_graph_seed(tf.compat.v1.get_default_graph())
         plan = plan_step(model, state, check_optimizer=losses is None)
         batch = unpack_batch(traced_data, xla=plan.xla,
                              input_shapes=keras_bridge.declared_input_shapes(model))
@@ -63,12 +65,29 @@ def traced_passes(model, state, data, losses):
     try:
         # Its custom gradients are used inside the trace only: TF's registry would keep
         # every step's graphs (probe G3, F2).
+        # A concrete function runs as a graph also under tf.config.run_functions_eagerly(True),
+        # which a tf.function called directly obeys: then no graph, and no check, at all
+        # (probe H1, F1: a batch centering trained, 7.95 C).
         with keras_bridge.custom_gradients_dropped():
-            return Passes(*tf.function(passes_of, autograph=False)(data))
+            step = tf.function(passes_of, autograph=False).get_concrete_function(data)
+            return Passes(*step(data))
     except (NotImplementedError, tf.errors.OperatorNotAllowedInGraphError) as failure:
         # Code that runs only eagerly (numpy of a tensor, a Python bool of one) failed
         # here with TF's own error, naming no fix (probe D3, F2).
         raise UnsupportedLayerError(_EAGER_ONLY.format(failure=failure)) from failure
+
+
+# Traces so far: each step's graph gets its own seed from it.
+_TRACES = itertools.count(1)
+
+
+def _vary_graph_seed(graph):
+    """Under a global seed (keras.utils.set_random_seed), TF seeds a graph's random ops from
+    it and their position in the graph: the same ops, traced anew each step, drew the same
+    numbers every step (tf-keras' Dropout, a custom layer's tf.random; probe H1, F3). Each
+    trace's graph seed is the global one moved by the trace's number (still reproducible)."""
+    if graph.seed is not None:
+        graph.seed = (graph.seed + next(_TRACES) * 1_000_003) % (2 ** 31 - 1)
 
 
 _EAGER_ONLY = (
