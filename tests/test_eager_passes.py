@@ -147,20 +147,26 @@ class _NumpySign(keras.layers.Layer):
 
 
 class Subclassed(keras.Model):  # (a leading underscore is no valid name scope)
-    def __init__(self, **kwargs):
+    def __init__(self, eager_only, **kwargs):
         super().__init__(**kwargs)
-        self.first, self.sign, self.last = (keras.layers.Dense(5), _NumpySign(),
+        self.first, self.sign, self.last = (keras.layers.Dense(5), eager_only(),
                                             keras.layers.Dense(3))
 
     def call(self, x):
         return self.last(self.sign(self.first(x)))
 
 
-def test_a_call_that_runs_only_eagerly_is_refused_naming_tensorflow_ops():
+class _DotNumpy(keras.layers.Layer):
+    def call(self, h):  # a tensor's .numpy(), eager only
+        return h * tf.constant(np.sign(h.numpy()), dtype=h.dtype)
+
+
+@pytest.mark.parametrize("eager_only", [_NumpySign, _DotNumpy])
+def test_a_call_that_runs_only_eagerly_is_refused_naming_tensorflow_ops(eager_only):
     # Before: TF's "Cannot convert a symbolic tf.Tensor ... to a numpy array", no fix
     # (probe D3, F2).
     x, y = _data()
-    model = Subclassed()
+    model = Subclassed(eager_only)
     model(tf.constant(x[:4]))  # built eagerly (a functional model would trace the call)
     make_private(model, l2_norm_clip=1.0, noise_multiplier=1.0)
     model.compile(optimizer=keras.optimizers.SGD(1.0), run_eagerly=True,

@@ -71,9 +71,12 @@ def traced_passes(model, state, data, losses):
         with keras_bridge.custom_gradients_dropped():
             step = tf.function(passes_of, autograph=False).get_concrete_function(data)
             return Passes(*step(data))
-    except (NotImplementedError, tf.errors.OperatorNotAllowedInGraphError) as failure:
-        # Code that runs only eagerly (numpy of a tensor, a Python bool of one) failed
-        # here with TF's own error, naming no fix (probe D3, F2).
+    except (NotImplementedError, tf.errors.OperatorNotAllowedInGraphError,
+            AttributeError) as failure:
+        # Code that runs only eagerly (numpy of a tensor, a Python bool of one, a tensor's
+        # .numpy()) failed here with TF's own error, naming no fix (probes D3, F2; H1, F5).
+        if isinstance(failure, AttributeError) and "numpy" not in str(failure):
+            raise
         raise UnsupportedLayerError(_EAGER_ONLY.format(failure=failure)) from failure
 
 
