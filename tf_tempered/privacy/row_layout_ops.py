@@ -134,8 +134,11 @@ def _reshape(op, layouts):
         kept = layout  # (first: a batch of one example is an axis of length 1 too)
     elif all(size == 1 for size in before.as_list()[:layout]):
         # Example-major rows merged or split: still example-major, after the leading axes
-        # of length 1 the reshape puts first (tf-keras' LayerNormalization: [1, B·T, d, 1]).
-        kept = next((i for i, size in enumerate(after.as_list()) if size != 1), None)
+        # of length 1 the reshape puts first (tf-keras' LayerNormalization: [1, B·T, d, 1]);
+        # in a batch of one example, a first axis of 1 is that example ([T, d] -> [1, T·d]
+        # put the batch on axis 1: refused; probe H3).
+        kept = 0 if batch_rows() == 1 and after[0] == 1 else next(
+            (i for i, size in enumerate(after.as_list()) if size != 1), None)
         if kept is None:
             return UNKNOWN
     else:
