@@ -158,6 +158,25 @@ def test_recompute_refuses_a_second_pass_that_computes_other_losses(run_eagerly)
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
 
 
+def test_recompute_takes_a_non_finite_example_as_second_pass_does():
+    # Before (this stop's first check): NaN in both passes was "not the same": refused.
+    x = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+    x[5, 2] = np.nan
+    weights = {}
+    for mode in ("second_pass", "recompute"):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
+                                  keras.layers.Dense(3)])
+        make_private(model, options=EngineOptions(clipped_sum=mode))
+        model.compile(DPKerasSGDOptimizer(l2_norm_clip=1.0, noise_multiplier=0.0,
+                                          learning_rate=0.1), loss=LOSS)
+        history = model.fit(x, np.arange(8) % 3, batch_size=8, verbose=0).history
+        assert history["dp_nonfinite"] == [1.0]
+        weights[mode] = model.get_weights()
+    for a, b in zip(weights["second_pass"], weights["recompute"]):
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+
+
 def test_recompute_trains_a_deterministic_model():
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(5, activation="tanh"),
                               keras.layers.Dense(3)])
