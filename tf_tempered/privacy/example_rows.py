@@ -55,7 +55,7 @@ def refuse_calls_off_the_batch(records, x, rows):
     """Raises UnsupportedLayerError for a recorded call whose input is not the batch's, or
     whose rows were rearranged across examples (module docstring). ``x``: the model's
     inputs; ``rows``: the batch's static length or None."""
-    batch = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor) and hasattr(t, "op")]
+    batch = _batch_tensors(x)
     if tf.executing_eagerly() or not batch:
         return None
     graph, batch_ops, values = batch[0].graph, {t.op for t in batch}, {}
@@ -91,11 +91,21 @@ def refuse_mixed_losses(losses, batch_tensors, walked):
     if tf.executing_eagerly() or not hasattr(losses, "op") or walked is None:
         return
     sources, layouts = walked
-    sources = sources | {t.op for t in tf.nest.flatten(batch_tensors)
-                         if isinstance(t, tf.Tensor) and getattr(t, "graph", None) is
-                         losses.graph}
+    sources = sources | {t.op for t in _batch_tensors(batch_tensors)
+                         if getattr(t, "graph", None) is losses.graph}
     if row_layout.batch_axis(losses, sources, layouts) is row_layout.MIXED:
         raise UnsupportedLayerError(_mixed_message("The per-example losses are computed from"))
+
+
+def _batch_tensors(data):
+    """The traced tensors of ``data`` holding the examples on their first axis, a sparse
+    tensor's indices and values among them (a sparse input left every check out: a batch
+    centering after tf.sparse.to_dense trained; probe H3)."""
+    found = []
+    for t in tf.nest.flatten(data):
+        parts = [t.indices, t.values] if isinstance(t, tf.SparseTensor) else [t]
+        found += [p for p in parts if isinstance(p, tf.Tensor) and hasattr(p, "op")]
+    return found
 
 
 def _refuse_rows_off_the_batch(record, first, rows, batch_ops, values):

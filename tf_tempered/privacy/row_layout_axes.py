@@ -13,7 +13,7 @@
 # limitations under the License.
 """Rules of row_layout's walk for ops that add, drop or move axes of each example: a one-hot
 encoding, depth-to-space and space-to-depth, matrix diagonals, an order statistic over the
-last axis, a histogram. Without them the walk claimed nothing after such an op (UNKNOWN),
+last axis, a histogram, a sparse batch made dense. Without them the walk claimed nothing after such an op (UNKNOWN),
 and a batch mean or a softmax over the batch after it trained: one replaced example moved the
 clipped sum 2.5-6.9 C (probe H2, F1).
 
@@ -40,11 +40,19 @@ def batch_axis_of(tensor, sources):  # (the doctest's: the walk itself imports t
     return batch_axis(tensor, sources)
 
 
+def _settings_of_the_batch(layouts):
+    """Whether an input after the first (a depth, an on-value, a padding value, n) depends on
+    the batch: one example's value then sets every example's output (old code: refused)."""
+    return any(found is not None for found in layouts[1:])
+
+
 def _one_hot(op, layouts):
     """A new axis of the depth at ``axis`` (-1: last): the batch axis moves past it."""
     layout = layouts[0]
-    if not isinstance(layout, int) or any(found is not None for found in layouts[1:]):
-        return MIXED if isinstance(layout, int) else layout  # a depth or value of the batch
+    if _settings_of_the_batch(layouts):
+        return MIXED  # a depth or value of the batch's data
+    if not isinstance(layout, int):
+        return layout
     axis = normalized_axis(op.get_attr("axis"), op.outputs[0].shape.rank)
     return layout + 1 if axis <= layout else layout
 
@@ -62,8 +70,10 @@ def _diagonal_part(op, layouts):
     """tf.linalg.diag_part: [..., M, N] -> [..., min(M, N)] (and a band of k diagonals one
     axis more: kept as the leading axes)."""
     layout = layouts[0]
-    if not isinstance(layout, int) or any(found is not None for found in layouts[1:]):
-        return MIXED if isinstance(layout, int) else layout
+    if _settings_of_the_batch(layouts):
+        return MIXED
+    if not isinstance(layout, int):
+        return layout
     return layout if layout < op.inputs[0].shape.rank - 2 else REARRANGED
 
 
@@ -71,8 +81,10 @@ def _diagonal(op, layouts):
     """tf.linalg.diag: [..., N] -> [..., N, N]: leading axes kept; the examples on the
     diagonal's axis, each row holds one example's value at its own position."""
     layout = layouts[0]
-    if not isinstance(layout, int) or any(found is not None for found in layouts[1:]):
-        return MIXED if isinstance(layout, int) else layout
+    if _settings_of_the_batch(layouts):
+        return MIXED
+    if not isinstance(layout, int):
+        return layout
     return layout if layout < op.inputs[0].shape.rank - 1 else REARRANGED
 
 
@@ -80,6 +92,8 @@ def _last_axis_dropped(op, layouts):
     """tf.math.top_k's n-th element over the last axis: an order statistic of the examples
     when they lie along it."""
     layout = layouts[0]
+    if _settings_of_the_batch(layouts):
+        return MIXED  # n read from the batch's data
     if not isinstance(layout, int):
         return layout
     return MIXED if layout == op.inputs[0].shape.rank - 1 else layout
@@ -90,7 +104,20 @@ def _statistic_of_all(op, layouts):
     return MIXED
 
 
+def _sparse_to_dense(op, layouts):
+    """tf.sparse.to_dense of a batch's sparse tensor: each entry's row is its index's first
+    column, the example's; its values' order does not matter."""
+    indices, values = layouts[0], layouts[2]
+    if any(isinstance(found, int) and found for found in (indices, values)):
+        return REARRANGED  # entries indexed along another axis
+    if (isinstance(indices, int) or indices is None) and (isinstance(values, int)
+                                                          or values is None):
+        return 0
+    return MIXED if MIXED in (indices, values) else REARRANGED
+
+
 RULES = {
+    "SparseToDense": _sparse_to_dense,
     "OneHot": _one_hot,
     "DepthToSpace": _spatial_blocks, "SpaceToDepth": _spatial_blocks,
     "MatrixDiagPart": _diagonal_part, "MatrixDiagPartV2": _diagonal_part,
