@@ -18,12 +18,16 @@ the "dense" family of tests/conformance_cases.py on tests/conformance_harness.py
 Dense MLP on [B, d] inputs with and without microbatches, on the same reference.
 """
 
+import warnings
+
+import numpy as np
 import pytest
 
 from conformance_harness import BATCH_KINDS, SOME_MICROBATCHES, family_tests, random_batch
-from dp_reference import assert_engine_matches_reference, seeded
-from tf_tempered._compat import keras
-from tf_tempered.privacy import EngineOptions
+from dp_reference import (assert_engine_matches_reference, assert_update, median_clip,
+                          per_example_reference, seeded, sparse_crossentropy_mean)
+from tf_tempered._compat import keras, tf
+from tf_tempered.privacy import EngineOptions, make_private
 
 FAMILY = "dense"
 
@@ -55,3 +59,34 @@ def test_dense_microbatches_equal_reference(forced, num_microbatches, static_bat
     x, y = random_batch((6,))
     assert_engine_matches_reference(seeded(_mlp), x, y, num_microbatches=num_microbatches,
                                     static_batch=static_batch, options=options)
+
+
+def _sequence_classifier(dtype="float32"):
+    return keras.Sequential([keras.Input((None, 3), dtype=dtype),
+                             keras.layers.Dense(4, activation="tanh", dtype=dtype),
+                             keras.layers.GlobalAveragePooling1D(dtype=dtype),
+                             keras.layers.Dense(3, dtype=dtype)])
+
+
+# Before: a Dense on [B, None, d] with the batch's length unknown too (padded_batch of
+# variable-length sequences) failed with TypeError in rows_path.static_rows (probe P3, F4).
+def test_a_dense_on_sequences_and_batches_of_unknown_length_trains_exactly():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(6, 5, 3)).astype(np.float32), np.arange(6) % 3
+    weights = _sequence_classifier().get_weights()
+    norms, reference = per_example_reference(_sequence_classifier, weights, x, y,
+                                             sparse_crossentropy_mean)
+    clip = median_clip(norms)
+    model = _sequence_classifier()
+    model.set_weights(weights)
+    make_private(model, l2_norm_clip=clip, noise_multiplier=0.0, sampling="shuffle")
+    model.compile(optimizer=keras.optimizers.SGD(1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = [v.numpy() for v in model.trainable_variables]
+    batches = tf.data.Dataset.from_generator(lambda: iter([(x, y)]), output_signature=(
+        tf.TensorSpec([None, None, 3], tf.float32), tf.TensorSpec([None], tf.int64)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the batches' sampling is the user's)
+        model.fit(batches, verbose=0)
+    assert_update([v.numpy() - b for v, b in zip(model.trainable_variables, before)],
+                  reference(clip))

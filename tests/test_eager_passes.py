@@ -178,6 +178,7 @@ def test_a_call_that_runs_only_eagerly_is_refused_naming_tensorflow_ops(eager_on
     assert all((a == b).all() for a, b in zip(before, model.get_weights()))
 
 
+@pytest.mark.keras3_suite  # TF's registry of custom gradients, whichever Keras runs the step
 def test_eager_steps_keep_no_graph_of_their_checks():
     # Before: TF's registry of custom gradients kept each check trace's graphs: 11 graphs
     # (2.1 MB) a step, never freed (probe G3, F2).
@@ -236,3 +237,40 @@ def test_random_ops_draw_anew_each_eager_step_under_a_global_seed():
         first, second = (np.concatenate([np.ravel(g) for g in dp_gradients(x, y)[0]])
                          for _ in range(2))
     assert np.max(np.abs(first - second)) > 1e-3
+
+
+class _OwnSeedDropout(keras.layers.Layer):
+    def call(self, h):  # an op seed of its own, no global seed
+        return tf.nn.dropout(h, rate=0.5, seed=5)
+
+
+def _two_eager_gradients(layer):
+    x, y = _data()
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8), layer,
+                              keras.layers.Dense(3)])
+    dp_gradients = DPGradients(model, keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True), l2_norm_clip=100.0, noise_multiplier=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [np.concatenate([np.ravel(g) for g in dp_gradients(x, y)[0]]) for _ in range(2)]
+
+
+def test_an_op_seed_of_its_own_draws_anew_each_eager_step_without_a_global_seed():
+    # Before: without a global seed each step's graph seeded the op alike (TF's default
+    # graph seed with the op's): one dropout mask every step (probe H4, F4).
+    tf.random.set_seed(None)
+    tf.compat.v1.set_random_seed(None)
+    first, second = _two_eager_gradients(_OwnSeedDropout())
+    assert np.max(np.abs(first - second)) > 1e-3
+
+
+def test_two_runs_of_one_global_seed_in_one_process_draw_alike():
+    # Before: each trace's seed came from one count over the process, so the second run of
+    # the same seed drew other masks than the first (probe H4, F5).
+    runs = []
+    for _ in range(2):
+        keras.utils.set_random_seed(3)
+        runs.append(_two_eager_gradients(_NoisyDropout()))
+    for first_run, second_run in zip(*runs):
+        np.testing.assert_array_equal(first_run, second_run)
+    assert np.max(np.abs(runs[0][0] - runs[0][1])) > 1e-3  # each step its own mask

@@ -22,6 +22,8 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy.layer_grads import clip_weights as clip
 from tf_tempered.privacy.layer_grads import rows
 
+pytestmark = pytest.mark.keras3_suite  # TF ops only: no Keras version in it
+
 
 def _reference(per_row, num_microbatches, scale):
     """(‖G_m‖² [M], Σ_m c_m G_m [k, d]) with G_m = Σ_{r∈m} per_row[:, r]."""

@@ -20,6 +20,8 @@ import pytest
 from tf_tempered._compat import tf
 from tf_tempered.privacy import microbatching
 
+pytestmark = pytest.mark.keras3_suite  # TF ops only: no Keras version in it
+
 
 # Before: only the losses waited for the check, and a layer's reshape of its recorded inputs
 # into microbatches often ran first: a bare "Input to reshape ..." error (3 runs of 4).

@@ -19,7 +19,14 @@ import pytest
 from tf_tempered._compat import tf
 from tf_tempered.privacy.row_layout import MIXED, REARRANGED, batch_axis
 
+pytestmark = pytest.mark.keras3_suite  # the walk reads TF graphs only: no Keras version in it
+
 TABLE = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+
+
+def _pooled(t):  # [B, T, d] max-pooled over 2 x 2 windows of (T, d), same shape
+    return tf.squeeze(tf.nn.max_pool2d(t[..., None], 2, 1, "SAME"), -1)
+
 
 CASES = {  # x: [B, T, d] = [2, 4, 3], ids: [B, T] int32
     "attention scores q·kᵀ": (lambda x, ids: tf.matmul(x, x, transpose_b=True), 0),
@@ -34,6 +41,25 @@ CASES = {  # x: [B, T, d] = [2, 4, 3], ids: [B, T] int32
     "last time step": (lambda x, ids: x[:, -1], 0),
     "a time step of time-major": (lambda x, ids: tf.transpose(x, [1, 0, 2])[-1], 0),
     "embedding lookup": (lambda x, ids: tf.gather(TABLE, ids % 3), 0),
+    # Rows rearranged or picked kept their mark through pooling, convolutions, einsums, FFTs
+    # and segment sums (UNKNOWN before: a mixup with the reversed batch, then pooled, trained
+    # 2.3 C; t - max_pool(t[0]) 3.6-6.1 C; probe H3).
+    "reversed rows pooled, with the batch's": (lambda x, ids: x + _pooled(tf.reverse(x, [0])),
+                                               MIXED),
+    "one example's rows pooled, with the batch's": (lambda x, ids: x - tf.squeeze(
+        tf.nn.max_pool1d(x[0][:, None], 1, 1, "SAME"), 1), MIXED),
+    "one example's rows convolved, with the batch's": (lambda x, ids: x - tf.squeeze(
+        tf.nn.conv1d(x[0][:, None], tf.ones([1, 3, 3]), 1, "SAME"), 1), MIXED),
+    "reversed rows through an einsum, with the batch's": (lambda x, ids: x + tf.einsum(
+        "btd,de->bte", tf.reverse(x, [0]), tf.ones([3, 3])), MIXED),
+    "reversed rows summed by an einsum": (lambda x, ids: tf.einsum("btd->td", tf.reverse(
+        x, [0])), MIXED),
+    "reversed rows through an FFT, with the batch's": (lambda x, ids: x + tf.math.real(
+        tf.signal.fft(tf.cast(tf.reverse(x, [0]), tf.complex64))), MIXED),
+    "one example's rows summed by segment, with the batch's": (lambda x, ids: x[:, :2] - (
+        tf.math.segment_sum(x[0], [0, 0, 1, 1])), MIXED),
+    "each example's rows pooled": (lambda x, ids: _pooled(x), 0),
+    "reversed rows pooled": (lambda x, ids: _pooled(tf.reverse(x, [0])), REARRANGED),
     "examples reordered": (lambda x, ids: tf.gather(x, [1, 0]), REARRANGED),
     "examples reversed": (lambda x, ids: tf.reverse(x, [0]), REARRANGED),
     "examples rolled": (lambda x, ids: tf.roll(x, 1, 0), REARRANGED),

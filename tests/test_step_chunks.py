@@ -130,6 +130,7 @@ def test_chunks_keep_an_examples_augmented_copies_together():
     _assert_same_step(_step(_model(multiplicity=2), data), _step(_model(4, multiplicity=2), data))
 
 
+@pytest.mark.keras3_suite  # the engine's chunks; an eager step on Keras 2: test_eager_passes
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_chunks_run_eagerly():
     data = _batches(24)

@@ -24,6 +24,8 @@ from tf_tempered import data, scatternet
 from tf_tempered.experiments import common, feature_norm, train_data
 from tf_tempered.scatternet import codes
 
+pytestmark = pytest.mark.keras3_suite  # TF and NumPy data pipelines: no Keras version in it
+
 pytest.importorskip("kymatio.scattering2d.frontend.numpy_frontend")
 
 

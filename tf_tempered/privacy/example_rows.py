@@ -48,7 +48,7 @@ from tf_tempered._compat import tf
 from tf_tempered.privacy import row_layout
 from tf_tempered.privacy.errors import UnsupportedLayerError
 
-__all__ = ["refuse_calls_off_the_batch"]
+__all__ = ["refuse_calls_off_the_batch", "refuse_mixed_losses", "whole_examples_per_row"]
 
 
 def refuse_calls_off_the_batch(records, x, rows):
@@ -62,7 +62,7 @@ def refuse_calls_off_the_batch(records, x, rows):
     # A registered layer's outputs hold the examples on axis 0 when its inputs do, which is
     # checked for that call itself.
     sources = batch_ops | _record_output_ops(records, graph)
-    layouts = {row_layout.BATCH_ROWS: rows}
+    layouts = {row_layout.BATCH_ROWS: rows, row_layout.ROWS_TO_CHECK: []}
     for record in records:
         inputs = [t for t in tf.nest.flatten(record.inputs)
                   if isinstance(t, tf.Tensor) and getattr(t, "graph", None) is graph
@@ -76,7 +76,7 @@ def refuse_calls_off_the_batch(records, x, rows):
                 raise UnsupportedLayerError(_mixed_message(
                     f"Layer {record.layer.name!r} ({type(record.layer).__name__}) is called "
                     "on"))
-            if (layout is row_layout.REARRANGED or row_layout.is_picked(layout)
+            if (row_layout.is_rearranged(layout) or row_layout.is_picked(layout)
                     or (isinstance(layout, int) and layout)):
                 raise UnsupportedLayerError(_rearranged_message(record.layer, layout))
     return sources, layouts
@@ -86,15 +86,40 @@ def refuse_mixed_losses(losses, batch_tensors, walked):
     """Raises UnsupportedLayerError when the per-example losses (rows of ``losses``) were
     computed from several examples: a layer without weights after the last recorded call,
     or the loss itself, mixed the batch (a batch mean subtracted, a loss pulling each
-    example to the batch's centroid). ``walked``: (sources, layouts) returned by
-    refuse_calls_off_the_batch for the same step, or None."""
+    example to the batch's centroid), or from rows rearranged across examples. ``walked``:
+    (sources, layouts) returned by refuse_calls_off_the_batch for the same step, or None."""
     if tf.executing_eagerly() or not hasattr(losses, "op") or walked is None:
         return
     sources, layouts = walked
     sources = sources | {t.op for t in _batch_tensors(batch_tensors)
                          if getattr(t, "graph", None) is losses.graph}
-    if row_layout.batch_axis(losses, sources, layouts) is row_layout.MIXED:
+    layout = row_layout.batch_axis(losses, sources, layouts)
+    if layout is row_layout.MIXED:
         raise UnsupportedLayerError(_mixed_message("The per-example losses are computed from"))
+    if row_layout.is_rearranged(layout):
+        # Rows moved across examples and then combined among themselves stay REARRANGED
+        # (a reversed batch minus its first row, pairs of its rows): 1.5-6.1 C (probe P2, F4).
+        raise UnsupportedLayerError(
+            "The per-example losses are computed from rows of the batch's examples rearranged "
+            "(reversed, rolled, gathered or tiled across examples, or a dilated convolution's "
+            "blocks) without each example's own labels: a loss row may then hold several "
+            "examples' values, and no example's clipped gradient bounds what it changes. Fix: "
+            "compute each example's loss from its own row of the model's output, in order.")
+
+
+def whole_examples_per_row(walked, losses):
+    """A bool tensor, True when every reshape the walks of ``walked`` (as
+    refuse_calls_off_the_batch returns) could not check while tracing, the batch's length
+    unknown, left its rows holding whole examples: their axis a multiple of the batch's length
+    (``losses``' rows). [B, F] -> [B/2, 2, F] merges two examples a row, and a statistic of
+    each row then mixes them (2.2-4.9 C; probe H3). None when there is nothing to check."""
+    to_check = [] if walked is None else walked[1].get(row_layout.ROWS_TO_CHECK) or []
+    to_check = [(t, axis) for t, axis in to_check if t.graph is losses.graph]
+    if not to_check:
+        return None
+    examples = tf.maximum(tf.shape(losses, out_type=tf.int64)[0], 1)
+    return tf.reduce_all(tf.stack([
+        tf.equal(tf.shape(t, out_type=tf.int64)[axis] % examples, 0) for t, axis in to_check]))
 
 
 def _batch_tensors(data):
@@ -156,6 +181,9 @@ def _rearranged_message(layer, layout):
             "that does not keep each example's row in place, or rows unstacked and stacked, "
             "or written to a TensorArray, in another order)"
             if layout is row_layout.REARRANGED else
+            "the blocks of tf.space_to_batch (a dilated convolution's inside, before "
+            "tf.batch_to_space puts the examples back)"
+            if row_layout.is_rearranged(layout) else
             "rows of some of the batch's examples (picked by an index, a part of tf.split, "
             "or rows taken by a tf.gather_nd whose positions repeat examples), each handled as "
             "an example of its own"

@@ -42,9 +42,10 @@ Loops, conds and nested tf.functions are followed into their graphs
 (:mod:`tf_tempered.privacy.row_layout_slices`), gather_nd and scatters
 (:mod:`tf_tempered.privacy.row_layout_nd`), rows a mask kept put back at its positions
 (:mod:`tf_tempered.privacy.row_layout_masks`), ops that add, drop or move an example's axes
-(:mod:`tf_tempered.privacy.row_layout_axes`: one-hot, depth-to-space, diagonals). The marks, and how an op's inputs' layouts
-combine, are :mod:`tf_tempered.privacy.row_layout_marks`; the other ops' rules
-:mod:`tf_tempered.privacy.row_layout_ops`.
+(:mod:`tf_tempered.privacy.row_layout_axes`: one-hot, depth-to-space, diagonals), a dilated
+convolution's blocks of the batch (:mod:`tf_tempered.privacy.row_layout_blocks`). The marks,
+and how an op's inputs' layouts combine, are :mod:`tf_tempered.privacy.row_layout_marks`;
+the other ops' rules :mod:`tf_tempered.privacy.row_layout_ops`.
 
 Nothing puts rearranged rows back in order for the walk: a split, unstack or gather keeps
 ``REARRANGED`` along any axis (rolled rows gathered along the features are still rolled; a
@@ -77,31 +78,42 @@ concatenation, a slice of shifted rows). Nothing unmixes: ``MIXED`` stays.
 [MIXED, 0, 0, MIXED, MIXED, MIXED, PICKED, MIXED, 0, MIXED]
 """
 
-from tf_tempered.privacy import (row_layout_axes, row_layout_functions, row_layout_lists,
-                                 row_layout_masks, row_layout_mixing, row_layout_nd,
-                                 row_layout_ops, row_layout_slices)
-from tf_tempered.privacy.row_layout_marks import (BATCH_ROWS, MIXED, PICKED, REARRANGED, UNKNOWN,
-                                                  batch_length, is_picked, same_axes, source_of)
+from tf_tempered.privacy import (row_layout_axes, row_layout_blocks, row_layout_functions,
+                                 row_layout_lists, row_layout_masks, row_layout_mixing,
+                                 row_layout_nd, row_layout_ops, row_layout_slices)
+from tf_tempered.privacy.row_layout_marks import (BATCH_ROWS, MIXED, PICKED, REARRANGED,
+                                                  ROWS_TO_CHECK, UNKNOWN, batch_length,
+                                                  is_picked, rows_setting_for_a_function,
+                                                  same_axes, source_of)
 
-__all__ = ["BATCH_ROWS", "MIXED", "PICKED", "REARRANGED", "SHAPE_ONLY", "UNKNOWN", "batch_axis",
-           "is_picked", "source_of"]
+__all__ = ["BATCH_ROWS", "MIXED", "PICKED", "REARRANGED", "ROWS_TO_CHECK", "SHAPE_ONLY", "UNKNOWN",
+           "batch_axis",
+           "is_picked", "is_rearranged", "source_of"]
 
 # Ops that read a tensor's shape, not its values: a length is no data of the batch.
 SHAPE_ONLY = frozenset({"Shape", "ShapeN", "Size", "Rank"}) | row_layout_lists.SHAPE_ONLY
 _RULES = {**row_layout_ops.RULES, **row_layout_slices.RULES, **row_layout_nd.RULES,
-          **row_layout_mixing.RULES, **row_layout_lists.RULES, **row_layout_axes.RULES}
+          **row_layout_mixing.RULES, **row_layout_lists.RULES, **row_layout_axes.RULES,
+          **row_layout_blocks.RULES}
 # Ops whose output's length is decided by values: a shape read after them is a count of the
 # batch's data (tf.shape(tf.where(y > 0))[0], the positives of the batch).
 _LENGTH_FROM_VALUES = frozenset({"Where", "Unique", "UniqueV2", "UniqueWithCounts",
                                  "UniqueWithCountsV2", "ListDiff", "SetSize"})
 
 
+def is_rearranged(layout):
+    """Whether ``layout`` holds the batch's rows out of example-major order (REARRANGED, or
+    a dilated convolution's blocks of the batch)."""
+    return layout is REARRANGED or row_layout_blocks.is_blocked(layout)
+
+
 def batch_axis(tensor, sources, memo=None):
     """The layout of ``tensor`` (module docstring); ``sources``: ops whose outputs hold the
     examples on axis 0; ``memo``: op -> layout, shared between calls on one graph (and at
-    ``BATCH_ROWS``, the batch's static length, if known)."""
+    ``BATCH_ROWS``, the batch's static length, if known; at ``ROWS_TO_CHECK``, a list that
+    collects the reshapes to check when the step runs, if the length is not known)."""
     memo = {} if memo is None else memo
-    with batch_length(memo.get(BATCH_ROWS)):
+    with batch_length(memo.get(BATCH_ROWS), memo.get(ROWS_TO_CHECK)):
         return _walk(tensor, sources, memo)
 
 
@@ -155,6 +167,9 @@ def _layout_of(tensor, memo):
 def _walk_in_function(tensor, memo):
     """A tensor's layout in a function's graph whose inputs' layouts ``memo`` holds."""
     memo[_IN_FUNCTION] = True
+    rows, to_check = rows_setting_for_a_function()
+    memo.setdefault(BATCH_ROWS, rows)
+    memo.setdefault(ROWS_TO_CHECK, to_check)
     return batch_axis(tensor, frozenset(), memo)
 
 
@@ -182,6 +197,8 @@ def _follow(op, layouts, counted):
         return MIXED if op.inputs[0].op in counted else None
     if MIXED in layouts:
         return MIXED  # nothing unmixes
+    if any(row_layout_blocks.is_blocked(layout) for layout in layouts):
+        return row_layout_blocks.follow_blocked(op, layouts)
     rule = _RULES.get(op.type, same_axes)
     try:
         return rule(op, layouts)

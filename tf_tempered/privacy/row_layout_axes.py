@@ -13,11 +13,12 @@
 # limitations under the License.
 """Rules of row_layout's walk for ops that add, drop or move axes of each example: a one-hot
 encoding, depth-to-space and space-to-depth, matrix diagonals, an order statistic over the
-last axis, a histogram, a sparse batch made dense. Without them the walk claimed nothing after such an op (UNKNOWN),
-and a batch mean or a softmax over the batch after it trained: one replaced example moved the
-clipped sum 2.5-6.9 C (probe H2, F1).
+last axis, a histogram, a sparse batch made dense. Without them the walk claimed nothing
+after such an op (UNKNOWN), and a batch mean or a softmax over the batch after it trained:
+one replaced example moved the clipped sum 2.5-6.9 C (probe H2, F1).
 
 >>> import tensorflow as tf
+>>> from tf_tempered.privacy.row_layout import batch_axis as batch_axis_of
 >>> found = []
 >>> @tf.function
 ... def where(ids, images):
@@ -33,11 +34,6 @@ clipped sum 2.5-6.9 C (probe H2, F1).
 from tf_tempered.privacy.row_layout_marks import MIXED, REARRANGED, normalized_axis
 
 __all__ = ["RULES"]
-
-
-def batch_axis_of(tensor, sources):  # (the doctest's: the walk itself imports this module)
-    from tf_tempered.privacy.row_layout import batch_axis  # pylint: disable=import-outside-toplevel
-    return batch_axis(tensor, sources)
 
 
 def _settings_of_the_batch(layouts):
@@ -66,26 +62,23 @@ def _spatial_blocks(op, layouts):
     return 0 if layout == 0 else REARRANGED
 
 
-def _diagonal_part(op, layouts):
-    """tf.linalg.diag_part: [..., M, N] -> [..., min(M, N)] (and a band of k diagonals one
-    axis more: kept as the leading axes)."""
-    layout = layouts[0]
-    if _settings_of_the_batch(layouts):
-        return MIXED
-    if not isinstance(layout, int):
-        return layout
-    return layout if layout < op.inputs[0].shape.rank - 2 else REARRANGED
+def _diagonal_rule(diagonal_axes):
+    """The rule of an op taking or making a diagonal over the last ``diagonal_axes`` axes:
+    tf.linalg.diag_part ([..., M, N] -> [..., min(M, N)], a band of k diagonals one axis
+    more) takes 2, tf.linalg.diag ([..., N] -> [..., N, N]) 1. Leading axes are kept; the
+    examples on the diagonal's axes are rearranged (each row holds one example's value at its
+    own position)."""
+    def rule(op, layouts):
+        layout = layouts[0]
+        if _settings_of_the_batch(layouts):
+            return MIXED  # a diagonal index k or a padding value of the batch's data
+        if not isinstance(layout, int):
+            return layout
+        return layout if layout < op.inputs[0].shape.rank - diagonal_axes else REARRANGED
+    return rule
 
 
-def _diagonal(op, layouts):
-    """tf.linalg.diag: [..., N] -> [..., N, N]: leading axes kept; the examples on the
-    diagonal's axis, each row holds one example's value at its own position."""
-    layout = layouts[0]
-    if _settings_of_the_batch(layouts):
-        return MIXED
-    if not isinstance(layout, int):
-        return layout
-    return layout if layout < op.inputs[0].shape.rank - 1 else REARRANGED
+_diagonal_part, _diagonal = _diagonal_rule(2), _diagonal_rule(1)
 
 
 def _last_axis_dropped(op, layouts):

@@ -57,7 +57,7 @@ A graph that cannot be read (no function of that name in the graph) is UNKNOWN.
 from tf_tempered.privacy.row_layout_marks import (MIXED, PICKED, REARRANGED, UNKNOWN, Picked,
                                                   is_picked, one_layout)
 
-__all__ = ["FUNCTIONAL", "function_graph", "join", "output_layouts"]
+__all__ = ["FUNCTIONAL", "function_graph", "function_graphs", "join", "output_layouts"]
 
 FUNCTIONAL = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase",
                         "PartitionedCall", "StatefulPartitionedCall"})
@@ -101,6 +101,17 @@ def function_graph(op, attribute):
         return _graph_named(op, op.get_attr(attribute).name)
     except (AttributeError, ValueError, TypeError):
         return None
+
+
+def function_graphs(op):
+    """The graphs of every function ``op`` runs, in its attributes' order (a tf.switch_case's
+    list of branches among them), None for one the graph does not hold."""
+    attrs = op.node_def.attr
+    names = []
+    for name in sorted(attrs):
+        names += ([attrs[name].func.name] if attrs[name].HasField("func")
+                  else [function.name for function in attrs[name].list.func])
+    return [_graph_named(op, name) for name in names]
 
 
 def _graph_named(op, name):

@@ -26,8 +26,10 @@ import numpy as np
 
 from tf_tempered._compat import tf
 
-__all__ = ["BATCH_ROWS", "MIXED", "PICKED", "REARRANGED", "UNKNOWN", "Mark", "Picked",
-           "batch_length", "batch_rows", "first_length",
+__all__ = ["BATCH_ROWS", "ROWS_TO_CHECK", "MIXED", "PICKED", "REARRANGED", "UNKNOWN", "KeyedMark",
+           "Mark", "Picked",
+           "NOT_CHECKABLE", "batch_length", "batch_rows", "check_rows_later", "first_length",
+           "rows_setting_for_a_function",
            "is_picked", "normalized_axis", "one_layout", "outer_of", "picked_at", "position_in",
            "range_limit", "same_axes", "source_of", "static_at", "static_values"]
 
@@ -47,21 +49,29 @@ MIXED = Mark("MIXED")
 UNKNOWN = Mark("UNKNOWN")
 
 
-class Picked(Mark):
+class KeyedMark(Mark):
+    """A mark with a key: two of one kind are the same layout when their keys are equal."""
+
+    def __init__(self, name, key):
+        super().__init__(name)
+        self.key = key
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other.key == self.key
+
+    def __hash__(self):
+        return hash((type(self), self.key))
+
+
+class Picked(KeyedMark):
     """Rows of one (or some) of the batch's examples, picked by an index: x[0],
     tf.unstack(x)[i], a loop's x[i]. ``keys``: which ones (static indices, or the tensors
     holding them); none known: any. Combined with the batch's rows, or with rows picked by
     another index, examples see each other's data: MIXED."""
 
     def __init__(self, keys=()):
-        super().__init__("PICKED")
-        self.keys = frozenset(keys)
-
-    def __eq__(self, other):
-        return isinstance(other, Picked) and other.keys == self.keys
-
-    def __hash__(self):
-        return hash(self.keys)
+        super().__init__("PICKED", frozenset(keys))
+        self.keys = self.key
 
 
 PICKED = Picked()
@@ -108,18 +118,49 @@ def outer_of(tensor):
 # The walk's memo key of the batch's static length (None: unknown while tracing), which the
 # rules read through batch_rows() while batch_axis walks (row_layout_ops._reshape).
 BATCH_ROWS = "the batch's static length"
-_BATCH_ROWS = contextvars.ContextVar("tf_tempered_batch_rows", default=None)
+# The walk's memo key of a list that, with the batch's length unknown, collects (tensor, axis)
+# of the reshapes whose rows hold whole examples only if that axis's length is a multiple of
+# the batch's, for a check when the step runs (row_layout_ops._reshape).
+ROWS_TO_CHECK = "reshaped rows to check when the step runs"
+_BATCH_ROWS = contextvars.ContextVar("tf_tempered_batch_rows", default=(None, None))
 
 
 def batch_rows():
     """The batch's static length in the walk under way, or None."""
-    return _BATCH_ROWS.get()
+    return _BATCH_ROWS.get()[0]
+
+
+# ROWS_TO_CHECK in a function's graph (a tf.cond branch, a loop's body, a nested tf.function):
+# a check of its tensors cannot run in the step's graph.
+NOT_CHECKABLE = "rows a check in the step's graph cannot read"
+
+
+def check_rows_later(tensor, axis):
+    """With the batch's length unknown while tracing: ``tensor``'s ``axis`` (a reshape's
+    example rows) is to hold a multiple of the batch's length, checked when the step runs,
+    if the walk under way collects such checks. False when it cannot be (in a function's
+    graph: the caller takes the rows as rearranged; probe P3, F1)."""
+    to_check = _BATCH_ROWS.get()[1]
+    if to_check is NOT_CHECKABLE:
+        return False
+    if to_check is not None and not any(t is tensor for t, _ in to_check):
+        to_check.append((tensor, axis))
+    return True
+
+
+def rows_setting_for_a_function():
+    """(BATCH_ROWS, ROWS_TO_CHECK) for the walk of a function's graph inside the walk under
+    way: the same batch length (a merged-rows reshape in a tf.function method went unseen
+    with it known), and reshapes not checkable later if the outer walk collects checks."""
+    rows, to_check = _BATCH_ROWS.get()
+    return rows, (NOT_CHECKABLE if to_check is not None else None)
 
 
 @contextlib.contextmanager
-def batch_length(rows):
-    """Within it, batch_rows() is ``rows``."""
-    token = _BATCH_ROWS.set(rows)
+def batch_length(rows, rows_to_check=None):
+    """Within it, batch_rows() is ``rows`` and check_rows_later appends to
+    ``rows_to_check`` (a list, or None: not collected)."""
+    token = _BATCH_ROWS.set((rows, rows_to_check))
     try:
         yield
     finally:

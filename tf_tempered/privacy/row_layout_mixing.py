@@ -26,16 +26,27 @@ __all__ = ["RULES"]
 
 def _einsum(op, layouts):
     inputs, output = _without_ellipsis(op)
+    if any(found is not None and not isinstance(found, int) for found in layouts):
+        return _einsum_of_marked_rows(inputs, output, layouts)
     letters = set()
     for names, layout in zip(inputs, layouts):
         if layout is None:
             continue
-        if not isinstance(layout, int):
-            return UNKNOWN
         letters.add(names[layout])
     if any(letter not in output for letter in letters) or len(letters) > 1:
         return MIXED  # the batch's letter summed over, or pairs of examples
     return output.index(letters.pop())
+
+
+def _einsum_of_marked_rows(inputs, output, layouts):
+    """An einsum of rearranged or picked rows (which became UNKNOWN here, so a mixup with the
+    reversed batch through an einsum trained; probe H3): picked rows stay that example's;
+    rearranged rows stay rearranged unless their first axis is summed over (MIXED)."""
+    layout = one_layout(layouts)
+    if layout is REARRANGED and any(found is REARRANGED and names[0] not in output
+                                    for names, found in zip(inputs, layouts)):
+        return MIXED
+    return layout
 
 
 def _without_ellipsis(op):
@@ -121,16 +132,24 @@ def _last_axis(op, layouts):
 
 
 def _segments(op, layouts):
-    """Segment sums and means: rows of the first axis (the examples') summed by segment."""
-    return MIXED if layouts[0] == 0 or layouts[0] is UNKNOWN else UNKNOWN
+    """Segment sums and means: rows of the first axis (the examples') summed by segment;
+    rows of one example picked, that example's (rearranged rows were UNKNOWN here)."""
+    if is_picked(layouts[0]) and all(found is None or found == layouts[0]
+                                     for found in layouts[1:]):
+        return layouts[0]
+    return MIXED if layouts[0] in (0, UNKNOWN, REARRANGED) else UNKNOWN
 
 
 def _windows(op, layouts):
     """Pooling and convolutions (NHWC): windows over the axes after the first, and a
     convolution's sum over the channels: the examples anywhere but first are mixed."""
-    layout = layouts[0]
-    if not isinstance(layout, int) or any(found is not None for found in layouts[1:]):
+    if UNKNOWN in layouts:
         return UNKNOWN
+    layout = one_layout(layouts)  # the input's with a kernel's (picked and batch rows: MIXED)
+    if not isinstance(layout, int):
+        return layout  # rows rearranged or picked stay so (they were UNKNOWN: probe H3)
+    if any(found is not None for found in layouts[1:]):
+        return MIXED  # a kernel from the batch's data, for every example
     return MIXED if layout != 0 else 0
 
 
@@ -142,6 +161,9 @@ def _last_axes(count):
             if isinstance(layout, int) and layout >= tensor.shape.rank - count:
                 return MIXED
         layout = one_layout(layouts)
+        if layout is REARRANGED:  # (UNKNOWN before: probe H3)
+            return MIXED if any(found is REARRANGED and tensor.shape.rank <= count
+                                for tensor, found in zip(op.inputs, layouts)) else REARRANGED
         return layout if isinstance(layout, int) or is_picked(layout) else UNKNOWN
     return rule
 

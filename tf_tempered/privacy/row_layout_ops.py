@@ -18,9 +18,12 @@ Each rule takes the op and the layouts of its inputs (at least one not None) and
 its outputs' layout; a static value it needs that is not known makes it UNKNOWN.
 """
 
+import numpy as np
+
 from tf_tempered.privacy.row_layout_marks import (MIXED, REARRANGED, UNKNOWN, Picked, batch_rows,
-                                                  is_picked, normalized_axis, one_layout,
-                                                  same_axes, static_at, static_values)
+                                                  check_rows_later, is_picked, normalized_axis,
+                                                  one_layout, same_axes, static_at,
+                                                  static_values)
 
 __all__ = ["RULES"]
 
@@ -145,12 +148,24 @@ def _reshape(op, layouts):
         return REARRANGED  # the batch axis merged with the axes before it: rows in their order
     # ... if its rows are still the batch's examples in blocks: a length that is no multiple
     # of the batch's merged several examples into a row ([B, F] -> [B/2, 2, F]: a mean over
-    # the pair mixed examples unrefused; probe H2, F2). (Not seen with the batch's length
-    # unknown while tracing: an example's rows may be several, [2B, ...] -> [B, ...].)
+    # the pair mixed examples unrefused; probe H2, F2). With the batch's length unknown while
+    # tracing (an example's rows may be several, [2B, ...] -> [B, ...]), the step checks it
+    # when it runs (H3: 2.2-4.9 C through tf.data batches of unknown length).
+    if _row_size(before, layout) is not None and _row_size(before, layout) == _row_size(
+            after, kept):
+        return kept  # rows of the same size: as many as before
     rows = batch_rows()
-    if rows and after[kept] is not None and after[kept] % rows:
-        return REARRANGED
+    if rows and after[kept] is not None:
+        return REARRANGED if after[kept] % rows else kept
+    if not check_rows_later(op.outputs[0], kept):
+        return REARRANGED  # in a function's graph no check reads it (probe P3, F1)
     return kept
+
+
+def _row_size(shape, axis):
+    """The static number of values in each row along ``axis`` of ``shape``, or None."""
+    sizes = shape.as_list()[axis + 1:]
+    return None if None in sizes else int(np.prod(sizes, dtype=np.int64))
 
 
 def _on_batch_axis(attribute_input):
@@ -191,10 +206,6 @@ def _each_example_s_recurrence(op, layouts):
     if any(isinstance(layout, int) and layout != 0 for layout in layouts):
         return MIXED
     return one_layout(layouts)
-
-
-def _unknown(op, layouts):
-    return UNKNOWN
 
 
 # Elementwise ops that broadcast their inputs against each other.
@@ -267,5 +278,4 @@ RULES = {
     "TfTemperedLstmSequence": _each_example_s_recurrence,
     "TfTemperedGruSequence": _each_example_s_recurrence,
     **{name: _broadcast for name in _BROADCASTING},
-    **{name: _unknown for name in ("SpaceToBatchND", "BatchToSpaceND")},
 }

@@ -143,7 +143,7 @@ def choose_path(src, hparams, num_microbatches, examples_per_microbatch, *, xla=
     """The ConvPath for this call (chosen while tracing); xla: the step is XLA-compiled."""
     options = src.options
     g_rows = rows.static_rows(src.grad_output, examples_per_microbatch)
-    if _use_native(src, hparams, g_rows):
+    if g_rows is not None and _use_native(src, hparams, g_rows):
         # Materialized gradients (for a matrix-vector clipped sum) cost memory
         # traffic; the book-keeping sum instead costs the batch's filter gradient,
         # rows·d_in·d_out per microbatch: worth avoiding only for many rows.

@@ -137,6 +137,8 @@ def _shared_ghost_chosen(x, h_prev, grad_a, layout):
     if x.shape[1] is None or layout.examples_per_microbatch is None:
         return False  # rows unknown while tracing: the ghost norm's cost is unbounded
     num_rows = rows.static_rows(grad_a, layout.examples_per_microbatch)
+    if num_rows is None:
+        return False
     d, units = x.shape[-1], h_prev.shape[-1]
     return num_rows * (d + 5 * units) < 3 * units * (d + units)
 

@@ -125,7 +125,10 @@ def _over_chunks(fn, src, num_microbatches, examples_per_microbatch):
     x, g = src.inputs, src.grad_output
     rows = x.shape[0]
     chunk_bytes = src.options.patch_chunk_bytes  # patches of a whole batch never at once
-    per_row = int(np.prod(g.shape[1:-1])) * src.d_in * g.dtype.size
+    middle = g.shape[1:-1]
+    if not middle.is_fully_defined():  # (a sequence of a length unknown while tracing)
+        return fn(src, x, g, num_microbatches)
+    per_row = int(np.prod(middle.as_list(), dtype=np.int64)) * src.d_in * g.dtype.size
     if (not src.chunked or examples_per_microbatch is None
             or (rows is not None and rows * per_row <= chunk_bytes)):
         return fn(src, x, g, num_microbatches)

@@ -60,9 +60,13 @@ class RowSource:
 
 
 def static_rows(t, examples_per_microbatch):
-    """Rows per microbatch of a recorded [B, ..., d] tensor (per example when E is None)."""
-    per_example = int(np.prod(t.shape[1:-1])) if len(t.shape) > 2 else 1
-    return per_example * (examples_per_microbatch or 1)
+    """Rows per microbatch of a recorded [B, ..., d] tensor (per example when E is None), or
+    None when an axis between is not known while tracing (a sequence's length: padded_batch
+    of variable-length sequences crashed here with TypeError; probe P3, F4)."""
+    middle = t.shape[1:-1] if len(t.shape) > 2 else []
+    if any(size is None for size in middle):
+        return None
+    return int(np.prod(middle, dtype=np.int64)) * (examples_per_microbatch or 1)
 
 
 # Per-microbatch gradients of one layer below this many bytes are kept whatever the
@@ -128,6 +132,8 @@ def choose_materialize(src, num_microbatches, examples_per_microbatch):
     if examples_per_microbatch is None:
         return True  # num_microbatches is then a static count
     g_rows = static_rows(src.grad_output, examples_per_microbatch)
+    if g_rows is None:
+        return True  # rows unknown: as above
     kept_cost, ghost_cost = d_in * d_out, g_rows * (d_in + d_out)
     if kept_cost > ghost_cost:
         return False

@@ -47,6 +47,7 @@ from tf_tempered.privacy.step.batch import Batch
 from tf_tempered.privacy.step import chunk_sizes
 from tf_tempered.privacy.step.clip_factors import clip_factors, fused_clip_factors
 from tf_tempered.privacy.step.forward import record_forward
+from tf_tempered.privacy.step.forward_checks import guarded
 from tf_tempered.privacy.step.metrics import local_stats, update_compiled_metrics
 from tf_tempered.privacy.step.norms import keep_layer_paths, layer_norms
 
@@ -87,7 +88,8 @@ def one_pass(model, state, plan, batch, losses=None):
         norm, finite, weights = clip_factors(layers, forward.num_microbatches,
                                              plan.config.l2_norm_clip)
     keep_layer_paths(state, layers)
-    summed = plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables)
+    summed = guarded(plan.clipped_sum.sum(forward, layers, weights, model.trainable_variables),
+                     forward.whole_examples)
     return Passes(summed, local_stats(plan, batch, forward, norm, finite), forward.total, rows,
                   forward.y_pred)
 

@@ -46,7 +46,8 @@ non-private step), and the reweighted loss comes from a second forward pass run 
 the clip factors are known. Its gradient is the clipped sum only if the second forward
 pass computes what the first did, so models that draw random numbers in their forward
 pass (Dropout, GaussianNoise, random augmentation layers, random ops in custom layers)
-are refused in that mode (:mod:`~.random_ops`).
+are refused in that mode (:mod:`~.random_ops`), and so are passes that differ
+(:mod:`~.second_pass_checks`).
 
 A microbatch with a non-finite norm gets ``c_m = 0``, but ``0 · inf`` inside the second
 backward pass is NaN; so when any microbatch of the step is non-finite, the step's
@@ -58,8 +59,9 @@ from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy import native as native_ops
 from tf_tempered.privacy.step.norm_hooks import NormHooks
-from tf_tempered.privacy.step.random_ops import (refuse_random_layers, refuse_random_ops,
-                                                  same_losses_as_first)
+from tf_tempered.privacy.step.random_ops import refuse_random_layers, refuse_random_ops
+from tf_tempered.privacy.step.second_pass_checks import (refuse_variable_writes,
+                                                         same_losses_as_first)
 
 __all__ = ["ClippedSum", "BookKeeping", "SecondPass", "Recompute", "dense_rows", "strategy_for"]
 
@@ -68,6 +70,7 @@ class ClippedSum:
     """The interface of the three strategies: what the step asks of the one it runs."""
 
     persistent_tape = False  # whether the forward pass's tape is used twice
+    recomputes = False  # whether the forward pass runs again (its ops are compared)
     # Whether a layer's FusedClippedSum may replace its norms and clipped sum (only where
     # the sum is each layer's own, not a second backward pass).
     fuses_layers = False
@@ -149,6 +152,8 @@ class SecondPass(ClippedSum):
 class Recompute(ClippedSum):
     """As SecondPass, with a second forward pass instead of keeping the first's activations."""
 
+    recomputes = True
+
     def __init__(self, model, native=False):
         refuse_random_layers(model)
         self.native = native
@@ -158,6 +163,7 @@ class Recompute(ClippedSum):
 
     def check_forward(self, forward_ops):
         refuse_random_ops(forward_ops.new_ops())
+        refuse_variable_writes(forward_ops.new_ops())
 
     def sum(self, forward, layers, weights, variables):
         del layers

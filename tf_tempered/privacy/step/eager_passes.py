@@ -37,6 +37,8 @@ step, on 2 CPU cores (benchmarks/eager_checks.py; run_eagerly is for debugging).
 
 import dataclasses
 import itertools
+import random
+import weakref
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
@@ -55,7 +57,7 @@ def traced_passes(model, state, data, losses):
     loss container, or None."""
 
     def passes_of(traced_data):
-        _vary_graph_seed(tf.compat.v1.get_default_graph())
+        _vary_graph_seed(tf.compat.v1.get_default_graph(), model)
         plan = plan_step(model, state, check_optimizer=losses is None)
         batch = unpack_batch(traced_data, xla=plan.xla,
                              input_shapes=keras_bridge.declared_input_shapes(model))
@@ -80,17 +82,23 @@ def traced_passes(model, state, data, losses):
         raise UnsupportedLayerError(_EAGER_ONLY.format(failure=failure)) from failure
 
 
-# Traces so far: each step's graph gets its own seed from it.
-_TRACES = itertools.count(1)
+# Each model's traces so far: each step's graph gets its own seed from the count.
+_TRACES = weakref.WeakKeyDictionary()
 
 
-def _vary_graph_seed(graph):
+def _vary_graph_seed(graph, model):
     """Under a global seed (keras.utils.set_random_seed), TF seeds a graph's random ops from
     it and their position in the graph: the same ops, traced anew each step, drew the same
     numbers every step (tf-keras' Dropout, a custom layer's tf.random; probe H1, F3). Each
-    trace's graph seed is the global one moved by the trace's number (still reproducible)."""
-    if graph.seed is not None:
-        graph.seed = (graph.seed + next(_TRACES) * 1_000_003) % (2 ** 31 - 1)
+    trace's graph seed is the global one moved by the number of the model's trace, so two
+    runs of the same seed in one process draw alike (a count over all models made the second
+    differ; probe H4, F5). Without a global seed an op's own seed (``tf.random.normal(...,
+    seed=5)``) drew one mask every step (H4, F4): the graph gets a seed from the OS."""
+    if graph.seed is None:
+        graph.seed = random.SystemRandom().randrange(2 ** 31 - 1)
+        return
+    traces = _TRACES.setdefault(model, itertools.count(1))
+    graph.seed = (graph.seed + next(traces) * 1_000_003) % (2 ** 31 - 1)
 
 
 _EAGER_ONLY = (

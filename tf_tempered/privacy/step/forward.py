@@ -34,6 +34,7 @@ from tf_tempered.privacy.errors import UnsupportedLayerError
 from tf_tempered.privacy.per_example_loss import per_example_losses
 from tf_tempered.privacy.step.forward_checks import refuse_cross_example_forward
 from tf_tempered.privacy.step.random_ops import ForwardOps
+from tf_tempered.privacy.step.second_pass_checks import computation, same_ops_as_first
 
 __all__ = ["Forward", "record_forward", "activity_penalties"]
 
@@ -45,7 +46,8 @@ class Forward:
     ``losses`` [rows] and ``output_losses`` (one [rows] per compiled output loss) are
     float32; ``num_microbatches`` M and ``examples_per_microbatch`` (None if not
     static) the layout; ``recompute(after)`` runs the forward pass again (clipped_sum
-    "recompute") and returns the microbatch losses.
+    "recompute") and returns the microbatch losses; ``whole_examples``: a bool tensor the
+    clipped sum waits for (forward_checks.guarded), or None.
     """
 
     tape: Any
@@ -58,6 +60,7 @@ class Forward:
     microbatch_losses: Any
     total: Any
     recompute: Callable[..., Any]
+    whole_examples: Any = None
 
     @property
     def rows(self):
@@ -152,24 +155,27 @@ def record_forward(model, batch, plan, *, losses=None):
     forward_ops = ForwardOps()
     with tf.GradientTape(persistent=plan.clipped_sum.persistent_tape) as tape:
         losses, output_losses, y_pred = _losses(model, batch, plan, recorder, container)
+        first_pass = computation(forward_ops.new_ops()) if plan.clipped_sum.recomputes else None
         num_microbatches, per_microbatch, losses = microbatching.microbatch_layout(
             losses, num_microbatches=plan.local_microbatches, multiplicity=plan.multiplicity,
             poisson=batch.poisson_mask is not None)
         microbatch_losses = tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
         total = tf.reduce_sum(microbatch_losses)
         recorder.end_forward()
-    refuse_cross_example_forward(recorder, batch, losses)
+    whole_examples = refuse_cross_example_forward(recorder, batch, losses)
     plan.clipped_sum.check_forward(forward_ops)
 
     def recompute(after):
         x = tf.nest.map_structure(_after(after), batch.x)
         again = dataclasses.replace(batch, x=x)
+        second_pass_ops = ForwardOps()
         losses, _, _ = _losses(model, again, plan, recording.Recorder(options=plan.options),
                                container)
+        same_ops_as_first(computation(second_pass_ops.new_ops()), first_pass)
         return tf.reduce_mean(tf.reshape(losses, [num_microbatches, -1]), axis=1)
 
     return Forward(tape, recorder, y_pred, losses, output_losses, num_microbatches,
-                   per_microbatch, microbatch_losses, total, recompute)
+                   per_microbatch, microbatch_losses, total, recompute, whole_examples)
 
 
 def _after(tensor):

@@ -15,14 +15,15 @@
 
 Layers that draw random numbers when called (Dropout, GaussianNoise, random augmentation)
 are refused when the model is made private; random ops a traced forward pass adds (custom
-layers calling ``tf.random``) when the step is traced.
+layers calling ``tf.random``) when the step is traced. What else the second pass must share
+with the first: :mod:`tf_tempered.privacy.step.second_pass_checks`.
 """
 
 from tf_tempered._compat import tf
 from tf_tempered import keras_bridge
 from tf_tempered.privacy.layer_grads import random_draws
 
-__all__ = ["ForwardOps", "refuse_random_layers", "refuse_random_ops", "same_losses_as_first"]
+__all__ = ["ForwardOps", "refuse_random_layers", "refuse_random_ops"]
 
 _RECOMPUTE_FIX = ("Fix: use EngineOptions.low_memory(clipped_sum=\"second_pass\") (one forward "
                   "pass; the activations are kept for the second backward pass) or the default "
@@ -62,31 +63,3 @@ def refuse_random_ops(ops):
     if random_ops:
         _refuse("the forward pass draws random numbers",
                 [f"{op.name} ({op.type})" for op in random_ops])
-
-
-def same_losses_as_first(second, first):
-    """``second`` (the recomputed microbatch losses), once checked, at run time, to equal
-    ``first`` (the first pass's): a layer whose Python does something else on its second
-    call in a step (a counter, a flag) made the clipped sum of other gradients than those
-    clipped: 89-152 C for one example, no clipping at all (probe H1, F2). XLA drops the
-    assertion: there the losses turn NaN instead, and so does the update."""
-    first = tf.stop_gradient(first)
-    # A non-finite loss (an example whose gradient is dropped, dp_nonfinite) in both passes
-    # is the same.
-    both_nonfinite = tf.logical_not(tf.math.is_finite(first) | tf.math.is_finite(second))
-    near = tf.reduce_all((tf.abs(second - first) <= 1e-5 + 1e-3 * tf.abs(first))
-                         | both_nonfinite)
-    poison = tf.where(near, tf.ones([], second.dtype), tf.constant(float("nan"), second.dtype))
-    # (The multiplier, not the product, waits for the assertion: the gradient reads it.)
-    with tf.control_dependencies([tf.debugging.Assert(near, [_NOT_THE_SAME])]):
-        poison = tf.identity(poison)
-    return second * poison
-
-
-_NOT_THE_SAME = (
-    "EngineOptions(clipped_sum=\"recompute\") runs the forward pass twice and needs both to "
-    "compute the same function, but the second pass's losses differ from the first's (a "
-    "layer whose call does something else on its second call of a step: a call counter, a "
-    "flag it sets): the clipped sum would be of other gradients than those clipped. Fix: make "
-    "each call of a layer in a step compute the same function, or use "
-    "EngineOptions.low_memory(clipped_sum=\"second_pass\") (one forward pass).")
